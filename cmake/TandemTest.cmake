@@ -1,0 +1,19 @@
+# tandem_add_test(NAME name SRCS a.cc b.cc DEPS lib... [LABELS gpu ...] [TIMEOUT s])
+# One GoogleTest binary per call, registered with CTest (gtest_discover_tests would run every
+# binary at build time; one CTest entry per binary keeps the 2-core build fast).
+find_package(GTest REQUIRED)
+function(tandem_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${T_NAME} ${T_SRCS})
+  target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME} WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
+  if(NOT T_LABELS)
+    set(T_LABELS cpu)
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+                       ENVIRONMENT "TANDEM_SOURCE_DIR=${CMAKE_SOURCE_DIR};TANDEM_BINARY_DIR=${CMAKE_BINARY_DIR}")
+endfunction()

@@ -1,0 +1,39 @@
+// Causal attention over the paged KV cache (kernels/common/kv_layout.h), for a ragged batch in
+// which each sequence contributes q_len >= 1 new query tokens (a prefill chunk, or 1 for decode).
+// The new tokens' K/V are already in the cache (RopeKvStore runs first). Query token i of
+// sequence s sits at position seq_lens[s] - q_len(s) + i and attends to positions [0, that].
+// GQA: query head h reads KV head h / (num_q_heads / num_kv_heads). Softmax in fp32.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/common/dtype.h"
+#include "kernels/common/stream.h"
+
+namespace tandem {
+
+struct PagedAttentionArgs {
+  const void* q = nullptr;  // [num_tokens, num_q_heads, head_dim], token stride q_stride, dtype
+  void* out = nullptr;      // [num_tokens, num_q_heads, head_dim] contiguous, dtype
+  const void* kv_layer = nullptr;  // [num_pages][2][num_kv_heads][page_size][head_dim], kv_dtype
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_pages_per_seq] page ids
+  const int32_t* seq_lens = nullptr;      // [num_seqs] KV length including the new tokens
+  const int32_t* query_start =
+      nullptr;  // [num_seqs + 1] prefix sums of q_len; [num_seqs] = num_tokens
+  int num_seqs = 0;
+  int64_t num_tokens = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int page_size = 0;
+  int max_pages_per_seq = 0;
+  int64_t q_stride = 0;           // elements between tokens of q; 0 means num_q_heads * head_dim
+  float scale = 0.0f;             // softmax scale, usually 1/sqrt(head_dim)
+  DType dtype = DType::kBF16;     // q and out: kF32 or kBF16
+  DType kv_dtype = DType::kBF16;  // cache: kF32 or kBF16
+};
+
+void PagedAttentionRef(const PagedAttentionArgs& args);
+
+}  // namespace tandem
