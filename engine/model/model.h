@@ -1,0 +1,36 @@
+// Model: one decoder forward pass over a ragged batch, reading and writing the paged KV cache.
+// Implementations: the Llama-family decoder on the CPU reference kernels (and, later, CUDA).
+// Thread-compatible: one engine loop calls Forward at a time.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/model/model_config.h"
+#include "engine/runner/step_inputs.h"
+#include "kernels/common/kv_layout.h"
+
+namespace tandem {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ModelConfig& config() const = 0;
+
+  // Runs the decoder on `inputs`: stores each token's K/V at its slot of `kv_pool` (laid out as
+  // `layout`, kernels/common/kv_layout.h) and writes fp32 logits for inputs.logits_rows to
+  // `logits`, [logits_rows.size(), vocab_size] row-major. InvalidArgument on inconsistent inputs
+  // (token id out of range, slot outside the pool).
+  virtual absl::Status Forward(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
+                               float* logits) = 0;
+};
+
+enum class Backend { kCpu, kCuda };
+
+// Loads config.json and the safetensors weights of the Hugging Face folder `dir`.
+// NotFound / InvalidArgument / Unimplemented with a message naming the file or tensor at fault.
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend);
+
+}  // namespace tandem
