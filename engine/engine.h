@@ -1,0 +1,118 @@
+// Engine: the model-execution core both workers (and `tandem generate`) drive. It owns the model,
+// the paged KV cache, the scheduler and the sampler; a caller adds requests and calls Step() in a
+// loop. Thread-compatible, NOT thread-safe: one loop thread owns an Engine; RPC threads hand work
+// to that loop through a queue (see the worker shells).
+//
+// Disaggregation hooks: a prefill worker adds requests with `prefill_only`; once their prompt is
+// computed they finish with FinishReason::kPrefillDone holding their pages, which the worker
+// reads with KvPages()/kv_pool() for the transfer, then ReleaseRequest(). A decode worker first
+// ReservePages() for a request, lets the transfer write into them, then AddPrefilledRequest() so
+// the request joins the running batch at its first decode step (or ReleaseRequest() on abort).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/model.h"
+#include "kernels/common/kv_layout.h"
+
+namespace tandem {
+
+class Tokenizer;
+
+struct SamplingParams {
+  float temperature = 1.0f;      // 0: greedy
+  int top_k = -1;                // <= 0: off
+  float top_p = 1.0f;            // 1: off
+  std::optional<uint64_t> seed;  // unset: derived from the request id
+  int max_tokens = 16;           // new tokens to generate, >= 1
+  std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop;  // stop strings (need a tokenizer); not included in the output
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kPrefillDone, kError };
+
+struct EngineRequest {
+  std::string id;  // unique among live requests
+  std::vector<int32_t> prompt_tokens;
+  SamplingParams sampling;
+  bool prefill_only = false;  // prefill worker: stop after the first token, keep the pages
+};
+
+// What one Step() produced for one request.
+struct RequestOutput {
+  std::string id;
+  std::vector<int32_t> new_tokens;  // tokens sampled this step (usually 0 or 1)
+  std::string new_text;             // detokenized delta (whole code points), if a tokenizer is set
+  FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
+  std::string error;                                 // set when finish_reason == kError
+};
+
+struct EngineOptions {
+  std::string model_dir;
+  Backend backend = Backend::kCpu;
+  int page_size = 16;  // tokens per KV page
+  int num_pages = 0;   // 0: derive from kv_memory_bytes
+  int64_t kv_memory_bytes = int64_t{256} << 20;
+  int max_num_seqs = 256;             // running sequences per step
+  int max_num_batched_tokens = 2048;  // token budget per step (chunked prefill)
+  int max_model_len = 0;              // 0: the model's max_position_embeddings
+  bool load_tokenizer = true;         // needed for stop strings and text deltas
+};
+
+// Counters and gauges a shell exports (the engine knows nothing of Prometheus).
+struct EngineStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int num_pages_total = 0;
+  int num_pages_free = 0;
+  int num_pages_reserved = 0;  // reserved or receiving for incoming transfers
+  int num_pages_owned = 0;
+  int64_t num_prompt_tokens_total = 0;
+  int64_t num_generated_tokens_total = 0;
+  int64_t num_steps_total = 0;
+  int64_t num_preemptions_total = 0;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  // Queues a request. InvalidArgument: empty prompt, bad sampling params, prompt + max_tokens
+  // beyond max_model_len, token id out of range; AlreadyExists: duplicate id.
+  virtual absl::Status AddRequest(EngineRequest request) = 0;
+  // Finishes a request with kAbort at the next Step() and frees its pages. NotFound if unknown.
+  virtual absl::Status Abort(const std::string& id) = 0;
+  // Runs one scheduling step: schedule → build inputs → forward → sample → post-process.
+  virtual absl::StatusOr<std::vector<RequestOutput>> Step() = 0;
+  virtual bool HasWork() const = 0;
+
+  // --- disaggregation hooks ---
+  // Decode side: reserves pages for a request of `num_tokens` prompt tokens (plus room for its
+  // first decode token). ResourceExhausted when the pool cannot hold it now.
+  virtual absl::StatusOr<std::vector<int32_t>> ReservePages(const std::string& id,
+                                                            int num_tokens) = 0;
+  // Decode side: the reserved pages now hold the prompt's KV; `first_token` was sampled by the
+  // prefill worker. The request joins the running batch.
+  virtual absl::Status AddPrefilledRequest(EngineRequest request, int32_t first_token) = 0;
+  // Page ids holding a request's KV (prefill side after kPrefillDone; decode side after reserve).
+  virtual absl::StatusOr<std::vector<int32_t>> KvPages(const std::string& id) const = 0;
+  // Frees the pages of a finished-prefill or reserved request. NotFound if unknown.
+  virtual absl::Status ReleaseRequest(const std::string& id) = 0;
+  // The KV pool (host memory on the CPU backend, device memory on CUDA) and its layout.
+  virtual void* kv_pool() = 0;
+  virtual const KvLayout& kv_layout() const = 0;
+
+  virtual const ModelConfig& model_config() const = 0;
+  virtual const Tokenizer* tokenizer() const = 0;  // null if not loaded
+  virtual int max_model_len() const = 0;
+  virtual EngineStats Stats() const = 0;
+};
+
+}  // namespace tandem
