@@ -1,6 +1,9 @@
 // Linear layer: c[m, n] = a[m, k] · w[n, k]ᵀ (+ bias[n]), the layout of a Hugging Face
 // nn.Linear weight. Accumulation in fp32. The CUDA entry point picks a skinny split-K kernel for
 // small m (decode) and cuBLASLt for large m behind this one interface.
+//
+// Batch invariance (GemmRef): c[i, j] is the fp32 sum of a[i, kk] * w[j, kk] in increasing kk,
+// whatever m and n are, so a row's result does not depend on the rows batched with it.
 #pragma once
 
 #include <cstdint>

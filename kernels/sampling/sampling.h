@@ -1,6 +1,17 @@
 // Token sampling for a batch of rows of logits: greedy (temperature == 0) or temperature, then
 // top-k, then top-p (nucleus) filtering, drawing with a per-row counter-based random number so a
 // (seed, step) pair always gives the same token, whatever the batch around it.
+//
+// Semantics per row (the CPU reference defines them; the CUDA kernel follows):
+//   1. temperature <= 0: argmax, lowest token id on ties (no random draw).
+//   2. top-k: keep the tokens whose logit >= the k-th largest logit (ties at the boundary are kept,
+//      as Hugging Face's TopKLogitsWarper does). Temperature does not change this set.
+//   3. weights w_i = exp((logit_i - max_logit) / temperature) over the kept tokens.
+//   4. top-p: keep the smallest set, in descending weight, whose mass >= top_p of the kept mass
+//      (at least one token; ties with the last weight kept), i.e. HF's TopPLogitsWarper after
+//      temperature and top-k — the order HF applies them in.
+//   5. draw u = SamplingUniform(seed, step) and return the first kept token, in ascending id
+//      order, whose cumulative weight exceeds u * (kept mass).
 #pragma once
 
 #include <cstdint>

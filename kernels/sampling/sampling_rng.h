@@ -1,0 +1,32 @@
+// The counter-based uniform draw behind SamplingUniform, usable on the host and in CUDA code so
+// the CPU reference and the kernel draw the same number for a (seed, step) pair.
+//
+//   u(seed, step) = (SplitMix64(seed ^ SplitMix64(step)) >> 11) * 2^-53   in [0, 1)
+//
+// SplitMix64 is the finaliser of Steele et al.'s SplittableRandom: a bijection on 64 bits whose
+// outputs pass BigCrush, so nearby steps and seeds give independent-looking draws.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TANDEM_HOST_DEVICE __host__ __device__
+#else
+#define TANDEM_HOST_DEVICE
+#endif
+
+namespace tandem {
+
+TANDEM_HOST_DEVICE inline uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+TANDEM_HOST_DEVICE inline double SamplingUniformImpl(uint64_t seed, uint64_t step) {
+  const uint64_t bits = SplitMix64(seed ^ SplitMix64(step));
+  return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);  // 2^-53
+}
+
+}  // namespace tandem
