@@ -1,0 +1,103 @@
+// KV page transfer: how a prefill worker pushes a request's KV pages into the pages a decode
+// worker reserved for it. Two implementations share these interfaces: the host transport over
+// loopback/LAN TCP (comm/tcp_kv_sender.h, comm/tcp_kv_receiver.h; machines without GPUs) and,
+// later, NCCL point-to-point between GPUs.
+//
+// Addressing: the sender never learns the receiver's page ids. It sends pages by their index in
+// the request's page list (index i = tokens [i * page_size, (i + 1) * page_size) of the prompt);
+// the receiver maps index i to the i-th page it reserved. Both sides must share one KvLayout
+// (kernels/common/kv_layout.h) except for num_pages; a mismatch is refused at the handshake.
+//
+// Granularity: one call per layer and page range, so a sender can push layer l while layer l + 1
+// still computes (layer-wise overlap). Page (layer, p) is one contiguous run of PageBytes().
+//
+// Lifecycle of one transfer (one request), receiver side:
+//   Expect(id, pages, deadline)  -> the pages are "receiving"; the transport may write them
+//   ... sender connects, sends every (layer, page index) of its pages, then Finish ...
+//   done(id, OK)                 -> every page of every layer arrived; commit the request
+//   done(id, error)              -> sender aborted or died, layout mismatch, deadline passed
+//   Cancel(id)                   -> the caller gives up; once it returns no byte of the pages
+//                                   is written any more and done() will not be called for id
+// Exactly one of {done(id, ...), Cancel(id) returning true} happens per Expect.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kernels/common/kv_layout.h"
+
+namespace tandem {
+
+// What one finished (or failed) transfer moved; exported as metrics by the worker shells.
+struct KvTransferStats {
+  int64_t bytes = 0;
+  int64_t pages = 0;  // (layer, page) pairs
+  absl::Duration duration;
+};
+
+// One transfer in flight on the sender side. Not thread-safe: one thread drives it.
+class KvSendOp {
+ public:
+  virtual ~KvSendOp() = default;  // without Finish(): behaves as Abort("sender dropped")
+
+  // Sends layer `layer` of the pages `src_pages` (sender's page ids in `pool`, laid out as the
+  // layout given at Begin) as page indices [first_index, first_index + src_pages.size()).
+  // The host transport copies synchronously; an async transport must not let the caller reuse
+  // the source pages before Finish() returns.
+  virtual absl::Status SendLayer(int layer, const void* pool, absl::Span<const int32_t> src_pages,
+                                 int first_index) = 0;
+  // Declares the transfer complete and waits for the receiver's acknowledgment: OK means the
+  // receiver holds every page and has committed them; the source pages may be freed. Any error
+  // means the decode side has given up on the request (and freed or will free its pages).
+  virtual absl::StatusOr<KvTransferStats> Finish() = 0;
+  // Abandons the transfer; the receiver reports Aborted(reason) for it. Idempotent, never blocks
+  // longer than a short best-effort notification.
+  virtual void Abort(absl::string_view reason) = 0;
+};
+
+class KvSender {
+ public:
+  virtual ~KvSender() = default;
+  // Opens a transfer of `num_pages` pages of request `transfer_id` to the receiver at `peer`
+  // (the address it advertised, "host:port" for TCP). Every step (connect, handshake, each
+  // send, the final acknowledgment) fails with DeadlineExceeded after `timeout` in total.
+  // Unavailable: peer unreachable; NotFound: the receiver expects no such transfer;
+  // FailedPrecondition: layout mismatch or more pages than the receiver reserved.
+  virtual absl::StatusOr<std::unique_ptr<KvSendOp>> Begin(const std::string& peer,
+                                                          const std::string& transfer_id,
+                                                          const KvLayout& layout, int num_pages,
+                                                          absl::Duration timeout) = 0;
+};
+
+class KvReceiver {
+ public:
+  // Called once per transfer that was not cancelled, on a transport thread: never block in it
+  // (hand the result to the worker's loop through its queue).
+  using DoneCallback =
+      std::function<void(const std::string& transfer_id, absl::Status status, KvTransferStats)>;
+
+  virtual ~KvReceiver() = default;  // stops accepting; pending transfers are dropped silently
+
+  // The address senders connect to (give it to the router / prefill worker).
+  virtual std::string address() const = 0;
+  // Announces a transfer into `pages` (receiver's page ids, request order) of the pool given at
+  // construction. AlreadyExists if `transfer_id` is live. After `deadline` the transfer fails
+  // with DeadlineExceeded (whether or not a sender ever connected).
+  virtual absl::Status Expect(const std::string& transfer_id, std::vector<int32_t> pages,
+                              absl::Time deadline) = 0;
+  // Gives up on a transfer. Returns true if it was live (then done() is never called for it and
+  // no byte is written to its pages after Cancel returns), false if unknown or already done.
+  virtual bool Cancel(const std::string& transfer_id) = 0;
+  // Number of live (expected or receiving) transfers.
+  virtual int NumPending() const = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,153 @@
+#include "comm/kv_wire.h"
+
+#include <bit>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::kv_wire {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the KV wire format assumes LE hosts");
+
+void PutU32(std::string* out, uint32_t v) { out->append(reinterpret_cast<const char*>(&v), 4); }
+
+// Reads fixed-width fields from a body, remembering whether it ran short.
+class Reader {
+ public:
+  explicit Reader(const std::string& body) : body_(body) {}
+  uint32_t U32() {
+    uint32_t v = 0;
+    if (pos_ + 4 > body_.size()) {
+      short_ = true;
+      return 0;
+    }
+    std::memcpy(&v, body_.data() + pos_, 4);
+    pos_ += 4;
+    return v;
+  }
+  int32_t I32() { return static_cast<int32_t>(U32()); }
+  std::string Str() {
+    const uint32_t n = U32();
+    if (short_ || pos_ + n > body_.size()) {
+      short_ = true;
+      return {};
+    }
+    std::string s = body_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  bool ok() const { return !short_; }
+
+ private:
+  const std::string& body_;
+  size_t pos_ = 0;
+  bool short_ = false;
+};
+
+}  // namespace
+
+absl::Status WriteFrame(const Socket& s, FrameType type, const std::string& body,
+                        absl::Time deadline) {
+  std::string buf;
+  buf.reserve(8 + body.size());
+  PutU32(&buf, static_cast<uint32_t>(type));
+  PutU32(&buf, static_cast<uint32_t>(body.size()));
+  buf += body;
+  return WriteAll(s, buf.data(), buf.size(), deadline);
+}
+
+absl::StatusOr<Frame> ReadFrame(const Socket& s, absl::Time deadline) {
+  uint32_t header[2];
+  if (absl::Status st = ReadAll(s, header, sizeof(header), deadline); !st.ok()) return st;
+  if (header[0] < static_cast<uint32_t>(FrameType::kHello) ||
+      header[0] > static_cast<uint32_t>(FrameType::kAbort) || header[1] > kMaxBodyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad KV frame header: type ", header[0], " length ", header[1]));
+  }
+  Frame frame{static_cast<FrameType>(header[0]), std::string(header[1], '\0')};
+  if (absl::Status st = ReadAll(s, frame.body.data(), frame.body.size(), deadline); !st.ok()) {
+    return st;
+  }
+  return frame;
+}
+
+std::string EncodeHello(const Hello& hello) {
+  std::string out;
+  PutU32(&out, kMagic);
+  PutU32(&out, kVersion);
+  PutU32(&out, static_cast<uint32_t>(hello.layout.num_layers));
+  PutU32(&out, static_cast<uint32_t>(hello.layout.page_size));
+  PutU32(&out, static_cast<uint32_t>(hello.layout.num_kv_heads));
+  PutU32(&out, static_cast<uint32_t>(hello.layout.head_dim));
+  PutU32(&out, static_cast<uint32_t>(hello.layout.dtype));
+  PutU32(&out, static_cast<uint32_t>(hello.num_pages));
+  PutU32(&out, static_cast<uint32_t>(hello.transfer_id.size()));
+  out += hello.transfer_id;
+  return out;
+}
+
+absl::StatusOr<Hello> DecodeHello(const std::string& body) {
+  Reader r(body);
+  const uint32_t magic = r.U32();
+  const uint32_t version = r.U32();
+  if (!r.ok() || magic != kMagic) return absl::InvalidArgumentError("not a tandem KV transfer");
+  if (version != kVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV wire version ", version, " but this receiver speaks ", kVersion));
+  }
+  Hello h;
+  h.layout.num_layers = r.I32();
+  h.layout.page_size = r.I32();
+  h.layout.num_kv_heads = r.I32();
+  h.layout.head_dim = r.I32();
+  h.layout.dtype = static_cast<DType>(r.U32());
+  h.num_pages = r.I32();
+  h.transfer_id = r.Str();
+  if (!r.ok() || h.num_pages < 0) return absl::InvalidArgumentError("truncated KV hello");
+  return h;
+}
+
+std::string EncodeStatus(const absl::Status& status) {
+  std::string out;
+  PutU32(&out, static_cast<uint32_t>(status.code()));
+  const std::string msg(status.message());
+  PutU32(&out, static_cast<uint32_t>(msg.size()));
+  out += msg;
+  return out;
+}
+
+absl::Status DecodeStatus(const std::string& body) {
+  Reader r(body);
+  const uint32_t code = r.U32();
+  std::string msg = r.Str();
+  if (!r.ok() || code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) {
+    return absl::InvalidArgumentError("truncated KV status frame");
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), msg);
+}
+
+std::string EncodePagesHeader(const PagesHeader& header) {
+  std::string out;
+  PutU32(&out, static_cast<uint32_t>(header.layer));
+  PutU32(&out, static_cast<uint32_t>(header.first_index));
+  PutU32(&out, static_cast<uint32_t>(header.count));
+  return out;
+}
+
+absl::StatusOr<PagesHeader> DecodePagesHeader(const std::string& body) {
+  Reader r(body);
+  PagesHeader h;
+  h.layer = r.I32();
+  h.first_index = r.I32();
+  h.count = r.I32();
+  if (!r.ok()) return absl::InvalidArgumentError("truncated KV pages header");
+  return h;
+}
+
+bool SamePageShape(const KvLayout& a, const KvLayout& b) {
+  return a.num_layers == b.num_layers && a.page_size == b.page_size &&
+         a.num_kv_heads == b.num_kv_heads && a.head_dim == b.head_dim && a.dtype == b.dtype;
+}
+
+}  // namespace tandem::kv_wire

@@ -1,0 +1,59 @@
+// Thin POSIX TCP helpers with deadlines, for the host KV transport. Every socket is
+// non-blocking; reads and writes poll() until the deadline, so a silent peer can never hang a
+// caller. Writes use MSG_NOSIGNAL: a dead peer is an error status, not SIGPIPE.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace tandem {
+
+// Owns one file descriptor; closes it on destruction.
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  Socket(Socket&& other) noexcept : fd_(other.Release()) {}
+  Socket& operator=(Socket&& other) noexcept;
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  ~Socket() { Close(); }
+
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void Close();
+  // Wakes any thread blocked in poll() on this socket (shutdown(SHUT_RDWR)); keeps the fd.
+  void Shutdown();
+
+ private:
+  int fd_ = -1;
+};
+
+// Listens on host:port (port 0: any free port). Unavailable on bind failure.
+absl::StatusOr<Socket> Listen(const std::string& host, int port);
+// The local port a socket is bound to.
+absl::StatusOr<int> LocalPort(const Socket& socket);
+// Accepts one connection, waiting at most until `deadline`. DeadlineExceeded when none came;
+// Cancelled when the listening socket was shut down.
+absl::StatusOr<Socket> Accept(const Socket& listener, absl::Time deadline);
+// Connects to "host:port". Unavailable (refused / unreachable), DeadlineExceeded.
+absl::StatusOr<Socket> Connect(const std::string& address, absl::Time deadline);
+
+// Writes / reads exactly `size` bytes. Unavailable when the peer closed or reset the connection
+// (for ReadAll: also EOF), DeadlineExceeded when the deadline passed first.
+absl::Status WriteAll(const Socket& socket, const void* data, size_t size, absl::Time deadline);
+absl::Status ReadAll(const Socket& socket, void* data, size_t size, absl::Time deadline);
+
+// Splits "host:port"; InvalidArgument if malformed.
+absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);
+
+}  // namespace tandem

@@ -1,0 +1,311 @@
+#include "comm/tcp_kv_receiver.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
+#include "comm/kv_wire.h"
+
+namespace tandem {
+namespace {
+
+// How long a fresh connection may take to name its transfer.
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
+// Granularity of the accept and deadline loops (bounds shutdown latency).
+constexpr absl::Duration kPollInterval = absl::Milliseconds(20);
+
+}  // namespace
+
+struct TcpKvReceiver::Transfer {
+  std::string id;
+  std::vector<int32_t> pages;  // receiver page ids, request order
+  absl::Time deadline;
+  bool claimed = false;  // a sender connected (guarded by the receiver's mu_)
+  absl::Time start;      // when the sender connected (guarded by the receiver's mu_)
+  absl::Mutex mu;        // held while bytes are copied into `pages`
+  bool live ABSL_GUARDED_BY(mu) = true;  // false once cancelled or completed
+  KvTransferStats stats ABSL_GUARDED_BY(mu);
+};
+
+absl::StatusOr<std::unique_ptr<TcpKvReceiver>> TcpKvReceiver::Create(const std::string& host,
+                                                                     int port, void* pool,
+                                                                     const KvLayout& layout,
+                                                                     DoneCallback done) {
+  ASSIGN_OR_RETURN(Socket listener, Listen(host, port));
+  ASSIGN_OR_RETURN(int bound, LocalPort(listener));
+  return std::unique_ptr<TcpKvReceiver>(new TcpKvReceiver(
+      std::move(listener), absl::StrCat(host, ":", bound), pool, layout, std::move(done)));
+}
+
+TcpKvReceiver::TcpKvReceiver(Socket listener, std::string address, void* pool,
+                             const KvLayout& layout, DoneCallback done)
+    : listener_(std::move(listener)),
+      address_(std::move(address)),
+      pool_(static_cast<char*>(pool)),
+      layout_(layout),
+      done_(std::move(done)) {
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  reaper_thread_ = std::thread([this] { ReaperLoop(); });
+}
+
+TcpKvReceiver::~TcpKvReceiver() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+    for (auto& [id, socket] : conn_sockets_) socket->Shutdown();
+    for (auto& [id, t] : transfers_) {
+      absl::MutexLock tl(&t->mu);
+      t->live = false;
+    }
+    transfers_.clear();  // dropped silently: no callbacks during destruction
+  }
+  accept_thread_.join();
+  reaper_thread_.join();
+  std::map<int, std::thread> threads;
+  {
+    absl::MutexLock l(&mu_);
+    threads.swap(conn_threads_);
+  }
+  for (auto& [id, t] : threads) t.join();
+}
+
+absl::Status TcpKvReceiver::Expect(const std::string& transfer_id, std::vector<int32_t> pages,
+                                   absl::Time deadline) {
+  for (int32_t p : pages) {
+    if (p < 0 || p >= layout_.num_pages) {
+      return absl::InvalidArgumentError(absl::StrCat("page ", p, " outside the pool"));
+    }
+  }
+  auto t = std::make_shared<Transfer>();
+  t->id = transfer_id;
+  t->pages = std::move(pages);
+  t->deadline = deadline;
+  absl::MutexLock l(&mu_);
+  if (!transfers_.emplace(transfer_id, t).second) {
+    return absl::AlreadyExistsError(absl::StrCat("transfer ", transfer_id, " already expected"));
+  }
+  return absl::OkStatus();
+}
+
+bool TcpKvReceiver::Cancel(const std::string& transfer_id) {
+  std::shared_ptr<Transfer> t;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = transfers_.find(transfer_id);
+    if (it == transfers_.end()) return false;
+    t = std::move(it->second);
+    transfers_.erase(it);
+  }
+  absl::MutexLock l(&t->mu);  // waits out a copy in progress
+  t->live = false;
+  return true;
+}
+
+int TcpKvReceiver::NumPending() const {
+  absl::MutexLock l(&mu_);
+  return static_cast<int>(transfers_.size());
+}
+
+void TcpKvReceiver::Complete(const std::shared_ptr<Transfer>& t, const absl::Status& status) {
+  absl::Duration duration;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = transfers_.find(t->id);
+    if (it == transfers_.end() || it->second != t) return;  // cancelled or already ended
+    transfers_.erase(it);
+    duration = t->claimed ? absl::Now() - t->start : absl::ZeroDuration();
+  }
+  KvTransferStats stats;
+  {
+    absl::MutexLock l(&t->mu);
+    t->live = false;
+    stats = t->stats;
+  }
+  stats.duration = duration;
+  done_(t->id, status, stats);
+}
+
+void TcpKvReceiver::AcceptLoop() {
+  while (true) {
+    {
+      absl::MutexLock l(&mu_);
+      JoinFinishedLocked();
+      if (stopping_) return;
+    }
+    absl::StatusOr<Socket> accepted = Accept(listener_, absl::Now() + kPollInterval * 5);
+    if (!accepted.ok()) {
+      if (!absl::IsDeadlineExceeded(accepted.status())) {
+        LOG(WARNING) << "KV receiver accept: " << accepted.status();
+        absl::SleepFor(kPollInterval);
+      }
+      continue;
+    }
+    auto socket = std::make_unique<Socket>(std::move(*accepted));
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;
+    const int id = next_conn_id_++;
+    conn_sockets_[id] = socket.get();
+    conn_threads_[id] = std::thread([this, id, s = socket.release()] {
+      std::unique_ptr<Socket> owned(s);
+      ServeConnection(id, owned.get());
+      absl::MutexLock l(&mu_);
+      conn_sockets_.erase(id);
+      finished_conns_.push_back(id);
+    });
+  }
+}
+
+void TcpKvReceiver::JoinFinishedLocked() {
+  for (int id : finished_conns_) {
+    auto it = conn_threads_.find(id);
+    if (it == conn_threads_.end()) continue;
+    it->second.join();  // the thread has left ServeConnection; only its epilogue remains
+    conn_threads_.erase(it);
+  }
+  finished_conns_.clear();
+}
+
+void TcpKvReceiver::ReaperLoop() {
+  absl::MutexLock l(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), kPollInterval);
+    const absl::Time now = absl::Now();
+    std::vector<std::shared_ptr<Transfer>> expired;
+    for (auto& [id, t] : transfers_) {
+      if (t->deadline <= now) expired.push_back(t);
+    }
+    if (expired.empty()) continue;
+    mu_.Unlock();
+    for (auto& t : expired) {
+      Complete(t, absl::DeadlineExceededError(absl::StrCat(
+                      "KV transfer ", t->id, t->claimed ? " did not finish" : " never started",
+                      " before its deadline")));
+    }
+    mu_.Lock();
+  }
+}
+
+void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
+  int sender_pages = 0;
+  absl::StatusOr<std::shared_ptr<Transfer>> claimed = Claim(*socket, &sender_pages);
+  if (!claimed.ok()) {
+    LOG(DEBUG) << "KV receiver refused a transfer: " << claimed.status();
+    return;
+  }
+  std::shared_ptr<Transfer> t = std::move(*claimed);
+  absl::Status outcome = ReceivePages(*socket, *t, sender_pages);
+  bool was_live;
+  {
+    absl::MutexLock l(&t->mu);
+    was_live = t->live;
+  }
+  if (!was_live) {
+    // Cancelled or timed out while we were receiving: tell the sender, which frees its pages.
+    outcome = absl::CancelledError(absl::StrCat("KV transfer ", t->id, " cancelled by decode"));
+  } else {
+    Complete(t, outcome);
+  }
+  (void)kv_wire::WriteFrame(*socket, kv_wire::FrameType::kStatus, kv_wire::EncodeStatus(outcome),
+                            absl::Now() + absl::Milliseconds(200));
+}
+
+absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(const Socket& socket,
+                                                                              int* sender_pages) {
+  const absl::Time deadline = absl::Now() + kHandshakeTimeout;
+  ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
+  absl::StatusOr<kv_wire::Hello> hello =
+      frame.type == kv_wire::FrameType::kHello
+          ? kv_wire::DecodeHello(frame.body)
+          : absl::InvalidArgumentError("KV transfer did not start with a hello");
+  std::shared_ptr<Transfer> t;
+  absl::Status verdict = hello.status();
+  if (verdict.ok()) {
+    absl::MutexLock l(&mu_);
+    auto it = transfers_.find(hello->transfer_id);
+    if (it == transfers_.end()) {
+      verdict = absl::NotFoundError(
+          absl::StrCat("decode worker expects no KV transfer '", hello->transfer_id, "'"));
+    } else if (it->second->claimed) {
+      verdict = absl::AlreadyExistsError("a sender is already connected for this transfer");
+    } else if (!kv_wire::SamePageShape(hello->layout, layout_)) {
+      verdict = absl::FailedPreconditionError("KV page layouts of prefill and decode differ");
+    } else if (hello->num_pages > static_cast<int>(it->second->pages.size())) {
+      verdict = absl::FailedPreconditionError(absl::StrCat("sender has ", hello->num_pages,
+                                                           " pages but decode reserved ",
+                                                           it->second->pages.size()));
+    } else {
+      t = it->second;
+      t->claimed = true;
+      t->start = absl::Now();
+      *sender_pages = hello->num_pages;
+    }
+  }
+  RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kStatus,
+                                      kv_wire::EncodeStatus(verdict), deadline));
+  if (!verdict.ok()) {
+    // A mismatch is fatal for the transfer too: decode would otherwise wait for its deadline.
+    if (t == nullptr && hello.ok() && !absl::IsNotFound(verdict) &&
+        !absl::IsAlreadyExists(verdict)) {
+      std::shared_ptr<Transfer> failed;
+      {
+        absl::MutexLock l(&mu_);
+        auto it = transfers_.find(hello->transfer_id);
+        if (it != transfers_.end()) failed = it->second;
+      }
+      if (failed) Complete(failed, verdict);
+    }
+    return verdict;
+  }
+  return t;
+}
+
+absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int sender_pages) {
+  std::vector<char> staging(static_cast<size_t>(layout_.PageBytes()));
+  std::vector<bool> received(static_cast<size_t>(layout_.num_layers) * sender_pages, false);
+  int64_t num_received = 0;
+  // Reads may run a little past the deadline; the reaper ends the transfer exactly at it.
+  const absl::Time deadline = t.deadline + kPollInterval * 5;
+  while (true) {
+    ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
+    if (frame.type == kv_wire::FrameType::kAbort) {
+      return absl::AbortedError(absl::StrCat("prefill aborted the KV transfer: ", frame.body));
+    }
+    if (frame.type == kv_wire::FrameType::kDone) {
+      if (num_received != static_cast<int64_t>(received.size())) {
+        return absl::DataLossError(absl::StrCat("KV transfer ended with ", num_received, " of ",
+                                                received.size(), " pages"));
+      }
+      return absl::OkStatus();
+    }
+    if (frame.type != kv_wire::FrameType::kPages) {
+      return absl::InvalidArgumentError("unexpected frame in a KV transfer");
+    }
+    ASSIGN_OR_RETURN(kv_wire::PagesHeader h, kv_wire::DecodePagesHeader(frame.body));
+    if (h.layer < 0 || h.layer >= layout_.num_layers || h.first_index < 0 || h.count < 0 ||
+        int64_t{h.first_index} + h.count > sender_pages) {
+      return absl::InvalidArgumentError("KV pages frame outside the transfer");
+    }
+    for (int i = 0; i < h.count; ++i) {
+      RETURN_IF_ERROR(ReadAll(socket, staging.data(), staging.size(), deadline));
+      const int index = h.first_index + i;
+      if (!WritePage(t, h.layer, index, staging)) return absl::CancelledError("cancelled");
+      const size_t bit = static_cast<size_t>(h.layer) * sender_pages + index;
+      if (!received[bit]) ++num_received;
+      received[bit] = true;
+    }
+  }
+}
+
+bool TcpKvReceiver::WritePage(Transfer& t, int layer, int index, const std::vector<char>& staging) {
+  absl::MutexLock l(&t.mu);
+  if (!t.live) return false;
+  const int64_t offset = layout_.PageOffset(layer, t.pages[index]) * DTypeSize(layout_.dtype);
+  std::memcpy(pool_ + offset, staging.data(), staging.size());
+  t.stats.bytes += static_cast<int64_t>(staging.size());
+  t.stats.pages += 1;
+  return true;
+}
+
+}  // namespace tandem

@@ -1,0 +1,77 @@
+// TcpKvReceiver: the host KV transport's receiver (decode side). Listens on a TCP port; each
+// sender connection carries one transfer announced earlier with Expect(). Page bytes are read
+// into a one-page staging buffer and copied into the pool under the transfer's lock, so Cancel()
+// can guarantee that no byte lands in the pages after it returns (the pages may then be reused).
+//
+// Threads: one accept thread, one reaper thread (deadlines), one thread per live connection.
+// All public methods are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "comm/kv_transport.h"
+#include "comm/socket_io.h"
+
+namespace tandem {
+
+class TcpKvReceiver : public KvReceiver {
+ public:
+  // Listens on host:port (port 0: any free port) and writes transfers into `pool`, laid out as
+  // `layout`; `pool` must outlive the receiver. `done` reports each transfer's outcome.
+  static absl::StatusOr<std::unique_ptr<TcpKvReceiver>> Create(const std::string& host, int port,
+                                                               void* pool, const KvLayout& layout,
+                                                               DoneCallback done);
+  ~TcpKvReceiver() override;
+
+  std::string address() const override { return address_; }
+  absl::Status Expect(const std::string& transfer_id, std::vector<int32_t> pages,
+                      absl::Time deadline) override;
+  bool Cancel(const std::string& transfer_id) override;
+  int NumPending() const override;
+
+ private:
+  struct Transfer;
+
+  TcpKvReceiver(Socket listener, std::string address, void* pool, const KvLayout& layout,
+                DoneCallback done);
+  void AcceptLoop();
+  void ReaperLoop();
+  void ServeConnection(int conn_id, Socket* socket);
+  // Handshake: finds and claims the transfer the sender names; sends the verdict.
+  absl::StatusOr<std::shared_ptr<Transfer>> Claim(const Socket& socket, int* sender_pages);
+  // Receives page frames until kDone / kAbort / an error; returns the transfer's outcome.
+  absl::Status ReceivePages(const Socket& socket, Transfer& t, int sender_pages);
+  // Copies one page into the pool unless the transfer was cancelled or completed meanwhile.
+  bool WritePage(Transfer& t, int layer, int index, const std::vector<char>& staging);
+  // Ends a live transfer: removes it and reports `status` (no-op if already ended).
+  void Complete(const std::shared_ptr<Transfer>& t, const absl::Status& status);
+  void JoinFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Socket listener_;
+  const std::string address_;
+  char* const pool_;
+  const KvLayout layout_;
+  const DoneCallback done_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);
+  // Live connection threads and their sockets (shut down on destruction to unblock them).
+  int next_conn_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int, std::thread> conn_threads_ ABSL_GUARDED_BY(mu_);
+  std::map<int, Socket*> conn_sockets_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> finished_conns_ ABSL_GUARDED_BY(mu_);
+
+  std::thread accept_thread_;
+  std::thread reaper_thread_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,21 @@
+// TcpKvSender: the host KV transport's sender (prefill side). One TCP connection per transfer;
+// SendLayer copies page bytes straight from the pool onto the socket (no staging copy).
+// Thread-safe: Begin may be called from any thread; each KvSendOp is driven by one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/kv_transport.h"
+
+namespace tandem {
+
+class TcpKvSender : public KvSender {
+ public:
+  absl::StatusOr<std::unique_ptr<KvSendOp>> Begin(const std::string& peer,
+                                                  const std::string& transfer_id,
+                                                  const KvLayout& layout, int num_pages,
+                                                  absl::Duration timeout) override;
+};
+
+}  // namespace tandem

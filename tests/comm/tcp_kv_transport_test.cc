@@ -1,0 +1,276 @@
+// The host KV transport over loopback TCP: a correct transfer lands every byte in the right
+// pages, and every failure (sender dies, aborts, goes silent; receiver cancels, dies, never
+// hears from a sender; mismatched layouts) ends in a terminal status on both sides, quickly,
+// with no byte written after a cancel.
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "comm/kv_wire.h"
+#include "comm/socket_io.h"
+#include "comm/tcp_kv_receiver.h"
+#include "comm/tcp_kv_sender.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+KvLayout MakeLayout(int num_pages) {
+  KvLayout l;
+  l.num_layers = 3;
+  l.num_pages = num_pages;
+  l.page_size = 4;
+  l.num_kv_heads = 2;
+  l.head_dim = 8;
+  l.dtype = DType::kBF16;
+  return l;
+}
+
+// Collects done() callbacks.
+struct Outcomes {
+  absl::Mutex mu;
+  std::vector<std::pair<std::string, absl::Status>> done ABSL_GUARDED_BY(mu);
+  KvTransferStats last_stats ABSL_GUARDED_BY(mu);
+
+  KvReceiver::DoneCallback Callback() {
+    return [this](const std::string& id, absl::Status st, KvTransferStats stats) {
+      absl::MutexLock l(&mu);
+      done.emplace_back(id, st);
+      last_stats = stats;
+    };
+  }
+  // Waits for the n-th outcome; returns it (or a sentinel after `timeout`).
+  absl::Status WaitFor(size_t n, absl::Duration timeout = absl::Seconds(5)) {
+    absl::MutexLock l(&mu);
+    auto has = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return done.size() >= n; };
+    if (!mu.AwaitWithTimeout(absl::Condition(&has), timeout)) {
+      return absl::UnknownError("no outcome");
+    }
+    return done[n - 1].second;
+  }
+  size_t Count() {
+    absl::MutexLock l(&mu);
+    return done.size();
+  }
+};
+
+class TcpKvTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    src_layout_ = MakeLayout(8);
+    dst_layout_ = MakeLayout(16);
+    src_pool_.resize(src_layout_.PoolBytes());
+    std::mt19937 rng(7);
+    for (auto& b : src_pool_) b = static_cast<char>(rng());
+    dst_pool_.assign(dst_layout_.PoolBytes(), 0);
+    auto r =
+        TcpKvReceiver::Create("127.0.0.1", 0, dst_pool_.data(), dst_layout_, outcomes_.Callback());
+    ASSERT_TRUE(r.ok()) << r.status();
+    receiver_ = std::move(*r);
+  }
+
+  bool PageEquals(int layer, int src_page, int dst_page) const {
+    const int64_t bytes = src_layout_.PageBytes();
+    return std::memcmp(src_pool_.data() + src_layout_.PageOffset(layer, src_page) * 2,
+                       dst_pool_.data() + dst_layout_.PageOffset(layer, dst_page) * 2, bytes) == 0;
+  }
+  bool DstAllZero() const {
+    for (char c : dst_pool_) {
+      if (c != 0) return false;
+    }
+    return true;
+  }
+
+  KvLayout src_layout_, dst_layout_;
+  std::vector<char> src_pool_, dst_pool_;
+  Outcomes outcomes_;
+  std::unique_ptr<TcpKvReceiver> receiver_;
+  TcpKvSender sender_;
+};
+
+TEST_F(TcpKvTransportTest, PagesLandInReservedPagesLayerByLayer) {
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2, 9, 11}, absl::Now() + absl::Seconds(5)).ok());
+  const std::vector<int32_t> src = {1, 3, 0};  // 3 prompt pages; decode reserved one extra
+  auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 3, absl::Seconds(5));
+  ASSERT_TRUE(op.ok()) << op.status();
+  for (int layer = 0; layer < 3; ++layer) {
+    // Split each layer into two ranges, last range first: order must not matter.
+    ASSERT_TRUE((*op)->SendLayer(layer, src_pool_.data(), {src.data() + 1, 2}, 1).ok());
+    ASSERT_TRUE((*op)->SendLayer(layer, src_pool_.data(), {src.data(), 1}, 0).ok());
+  }
+  auto stats = (*op)->Finish();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->bytes, 3 * 3 * src_layout_.PageBytes());
+  ASSERT_TRUE(outcomes_.WaitFor(1).ok());
+  {
+    absl::MutexLock l(&outcomes_.mu);
+    EXPECT_EQ(outcomes_.last_stats.bytes, 3 * 3 * src_layout_.PageBytes());
+    EXPECT_EQ(outcomes_.last_stats.pages, 9);
+  }
+  const int dst[] = {5, 2, 9};
+  for (int layer = 0; layer < 3; ++layer) {
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(PageEquals(layer, src[i], dst[i])) << layer << i;
+  }
+  EXPECT_EQ(receiver_->NumPending(), 0);
+}
+
+TEST_F(TcpKvTransportTest, MissingPagesAreDataLossOnBothSides) {
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  const std::vector<int32_t> src = {1, 3};
+  auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
+  ASSERT_TRUE(op.ok());
+  ASSERT_TRUE((*op)->SendLayer(0, src_pool_.data(), src, 0).ok());  // layers 1, 2 missing
+  EXPECT_EQ((*op)->Finish().status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(outcomes_.WaitFor(1).code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(TcpKvTransportTest, SenderAbortIsReportedWithItsReason) {
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
+  ASSERT_TRUE(op.ok());
+  (*op)->Abort("prefill cancelled");
+  absl::Status st = outcomes_.WaitFor(1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kAborted);
+  EXPECT_NE(st.message().find("prefill cancelled"), std::string::npos);
+}
+
+TEST_F(TcpKvTransportTest, SenderDroppedMidTransferAborts) {
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  const std::vector<int32_t> src = {1, 3};
+  {
+    auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
+    ASSERT_TRUE(op.ok());
+    ASSERT_TRUE((*op)->SendLayer(0, src_pool_.data(), src, 0).ok());
+  }  // destroyed without Finish
+  EXPECT_EQ(outcomes_.WaitFor(1).code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(TcpKvTransportTest, SenderProcessDeathIsUnavailable) {
+  // A raw connection that sends a valid hello and half a page, then vanishes (no abort frame),
+  // as a killed prefill process would.
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  {
+    auto s = Connect(receiver_->address(), deadline);
+    ASSERT_TRUE(s.ok());
+    kv_wire::Hello hello{src_layout_, 2, "r1"};
+    ASSERT_TRUE(
+        kv_wire::WriteFrame(*s, kv_wire::FrameType::kHello, kv_wire::EncodeHello(hello), deadline)
+            .ok());
+    ASSERT_TRUE(kv_wire::ReadFrame(*s, deadline).ok());
+    ASSERT_TRUE(kv_wire::WriteFrame(*s, kv_wire::FrameType::kPages,
+                                    kv_wire::EncodePagesHeader({0, 0, 1}), deadline)
+                    .ok());
+    ASSERT_TRUE(WriteAll(*s, src_pool_.data(), 16, deadline).ok());
+  }
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(outcomes_.WaitFor(1).code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+TEST_F(TcpKvTransportTest, TransferThatNeverStartsHitsItsDeadline) {
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(receiver_->Expect("r1", {5}, start + absl::Milliseconds(150)).ok());
+  EXPECT_EQ(outcomes_.WaitFor(1).code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(150));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(receiver_->NumPending(), 0);
+}
+
+TEST_F(TcpKvTransportTest, CancelStopsWritesAndSuppressesTheCallback) {
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  const std::vector<int32_t> src = {1, 3};
+  auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
+  ASSERT_TRUE(op.ok());
+  ASSERT_TRUE((*op)->SendLayer(0, src_pool_.data(), src, 0).ok());
+  EXPECT_TRUE(receiver_->Cancel("r1"));
+  EXPECT_FALSE(receiver_->Cancel("r1"));
+  std::fill(dst_pool_.begin(), dst_pool_.end(), 0);  // the pages may be reused now
+  // The sender keeps going; nothing may land, and it must learn it was cancelled.
+  absl::Status st;
+  for (int layer = 1; layer < 3 && st.ok(); ++layer) {
+    st = (*op)->SendLayer(layer, src_pool_.data(), src, 0);
+  }
+  if (st.ok()) st = (*op)->Finish().status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+  EXPECT_TRUE(DstAllZero());
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(outcomes_.Count(), 0u);
+}
+
+TEST_F(TcpKvTransportTest, HandshakeRefusals) {
+  EXPECT_EQ(sender_.Begin(receiver_->address(), "nobody", src_layout_, 1, absl::Seconds(2))
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_EQ(
+      sender_.Begin(receiver_->address(), "r1", src_layout_, 3, absl::Seconds(2)).status().code(),
+      absl::StatusCode::kFailedPrecondition);  // more pages than reserved
+  EXPECT_EQ(outcomes_.WaitFor(1).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(receiver_->Expect("r2", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  KvLayout other = src_layout_;
+  other.head_dim = 16;
+  EXPECT_EQ(sender_.Begin(receiver_->address(), "r2", other, 2, absl::Seconds(2)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(outcomes_.WaitFor(2).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(receiver_->Expect("r3", {99}, absl::Now()).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TcpKvTransportTest, SilentReceiverTimesOutTheSender) {
+  auto listener = Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  const std::string address = "127.0.0.1:" + std::to_string(*LocalPort(*listener));
+  const absl::Time start = absl::Now();
+  // Connects (the kernel accepts into the backlog) but nobody ever answers the hello.
+  EXPECT_EQ(sender_.Begin(address, "r1", src_layout_, 1, absl::Milliseconds(200)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+TEST_F(TcpKvTransportTest, ReceiverDeathFailsTheSender) {
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  const std::vector<int32_t> src = {1, 3};
+  auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
+  ASSERT_TRUE(op.ok());
+  receiver_.reset();
+  absl::Status st;
+  for (int layer = 0; layer < 3 && st.ok(); ++layer) {
+    st = (*op)->SendLayer(layer, src_pool_.data(), src, 0);
+  }
+  if (st.ok()) st = (*op)->Finish().status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(outcomes_.Count(), 0u);  // dropped silently on destruction
+  EXPECT_EQ(sender_.Begin("127.0.0.1:1", "r1", src_layout_, 2, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_F(TcpKvTransportTest, ManyConcurrentTransfers) {
+  constexpr int kN = 16;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < kN; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    ASSERT_TRUE(receiver_->Expect(id, {i}, absl::Now() + absl::Seconds(10)).ok());
+    threads.emplace_back([&, id, i] {
+      const std::vector<int32_t> src = {i % 8};
+      auto op = sender_.Begin(receiver_->address(), id, src_layout_, 1, absl::Seconds(10));
+      if (!op.ok()) return;
+      for (int layer = 0; layer < 3; ++layer) {
+        if (!(*op)->SendLayer(layer, src_pool_.data(), src, 0).ok()) return;
+      }
+      if ((*op)->Finish().ok()) ok++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), kN);
+  ASSERT_TRUE(outcomes_.WaitFor(kN).ok());
+  for (int i = 0; i < kN; ++i) {
+    for (int layer = 0; layer < 3; ++layer) EXPECT_TRUE(PageEquals(layer, i % 8, i));
+  }
+}
+
+}  // namespace
+}  // namespace tandem
