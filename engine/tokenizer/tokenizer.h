@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace tandem {
@@ -58,5 +59,58 @@ struct ChatMessage {
   std::string content;
 };
 enum class ChatTemplate { kChatML, kLlama3, kLlama2, kMistral };
+
+// Picks the family from tokenizer_config.json's "chat_template" text by its markers:
+// "<|im_start|>" → ChatML, "<|start_header_id|>" → Llama 3, "[INST]" with "<<SYS>>" → Llama 2,
+// "[INST]" → Mistral. NotFound when the text carries none of them.
+absl::StatusOr<ChatTemplate> DetectChatTemplate(std::string_view chat_template_text);
+// Reads DIR/tokenizer_config.json and detects its chat template (NotFound if it has none).
+absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::string& dir);
+
+// Formats a conversation exactly as transformers' apply_chat_template(tokenize=False) does with
+// the template WriteTokenizerFiles writes for that family (BOS text included where the template
+// emits it, so encode the result with add_special_tokens=false). InvalidArgument for roles the
+// template rejects (Llama 2 / Mistral: user and assistant must alternate after an optional
+// system message; unknown roles).
+absl::StatusOr<std::string> ApplyChatTemplate(ChatTemplate tmpl,
+                                              const std::vector<ChatMessage>& messages,
+                                              bool add_generation_prompt);
+// The Jinja source of that family's template, as written into tokenizer_config.json.
+std::string_view ChatTemplateJinja(ChatTemplate tmpl);
+
+// ---- Tokenizer files for generated checkpoints (`tandem make-model`) ----
+
+// Families mirror what real checkpoints ship:
+//   kLlama3  byte-level BPE, Llama 3 split regex, ignore_merges, <|begin_of_text|>, <|eot_id|>...
+//   kQwen2   byte-level BPE, Qwen2 split regex, NFC, <|endoftext|>, <|im_start|>, <|im_end|>
+//            (Qwen2, Qwen2.5 and Qwen3 share it)
+//   kLlama2  SentencePiece-style BPE ("▁", byte fallback <0x00>..<0xFF>, <unk> <s> </s>) with
+//            the Prepend/Replace normalizer of Llama 2 / TinyLlama files; Llama 2 chat template
+//   kMistral the same model with the Metaspace pre-tokenizer newer files carry; [INST] template
+enum class TokenizerFamily { kLlama3, kQwen2, kLlama2, kMistral };
+
+struct TokenizerSpec {
+  // Learned vocabulary size: base symbols (256 bytes, or <unk> <s> </s> + 256 byte tokens +
+  // characters) plus merges, special tokens excluded. Merges are learned on an embedded
+  // multilingual corpus; if it runs out of pairs first the vocabulary is smaller (a few
+  // thousand is the ceiling). Special tokens get the ids right after it.
+  int vocab_size = 512;
+  // kLlama3 only: how many <|reserved_special_token_N|> to add after the 11 named ones
+  // (the real checkpoints have 245, making 256 special tokens).
+  int llama3_reserved_special_tokens = 0;
+};
+
+// What a checkpoint's config.json / generation_config.json need to know about the files.
+struct GeneratedTokenizerInfo {
+  int vocab_size = 0;  // total, including special tokens; the model's vocab may be larger
+  std::optional<int32_t> bos_id;
+  std::vector<int32_t> eos_ids;  // first one is tokenizer_config.json's eos_token
+  std::optional<int32_t> pad_id;
+};
+
+// Writes DIR/tokenizer.json, DIR/tokenizer_config.json and DIR/special_tokens_map.json.
+// Deterministic: the same family and spec give byte-identical files. DIR must exist.
+absl::Status WriteTokenizerFiles(const std::string& dir, TokenizerFamily family,
+                                 const TokenizerSpec& spec, GeneratedTokenizerInfo* info = nullptr);
 
 }  // namespace tandem
