@@ -1,0 +1,259 @@
+#include "engine/model/llama_model.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "engine/model/step_validation.h"
+
+namespace tandem {
+namespace {
+
+// Scratch buffer ids (Ops::Buffer).
+enum BufferId : int {
+  kTokenIds,
+  kPositions,
+  kSlots,
+  kQueryStart,
+  kSeqLens,
+  kBlockTables,
+  kLogitsRows,
+  kResidual,  // [T, H] the residual stream
+  kHidden,    // [T, H] normalised input of the next projection
+  kDelta,     // [T, H] output of o_proj / down_proj, added to the residual by the next norm
+  kQkv,       // [T, (Hq + 2 Hkv) D]
+  kAttn,      // [T, Hq D]
+  kGateUp,    // [T, 2 I]
+  kAct,       // [T, I]
+  kGathered,  // [R, H] final hidden states of the logits rows
+  kLogits,    // [R, V] fp32
+};
+
+absl::StatusOr<const void*> Adopt(Ops& ops, HostTensor t) {
+  if (t.empty()) return nullptr;
+  return ops.AdoptWeight(std::move(t));
+}
+
+}  // namespace
+
+struct LlamaModel::StepBuffers {
+  const int32_t* token_ids;
+  const int32_t* positions;
+  const int32_t* slots;
+  const int32_t* query_start;
+  const int32_t* seq_lens;
+  const int32_t* block_tables;
+  const int32_t* logits_rows;
+  void* residual;
+  void* hidden;
+  void* delta;
+  void* qkv;
+  void* attn;
+  void* gate_up;
+  void* act;
+  void* gathered;
+  float* logits;
+};
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& config,
+                                                               ModelWeights weights,
+                                                               std::unique_ptr<Ops> ops) {
+  std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(ops)));
+  RETURN_IF_ERROR(model->AdoptWeights(std::move(weights)));
+  return model;
+}
+
+absl::Status LlamaModel::AdoptWeights(ModelWeights w) {
+  Ops& ops = *ops_;
+  ASSIGN_OR_RETURN(embed_tokens_, Adopt(ops, std::move(w.embed_tokens)));
+  ASSIGN_OR_RETURN(norm_, Adopt(ops, std::move(w.norm)));
+  lm_head_ = embed_tokens_;
+  if (!config_.tie_word_embeddings) {
+    ASSIGN_OR_RETURN(lm_head_, Adopt(ops, std::move(w.lm_head)));
+  }
+  for (LayerWeights& lw : w.layers) {
+    Layer l;
+    ASSIGN_OR_RETURN(l.qkv_proj, Adopt(ops, std::move(lw.qkv_proj)));
+    ASSIGN_OR_RETURN(l.qkv_bias, Adopt(ops, std::move(lw.qkv_bias)));
+    ASSIGN_OR_RETURN(l.o_proj, Adopt(ops, std::move(lw.o_proj)));
+    ASSIGN_OR_RETURN(l.q_norm, Adopt(ops, std::move(lw.q_norm)));
+    ASSIGN_OR_RETURN(l.k_norm, Adopt(ops, std::move(lw.k_norm)));
+    ASSIGN_OR_RETURN(l.gate_up_proj, Adopt(ops, std::move(lw.gate_up_proj)));
+    ASSIGN_OR_RETURN(l.down_proj, Adopt(ops, std::move(lw.down_proj)));
+    ASSIGN_OR_RETURN(l.input_layernorm, Adopt(ops, std::move(lw.input_layernorm)));
+    ASSIGN_OR_RETURN(l.post_attention_layernorm,
+                     Adopt(ops, std::move(lw.post_attention_layernorm)));
+    layers_.push_back(l);
+  }
+  const std::vector<float> inv = config_.RopeInvFreq();
+  HostTensor t{DType::kF32, {static_cast<int64_t>(inv.size())}, {}};
+  t.bytes.resize(inv.size() * sizeof(float));
+  std::memcpy(t.bytes.data(), inv.data(), t.bytes.size());
+  ASSIGN_OR_RETURN(const void* inv_freq, ops.AdoptWeight(std::move(t)));
+  inv_freq_ = static_cast<const float*>(inv_freq);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::Prepare(const StepInputs& in) {
+  Ops& ops = *ops_;
+  auto upload = [&](int id, const std::vector<int32_t>& v) -> absl::StatusOr<const int32_t*> {
+    const int64_t bytes = static_cast<int64_t>(v.size()) * 4;
+    ASSIGN_OR_RETURN(void* p, ops.Buffer(id, std::max<int64_t>(bytes, 4)));
+    RETURN_IF_ERROR(ops.CopyToDevice(p, v.data(), bytes));
+    return static_cast<const int32_t*>(p);
+  };
+  auto buffer = [&](int id, int64_t elems) {
+    return ops.Buffer(id, std::max<int64_t>(elems, 1) * DTypeSize(ops.compute_dtype()));
+  };
+  const ModelConfig& c = config_;
+  const int64_t t = in.num_tokens, r = static_cast<int64_t>(in.logits_rows.size());
+  const int64_t qkv_dim = int64_t{c.num_q_heads + 2 * c.num_kv_heads} * c.head_dim;
+  StepBuffers b;
+  ASSIGN_OR_RETURN(b.token_ids, upload(kTokenIds, in.token_ids));
+  ASSIGN_OR_RETURN(b.positions, upload(kPositions, in.positions));
+  ASSIGN_OR_RETURN(b.slots, upload(kSlots, in.slot_mapping));
+  ASSIGN_OR_RETURN(b.query_start, upload(kQueryStart, in.query_start));
+  ASSIGN_OR_RETURN(b.seq_lens, upload(kSeqLens, in.seq_lens));
+  ASSIGN_OR_RETURN(b.block_tables, upload(kBlockTables, in.block_tables));
+  ASSIGN_OR_RETURN(b.logits_rows, upload(kLogitsRows, in.logits_rows));
+  ASSIGN_OR_RETURN(b.residual, buffer(kResidual, t * c.hidden_size));
+  ASSIGN_OR_RETURN(b.hidden, buffer(kHidden, t * c.hidden_size));
+  ASSIGN_OR_RETURN(b.delta, buffer(kDelta, t * c.hidden_size));
+  ASSIGN_OR_RETURN(b.qkv, buffer(kQkv, t * qkv_dim));
+  ASSIGN_OR_RETURN(b.attn, buffer(kAttn, t * c.num_q_heads * c.head_dim));
+  ASSIGN_OR_RETURN(b.gate_up, buffer(kGateUp, t * 2 * c.intermediate_size));
+  ASSIGN_OR_RETURN(b.act, buffer(kAct, t * c.intermediate_size));
+  ASSIGN_OR_RETURN(b.gathered, buffer(kGathered, r * c.hidden_size));
+  ASSIGN_OR_RETURN(void* logits, ops.Buffer(kLogits, std::max<int64_t>(r * c.vocab_size, 1) * 4));
+  b.logits = static_cast<float*>(logits);
+  return b;
+}
+
+GemmArgs LlamaModel::Linear(const void* a, const void* w, void* c, int64_t m, int64_t n,
+                            int64_t k) const {
+  const DType t = ops_->compute_dtype();
+  return GemmArgs{
+      .a = a, .w = w, .c = c, .m = m, .n = n, .k = k, .a_dtype = t, .w_dtype = t, .c_dtype = t};
+}
+
+RmsNormArgs LlamaModel::Norm(const void* input, void* residual, const void* weight, void* out,
+                             int64_t rows) const {
+  return RmsNormArgs{.input = input,
+                     .residual = residual,
+                     .weight = weight,
+                     .out = out,
+                     .num_rows = rows,
+                     .hidden = config_.hidden_size,
+                     .eps = config_.rms_norm_eps,
+                     .dtype = ops_->compute_dtype()};
+}
+
+absl::Status LlamaModel::Forward(const StepInputs& in, const KvLayout& layout, void* kv_pool,
+                                 float* logits) {
+  RETURN_IF_ERROR(ValidateStep(in, config_, layout));
+  if (in.num_tokens == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(StepBuffers b, Prepare(in));
+  const int64_t t = in.num_tokens;
+  RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = b.token_ids,
+                                                .table = embed_tokens_,
+                                                .out = b.residual,
+                                                .num_tokens = t,
+                                                .vocab_size = config_.vocab_size,
+                                                .hidden = config_.hidden_size,
+                                                .dtype = ops_->compute_dtype()}));
+  for (int l = 0; l < config_.num_layers; ++l) {
+    // Layer 0 normalises the embeddings; later layers first add the previous MLP output.
+    RETURN_IF_ERROR(
+        ops_->RmsNorm(l == 0 ? Norm(b.residual, nullptr, layers_[l].input_layernorm, b.hidden, t)
+                             : Norm(b.delta, b.residual, layers_[l].input_layernorm, b.hidden, t)));
+    RETURN_IF_ERROR(Attention(l, in, b, layout, kv_pool));
+    RETURN_IF_ERROR(
+        ops_->RmsNorm(Norm(b.delta, b.residual, layers_[l].post_attention_layernorm, b.hidden, t)));
+    RETURN_IF_ERROR(Mlp(l, t, b));
+  }
+  return Logits(in, b, logits);
+}
+
+absl::Status LlamaModel::Attention(int l, const StepInputs& in, const StepBuffers& b,
+                                   const KvLayout& layout, void* kv_pool) {
+  const ModelConfig& c = config_;
+  const DType dt = ops_->compute_dtype();
+  const Layer& w = layers_[l];
+  const int64_t t = in.num_tokens;
+  const int64_t qkv_dim = int64_t{c.num_q_heads + 2 * c.num_kv_heads} * c.head_dim;
+  const int64_t q_dim = int64_t{c.num_q_heads} * c.head_dim;
+  GemmArgs qkv = Linear(b.hidden, w.qkv_proj, b.qkv, t, qkv_dim, c.hidden_size);
+  qkv.bias = w.qkv_bias;
+  RETURN_IF_ERROR(ops_->Gemm(qkv));
+  void* kv_layer =
+      static_cast<uint8_t*>(kv_pool) + layout.PageOffset(l, 0) * DTypeSize(layout.dtype);
+  RETURN_IF_ERROR(ops_->RopeKvStore(RopeKvStoreArgs{.qkv = b.qkv,
+                                                    .positions = b.positions,
+                                                    .slot_mapping = b.slots,
+                                                    .kv_layer = kv_layer,
+                                                    .inv_freq = inv_freq_,
+                                                    .q_norm_weight = w.q_norm,
+                                                    .k_norm_weight = w.k_norm,
+                                                    .norm_eps = c.rms_norm_eps,
+                                                    .num_tokens = t,
+                                                    .num_q_heads = c.num_q_heads,
+                                                    .num_kv_heads = c.num_kv_heads,
+                                                    .head_dim = c.head_dim,
+                                                    .page_size = layout.page_size,
+                                                    .num_pages = layout.num_pages,
+                                                    .dtype = dt,
+                                                    .kv_dtype = layout.dtype}));
+  RETURN_IF_ERROR(ops_->PagedAttention(
+      PagedAttentionArgs{.q = b.qkv,
+                         .out = b.attn,
+                         .kv_layer = kv_layer,
+                         .block_tables = b.block_tables,
+                         .seq_lens = b.seq_lens,
+                         .query_start = b.query_start,
+                         .num_seqs = in.num_seqs,
+                         .num_tokens = t,
+                         .num_q_heads = c.num_q_heads,
+                         .num_kv_heads = c.num_kv_heads,
+                         .head_dim = c.head_dim,
+                         .page_size = layout.page_size,
+                         .max_pages_per_seq = in.max_pages_per_seq,
+                         .q_stride = qkv_dim,
+                         .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                         .dtype = dt,
+                         .kv_dtype = layout.dtype}));
+  return ops_->Gemm(Linear(b.attn, w.o_proj, b.delta, t, c.hidden_size, q_dim));
+}
+
+absl::Status LlamaModel::Mlp(int l, int64_t t, const StepBuffers& b) {
+  const ModelConfig& c = config_;
+  const Layer& w = layers_[l];
+  RETURN_IF_ERROR(ops_->Gemm(
+      Linear(b.hidden, w.gate_up_proj, b.gate_up, t, 2 * c.intermediate_size, c.hidden_size)));
+  RETURN_IF_ERROR(ops_->SiluMul(SiluMulArgs{.gate_up = b.gate_up,
+                                            .out = b.act,
+                                            .num_tokens = t,
+                                            .intermediate = c.intermediate_size,
+                                            .dtype = ops_->compute_dtype()}));
+  return ops_->Gemm(Linear(b.act, w.down_proj, b.delta, t, c.hidden_size, c.intermediate_size));
+}
+
+absl::Status LlamaModel::Logits(const StepInputs& in, const StepBuffers& b, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t r = static_cast<int64_t>(in.logits_rows.size());
+  if (r == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(ops_->RmsNorm(Norm(b.delta, b.residual, norm_, b.hidden, in.num_tokens)));
+  // The embedding gather doubles as a row gather: "vocabulary" = this step's hidden rows.
+  RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = b.logits_rows,
+                                                .table = b.hidden,
+                                                .out = b.gathered,
+                                                .num_tokens = r,
+                                                .vocab_size = in.num_tokens,
+                                                .hidden = c.hidden_size,
+                                                .dtype = ops_->compute_dtype()}));
+  GemmArgs head = Linear(b.gathered, lm_head_, b.logits, r, c.vocab_size, c.hidden_size);
+  head.c_dtype = DType::kF32;
+  RETURN_IF_ERROR(ops_->Gemm(head));
+  return ops_->CopyToHost(logits, b.logits, r * c.vocab_size * int64_t{sizeof(float)});
+}
+
+}  // namespace tandem
