@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/stream.h"
+#include "kernels/paged_attention/attention_plan.h"
 
 namespace tandem {
 
@@ -34,6 +35,17 @@ struct PagedAttentionArgs {
   DType kv_dtype = DType::kBF16;  // cache: kF32 or kBF16
 };
 
+// CPU reference: any head_dim, kF32/kBF16 everywhere, any q_len. Multi-threaded.
 void PagedAttentionRef(const PagedAttentionArgs& args);
+
+// CUDA (sm_90a), bf16 q/out/cache, head_dim 64 or 128, any page_size. `plan` must have been
+// built for this batch (AttentionPlan::BuildDecode / BuildPrefill) on the same stream or before
+// it; num_seqs == 0 launches nothing. Both compute the same function as PagedAttentionRef:
+// Decode is FlashDecoding (split-KV + merge), fastest when q_len * group <= 16; Prefill is
+// FlashAttention-2 style, for prompt chunks (any q_len, chunked-prefill positions).
+absl::Status PagedAttentionDecode(const PagedAttentionArgs& args, const AttentionPlan& plan,
+                                  cudaStream_t stream);
+absl::Status PagedAttentionPrefill(const PagedAttentionArgs& args, const AttentionPlan& plan,
+                                   cudaStream_t stream);
 
 }  // namespace tandem

@@ -1,0 +1,117 @@
+// AttentionPlan: the host-side schedule of one paged-attention launch, built once per step into
+// fixed-capacity device buffers so a CUDA graph captured with one plan replays with the next.
+//
+// Rows. For a sequence and one KV head, the query rows are packed "token-major": packed row
+// r = token * group + g is query token `token` of the sequence (relative to its first new token)
+// and query head kv_head * group + g, where group = num_q_heads / num_kv_heads. Packing the heads
+// of a KV group into the rows of one tile lets each K/V tile be read once for all of them (GQA).
+//
+// Work items. A work item is (sequence, KV head, a run of packed rows, a range of keys). Decode
+// items hold up to kDecodeRows rows and one split of the key range (FlashDecoding, split-KV);
+// prefill items hold up to kPrefillRows rows and every key their rows can see (causal). An item
+// whose key range is one of several splits writes a partial result (fp32 output normalised by
+// its own softmax sum, plus the log2-sum-exp of each row) to the workspace; a merge item then
+// combines the splits of one (sequence, KV head, rows). An item that covers all keys writes the
+// output directly.
+//
+// The kernels read the item counts from device memory and loop over items with a fixed grid,
+// so a captured graph stays valid while the counts stay within capacity.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/common/stream.h"
+
+namespace tandem {
+
+inline constexpr int kDecodeRows = 16;   // packed rows per decode item (one mma row tile)
+inline constexpr int kPrefillRows = 64;  // packed rows per prefill item (4 warps x 16)
+
+struct AttentionWorkItem {
+  int32_t seq = 0;
+  int32_t kv_head = 0;
+  int32_t row_begin = 0;  // first packed row
+  int32_t num_rows = 0;
+  int32_t key_begin = 0;  // key positions [key_begin, key_end)
+  int32_t key_end = 0;
+  int32_t partial = -1;  // workspace slot of the partial result; -1: write the output
+  int32_t unused = 0;
+};
+
+struct AttentionMergeItem {
+  int32_t seq = 0;
+  int32_t kv_head = 0;
+  int32_t row_begin = 0;
+  int32_t num_rows = 0;
+  int32_t first_partial = 0;  // the splits use partial slots [first_partial, + num_splits)
+  int32_t num_splits = 0;
+};
+
+// Host-side copy of what a plan needs to know about the batch (all host pointers).
+struct AttentionBatchShape {
+  const int32_t* seq_lens = nullptr;     // [num_seqs]
+  const int32_t* query_start = nullptr;  // [num_seqs + 1]
+  int num_seqs = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+};
+
+class AttentionPlan {
+ public:
+  // Capacities: work items, merge items and partial slots. The workspace holds
+  // max_partials x kDecodeRows x max_head_dim fp32 plus the row log-sums.
+  struct Capacity {
+    int max_items = 1 << 16;
+    int max_merges = 1 << 14;
+    int max_partials = 4096;
+    int max_head_dim = 128;
+  };
+  static absl::StatusOr<std::unique_ptr<AttentionPlan>> Create(const Capacity& capacity);
+  ~AttentionPlan();
+  AttentionPlan(const AttentionPlan&) = delete;
+  AttentionPlan& operator=(const AttentionPlan&) = delete;
+
+  // Fills the plan for a decode launch (any q_len works; meant for q_len * group <= 16) and
+  // uploads it on `stream`. Splits long key ranges so that the GPU is filled. Waits for the
+  // previous upload from this plan's staging buffer to finish before overwriting it.
+  absl::Status BuildDecode(const AttentionBatchShape& shape, cudaStream_t stream);
+  // Fills the plan for a prefill launch: tiles of kPrefillRows rows, no splits, longest first.
+  absl::Status BuildPrefill(const AttentionBatchShape& shape, cudaStream_t stream);
+
+  // Device views used by the launchers.
+  const AttentionWorkItem* items() const { return items_; }
+  const AttentionMergeItem* merges() const { return merges_; }
+  const int32_t* counts() const { return counts_; }  // device [2]: items, merges
+  float* partial_out() const { return partial_out_; }
+  float* partial_lse() const { return partial_lse_; }
+  const Capacity& capacity() const { return capacity_; }
+  // Host copies of the counts of the last build (for tests and benchmarks).
+  int num_items() const { return num_items_; }
+  int num_merges() const { return num_merges_; }
+  int num_partials() const { return num_partials_; }
+
+  // Number of warps the hardware runs at once for the decode kernel: sets the split target.
+  static int DecodeWarpSlots();
+
+ private:
+  explicit AttentionPlan(const Capacity& capacity) : capacity_(capacity) {}
+  absl::Status Upload(cudaStream_t stream);
+
+  Capacity capacity_;
+  AttentionWorkItem* items_ = nullptr;    // device [max_items]
+  AttentionMergeItem* merges_ = nullptr;  // device [max_merges]
+  int32_t* counts_ = nullptr;             // device [2]
+  float* partial_out_ = nullptr;          // device [max_partials][kDecodeRows][max_head_dim]
+  float* partial_lse_ = nullptr;          // device [max_partials][kDecodeRows], log2 domain
+  // Pinned staging: items, then merges, then counts. Reused after `uploaded_` completes.
+  uint8_t* staging_ = nullptr;
+  struct CUevent_st* uploaded_ = nullptr;
+  int num_items_ = 0;
+  int num_merges_ = 0;
+  int num_partials_ = 0;
+};
+
+}  // namespace tandem

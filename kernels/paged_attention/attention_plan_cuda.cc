@@ -1,0 +1,182 @@
+// AttentionPlan: host-side scheduling of paged-attention work items (attention_plan.h).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
+#include "kernels/paged_attention/attention_plan.h"
+
+namespace tandem {
+namespace {
+
+constexpr int kMinSplitKeys = 128;    // a split shorter than this costs more to merge than it saves
+constexpr int kSplitGranule = 32;     // keys per decode tile: splits are whole tiles
+constexpr int kDecodeWarpsPerSm = 4;  // the decode kernel runs one 4-warp CTA per SM
+constexpr int kItemsPerWarpSlot = 2;  // items per resident warp: evens out the last wave
+
+int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// Number of packed rows of sequence s and the key count its last row in [row_begin, row_end)
+// can see.
+int RowsOf(const AttentionBatchShape& b, int s) {
+  return (b.query_start[s + 1] - b.query_start[s]) * (b.num_q_heads / b.num_kv_heads);
+}
+int KeyEnd(const AttentionBatchShape& b, int s, int row_end) {
+  const int group = b.num_q_heads / b.num_kv_heads;
+  const int q_len = b.query_start[s + 1] - b.query_start[s];
+  return b.seq_lens[s] - q_len + (row_end - 1) / group + 1;
+}
+
+}  // namespace
+
+int AttentionPlan::DecodeWarpSlots() {
+  static const int slots = [] {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return 132 * kDecodeWarpsPerSm;
+    }
+    return sms * kDecodeWarpsPerSm;
+  }();
+  return slots;
+}
+
+absl::StatusOr<std::unique_ptr<AttentionPlan>> AttentionPlan::Create(const Capacity& capacity) {
+  std::unique_ptr<AttentionPlan> plan(new AttentionPlan(capacity));
+  const Capacity& c = capacity;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->items_, sizeof(AttentionWorkItem) * c.max_items));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->merges_, sizeof(AttentionMergeItem) * c.max_merges));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->counts_, sizeof(int32_t) * 2));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(
+      &plan->partial_out_, sizeof(float) * int64_t{c.max_partials} * kDecodeRows * c.max_head_dim));
+  CUDA_RETURN_IF_ERROR(
+      cudaMalloc(&plan->partial_lse_, sizeof(float) * int64_t{c.max_partials} * kDecodeRows));
+  const size_t staging = sizeof(AttentionWorkItem) * c.max_items +
+                         sizeof(AttentionMergeItem) * c.max_merges + sizeof(int32_t) * 2;
+  CUDA_RETURN_IF_ERROR(cudaMallocHost(&plan->staging_, staging));
+  cudaEvent_t event;
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  plan->uploaded_ = event;
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(event, 0));
+  return plan;
+}
+
+AttentionPlan::~AttentionPlan() {
+  // Destructors cannot return a Status; failures here mean the context is already gone.
+  if (uploaded_ != nullptr) {
+    cudaEventSynchronize(uploaded_);
+    cudaEventDestroy(uploaded_);
+  }
+  cudaFree(items_);
+  cudaFree(merges_);
+  cudaFree(counts_);
+  cudaFree(partial_out_);
+  cudaFree(partial_lse_);
+  cudaFreeHost(staging_);
+}
+
+absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream_t stream) {
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
+  const int tile_rows = kDecodeRows;
+  int64_t total_keys = 0;
+  for (int s = 0; s < b.num_seqs; ++s) {
+    total_keys += int64_t{b.num_kv_heads} * CeilDiv(RowsOf(b, s), tile_rows) * b.seq_lens[s];
+  }
+  const int64_t target = int64_t{kItemsPerWarpSlot} * DecodeWarpSlots();
+  int chunk = std::max<int>(kMinSplitKeys, CeilDiv(total_keys, std::max<int64_t>(target, 1)));
+  chunk = CeilDiv(chunk, kSplitGranule) * kSplitGranule;
+  // Grow the chunk until the partial results fit the workspace.
+  for (;;) {
+    int64_t partials = 0;
+    for (int s = 0; s < b.num_seqs; ++s) {
+      const int rows = RowsOf(b, s);
+      for (int r = 0; r < rows; r += tile_rows) {
+        const int splits = CeilDiv(KeyEnd(b, s, std::min(rows, r + tile_rows)), chunk);
+        if (splits > 1) partials += int64_t{splits} * b.num_kv_heads;
+      }
+    }
+    if (partials <= capacity_.max_partials) break;
+    chunk *= 2;
+  }
+  auto* items = reinterpret_cast<AttentionWorkItem*>(staging_);
+  auto* merges = reinterpret_cast<AttentionMergeItem*>(items + capacity_.max_items);
+  int n = 0, m = 0, p = 0;
+  for (int s = 0; s < b.num_seqs; ++s) {
+    const int rows = RowsOf(b, s);
+    for (int h = 0; h < b.num_kv_heads; ++h) {
+      for (int r = 0; r < rows; r += tile_rows) {
+        const int num_rows = std::min(tile_rows, rows - r);
+        const int key_end = KeyEnd(b, s, r + num_rows);
+        const int splits = CeilDiv(key_end, chunk);
+        if (n + splits > capacity_.max_items || m + (splits > 1) > capacity_.max_merges) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("attention plan capacity exceeded at seq ", s));
+        }
+        if (splits > 1) merges[m++] = {s, h, r, num_rows, p, splits};
+        for (int k = 0; k < splits; ++k) {
+          items[n++] = {s,
+                        h,
+                        r,
+                        num_rows,
+                        k * chunk,
+                        std::min(key_end, (k + 1) * chunk),
+                        splits > 1 ? p++ : -1};
+        }
+      }
+    }
+  }
+  num_items_ = n;
+  num_merges_ = m;
+  num_partials_ = p;
+  return Upload(stream);
+}
+
+absl::Status AttentionPlan::BuildPrefill(const AttentionBatchShape& b, cudaStream_t stream) {
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
+  std::vector<AttentionWorkItem> list;
+  for (int s = 0; s < b.num_seqs; ++s) {
+    const int rows = RowsOf(b, s);
+    for (int h = 0; h < b.num_kv_heads; ++h) {
+      for (int r = 0; r < rows; r += kPrefillRows) {
+        const int num_rows = std::min(kPrefillRows, rows - r);
+        list.push_back({s, h, r, num_rows, 0, KeyEnd(b, s, r + num_rows), -1});
+      }
+    }
+  }
+  if (static_cast<int64_t>(list.size()) > capacity_.max_items) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("attention plan: ", list.size(), " prefill tiles exceed capacity"));
+  }
+  // Longest first: the causal tail tiles are the most work, so start them first.
+  std::stable_sort(list.begin(), list.end(), [](const auto& x, const auto& y) {
+    return x.key_end - x.key_begin > y.key_end - y.key_begin;
+  });
+  std::memcpy(staging_, list.data(), list.size() * sizeof(AttentionWorkItem));
+  num_items_ = static_cast<int>(list.size());
+  num_merges_ = 0;
+  num_partials_ = 0;
+  return Upload(stream);
+}
+
+absl::Status AttentionPlan::Upload(cudaStream_t stream) {
+  auto* items = reinterpret_cast<AttentionWorkItem*>(staging_);
+  auto* merges = reinterpret_cast<AttentionMergeItem*>(items + capacity_.max_items);
+  auto* counts = reinterpret_cast<int32_t*>(merges + capacity_.max_merges);
+  counts[0] = num_items_;
+  counts[1] = num_merges_;
+  if (num_items_ > 0) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(items_, items, sizeof(*items) * num_items_,
+                                         cudaMemcpyHostToDevice, stream));
+  }
+  if (num_merges_ > 0) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(merges_, merges, sizeof(*merges) * num_merges_,
+                                         cudaMemcpyHostToDevice, stream));
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(counts_, counts, sizeof(int32_t) * 2, cudaMemcpyHostToDevice, stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(uploaded_, stream));
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

@@ -1,0 +1,258 @@
+// CUDA paged attention (decode and prefill) against PagedAttentionRef on awkward batches:
+// batch 1, 3, 17, 255; lengths 1, 15, 16, 17, 1000, 32k; ragged; chunked-prefill positions;
+// page sizes 16..128; head_dim 64 and 128; GQA groups 1..8; empty batch; CUDA-graph replay of
+// a rebuilt plan. The output is poisoned with NaN first, so an unwritten element fails.
+#include "kernels/paged_attention/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "tests/kernels/attention_gpu_util.h"
+
+namespace tandem {
+namespace {
+
+using testing::DeviceBuffer;
+
+constexpr uint16_t kNanBf16 = 0x7fc0;
+
+struct Batch {
+  std::vector<int32_t> seq_lens, query_start, tables;
+  std::vector<uint16_t> q, kv;  // bf16 bits
+  int num_q_heads, num_kv_heads, head_dim, page_size, max_pages;
+  int64_t num_tokens() const { return query_start.back(); }
+};
+
+Batch MakeBatch(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv,
+                int d, int page_size, std::mt19937& rng) {
+  Batch b{{}, {0}, {}, {}, {}, nq, nkv, d, page_size, 1};
+  int total_pages = 0;
+  for (int len : lens) {
+    b.max_pages = std::max(b.max_pages, (len + page_size - 1) / page_size);
+    total_pages += (len + page_size - 1) / page_size;
+  }
+  const int num_pages = total_pages + 5;
+  std::vector<int32_t> ids(num_pages);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  b.tables.assign(lens.size() * b.max_pages, 0);
+  int next = 0;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    b.seq_lens.push_back(lens[s]);
+    b.query_start.push_back(b.query_start.back() + q_lens[s]);
+    for (int p = 0; p * page_size < lens[s]; ++p) b.tables[s * b.max_pages + p] = ids[next++];
+  }
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  b.kv.resize(int64_t{num_pages} * 2 * nkv * page_size * d);
+  for (auto& x : b.kv) x = F32ToBf16(uni(rng));
+  b.q.resize(b.num_tokens() * nq * d);
+  for (auto& x : b.q) x = F32ToBf16(2.0f * uni(rng));
+  return b;
+}
+
+PagedAttentionArgs ArgsFor(const Batch& b) {
+  PagedAttentionArgs a;
+  a.num_seqs = static_cast<int>(b.seq_lens.size());
+  a.num_tokens = b.num_tokens();
+  a.num_q_heads = b.num_q_heads;
+  a.num_kv_heads = b.num_kv_heads;
+  a.head_dim = b.head_dim;
+  a.page_size = b.page_size;
+  a.max_pages_per_seq = b.max_pages;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(b.head_dim));
+  return a;
+}
+
+// fp32 oracle: the reference on the same bf16 inputs, fp32 output.
+std::vector<float> Reference(const Batch& b) {
+  std::vector<float> q(b.q.size()), out(b.q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = Bf16ToF32(b.q[i]);
+  PagedAttentionArgs a = ArgsFor(b);
+  a.q = q.data();
+  a.out = out.data();
+  a.kv_layer = b.kv.data();
+  a.block_tables = b.tables.data();
+  a.seq_lens = b.seq_lens.data();
+  a.query_start = b.query_start.data();
+  a.dtype = DType::kF32;
+  a.kv_dtype = DType::kBF16;
+  PagedAttentionRef(a);
+  return out;
+}
+
+enum class Path { kDecode, kPrefill };
+
+std::vector<uint16_t> RunGpu(const Batch& b, Path path) {
+  DeviceBuffer<uint16_t> q(b.q), kv(b.kv), out(std::vector<uint16_t>(b.q.size(), kNanBf16));
+  DeviceBuffer<int32_t> tables(b.tables), lens(b.seq_lens), starts(b.query_start);
+  PagedAttentionArgs a = ArgsFor(b);
+  a.q = q.get();
+  a.out = out.get();
+  a.kv_layer = kv.get();
+  a.block_tables = tables.get();
+  a.seq_lens = lens.get();
+  a.query_start = starts.get();
+  auto plan = AttentionPlan::Create({});
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  const AttentionBatchShape shape{b.seq_lens.data(), b.query_start.data(), a.num_seqs,
+                                  b.num_q_heads, b.num_kv_heads};
+  if (path == Path::kDecode) {
+    EXPECT_TRUE((*plan)->BuildDecode(shape, nullptr).ok());
+    EXPECT_TRUE(PagedAttentionDecode(a, **plan, nullptr).ok());
+  } else {
+    EXPECT_TRUE((*plan)->BuildPrefill(shape, nullptr).ok());
+    EXPECT_TRUE(PagedAttentionPrefill(a, **plan, nullptr).ok());
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return out.Download();
+}
+
+// bf16 operands and a bf16 output: relative L2 error well under 1e-2, every element written.
+void ExpectClose(const std::vector<uint16_t>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  double err2 = 0.0, ref2 = 0.0, max_err = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float g = Bf16ToF32(got[i]);
+    ASSERT_FALSE(std::isnan(g)) << "element " << i << " unwritten or NaN";
+    const double e = std::fabs(g - want[i]);
+    err2 += e * e;
+    ref2 += double{want[i]} * want[i];
+    max_err = std::max(max_err, e);
+  }
+  EXPECT_LT(std::sqrt(err2 / std::max(ref2, 1e-30)), 8e-3);
+  EXPECT_LT(max_err, 2e-2);
+}
+
+void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv, int d,
+           int page_size, uint32_t seed, Path path) {
+  std::mt19937 rng(seed);
+  const Batch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
+  ExpectClose(RunGpu(b, path), Reference(b));
+}
+
+std::vector<int> RandomLens(int n, int max_len, std::mt19937& rng) {
+  std::vector<int> v(n);
+  for (int& x : v) x = 1 + static_cast<int>(rng() % max_len);
+  return v;
+}
+
+TEST(PagedAttentionGpuTest, DecodeAwkwardLengths) {
+  SKIP_WITHOUT_GPU();
+  for (int len : {1, 15, 16, 17, 1000}) {
+    SCOPED_TRACE(len);
+    Check({len}, {1}, 32, 8, 128, 16, len, Path::kDecode);
+  }
+}
+
+TEST(PagedAttentionGpuTest, DecodeRaggedBatches) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  Check({1, 17, 1000}, {1, 1, 1}, 32, 8, 128, 32, 1, Path::kDecode);
+  Check(RandomLens(17, 3000, rng), std::vector<int>(17, 1), 32, 8, 128, 64, 2, Path::kDecode);
+  Check(RandomLens(255, 700, rng), std::vector<int>(255, 1), 32, 8, 128, 16, 3, Path::kDecode);
+  Check(RandomLens(17, 2000, rng), std::vector<int>(17, 1), 8, 1, 64, 128, 4, Path::kDecode);
+  Check(RandomLens(3, 500, rng), std::vector<int>(3, 1), 4, 4, 64, 16, 5, Path::kDecode);
+}
+
+TEST(PagedAttentionGpuTest, DecodeLongContext32k) {
+  SKIP_WITHOUT_GPU();
+  Check({32768, 20000}, {1, 1}, 32, 8, 128, 64, 8, Path::kDecode);
+}
+
+TEST(PagedAttentionGpuTest, DecodeSeveralQueriesPerSequence) {
+  // Speculative-decoding shape: a few new tokens per sequence, causal among themselves.
+  SKIP_WITHOUT_GPU();
+  Check({40, 900, 5}, {3, 4, 5}, 32, 8, 128, 16, 9, Path::kDecode);
+}
+
+TEST(PagedAttentionGpuTest, PrefillChunks) {
+  SKIP_WITHOUT_GPU();
+  // Whole prompts, chunks over cached pages (q_len < seq_len), single tokens.
+  Check({1000, 1500, 17, 5}, {1000, 100, 17, 1}, 32, 8, 128, 16, 10, Path::kPrefill);
+  Check({333, 64, 129}, {200, 64, 129}, 16, 2, 64, 64, 11, Path::kPrefill);
+  Check({2048}, {2048}, 8, 8, 128, 128, 12, Path::kPrefill);
+  Check({95, 300}, {95, 77}, 12, 4, 128, 32, 13, Path::kPrefill);
+}
+
+TEST(PagedAttentionGpuTest, DecodePathHandlesPrefillBatches) {
+  SKIP_WITHOUT_GPU();
+  Check({300, 45}, {300, 20}, 32, 8, 128, 16, 14, Path::kDecode);
+}
+
+TEST(PagedAttentionGpuTest, GraphReplaysARebuiltPlan) {
+  // Capture the decode launch once, then change the lengths, rebuild the plan and replay: the
+  // replay must compute the new batch (the graph reads the plan from its fixed buffers).
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(21);
+  Batch b = MakeBatch({1200, 37, 500}, {1, 1, 1}, 32, 8, 128, 16, rng);
+  DeviceBuffer<uint16_t> q(b.q), kv(b.kv), out(std::vector<uint16_t>(b.q.size(), kNanBf16));
+  DeviceBuffer<int32_t> tables(b.tables), lens(b.seq_lens), starts(b.query_start);
+  PagedAttentionArgs a = ArgsFor(b);
+  a.q = q.get();
+  a.out = out.get();
+  a.kv_layer = kv.get();
+  a.block_tables = tables.get();
+  a.seq_lens = lens.get();
+  a.query_start = starts.get();
+  auto plan = AttentionPlan::Create({});
+  ASSERT_TRUE(plan.ok());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  AttentionBatchShape shape{b.seq_lens.data(), b.query_start.data(), 3, 32, 8};
+  ASSERT_TRUE((*plan)->BuildDecode(shape, stream).ok());
+  ASSERT_TRUE(PagedAttentionDecode(a, **plan, stream).ok());  // warm-up: sets kernel attributes
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_TRUE(PagedAttentionDecode(a, **plan, stream).ok());
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  b.seq_lens = {77, 37, 499};
+  ASSERT_EQ(cudaMemcpy(lens.get(), b.seq_lens.data(), 3 * sizeof(int32_t), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(out.get(), std::vector<uint16_t>(b.q.size(), kNanBf16).data(),
+                       b.q.size() * 2, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  shape.seq_lens = b.seq_lens.data();
+  ASSERT_TRUE((*plan)->BuildDecode(shape, stream).ok());
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ExpectClose(out.Download(), Reference(b));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(PagedAttentionGpuTest, EmptyBatchLaunchesNothing) {
+  SKIP_WITHOUT_GPU();
+  auto plan = AttentionPlan::Create({});
+  ASSERT_TRUE(plan.ok());
+  PagedAttentionArgs a;
+  a.num_seqs = 0;
+  a.head_dim = 128;
+  EXPECT_TRUE(PagedAttentionDecode(a, **plan, nullptr).ok());
+  EXPECT_TRUE(PagedAttentionPrefill(a, **plan, nullptr).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST(PagedAttentionGpuTest, RejectsUnsupportedShapes) {
+  SKIP_WITHOUT_GPU();
+  auto plan = AttentionPlan::Create({});
+  ASSERT_TRUE(plan.ok());
+  PagedAttentionArgs a;
+  a.num_seqs = 1;
+  a.num_q_heads = 8;
+  a.num_kv_heads = 8;
+  a.page_size = 16;
+  a.head_dim = 96;
+  EXPECT_EQ(PagedAttentionDecode(a, **plan, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  a.head_dim = 128;
+  a.dtype = DType::kF32;
+  EXPECT_EQ(PagedAttentionPrefill(a, **plan, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem
