@@ -20,9 +20,15 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Reads DIR/tokenizer.json (and DIR/tokenizer_config.json for bos/eos/chat template family).
+  // NotFound if tokenizer.json is missing; InvalidArgument naming the bad part for malformed
+  // JSON; Unimplemented for components this implementation does not support.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& dir);
+  // The same from the files' text (tokenizer_config_json may be empty: no bos/eos then).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
+      std::string_view tokenizer_json, std::string_view tokenizer_config_json);
 
   // Encodes text; special tokens written literally in the text are matched as special tokens.
+  // Invalid UTF-8 in `text` is replaced by U+FFFD first.
   // add_special_tokens: prepend BOS etc. as the tokenizer's post-processor says.
   virtual std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens) const = 0;
   // Decodes ids to text (invalid UTF-8 byte sequences become U+FFFD, as `tokenizers` does).

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Golden outputs for the tokenizer tests, produced by the reference implementations.
+
+  encode DIR OUT   tokenizers: ids / decodes of CORPUS for DIR/{llama3,qwen2,llama2,mistral}
+  chat DIR OUT     transformers: apply_chat_template(tokenize=False) of CONVERSATIONS
+  all BIN          regenerate the committed goldens (golden_encode.json, golden_chat.json)
+                   with BIN = build/tests/write_tokenizer (needs tokenizers and transformers,
+                   e.g. the reference env's python)
+
+The C++ test runs `encode` live when python3 can import tokenizers, and always checks the
+committed files. The tokenizer files are written by our WriteTokenizerFiles; each golden
+records a hash of tokenizer.json so a changed writer asks for regeneration.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+FAMILIES = ["llama3", "qwen2", "llama2", "mistral"]
+VOCAB_SIZE = 512
+
+CORPUS = [
+    "",
+    "Hello world",
+    "Hello, world! How are you today?",
+    "  leading spaces",
+    "trailing spaces   ",
+    "multiple   spaces   inside",
+    "\ttabs\tand\ttabs\t",
+    "new\nlines\n\n\nand\r\nCRLF\r\n",
+    " ",
+    "\n",
+    "   \n  \t ",
+    "1234567890",
+    "3.14159 and 2,718,281 and 0x7FFF",
+    "Year 2024: 100% done in 7 days.",
+    "I'm he's we'll they'd you've it's DON'T I'LL",
+    "héllo wörld café naïve Ærø Straße",
+    "Привет, мир! Γειά σου κόσμε",
+    "你好，世界！今天天气很好。",
+    "こんにちは世界 안녕하세요 مرحبا नमस्ते",
+    "🎉🎉 party 🚀 time",
+    "👨‍👩‍👧‍👦 family 👍🏽 ok flags 🇫🇷🇯🇵",
+    "𝕳𝖊𝖑𝖑𝖔 ∮ ⅞ ᚠᛇᚻ 丂乇乂",
+    "\u00a0nbsp\u3000ideographic\u2009thin space",
+    "e\u0301 composed? \u212b angstrom \u2126 ohm \uf900 compat",
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>",
+    "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n",
+    "<s>[INST] Hi there [/INST] Hello!</s>",
+    " <s> spaced </s> <unk> ",
+    "text<tool_call>{\"name\": \"f\"}</tool_call> after",
+    "<think>\nhmm\n</think>\n\nanswer",
+    "<|im_end|><|im_end|>x<|im_sta",
+    "def f(x):\n    return x ** 2  # square\n\n\n",
+    "int main() { return 0; }\t// done",
+    "The quick brown fox jumps over the lazy dog. " * 3,
+    "Mixed: naïve café 1234 你好 🎉 <|eot_id|> end",
+]
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hi"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}],
+    [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "And 3+3?"},
+    ],
+    [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi! How can I help?"}],
+    [
+        {"role": "system", "content": "  Spaces around.\n"},
+        {"role": "user", "content": "\n  padded question \t"},
+    ],
+    [{"role": "user", "content": "Übersetze: 你好 🎉"}, {"role": "assistant", "content": " 好的 "}],
+    [{"role": "system", "content": ""}, {"role": "user", "content": "empty system"}],
+    [],
+    [{"role": "assistant", "content": "I speak first"}],
+    [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}],
+]
+
+
+def tokenizer_hash(directory):
+    """FNV-1a 64 of tokenizer.json (the C++ test recomputes it)."""
+    h = 0xCBF29CE484222325
+    with open(os.path.join(directory, "tokenizer.json"), "rb") as f:
+        for b in f.read():
+            h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+def encode_goldens(root):
+    from tokenizers import Tokenizer
+
+    out = {}
+    for family in FAMILIES:
+        directory = os.path.join(root, family)
+        tok = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+        cases = []
+        for text in CORPUS:
+            ids = tok.encode(text, add_special_tokens=True).ids
+            plain = tok.encode(text, add_special_tokens=False).ids
+            cases.append({
+                "text": text,
+                "ids": ids,
+                "ids_no_special": plain,
+                "decode": tok.decode(ids, skip_special_tokens=False),
+                "decode_skip_special": tok.decode(ids, skip_special_tokens=True),
+                # Dropping the last token may cut a character: exercises U+FFFD rules.
+                "decode_truncated": tok.decode(plain[:-1], skip_special_tokens=False),
+            })
+        out[family] = {"tokenizer_fnv1a64": tokenizer_hash(directory),
+                       "vocab_size": tok.get_vocab_size(), "cases": cases}
+    return out
+
+
+def chat_goldens(root):
+    from transformers import AutoTokenizer
+
+    out = {}
+    for family in FAMILIES:
+        directory = os.path.join(root, family)
+        tok = AutoTokenizer.from_pretrained(directory)
+        cases = []
+        for messages in CONVERSATIONS:
+            for add_generation_prompt in (False, True):
+                case = {"messages": messages, "add_generation_prompt": add_generation_prompt}
+                try:
+                    case["text"] = tok.apply_chat_template(
+                        messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+                except Exception as e:  # the template's raise_exception
+                    case["error"] = str(e)
+                cases.append(case)
+        out[family] = {"tokenizer_fnv1a64": tokenizer_hash(directory), "cases": cases}
+    return out
+
+
+def write_json(data, path):
+    """One case per line, so diffs stay readable."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("{\n")
+        for i, (family, entry) in enumerate(data.items()):
+            f.write(" %s: {\n" % json.dumps(family))
+            for key, value in entry.items():
+                if key != "cases":
+                    f.write("  %s: %s,\n" % (json.dumps(key), json.dumps(value)))
+            f.write('  "cases": [\n')
+            cases = entry["cases"]
+            for j, case in enumerate(cases):
+                sep = "," if j + 1 < len(cases) else ""
+                f.write("   %s%s\n" % (json.dumps(case, ensure_ascii=False), sep))
+            f.write("  ]\n }%s\n" % ("," if i + 1 < len(data) else ""))
+        f.write("}\n")
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode == "encode" and len(sys.argv) == 4:
+        write_json(encode_goldens(sys.argv[2]), sys.argv[3])
+    elif mode == "chat" and len(sys.argv) == 4:
+        write_json(chat_goldens(sys.argv[2]), sys.argv[3])
+    elif mode == "all" and len(sys.argv) == 3:
+        here = os.path.dirname(os.path.abspath(__file__))
+        with tempfile.TemporaryDirectory() as root:
+            for family in FAMILIES:
+                os.makedirs(os.path.join(root, family))
+                subprocess.run([sys.argv[2], os.path.join(root, family), family, str(VOCAB_SIZE)],
+                               check=True, stdout=subprocess.DEVNULL)
+            write_json(encode_goldens(root), os.path.join(here, "golden_encode.json"))
+            write_json(chat_goldens(root), os.path.join(here, "golden_chat.json"))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
