@@ -136,6 +136,9 @@ absl::StatusOr<ChatTemplate> DetectChatTemplate(std::string_view text) {
 absl::StatusOr<std::string> ApplyChatTemplate(ChatTemplate tmpl,
                                               const std::vector<ChatMessage>& messages,
                                               bool add_generation_prompt) {
+  if (messages.empty()) {  // transformers refuses these before rendering
+    return absl::InvalidArgumentError("cannot apply a chat template to an empty conversation");
+  }
   switch (tmpl) {
     case ChatTemplate::kChatML:
       return ChatML(messages, add_generation_prompt);

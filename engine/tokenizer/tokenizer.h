@@ -75,9 +75,9 @@ absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::string& dir);
 
 // Formats a conversation exactly as transformers' apply_chat_template(tokenize=False) does with
 // the template WriteTokenizerFiles writes for that family (BOS text included where the template
-// emits it, so encode the result with add_special_tokens=false). InvalidArgument for roles the
-// template rejects (Llama 2 / Mistral: user and assistant must alternate after an optional
-// system message; unknown roles).
+// emits it, so encode the result with add_special_tokens=false). InvalidArgument for an empty
+// conversation and for roles the template rejects (Llama 2 / Mistral: user and assistant must
+// alternate after an optional system message; unknown roles).
 absl::StatusOr<std::string> ApplyChatTemplate(ChatTemplate tmpl,
                                               const std::vector<ChatMessage>& messages,
                                               bool add_generation_prompt);

@@ -1,0 +1,78 @@
+// IncrementalDetokenizer: deltas hold only whole UTF-8 code points, and concatenate to
+// Decode() of the whole stream, for emoji and CJK split across byte tokens and for
+// SentencePiece's leading-space rule.
+#include <string>
+#include <vector>
+
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
+#include "gtest/gtest.h"
+#include "tests/engine/tokenizer/tokenizer_test_util.h"
+
+namespace tandem {
+namespace {
+
+constexpr const char* kTexts[] = {
+    "Hello world, this is a stream.",
+    "🎉🎉 party 🚀 time 👨‍👩‍👧‍👦",
+    "你好，世界！今天天气很好。𝕳𝖊𝖑𝖑𝖔",
+    "  leading spaces and naïve café\n\tend  ",
+    "<s>[INST] mixed <|im_end|> specials </s> 🎉",
+};
+
+TEST(IncrementalDetokenizerTest, DeltasAreWholeCodePointsAndConcatenateToDecode) {
+  for (const auto& f : testing::AllFamilies()) {
+    auto tok = Tokenizer::Load(testing::WriteFamily(f));
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    for (const char* text : kTexts) {
+      for (bool skip : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << f.name << " skip=" << skip << " \"" << text << "\"");
+        const std::vector<int32_t> ids = (*tok)->Encode(text, true);
+        IncrementalDetokenizer detok(tok->get(), skip);
+        std::string streamed;
+        int held_back = 0;
+        for (int32_t id : ids) {
+          const std::string delta = detok.Add(id);
+          EXPECT_TRUE(utf8::IsValid(delta));
+          EXPECT_EQ(delta.find(utf8::kReplacementChar), std::string::npos) << delta;
+          held_back += delta.empty();
+          streamed += delta;
+        }
+        streamed += detok.Flush();
+        EXPECT_EQ(streamed, (*tok)->Decode(ids, skip));
+        if (std::string(text).find("🎉") != std::string::npos) {
+          EXPECT_GT(held_back, 0) << "an emoji split over byte tokens should be held back";
+        }
+      }
+    }
+  }
+}
+
+TEST(IncrementalDetokenizerTest, IncompleteCharacterIsFlushedAsReplacement) {
+  auto tok = Tokenizer::Load(testing::WriteFamily(testing::AllFamilies()[2]));  // llama2
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  // "🎉" is F0 9F 8E 89: feed only the first three byte tokens.
+  IncrementalDetokenizer detok(tok->get(), false);
+  std::string out;
+  for (const char* byte : {"<0xF0>", "<0x9F>", "<0x8E>"}) {
+    out += detok.Add(*(*tok)->TokenToId(byte));
+  }
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(detok.Flush(), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // one U+FFFD per byte
+}
+
+TEST(IncrementalDetokenizerTest, SentencePieceSpacesBetweenWords) {
+  auto tok = Tokenizer::Load(testing::WriteFamily(testing::AllFamilies()[3]));  // mistral
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::vector<int32_t> ids = (*tok)->Encode("one two three", false);
+  IncrementalDetokenizer detok(tok->get(), true);
+  std::vector<std::string> deltas;
+  for (int32_t id : ids) deltas.push_back(detok.Add(id));
+  std::string all;
+  for (const auto& d : deltas) all += d;
+  EXPECT_EQ(all, "one two three");  // the first word loses its "▁", later ones keep a space
+  EXPECT_EQ(deltas.front().substr(0, 1), "o");
+}
+
+}  // namespace
+}  // namespace tandem
