@@ -28,6 +28,23 @@ struct GemmArgs {
 };
 
 void GemmRef(const GemmArgs& args);
+
+// CUDA. Dispatch: bf16 a and w with k % 8 == 0 and 16-byte-aligned a/w take the skinny kernel
+// for m <= kSkinnyMaxM and cuBLASLt above (n % 8 == 0 too); anything else takes a slow generic
+// fallback kernel (any dtype mix, any k and n). Bias, when present, has c_dtype.
 absl::Status Gemm(const GemmArgs& args, cudaStream_t stream);
+
+// Largest m the skinny kernel serves inside Gemm(); chosen from kernels/gemm/WORKLOG.md.
+inline constexpr int64_t kSkinnyMaxM = 16;
+
+// The paths behind Gemm(), exposed for tests and benchmarks. Each returns InvalidArgument when
+// its alignment or dtype requirements are not met (the fallback has none).
+absl::Status GemmSkinny(const GemmArgs& args, cudaStream_t stream);    // m <= 16
+absl::Status GemmCublasLt(const GemmArgs& args, cudaStream_t stream);  // any m
+absl::Status GemmFallback(const GemmArgs& args, cudaStream_t stream);
+
+// Creates the current device's cuBLASLt handle and workspace (32 MiB). Gemm() does this lazily;
+// call it before capturing a CUDA graph, since allocation is not allowed during capture.
+absl::Status GemmInitDevice();
 
 }  // namespace tandem

@@ -1,0 +1,200 @@
+// Benchmark of the GEMM, elementwise and sampling kernels on H200-sized shapes (Qwen3-8B /
+// Llama-3-8B: hidden 4096, intermediate 12288, vocab 152064). Prints one row per kernel and
+// shape: median time, achieved TB/s or TFLOP/s, and the fraction of the ceiling measured in the
+// same run. Usage: kb_bench [results.jsonl]
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/bench/bench_util.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/rmsnorm/rmsnorm.h"
+#include "kernels/sampling/sampling.h"
+#include "kernels/silu_mul/silu_mul.h"
+
+namespace tandem::bench {
+namespace {
+
+void Ok(const absl::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    std::abort();
+  }
+}
+
+void* Alloc(size_t bytes) {
+  void* p = nullptr;
+  BENCH_CUDA(cudaMalloc(&p, bytes));
+  return p;
+}
+
+// Weight-bandwidth of the decode GEMMs: tandem's dispatch, the skinny kernel and cuBLASLt.
+void BenchGemm(const Ceilings& c) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {4096, 24576}, {12288, 4096}, {4096, 6144}, {4096, 4096}};
+  for (auto [k, n] : shapes) {
+    const size_t w_bytes = n * k * 2;
+    const int copies = RotationCopies(w_bytes);
+    std::vector<void*> ws(copies);
+    for (int i = 0; i < copies; ++i) {
+      ws[i] = Alloc(w_bytes);
+      FillUniformBf16(ws[i], n * k, 10 + i, -0.05f, 0.05f);
+    }
+    void* a = Alloc(32 * k * 2);
+    void* out = Alloc(32 * n * 4);
+    FillUniformBf16(a, 32 * k, 5, -1, 1);
+    for (int64_t m : {1, 4, 8, 16, 32}) {
+      GemmArgs args{.a = a, .c = out, .m = m, .n = n, .k = k};
+      const std::string shape = absl::StrCat("M=", m, " K=", k, " N=", n);
+      auto run = [&](absl::Status (*fn)(const GemmArgs&, cudaStream_t)) {
+        return MedianMicros(
+            [&](int it) {
+              GemmArgs x = args;
+              x.w = ws[it % copies];
+              Ok(fn(x, nullptr));
+            },
+            nullptr, 5, 50);
+      };
+      const double tb = static_cast<double>(w_bytes) * 1e-6;
+      double us = run(&Gemm);
+      Report("gemm", shape, us, "TB/s", tb / us, c.read_tbps);
+      if (m <= 16) {
+        us = run(&GemmSkinny);
+        Report("gemm.skinny", shape, us, "TB/s", tb / us, c.read_tbps);
+      }
+      us = run(&GemmCublasLt);
+      Report("gemm.cublaslt", shape, us, "TB/s", tb / us, c.read_tbps);
+    }
+    for (void* w : ws) cudaFree(w);
+    cudaFree(a), cudaFree(out);
+  }
+}
+
+void BenchElementwise(const Ceilings& c) {
+  const int64_t hidden = 4096, inter = 12288, vocab = 152064;
+  for (int64_t t : {1, 32, 16384}) {
+    const std::string shape = absl::StrCat("T=", t, " H=", hidden);
+    void* in = Alloc(t * hidden * 2);
+    void* res = Alloc(t * hidden * 2);
+    void* out = Alloc(t * hidden * 2);
+    void* w = Alloc(hidden * 2);
+    FillUniformBf16(in, t * hidden, 1, -1, 1);
+    FillUniformBf16(res, t * hidden, 2, -1, 1);
+    FillUniformBf16(w, hidden, 3, 0.5f, 1.5f);
+    RmsNormArgs args{
+        .input = in, .residual = res, .weight = w, .out = out, .num_rows = t, .hidden = hidden};
+    double us = MedianMicros([&](int) { Ok(RmsNorm(args, nullptr)); }, nullptr);
+    double bytes = 4.0 * t * hidden * 2;
+    Report("rmsnorm.fused_residual", shape, us, "TB/s", bytes / us * 1e-6, c.copy_tbps);
+    cudaFree(in), cudaFree(res), cudaFree(out), cudaFree(w);
+
+    void* gu = Alloc(t * 2 * inter * 2);
+    void* act = Alloc(t * inter * 2);
+    FillUniformBf16(gu, t * 2 * inter, 4, -4, 4);
+    SiluMulArgs sargs{.gate_up = gu, .out = act, .num_tokens = t, .intermediate = inter};
+    us = MedianMicros([&](int) { Ok(SiluMul(sargs, nullptr)); }, nullptr);
+    bytes = 3.0 * t * inter * 2;
+    Report("silu_mul", absl::StrCat("T=", t, " I=", inter), us, "TB/s", bytes / us * 1e-6,
+           c.copy_tbps);
+    cudaFree(gu), cudaFree(act);
+
+    void* table = Alloc(vocab * hidden * 2);
+    void* emb = Alloc(t * hidden * 2);
+    FillUniformBf16(table, vocab * hidden, 6, -1, 1);
+    std::vector<int32_t> ids(t);
+    for (int64_t i = 0; i < t; ++i) ids[i] = static_cast<int32_t>((i * 7919) % vocab);
+    int32_t* dids = static_cast<int32_t*>(Alloc(t * 4));
+    BENCH_CUDA(cudaMemcpy(dids, ids.data(), t * 4, cudaMemcpyHostToDevice));
+    EmbeddingArgs eargs{.token_ids = dids,
+                        .table = table,
+                        .out = emb,
+                        .num_tokens = t,
+                        .vocab_size = vocab,
+                        .hidden = hidden};
+    us = MedianMicros([&](int) { Ok(Embedding(eargs, nullptr)); }, nullptr);
+    bytes = 2.0 * t * hidden * 2;
+    Report("embedding", shape, us, "TB/s", bytes / us * 1e-6, c.copy_tbps);
+    cudaFree(table), cudaFree(emb), cudaFree(dids);
+  }
+}
+
+// Sampling: the ceiling column is the time to read the logits once at the read bandwidth;
+// "x read" = time / that (target <= 2).
+void BenchSampling(const Ceilings& c) {
+  const int64_t vocab = 152064;
+  struct Mode {
+    const char* name;
+    float temperature;
+    int32_t top_k;
+    float top_p;
+  };
+  const Mode modes[] = {{"greedy", 0, 0, 1},
+                        {"temp0.7", 0.7f, 0, 1},
+                        {"topk50_topp0.9", 0.7f, 50, 0.9f},
+                        {"topp0.95", 1.0f, 0, 0.95f}};
+  for (int64_t batch : {1, 32, 256}) {
+    const size_t bytes = batch * vocab * 4;
+    const int copies = RotationCopies(bytes);
+    std::vector<float*> logits(copies);
+    for (int i = 0; i < copies; ++i) {
+      logits[i] = static_cast<float*>(Alloc(bytes));
+      FillNormalF32(logits[i], batch * vocab, 100 + i, 3.0f);
+    }
+    float* temp = static_cast<float*>(Alloc(batch * 4));
+    float* top_p = static_cast<float*>(Alloc(batch * 4));
+    int32_t* top_k = static_cast<int32_t*>(Alloc(batch * 4));
+    uint64_t* seeds = static_cast<uint64_t*>(Alloc(batch * 8));
+    uint64_t* steps = static_cast<uint64_t*>(Alloc(batch * 8));
+    int32_t* out = static_cast<int32_t*>(Alloc(batch * 4));
+    FillUniformF32(reinterpret_cast<float*>(seeds), batch * 2, 7, 0, 1e6f);
+    FillUniformF32(reinterpret_cast<float*>(steps), batch * 2, 8, 0, 1e6f);
+    for (const Mode& m : modes) {
+      std::vector<float> t(batch, m.temperature), p(batch, m.top_p);
+      std::vector<int32_t> k(batch, m.top_k);
+      BENCH_CUDA(cudaMemcpy(temp, t.data(), batch * 4, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(top_p, p.data(), batch * 4, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaMemcpy(top_k, k.data(), batch * 4, cudaMemcpyHostToDevice));
+      SamplingArgs args{.temperature = temp,
+                        .top_k = top_k,
+                        .top_p = top_p,
+                        .seeds = seeds,
+                        .steps = steps,
+                        .out_tokens = out,
+                        .batch = batch,
+                        .vocab_size = vocab};
+      const double us = MedianMicros(
+          [&](int it) {
+            SamplingArgs x = args;
+            x.logits = logits[it % copies];
+            Ok(Sampling(x, nullptr));
+          },
+          nullptr);
+      const double read_us = bytes / (c.read_tbps * 1e6);
+      Report(absl::StrCat("sampling.", m.name), absl::StrCat("B=", batch, " V=", vocab), us,
+             "x read", us / read_us, 2.0 * 1e300);
+    }
+    for (float* l : logits) cudaFree(l);
+    cudaFree(temp), cudaFree(top_p), cudaFree(top_k), cudaFree(seeds), cudaFree(steps),
+        cudaFree(out);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::bench
+
+int main(int argc, char** argv) {
+  using namespace tandem::bench;  // NOLINT
+  if (argc > 1) SetJsonOutput(argv[1]);
+  const Ceilings c = MeasureCeilings();
+  std::printf("ceilings: copy %.3f TB/s, read %.3f TB/s, cuBLAS bf16 %.1f TFLOP/s\n", c.copy_tbps,
+              c.read_tbps, c.bf16_gemm_tflops);
+  Report("ceiling.copy", "2 GiB d2d", 0, "TB/s", c.copy_tbps, c.copy_tbps);
+  Report("ceiling.read", "4 GiB", 0, "TB/s", c.read_tbps, c.read_tbps);
+  Report("ceiling.cublas_bf16", "8192^3", 0, "TFLOP/s", c.bf16_gemm_tflops, c.bf16_gemm_tflops);
+  BenchGemm(c);
+  BenchElementwise(c);
+  BenchSampling(c);
+  return 0;
+}

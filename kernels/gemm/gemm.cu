@@ -1,0 +1,254 @@
+// CUDA GEMM: the skinny kernel for decode (m <= 16), the generic fallback, and the dispatch.
+// cuBLASLt (large m) lives in gemm_lt_cuda.cc.
+//
+// Skinny kernel: c[m, n] = a[m, k] . w[n, k]^T with bf16 a and w, m <= 16. The cost is reading
+// w once (n * k * 2 bytes), so the kernel is built to stream w at HBM bandwidth:
+//   - a block of kThreads threads owns kRows consecutive rows of w and splits k across all its
+//     threads (split-K inside the block: thread t reads 16-byte vectors t, t + kThreads, ...),
+//     so every warp load is 512 contiguous bytes and small n still fills the GPU;
+//   - each thread keeps kUnroll * kRows 16-byte loads of w in flight (L1-bypassing, L2 prefetch),
+//     and reads the matching vector of each a row through L1 (a is tiny and shared by all blocks);
+//   - fp32 accumulators acc[kRows][kM], reduced by warp shuffles then across warps in shared
+//     memory, in a fixed order (deterministic).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
+#include "kernels/common/vec_util.cuh"
+#include "kernels/gemm/gemm.h"
+
+namespace tandem {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kUnroll = 2;
+
+template <int kM, int kRows>
+__device__ __forceinline__ void AccumulateVector(const GemmArgs& args, const uint4 (&wv)[kRows],
+                                                 int64_t v, int64_t kvec, float (&acc)[kRows][kM]) {
+  const uint4* a = static_cast<const uint4*>(args.a);
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    if (m < args.m) {
+      float af[8];
+      UnpackBf16x8(__ldg(a + m * kvec + v), af);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float wf[8];
+        UnpackBf16x8(wv[r], wf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[r][m] = fmaf(af[e], wf[e], acc[r][m]);
+      }
+    }
+  }
+}
+
+// Warp-per-row variant for large n: each warp streams whole rows of w (grid-stride over rows),
+// keeping kWarpUnroll 16-byte loads per lane in flight, and reduces with shuffles only — no
+// block barrier, so a warp's next loads are never held up by other warps' reductions.
+constexpr int kWarpUnroll = 8;
+
+template <int kM, typename OutT>
+__global__ void __launch_bounds__(kThreads)
+    SkinnyWarpGemmKernel(const __grid_constant__ GemmArgs args) {
+  const int64_t kvec = args.k / 8;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const uint4* w = static_cast<const uint4*>(args.w);
+  const uint4* a = static_cast<const uint4*>(args.a);
+  for (int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; n < args.n;
+       n += warps) {
+    float acc[kM] = {};
+    const uint4* wrow = w + n * kvec;
+    for (int64_t v0 = lane; v0 < kvec; v0 += 32 * kWarpUnroll) {
+      uint4 wv[kWarpUnroll];
+#pragma unroll
+      for (int u = 0; u < kWarpUnroll; ++u) {
+        const int64_t v = v0 + 32 * u;
+        wv[u] = v < kvec ? LoadStreaming16(wrow + v) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kWarpUnroll; ++u) {
+        const int64_t v = v0 + 32 * u;
+        if (v >= kvec) break;
+        float wf[8];
+        UnpackBf16x8(wv[u], wf);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          if (m < args.m) {
+            float af[8];
+            UnpackBf16x8(__ldg(a + m * kvec + v), af);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[m] = fmaf(af[e], wf[e], acc[m]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+    }
+    if (lane < kM && lane < args.m) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) sum = lane == m ? acc[m] : sum;
+      if (args.bias != nullptr) sum += static_cast<float>(static_cast<const OutT*>(args.bias)[n]);
+      static_cast<OutT*>(args.c)[lane * args.n + n] = static_cast<OutT>(sum);
+    }
+  }
+}
+
+template <int kM, int kRows, typename OutT>
+__global__ void __launch_bounds__(kThreads)
+    SkinnyGemmKernel(const __grid_constant__ GemmArgs args) {
+  const int64_t kvec = args.k / 8;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const uint4* w = static_cast<const uint4*>(args.w);
+  float acc[kRows][kM] = {};
+  for (int64_t v0 = threadIdx.x; v0 < kvec; v0 += kThreads * kUnroll) {
+    uint4 wv[kUnroll][kRows];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = v0 + u * kThreads;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        wv[u][r] = (v < kvec && n0 + r < args.n) ? LoadStreaming16(w + (n0 + r) * kvec + v)
+                                                 : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = v0 + u * kThreads;
+      if (v < kvec) AccumulateVector<kM, kRows>(args, wv[u], v, kvec, acc);
+    }
+  }
+  // Block reduction: warp shuffles, then warp partials summed in warp order by one thread each.
+  __shared__ float partial[kWarps][kRows * kM];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float x = acc[r][m];
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+      if (lane == 0) partial[warp][r * kM + m] = x;
+    }
+  }
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t >= kRows * kM) return;
+  const int r = t / kM, m = t % kM;
+  const int64_t n = n0 + r;
+  if (m >= args.m || n >= args.n) return;
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) sum += partial[i][t];
+  if (args.bias != nullptr) sum += static_cast<float>(static_cast<const OutT*>(args.bias)[n]);
+  static_cast<OutT*>(args.c)[m * args.n + n] = static_cast<OutT>(sum);
+}
+
+// Generic fallback: one warp per output element, any dtype mix, any k and n. Slow; correct.
+__global__ void FallbackGemmKernel(const __grid_constant__ GemmArgs args) {
+  const int64_t out = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (out >= args.m * args.n) return;
+  const int64_t m = out / args.n, n = out % args.n;
+  const bool a16 = args.a_dtype == DType::kBF16, w16 = args.w_dtype == DType::kBF16;
+  const bool c16 = args.c_dtype == DType::kBF16;
+  float sum = 0.0f;
+  for (int64_t kk = threadIdx.x % 32; kk < args.k; kk += 32) {
+    sum = fmaf(LoadAny(args.a, a16, m * args.k + kk), LoadAny(args.w, w16, n * args.k + kk), sum);
+  }
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (threadIdx.x % 32 != 0) return;
+  if (args.bias != nullptr) sum += LoadAny(args.bias, c16, n);
+  StoreAny(args.c, c16, out, sum);
+}
+
+template <int kM, int kRows, typename OutT>
+absl::Status LaunchSkinny(const GemmArgs& args, cudaStream_t stream) {
+  const int64_t blocks = (args.n + kRows - 1) / kRows;
+  SkinnyGemmKernel<kM, kRows, OutT><<<blocks, kThreads, 0, stream>>>(args);
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+// kRows = 4 shares each a load across 4 rows of w; kRows = 1 when that would leave SMs idle.
+constexpr int64_t kMinBlocksForRows4 = 4 * 132;
+
+// Warps resident per SM for the warp kernel's grid (grid-stride over rows beyond that).
+constexpr int64_t kWarpKernelBlocksPerSm = 4;
+constexpr int64_t kNumSms = 132;
+
+template <int kM, typename OutT>
+absl::Status LaunchSkinnyRows(const GemmArgs& args, cudaStream_t stream) {
+  // Enough rows for one warp each on every SM: warp kernel. Fewer: split k across a block.
+  if (args.n >= kNumSms * kWarps * 2 && kM <= 4) {
+    const int64_t blocks =
+        std::min((args.n + kWarps - 1) / kWarps, kNumSms * kWarpKernelBlocksPerSm);
+    SkinnyWarpGemmKernel<kM, OutT><<<blocks, kThreads, 0, stream>>>(args);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+  if (args.n / 4 >= kMinBlocksForRows4) return LaunchSkinny<kM, 4, OutT>(args, stream);
+  return LaunchSkinny<kM, 1, OutT>(args, stream);
+}
+
+template <typename OutT>
+absl::Status DispatchSkinnyM(const GemmArgs& args, cudaStream_t stream) {
+  if (args.m <= 1) return LaunchSkinnyRows<1, OutT>(args, stream);
+  if (args.m <= 2) return LaunchSkinnyRows<2, OutT>(args, stream);
+  if (args.m <= 4) return LaunchSkinnyRows<4, OutT>(args, stream);
+  if (args.m <= 8) return LaunchSkinnyRows<8, OutT>(args, stream);
+  return LaunchSkinnyRows<16, OutT>(args, stream);
+}
+
+bool ValidDtypes(const GemmArgs& args) {
+  auto ok = [](DType t) { return t == DType::kF32 || t == DType::kBF16; };
+  return ok(args.a_dtype) && ok(args.w_dtype) && ok(args.c_dtype);
+}
+
+}  // namespace
+
+absl::Status GemmSkinny(const GemmArgs& args, cudaStream_t stream) {
+  if (args.a_dtype != DType::kBF16 || args.w_dtype != DType::kBF16 || !ValidDtypes(args)) {
+    return absl::InvalidArgumentError("GemmSkinny: a and w must be bf16, c bf16 or f32");
+  }
+  if (args.m > 16 || args.k % 8 != 0 || !Aligned16(args.a) || !Aligned16(args.w)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GemmSkinny: needs m <= 16, k % 8 == 0 and 16-byte aligned a and w; got m=", args.m,
+        " k=", args.k));
+  }
+  if (args.m <= 0 || args.n <= 0) return absl::OkStatus();
+  if (args.c_dtype == DType::kBF16) return DispatchSkinnyM<__nv_bfloat16>(args, stream);
+  return DispatchSkinnyM<float>(args, stream);
+}
+
+absl::Status GemmFallback(const GemmArgs& args, cudaStream_t stream) {
+  if (!ValidDtypes(args)) return absl::InvalidArgumentError("Gemm: dtypes must be f32 or bf16");
+  if (args.m <= 0 || args.n <= 0) return absl::OkStatus();
+  constexpr int kWarpsPerBlock = 8;
+  const int64_t blocks = (args.m * args.n + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  FallbackGemmKernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(args);
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status Gemm(const GemmArgs& args, cudaStream_t stream) {
+  if (!ValidDtypes(args)) return absl::InvalidArgumentError("Gemm: dtypes must be f32 or bf16");
+  if (args.m < 0 || args.n < 0 || args.k < 0) return absl::InvalidArgumentError("Gemm: shape < 0");
+  if (args.m == 0 || args.n == 0) return absl::OkStatus();
+  const bool bf16_in = args.a_dtype == DType::kBF16 && args.w_dtype == DType::kBF16;
+  const bool aligned = args.k % 8 == 0 && Aligned16(args.a) && Aligned16(args.w);
+  if (bf16_in && aligned && args.m <= kSkinnyMaxM) return GemmSkinny(args, stream);
+  if (bf16_in && aligned && args.n % 8 == 0 && Aligned16(args.c)) {
+    return GemmCublasLt(args, stream);
+  }
+  return GemmFallback(args, stream);
+}
+
+}  // namespace tandem

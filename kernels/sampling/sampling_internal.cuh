@@ -1,0 +1,200 @@
+// Internals of the sampling kernel: shared-memory layout, the row and candidate views, and the
+// exact radix selects. Included only by sampling.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/sampling/block_reduce.cuh"
+
+namespace tandem::sampling_internal {
+
+constexpr int kTile = 4 * kSampleThreads;  // elements per tile: 4 consecutive per thread
+constexpr int kMaxTiles = 64;              // vocab_size <= 262144
+constexpr int kCacheTiles = 8;             // 32768 logits (128 KiB) cached in shared memory
+constexpr int kMaxCandidates = 8192;
+constexpr int kTileGroup = 4;  // tiles loaded together (memory-level parallelism)
+constexpr int kBins = 256;
+constexpr float kBinsPerUnit = 8.0f;
+constexpr float kFixedScale = 1099511627776.0f;  // 2^40
+
+struct Shared {
+  float cache[kCacheTiles * kTile];
+  int32_t cand_id[kMaxCandidates];
+  float cand_x[kMaxCandidates];
+  uint64_t tile_mass[kMaxTiles][kSampleWarps];
+  uint64_t hist_mass[kBins];
+  uint32_t hist_count[kBins];
+  uint64_t scratch[kSampleWarps];
+  ArgMaxPair argmax_scratch[kSampleWarps];
+  uint32_t cand_count;
+  uint32_t digit;
+  int found;
+  uint64_t remaining;
+  int b_lo, b_hi;
+  uint64_t cnt_sure, mass_sure, z;
+  int draw_tile;
+  uint64_t draw_rest;
+};
+
+// Order-preserving key: a > b as floats  <=>  KeyOf(a) > KeyOf(b) as integers.
+__device__ __forceinline__ uint32_t KeyOf(float x) {
+  const uint32_t u = __float_as_uint(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+struct RowView {
+  const float* logits;  // this row
+  int64_t vocab;
+  bool vec_ok;  // vocab % 4 == 0 and 16-byte aligned rows
+  int tiles;
+  float max_logit;
+  float temperature;
+
+  __device__ uint64_t Weight(float x) const {
+    if (x == -INFINITY) return 0;
+    return static_cast<uint64_t>(expf((x - max_logit) / temperature) * kFixedScale);
+  }
+  __device__ int Bin(float x) const {
+    const float d = (max_logit - x) / temperature * kBinsPerUnit;
+    return d < kBins - 1 ? static_cast<int>(d) : kBins - 1;
+  }
+  // The 4 logits of thread t in tile `tile` from global memory; NaN and padding read as -inf.
+  __device__ void LoadGlobal(int tile, float (&q)[4]) const {
+    const int64_t base = static_cast<int64_t>(tile) * kTile + 4 * threadIdx.x;
+    if (vec_ok && base + 3 < vocab) {
+      const float4 v = __ldcs(reinterpret_cast<const float4*>(logits + base));
+      q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) q[e] = base + e < vocab ? logits[base + e] : -INFINITY;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) ? -INFINITY : q[e];
+  }
+  __device__ void Load(const Shared& s, int tile, float (&q)[4]) const {
+    if (tile < kCacheTiles) {
+      const float4 v = *reinterpret_cast<const float4*>(&s.cache[tile * kTile + 4 * threadIdx.x]);
+      q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+    } else {
+      LoadGlobal(tile, q);
+    }
+  }
+  // Calls f(id, x) for every element of the row this thread owns. Tiles go kTileGroup at a time,
+  // all their loads issued before any use, so each thread keeps kTileGroup loads in flight.
+  template <typename F>
+  __device__ void ForEach(const Shared& s, F&& f) const {
+    for (int t0 = 0; t0 < tiles; t0 += kTileGroup) {
+      float q[kTileGroup][4];
+#pragma unroll
+      for (int g = 0; g < kTileGroup; ++g) {
+        if (t0 + g < tiles) Load(s, t0 + g, q[g]);
+      }
+#pragma unroll
+      for (int g = 0; g < kTileGroup; ++g) {
+        const int64_t base = static_cast<int64_t>(t0 + g) * kTile + 4 * threadIdx.x;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (t0 + g < tiles && base + e < vocab) f(static_cast<int32_t>(base + e), q[g][e]);
+        }
+      }
+    }
+  }
+};
+
+struct CandidateView {
+  template <typename F>
+  __device__ void ForEach(const Shared& s, F&& f) const {
+    for (uint32_t i = threadIdx.x; i < s.cand_count; i += kSampleThreads) {
+      f(s.cand_id[i], s.cand_x[i]);
+    }
+  }
+};
+
+// Largest key tau such that the elements with key >= tau (and key >= tau_min) hold at least
+// `remaining` (count, or fixed-point mass when kMass). 8-bit digits, most significant first, each
+// round a 256-bin histogram over the elements matching the digits found so far. Returns tau_min
+// when even all elements fall short (rounding at the edge of the top-p search).
+template <bool kMass, typename View>
+__device__ uint32_t RadixSelect(Shared& s, const RowView& row, const View& view, uint32_t tau_min,
+                                uint64_t remaining) {
+  uint32_t prefix = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    if (threadIdx.x < kBins) s.hist_mass[threadIdx.x] = 0;
+    __syncthreads();
+    const uint32_t hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+    view.ForEach(s, [&](int32_t, float x) {
+      const uint32_t key = KeyOf(x);
+      if ((key & hi_mask) != (prefix & hi_mask) || key < tau_min) return;
+      const uint64_t add = kMass ? row.Weight(x) : 1;
+      if (add != 0)
+        atomicAdd(reinterpret_cast<unsigned long long*>(&s.hist_mass[(key >> shift) & 255]), add);
+    });
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x;
+      uint64_t bins[8], lane_sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) lane_sum += bins[j] = s.hist_mass[255 - 8 * lane - j];
+      uint64_t incl = lane_sum;
+#pragma unroll
+      for (int off = 1; off < 32; off *= 2) {
+        const uint64_t y = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += y;
+      }
+      const uint32_t hits = __ballot_sync(0xffffffffu, incl >= remaining);
+      if (lane == 0) s.found = hits != 0;
+      if (hits != 0 && lane == __ffs(hits) - 1) {
+        uint64_t rest = remaining - (incl - lane_sum);
+        for (int j = 0; j < 8; ++j) {
+          if (bins[j] >= rest) {
+            s.digit = 255 - 8 * lane - j;
+            s.remaining = rest;
+            break;
+          }
+          rest -= bins[j];
+        }
+      }
+    }
+    __syncthreads();
+    if (!s.found) return tau_min;  // uniform: every thread reads the same flag
+    prefix |= s.digit << shift;
+    remaining = s.remaining;
+    __syncthreads();
+  }
+  return prefix;
+}
+
+// Fixed-point mass of the elements with key >= tau.
+template <typename View>
+__device__ uint64_t MassAbove(Shared& s, const RowView& row, const View& view, uint32_t tau) {
+  uint64_t sum = 0;
+  view.ForEach(s, [&](int32_t, float x) {
+    if (KeyOf(x) >= tau) sum += row.Weight(x);
+  });
+  return BlockSum(sum, s.scratch);
+}
+
+// Exact top-k then top-p key thresholds over `view`, which holds every element of bins that may
+// hold a threshold, and with top-k every element above the top-k bin; the elements above the view
+// number cnt_sure with mass mass_sure; z is the row's total mass. Returns tau: kept <=> key >= tau.
+template <typename View>
+__device__ uint32_t SelectThresholds(Shared& s, const RowView& row, const View& view,
+                                     uint64_t cnt_sure, uint64_t mass_sure, uint64_t z, int64_t k,
+                                     bool filter_k, float top_p, bool filter_p) {
+  uint32_t tau_k = 0;
+  if (filter_k) {
+    const int64_t want = k - static_cast<int64_t>(cnt_sure);
+    tau_k = RadixSelect<false>(s, row, view, 0, want > 0 ? want : 1);
+  }
+  if (!filter_p) return tau_k;
+  // Mass after top-k: without top-k it is the row total z (the view may not hold every element).
+  const uint64_t z_k = filter_k ? mass_sure + MassAbove(s, row, view, tau_k) : z;
+  // HF keeps the smallest prefix with mass >= top_p * z_k: integer mass >= ceil(top_p * z_k).
+  const double need =
+      ceil(static_cast<double>(top_p) * static_cast<double>(z_k)) - static_cast<double>(mass_sure);
+  const uint64_t remaining = need >= 1.0 ? static_cast<uint64_t>(need) : 1;
+  const uint32_t tau_p = RadixSelect<true>(s, row, view, tau_k, remaining);
+  return tau_p > tau_k ? tau_p : tau_k;
+}
+
+}  // namespace tandem::sampling_internal

@@ -1,0 +1,55 @@
+// Helpers for the GPU kernel tests: device detection (tests skip cleanly without a GPU) and a
+// small RAII device buffer that copies host tensors in and out.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tandem::testing {
+
+inline bool HasCudaDevice() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+#define TANDEM_SKIP_WITHOUT_GPU() \
+  if (!::tandem::testing::HasCudaDevice()) GTEST_SKIP() << "no CUDA device"
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    EXPECT_EQ(cudaMalloc(&ptr_, bytes_ > 0 ? bytes_ : 1), cudaSuccess);
+  }
+  template <typename T>
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size() * sizeof(T)) {
+    Upload(host.data());
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  void Upload(const void* host) {
+    EXPECT_EQ(cudaMemcpy(ptr_, host, bytes_, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void Download(void* host) const {
+    EXPECT_EQ(cudaMemcpy(host, ptr_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  // Fills with 0xff bytes: NaN for f32 and bf16, -1 for ints; unwritten outputs fail the checks.
+  void Poison() { EXPECT_EQ(cudaMemset(ptr_, 0xff, bytes_), cudaSuccess); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace tandem::testing
