@@ -192,6 +192,24 @@ asio::awaitable<bool> FakeServer::Impl::Stream(tcp::socket& sock, const FakeRequ
   co_return !ec;
 }
 
+// GET /v1/models (one model, "fake"), /health; anything else is 404.
+asio::awaitable<void> WriteGet(tcp::socket& sock, const std::string& target,
+                               beast::error_code& ec) {
+  std::string body = R"({"error":{"message":"not found","type":"NotFound","code":404}})";
+  int status = 404;
+  if (target == "/v1/models") {
+    body = R"({"object":"list","data":[{"id":"fake","object":"model","owned_by":"tandem"}]})";
+    status = 200;
+  } else if (target == "/health") {
+    body = "";
+    status = 200;
+  }
+  std::string out = absl::StrFormat(
+      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", status,
+      status == 200 ? "OK" : "Not Found", body.size(), body);
+  co_await asio::async_write(sock, asio::buffer(out), asio::redirect_error(kAwait, ec));
+}
+
 asio::awaitable<void> FakeServer::Impl::Serve(tcp::socket sock) {
   sock.set_option(tcp::no_delay(true));
   beast::flat_buffer buf;
@@ -200,12 +218,17 @@ asio::awaitable<void> FakeServer::Impl::Serve(tcp::socket sock) {
     beast::error_code ec;
     co_await http::async_read(sock, buf, request, asio::redirect_error(kAwait, ec));
     if (ec) break;
+    bool keep = request.keep_alive();
+    if (request.method() == http::verb::get) {
+      co_await WriteGet(sock, std::string(request.target()), ec);
+      if (ec || !keep) break;
+      continue;
+    }
     FakeRequest req;
     FakeResponse resp;
     Clock::time_point start =
         Admit(Clock::now(), std::string(request.target()), request.body(), &req, &resp);
     served->fetch_add(1);
-    bool keep = request.keep_alive();
     if (resp.http_status != 200) {
       std::string body =
           absl::StrFormat(R"({"error":{"message":"scripted status %d","type":"Error","code":%d}})",

@@ -48,6 +48,10 @@ class HttpTarget : public Target {
   std::unique_ptr<Impl> impl_;
 };
 
+// GET {base_url}/v1/models and return the first model's id (blocking; used when --model is
+// not given, as `vllm bench serve` does).
+absl::StatusOr<std::string> FetchFirstModelId(const std::string& base_url);
+
 // Builds the JSON body of one streaming request.
 std::string BuildRequestBody(const HttpTargetOptions& options, const RequestSpec& spec);
 

@@ -43,6 +43,37 @@ int IntOr(const json& obj, const char* key, int fallback) {
   return it != obj.end() && it->is_number_integer() ? it->get<int>() : fallback;
 }
 
+std::optional<double> Sum(std::optional<double> a, std::optional<double> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return *a + *b;
+}
+
+// "timings": tandem.v1.PhaseTimings with proto field names, in seconds (the router's shape);
+// "server_timing": the same phases in milliseconds. See loadgen/README.md.
+void ReadTimings(const json& j, ChunkInfo* info) {
+  ServerTiming t;
+  auto proto = j.find("timings");
+  if (proto != j.end() && proto->is_object()) {
+    auto ms = [&](const char* key) {
+      std::optional<double> s = OptionalMs(*proto, key);
+      return s ? std::optional<double>(*s * 1e3) : std::nullopt;
+    };
+    t.queue_ms = Sum(ms("queue_s"), ms("prefill_queue_s"));
+    t.prefill_ms = ms("prefill_s");
+    t.kv_transfer_ms = ms("kv_transfer_s");
+    t.first_decode_ms = ms("first_decode_step_s");
+  }
+  auto timing = j.find("server_timing");
+  if (timing != j.end() && timing->is_object()) {
+    t.queue_ms = OptionalMs(*timing, "queue_ms");
+    t.prefill_ms = OptionalMs(*timing, "prefill_ms");
+    t.kv_transfer_ms = OptionalMs(*timing, "kv_transfer_ms");
+    t.first_decode_ms = OptionalMs(*timing, "first_decode_ms");
+  }
+  if (t.any()) info->server_timing = t;
+}
+
 void ReadErrorEvent(const json& j, ChunkInfo* info) {
   auto err = j.find("error");
   if (err != j.end() && !err->is_null()) {
@@ -89,15 +120,7 @@ ChunkInfo ParseChunk(std::string_view payload, bool want_text) {
     info.prompt_tokens = IntOr(*usage, "prompt_tokens", -1);
     info.completion_tokens = IntOr(*usage, "completion_tokens", -1);
   }
-  auto timing = j.find("server_timing");
-  if (timing != j.end() && timing->is_object()) {
-    ServerTiming t;
-    t.queue_ms = OptionalMs(*timing, "queue_ms");
-    t.prefill_ms = OptionalMs(*timing, "prefill_ms");
-    t.kv_transfer_ms = OptionalMs(*timing, "kv_transfer_ms");
-    t.first_decode_ms = OptionalMs(*timing, "first_decode_ms");
-    if (t.any()) info.server_timing = t;
-  }
+  ReadTimings(j, &info);
   return info;
 }
 

@@ -62,5 +62,20 @@ TEST(StreamChunkTest, ServerTimingIsRead) {
   EXPECT_FALSE(c.server_timing->first_decode_ms.has_value());
 }
 
+TEST(StreamChunkTest, ProtoShapedTimingsInSecondsAreConvertedAndQueuesAdded) {
+  ChunkInfo c = ParseChunk(
+      R"({"choices":[],"timings":{"queue_s":0.002,"prefill_queue_s":0.001,"prefill_s":0.05,)"
+      R"("kv_transfer_s":0.004,"first_decode_step_s":0.01,"ttft_s":0.06}})",
+      false);
+  ASSERT_TRUE(c.server_timing.has_value());
+  EXPECT_NEAR(*c.server_timing->queue_ms, 3.0, 1e-9);
+  EXPECT_NEAR(*c.server_timing->prefill_ms, 50.0, 1e-9);
+  EXPECT_NEAR(*c.server_timing->kv_transfer_ms, 4.0, 1e-9);
+  EXPECT_NEAR(*c.server_timing->first_decode_ms, 10.0, 1e-9);
+  // llama.cpp's unrelated "timings" object carries none of these keys: no phases.
+  EXPECT_FALSE(
+      ParseChunk(R"({"choices":[],"timings":{"prompt_ms":3.0}})", false).server_timing.has_value());
+}
+
 }  // namespace
 }  // namespace tandem::loadgen

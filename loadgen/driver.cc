@@ -1,0 +1,133 @@
+#include "loadgen/driver.h"
+
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "loadgen/arrivals.h"
+#include "loadgen/benchmark_runner.h"
+#include "loadgen/dataset.h"
+#include "loadgen/html_report.h"
+#include "loadgen/http_target.h"
+#include "loadgen/metrics.h"
+#include "loadgen/result_io.h"
+#include "loadgen/sweep.h"
+
+namespace tandem::loadgen {
+
+using nlohmann::json;
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "tandem-loadgen: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+absl::StatusOr<std::vector<RequestSpec>> MakeDataset(const Config& c, const PromptSource& source) {
+  if (c.dataset_name == "random") {
+    RandomDatasetOptions o;
+    o.num_prompts = c.num_prompts;
+    o.input_len = c.random_input_len;
+    o.output_len = c.random_output_len;
+    o.range_ratio = c.random_range_ratio;
+    o.normal = c.random_length_dist == "normal";
+    o.prefix_len = c.random_prefix_len;
+    o.prefix_sharing_ratio = c.prefix_sharing_ratio;
+    o.num_prefix_groups = c.num_prefix_groups;
+    o.seed = c.seed;
+    return RandomDataset(o, source);
+  }
+  if (c.dataset_path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dataset-name ", c.dataset_name, " needs --dataset-path"));
+  }
+  if (c.dataset_name == "sharegpt") {
+    return ShareGptDataset(c.dataset_path, c.num_prompts, c.sharegpt_output_len, c.seed, source);
+  }
+  TraceOptions t;
+  t.num_prompts = c.num_prompts;
+  t.block_size = c.trace_block_size;
+  t.time_scale = c.trace_time_scale;
+  t.seed = c.seed;
+  return MooncakeTraceDataset(c.dataset_path, t, source);
+}
+
+absl::StatusOr<HttpTargetOptions> MakeTargetOptions(const Config& c) {
+  HttpTargetOptions t;
+  t.base_url = c.base_url.empty() ? absl::StrCat("http://", c.host, ":", c.port) : c.base_url;
+  t.chat = c.backend == "openai-chat";
+  t.endpoint = !c.endpoint.empty() ? c.endpoint
+               : t.chat            ? "/v1/chat/completions"
+                                   : "/v1/completions";
+  t.model = c.model;
+  t.ignore_eos = c.ignore_eos.value_or(c.dataset_name != "sharegpt");
+  t.temperature = c.temperature;
+  t.extra_body = c.extra_body;
+  if (!t.extra_body.empty() && !json::parse(t.extra_body, nullptr, false).is_object()) {
+    return absl::InvalidArgumentError("--extra-body must be a JSON object");
+  }
+  for (const std::string& h : c.headers) {
+    size_t eq = h.find('=');
+    if (eq == std::string::npos) return absl::InvalidArgumentError("--header expects KEY=VALUE");
+    t.headers.push_back(absl::StrCat(h.substr(0, eq), ": ", h.substr(eq + 1)));
+  }
+  if (const char* key = std::getenv("OPENAI_API_KEY")) t.api_key = key;
+  t.request_timeout_s = c.request_timeout_s;
+  return t;
+}
+
+int Compare(const Config& c) {
+  std::vector<ReportSeries> series;
+  for (const std::string& path : c.compare) {
+    auto s = LoadSeries(path);
+    if (!s.ok()) return Fail(s.status());
+    series.push_back(std::move(*s));
+  }
+  std::string path = c.report.empty()
+                         ? (std::filesystem::path(c.result_dir) / "compare-report.html").string()
+                         : c.report;
+  absl::Status written = WriteTextFile(path, RenderHtmlReport(series, "tandem-loadgen comparison"));
+  if (!written.ok()) return Fail(written);
+  std::printf("Report: %s\n", path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int RunLoadgen(const Config& c) {
+  if (!c.compare.empty()) return Compare(c);
+  if (c.backend == "tandem-grpc") {
+    return Fail(absl::UnimplementedError("the tandem-grpc backend is not built yet"));
+  }
+  SweepPlan plan;
+  plan.config = c;
+  auto target_options = MakeTargetOptions(c);
+  if (!target_options.ok()) return Fail(target_options.status());
+  plan.target = *target_options;
+  auto slo = ParseGoodput(c.goodput);
+  if (!slo.ok()) return Fail(slo.status());
+  plan.slo = *slo;
+  absl::Status s = ParsePercentileMetrics(c.percentile_metrics, &plan.percentile_metrics);
+  if (s.ok()) s = ParseMetricPercentiles(c.metric_percentiles, &plan.percentiles);
+  if (s.ok()) s = ParseSweep(c.sweep, &plan.sweep_variable, &plan.sweep_values);
+  if (!s.ok()) return Fail(s);
+  if (plan.target.model.empty()) {
+    auto model = FetchFirstModelId(plan.target.base_url);
+    if (!model.ok()) return Fail(model.status());
+    plan.target.model = *model;
+  }
+  std::unique_ptr<PromptSource> source = MakeWordPromptSource();
+  auto specs = MakeDataset(c, *source);
+  if (!specs.ok()) return Fail(specs.status());
+  plan.specs = std::move(*specs);
+  return RunSweep(plan);
+}
+
+}  // namespace tandem::loadgen

@@ -1,0 +1,199 @@
+#include "loadgen/sweep.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <cmath>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "loadgen/arrivals.h"
+#include "loadgen/benchmark_runner.h"
+#include "loadgen/html_report.h"
+#include "loadgen/result_io.h"
+
+namespace tandem::loadgen {
+
+using nlohmann::json;
+
+absl::Status ParseSweep(const std::string& text, std::string* variable,
+                        std::vector<double>* values) {
+  variable->clear();
+  values->clear();
+  if (text.empty()) return absl::OkStatus();
+  size_t eq = text.find('=');
+  std::string name = text.substr(0, eq);
+  if (eq == std::string::npos || (name != "rate" && name != "concurrency")) {
+    return absl::InvalidArgumentError("--sweep expects rate=V1,V2,... or concurrency=V1,V2,...");
+  }
+  for (absl::string_view part : absl::StrSplit(text.substr(eq + 1), ',', absl::SkipWhitespace())) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v) || !(v > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sweep: bad value '", std::string(part), "'"));
+    }
+    values->push_back(v);
+  }
+  if (values->empty()) return absl::InvalidArgumentError("--sweep: no values");
+  *variable = name;
+  return absl::OkStatus();
+}
+
+namespace {
+
+struct PointOutcome {
+  json result;
+  bool interrupted = false;
+  bool ok = false;
+};
+
+absl::StatusOr<std::vector<double>> Arrivals(const SweepPlan& plan, double rate) {
+  bool trace = !plan.specs.empty() && plan.specs.front().has_arrival;
+  if (!trace) {
+    return GammaArrivals(static_cast<int>(plan.specs.size()), rate, plan.config.burstiness,
+                         plan.config.seed);
+  }
+  std::vector<double> t;
+  for (const RequestSpec& s : plan.specs) t.push_back(s.arrival_s);
+  return t;
+}
+
+RunContext MakeContext(const SweepPlan& plan, double rate, int concurrency) {
+  const Config& c = plan.config;
+  RunContext ctx;
+  ctx.backend = c.backend;
+  ctx.label = c.label;
+  ctx.model_id = plan.target.model;
+  ctx.tokenizer_id = c.tokenizer.empty() ? plan.target.model : c.tokenizer;
+  ctx.dataset_name = c.dataset_name;
+  ctx.num_prompts = static_cast<int>(plan.specs.size());
+  ctx.request_rate = rate;
+  ctx.burstiness = c.burstiness;
+  ctx.max_concurrency = concurrency;
+  for (const std::string& kv : c.metadata) {
+    size_t eq = kv.find('=');
+    ctx.metadata[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+  }
+  ctx.percentile_metrics = plan.percentile_metrics;
+  return ctx;
+}
+
+PointOutcome RunPoint(const SweepPlan& plan, double rate, int concurrency, RunContext* ctx) {
+  PointOutcome out;
+  *ctx = MakeContext(plan, rate, concurrency);
+  auto arrivals = Arrivals(plan, rate);
+  if (!arrivals.ok()) {
+    std::fprintf(stderr, "tandem-loadgen: %s\n", arrivals.status().ToString().c_str());
+    return out;
+  }
+  boost::asio::io_context io;
+  BenchClock clock;
+  HttpTargetOptions target_options = plan.target;
+  target_options.keep_text = plan.config.save_detailed;
+  auto target = HttpTarget::Create(io, &clock, target_options);
+  if (!target.ok()) {
+    std::fprintf(stderr, "tandem-loadgen: %s\n", target.status().ToString().c_str());
+    return out;
+  }
+  BenchmarkRunner runner(io, &clock, target->get());
+  RunOptions run;
+  run.max_concurrency = concurrency;
+  run.progress = plan.config.progress.value_or(isatty(STDERR_FILENO) != 0);
+  run.handle_sigint = true;
+  RunResult result = runner.Run(plan.specs, *arrivals, run);
+  Metrics m = ComputeMetrics(result.records, result.duration_s, plan.percentiles, plan.slo);
+  ctx->interrupted = result.interrupted;
+  ctx->not_sent = result.not_sent;
+  PrintResultBlock(m, *ctx, stdout);
+  if (m.completed == 0 && m.failed > 0) {
+    std::printf("WARNING: all requests failed; this is likely due to a misconfiguration.\n");
+  }
+  std::fflush(stdout);
+  out.result = ResultJson(m, *ctx, result.records, plan.config.save_detailed);
+  out.interrupted = result.interrupted;
+  out.ok = true;
+  return out;
+}
+
+void Save(const std::string& path, const std::string& text) {
+  absl::Status s = WriteTextFile(path, text);
+  if (s.ok()) {
+    std::printf("Saved %s\n", path.c_str());
+  } else {
+    std::fprintf(stderr, "tandem-loadgen: %s\n", s.ToString().c_str());
+  }
+}
+
+}  // namespace
+
+int RunSweep(const SweepPlan& plan) {
+  const Config& c = plan.config;
+  std::filesystem::path dir(c.result_dir);
+  std::error_code ignored;
+  if (c.save_result || !plan.sweep_variable.empty() || !c.report.empty()) {
+    std::filesystem::create_directories(dir, ignored);
+  }
+  std::vector<double> values = plan.sweep_values;
+  if (values.empty()) values.push_back(0);  // one point with the configured load
+  std::string timestamp = NowTimestamp();
+  std::string stem = std::filesystem::path(c.result_filename).stem().string();
+  if (stem.empty()) {
+    std::string model = plan.target.model.substr(plan.target.model.rfind('/') + 1);
+    stem = absl::StrCat(c.label.empty() ? c.backend : c.label, "-", model, "-", timestamp);
+  }
+  ReportSeries series;
+  series.label = c.label.empty() ? c.backend : c.label;
+  std::string csv = CsvHeader();
+  bool interrupted = false;
+  for (double value : values) {
+    double rate = plan.sweep_variable == "rate" ? value : c.request_rate;
+    int conc = plan.sweep_variable == "concurrency" ? static_cast<int>(value) : c.max_concurrency;
+    if (!plan.sweep_variable.empty()) {
+      std::printf("\n--- sweep point %s=%g ---\n", plan.sweep_variable.c_str(), value);
+    }
+    RunContext ctx;
+    PointOutcome point = RunPoint(plan, rate, conc, &ctx);
+    if (!point.ok) return 1;
+    if (!plan.sweep_variable.empty()) {
+      point.result["sweep_variable"] = plan.sweep_variable;
+      point.result["sweep_value"] = value;
+    }
+    csv += CsvRow(point.result);
+    if (plan.sweep_variable.empty() && c.save_result) {
+      std::string name =
+          c.result_filename.empty() ? DefaultResultFilename(ctx, timestamp) : c.result_filename;
+      Save((dir / name).string(), point.result.dump(2));
+      Save((dir / std::filesystem::path(name).replace_extension(".csv")).string(),
+           CsvHeader() + CsvRow(point.result));
+    } else if (!plan.sweep_variable.empty()) {
+      std::string name = absl::StrFormat("%s-%s%g", stem, plan.sweep_variable, value);
+      Save((dir / (name + ".json")).string(), point.result.dump(2));
+      Save((dir / (name + ".csv")).string(), CsvHeader() + CsvRow(point.result));
+    }
+    if (point.result.contains("itls")) point.result.erase("itls");
+    series.points.push_back(std::move(point.result));
+    if (point.interrupted) {
+      interrupted = true;
+      break;
+    }
+  }
+  if (!plan.sweep_variable.empty()) {
+    json sweep = {{"tandem_sweep", 1},
+                  {"label", series.label},
+                  {"sweep_variable", plan.sweep_variable},
+                  {"points", series.points}};
+    Save((dir / (stem + "-sweep.json")).string(), sweep.dump(2));
+    Save((dir / (stem + "-sweep.csv")).string(), csv);
+  }
+  if (!plan.sweep_variable.empty() || !c.report.empty()) {
+    std::string path = c.report.empty() ? (dir / (stem + "-report.html")).string() : c.report;
+    Save(path, RenderHtmlReport({series}, absl::StrCat("tandem-loadgen: ", series.label)));
+  }
+  return interrupted ? 130 : 0;
+}
+
+}  // namespace tandem::loadgen

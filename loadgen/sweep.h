@@ -1,0 +1,34 @@
+// Runs one benchmark point, or a sweep of points over request rate or concurrency, and writes
+// the results: per point the printed block, a result JSON and a CSV row; per sweep a sweep JSON
+// (all points), a sweep CSV and the HTML report.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "loadgen/config.h"
+#include "loadgen/http_target.h"
+#include "loadgen/metrics.h"
+
+namespace tandem::loadgen {
+
+struct SweepPlan {
+  Config config;
+  HttpTargetOptions target;
+  Slo slo;
+  std::vector<std::string> percentile_metrics;
+  std::vector<double> percentiles;
+  std::string sweep_variable;  // "", "rate" or "concurrency"
+  std::vector<double> sweep_values;
+  std::vector<RequestSpec> specs;
+};
+
+// "rate=1,2,4" / "concurrency=1,8,64" / "" (no sweep).
+absl::Status ParseSweep(const std::string& text, std::string* variable,
+                        std::vector<double>* values);
+
+// Returns the exit code (130 when interrupted).
+int RunSweep(const SweepPlan& plan);
+
+}  // namespace tandem::loadgen
