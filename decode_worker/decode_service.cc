@@ -1,0 +1,307 @@
+#include "decode_worker/decode_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+#include "comm/tcp_kv_receiver.h"
+#include "worker/proto_convert.h"
+
+namespace tandem {
+
+using tandem::v1::TokenEvent;
+
+DecodeService::DecodeService(const WorkerEnv& env) : WorkerService(env) {}
+
+DecodeService::~DecodeService() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(const WorkerEnv& env) {
+  std::unique_ptr<DecodeService> s(new DecodeService(env));
+  if (env.options->role == WorkerRole::kMixed) return s;
+  DecodeService* self = s.get();
+  absl::StatusOr<std::unique_ptr<TcpKvReceiver>> receiver = TcpKvReceiver::Create(
+      env.options->host, env.options->kv_port, env.engine->kv_pool(), env.engine->kv_layout(),
+      [self](const std::string& id, absl::Status st, KvTransferStats stats) {
+        self->loop_->Post([self, id, st, stats](Engine& e) { self->OnKvDone(e, id, st, stats); });
+      });
+  if (!receiver.ok()) return receiver.status();
+  s->receiver_ = *std::move(receiver);
+  return s;
+}
+
+void DecodeService::Stop() { receiver_.reset(); }
+
+std::string DecodeService::kv_transfer_address() const {
+  if (receiver_ == nullptr) return "";
+  // Advertise the routable host with the receiver's bound port.
+  const std::string addr = receiver_->address();
+  return absl::StrCat(env_.options->advertise_host, addr.substr(addr.rfind(':')));
+}
+
+EngineLoop::Handlers DecodeService::Handlers() {
+  EngineLoop::Handlers h;
+  h.on_output = [this](Engine& e, const RequestOutput& out, absl::Time step_start) {
+    OnOutput(e, out, step_start);
+  };
+  h.on_step_error = [this](Engine& e, const absl::Status& st) { FailAll(e, st); };
+  h.on_tick = [this](Engine& e) { OnTick(e); };
+  return h;
+}
+
+grpc::Status DecodeService::ReservePages(grpc::ServerContext*,
+                                         const tandem::v1::ReservePagesRequest* req,
+                                         tandem::v1::ReservePagesResponse* resp) {
+  if (receiver_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "a mixed worker takes Generate");
+  }
+  if (grpc::Status st = AdmitNew(); !st.ok()) return st;
+  absl::StatusOr<std::vector<int32_t>> pages;
+  loop_->RunSync([&](Engine& e) { pages = ReserveOnLoop(e, *req); });
+  if (!pages.ok()) return ToGrpc(pages.status());
+  resp->mutable_page_ids()->Assign(pages->begin(), pages->end());
+  resp->set_kv_transfer_address(kv_transfer_address());
+  resp->set_decode_worker_id(env_.options->worker_id);
+  resp->set_page_size(env_.engine->kv_layout().page_size);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<std::vector<int32_t>> DecodeService::ReserveOnLoop(
+    Engine& engine, const tandem::v1::ReservePagesRequest& req) {
+  const std::string& id = req.request_id();
+  if (requests_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request ", id, " already holds pages here"));
+  }
+  if (req.num_prompt_tokens() + std::max(req.max_tokens(), 1) > engine.max_model_len()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt ", req.num_prompt_tokens(), " + max_tokens ", req.max_tokens(),
+                     " exceeds the context ", engine.max_model_len()));
+  }
+  absl::StatusOr<std::vector<int32_t>> pages = engine.ReservePages(id, req.num_prompt_tokens());
+  if (!pages.ok()) return pages.status();
+  const absl::Time now = absl::Now();
+  absl::Status expect =
+      receiver_->Expect(id, *pages, now + absl::Milliseconds(env_.options->kv_transfer_timeout_ms));
+  if (!expect.ok()) {
+    (void)engine.ReleaseRequest(id);
+    return expect;
+  }
+  failed_.erase(id);
+  Request r;
+  r.arrival = now;
+  const int64_t ttl_ms = req.ttl_ms() > 0 ? req.ttl_ms() : env_.options->reservation_ttl_ms;
+  r.ttl_deadline = now + absl::Milliseconds(ttl_ms);
+  requests_.emplace(id, std::move(r));
+  num_live_++;
+  return pages;
+}
+
+grpc::Status DecodeService::GenerateFromPrefill(grpc::ServerContext* ctx,
+                                                const tandem::v1::GenerateFromPrefillRequest* req,
+                                                grpc::ServerWriter<TokenEvent>* writer) {
+  if (receiver_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "a mixed worker takes Generate");
+  }
+  // No AdmitNew(): a claim finishes a request already in flight, even while draining.
+  auto channel = std::make_shared<Channel>();
+  EngineRequest er;
+  er.id = req->request_id();
+  er.prompt_tokens.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
+  er.sampling = SamplingFromProto(req->sampling());
+  loop_->Post([this, er = std::move(er), first = req->first_token(), channel](Engine& e) mutable {
+    ClaimOnLoop(e, std::move(er), first, channel);
+  });
+  return StreamEvents(ctx, writer, *channel, req->request_id());
+}
+
+void DecodeService::ClaimOnLoop(Engine& engine, EngineRequest request, int32_t first_token,
+                                std::shared_ptr<Channel> channel) {
+  auto it = requests_.find(request.id);
+  if (it == requests_.end()) {
+    auto failed = failed_.find(request.id);
+    channel->Close(failed != failed_.end()
+                       ? failed->second.first
+                       : absl::NotFoundError(absl::StrCat("no reservation for request ", request.id,
+                                                          " (expired or aborted)")));
+    if (failed != failed_.end()) failed_.erase(failed);
+    return;
+  }
+  Request& r = it->second;
+  if (r.channel != nullptr) {
+    channel->Close(absl::AlreadyExistsError("reservation already claimed"));
+    return;
+  }
+  r.channel = std::move(channel);
+  r.first_token = first_token;
+  r.pending = std::move(request);
+  if (r.kv_ready) Commit(engine, it->first, r);
+}
+
+void DecodeService::OnKvDone(Engine& engine, const std::string& id, const absl::Status& status,
+                             const KvTransferStats& stats) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.state != State::kReserved) return;
+  Request& r = it->second;
+  if (status.ok()) {
+    r.kv_ready = true;
+    r.kv_stats = stats;
+    if (env_.metrics) {
+      env_.metrics->ObserveKvTransfer(absl::ToDoubleSeconds(stats.duration), stats.bytes);
+    }
+    if (r.pending.has_value()) Commit(engine, id, r);
+    return;
+  }
+  LOG(WARNING) << "KV transfer of " << id << " failed: " << status;
+  if (env_.metrics) env_.metrics->CountKvTransferFailure(absl::StatusCodeToString(status.code()));
+  const absl::Status error =
+      absl::UnavailableError(absl::StrCat("KV transfer from prefill failed: ", status.message()));
+  if (r.channel == nullptr) failed_[id] = {error, r.ttl_deadline};
+  DropReservation(engine, id, error);
+}
+
+void DecodeService::Commit(Engine& engine, const std::string& id, Request& r) {
+  absl::Status st = engine.AddPrefilledRequest(*std::move(r.pending), r.first_token);
+  r.pending.reset();
+  if (!st.ok()) {
+    DropReservation(engine, id, st);
+    return;
+  }
+  r.state = State::kRunning;
+  r.joined = absl::Now();
+}
+
+void DecodeService::DropReservation(Engine& engine, const std::string& id,
+                                    const absl::Status& status) {
+  if (receiver_ != nullptr) receiver_->Cancel(id);  // no byte lands after this returns
+  (void)engine.ReleaseRequest(id);
+  Finish(id, status);
+}
+
+void DecodeService::Finish(const std::string& id, absl::Status status) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  if (it->second.channel != nullptr) it->second.channel->Close(std::move(status));
+  if (env_.metrics) {
+    env_.metrics->ObserveRequestDuration(absl::ToDoubleSeconds(absl::Now() - it->second.arrival));
+  }
+  requests_.erase(it);
+  num_live_--;
+}
+
+grpc::Status DecodeService::Generate(grpc::ServerContext* ctx,
+                                     const tandem::v1::WorkerGenerateRequest* req,
+                                     grpc::ServerWriter<TokenEvent>* writer) {
+  if (receiver_ != nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "a decode worker takes ReservePages + GenerateFromPrefill");
+  }
+  if (grpc::Status st = AdmitNew(); !st.ok()) return st;
+  auto channel = std::make_shared<Channel>();
+  EngineRequest er;
+  er.id = req->request_id();
+  er.prompt_tokens.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
+  er.sampling = SamplingFromProto(req->sampling());
+  loop_->Post([this, er = std::move(er), channel](Engine& e) mutable {
+    GenerateOnLoop(e, std::move(er), channel);
+  });
+  return StreamEvents(ctx, writer, *channel, req->request_id());
+}
+
+void DecodeService::GenerateOnLoop(Engine& engine, EngineRequest request,
+                                   std::shared_ptr<Channel> channel) {
+  if (requests_.contains(request.id)) {
+    channel->Close(absl::AlreadyExistsError(absl::StrCat("request ", request.id, " is live")));
+    return;
+  }
+  const std::string id = request.id;
+  if (absl::Status st = engine.AddRequest(std::move(request)); !st.ok()) {
+    channel->Close(st);
+    return;
+  }
+  Request r;
+  r.state = State::kRunning;
+  r.channel = std::move(channel);
+  r.arrival = absl::Now();
+  r.joined = r.arrival;
+  r.mixed = true;
+  requests_.emplace(id, std::move(r));
+  num_live_++;
+}
+
+void DecodeService::OnOutput(Engine& engine, const RequestOutput& out, absl::Time step_start) {
+  auto it = requests_.find(out.id);
+  if (it == requests_.end() || it->second.state != State::kRunning) return;
+  Request& r = it->second;
+  const absl::Time now = absl::Now();
+  TokenEvent ev;
+  ev.mutable_token_ids()->Assign(out.new_tokens.begin(), out.new_tokens.end());
+  tandem::v1::PhaseTimings* t = ev.mutable_timings();
+  if (r.num_outputs++ == 0) {
+    if (r.mixed) {
+      t->set_prefill_queue_s(absl::ToDoubleSeconds(step_start - r.arrival));
+      t->set_prefill_s(absl::ToDoubleSeconds(now - step_start));
+      if (env_.metrics) {
+        env_.metrics->ObserveQueueTime(t->prefill_queue_s());
+        env_.metrics->ObservePrefillTime(t->prefill_s());
+      }
+    } else {
+      t->set_first_decode_step_s(absl::ToDoubleSeconds(now - r.joined));
+      if (env_.metrics) env_.metrics->ObserveFirstDecodeStep(t->first_decode_step_s());
+    }
+  }
+  if (out.finish_reason == FinishReason::kNone) {
+    if (!out.new_tokens.empty()) r.channel->Push(std::move(ev));
+    return;
+  }
+  if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonLabel(out.finish_reason));
+  if (out.finish_reason == FinishReason::kAbort) {
+    Finish(out.id, absl::AbortedError("request aborted"));
+    return;
+  }
+  ev.set_finish_reason(FinishReasonToProto(out.finish_reason));
+  if (out.finish_reason == FinishReason::kError) ev.set_error_message(out.error);
+  t->set_kv_transfer_s(absl::ToDoubleSeconds(r.kv_stats.duration));
+  t->set_kv_transfer_bytes(r.kv_stats.bytes);
+  r.channel->Push(std::move(ev));
+  Finish(out.id, absl::OkStatus());
+}
+
+void DecodeService::OnTick(Engine& engine) {
+  const absl::Time now = absl::Now();
+  std::vector<std::string> expired;
+  for (const auto& [id, r] : requests_) {
+    if (r.state == State::kReserved && r.channel == nullptr && r.ttl_deadline <= now) {
+      expired.push_back(id);
+    }
+  }
+  for (const std::string& id : expired) {
+    LOG(WARNING) << "reservation " << id << " was never claimed; releasing its pages";
+    DropReservation(engine, id, absl::DeadlineExceededError("reservation expired"));
+  }
+  absl::erase_if(failed_, [now](const auto& kv) { return kv.second.second <= now; });
+}
+
+bool DecodeService::AbortOnLoop(Engine& engine, const std::string& request_id,
+                                tandem::v1::AbortReason) {
+  failed_.erase(request_id);
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  if (it->second.state == State::kReserved) {
+    DropReservation(engine, request_id, absl::AbortedError("request aborted"));
+    return true;
+  }
+  if (!engine.Abort(request_id).ok()) Finish(request_id, absl::AbortedError("request aborted"));
+  return true;  // otherwise the engine reports kAbort at its next step
+}
+
+void DecodeService::FailAll(Engine& engine, const absl::Status& status) {
+  std::vector<std::string> ids;
+  for (const auto& [id, r] : requests_) {
+    if (r.state == State::kRunning) ids.push_back(id);
+  }
+  for (const std::string& id : ids) {
+    (void)engine.Abort(id);
+    Finish(id, absl::InternalError(absl::StrCat("engine step failed: ", status.message())));
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,88 @@
+// DecodeService: the decode role (and the mixed role: one engine doing both phases, no
+// transfer). Decode: ReservePages reserves the request's pages and tells the KV receiver to
+// expect them; GenerateFromPrefill claims the reservation, and once the KV has landed commits it
+// (Engine::AddPrefilledRequest) and streams tokens. The two may complete in either order.
+// Mixed: Generate runs a whole request in the engine.
+//
+// Per-request state machine (loop thread only):
+//   kReserved   pages reserved, KV receiving     --KV ok + claimed--> kRunning
+//               (unclaimed past its TTL, KV failure, Abort: receiver cancelled, pages released)
+//   kRunning    in the engine's batch            --terminal output / Abort--> gone
+// Page safety: pages are released only after KvReceiver::Cancel() returned (or the transfer
+// ended), so a late transfer can never write into pages that a new request reuses.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "comm/kv_transport.h"
+#include "worker/worker_service.h"
+
+namespace tandem {
+
+class DecodeService : public WorkerService {
+ public:
+  // Decode role: creates its TCP KV receiver on the worker's host and --kv-port.
+  static absl::StatusOr<std::unique_ptr<DecodeService>> Create(const WorkerEnv& env);
+  ~DecodeService() override;
+
+  EngineLoop::Handlers Handlers() override;
+  std::string kv_transfer_address() const override;
+  void Stop() override;
+
+  grpc::Status ReservePages(grpc::ServerContext* ctx, const tandem::v1::ReservePagesRequest* req,
+                            tandem::v1::ReservePagesResponse* resp) override;
+  grpc::Status GenerateFromPrefill(grpc::ServerContext* ctx,
+                                   const tandem::v1::GenerateFromPrefillRequest* req,
+                                   grpc::ServerWriter<tandem::v1::TokenEvent>* writer) override;
+  grpc::Status Generate(grpc::ServerContext* ctx, const tandem::v1::WorkerGenerateRequest* req,
+                        grpc::ServerWriter<tandem::v1::TokenEvent>* writer) override;
+
+ protected:
+  bool AbortOnLoop(Engine& engine, const std::string& request_id,
+                   tandem::v1::AbortReason reason) override;
+
+ private:
+  using Channel = EventChannel<tandem::v1::TokenEvent>;
+  enum class State { kReserved, kRunning };
+  struct Request {
+    State state = State::kReserved;
+    std::shared_ptr<Channel> channel;      // set once claimed (or for Generate)
+    std::optional<EngineRequest> pending;  // claimed, waiting for the KV
+    int32_t first_token = 0;
+    bool kv_ready = false;
+    KvTransferStats kv_stats;
+    absl::Time arrival;
+    absl::Time ttl_deadline;  // unclaimed reservation lifetime
+    absl::Time joined;        // entered the running batch
+    bool mixed = false;       // Generate: report prefill timings on the first event
+    int num_outputs = 0;
+  };
+
+  explicit DecodeService(const WorkerEnv& env);
+  absl::StatusOr<std::vector<int32_t>> ReserveOnLoop(Engine& engine,
+                                                     const tandem::v1::ReservePagesRequest& req);
+  void ClaimOnLoop(Engine& engine, EngineRequest request, int32_t first_token,
+                   std::shared_ptr<Channel> channel);
+  void GenerateOnLoop(Engine& engine, EngineRequest request, std::shared_ptr<Channel> channel);
+  void OnKvDone(Engine& engine, const std::string& id, const absl::Status& status,
+                const KvTransferStats& stats);
+  void Commit(Engine& engine, const std::string& id, Request& r);
+  void OnOutput(Engine& engine, const RequestOutput& out, absl::Time step_start);
+  void OnTick(Engine& engine);
+  // Cancels the transfer, releases the pages and ends the stream (if any) with `status`.
+  void DropReservation(Engine& engine, const std::string& id, const absl::Status& status);
+  void Finish(const std::string& id, absl::Status status);
+  void FailAll(Engine& engine, const absl::Status& status);
+
+  std::unique_ptr<KvReceiver> receiver_;                // null for the mixed role
+  absl::flat_hash_map<std::string, Request> requests_;  // loop thread only
+  // Reservations whose transfer failed before they were claimed: the claim gets this error
+  // rather than NOT_FOUND. Expire with the reservation TTL. Loop thread only.
+  absl::flat_hash_map<std::string, std::pair<absl::Status, absl::Time>> failed_;
+};
+
+}  // namespace tandem

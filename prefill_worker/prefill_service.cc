@@ -1,0 +1,241 @@
+#include "prefill_worker/prefill_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+#include "worker/proto_convert.h"
+
+namespace tandem {
+
+using tandem::v1::PrefillEvent;
+
+PrefillService::PrefillService(const WorkerEnv& env, std::unique_ptr<KvSender> sender,
+                               int num_transfer_threads)
+    : WorkerService(env), sender_(std::move(sender)) {
+  for (int i = 0; i < num_transfer_threads; ++i) {
+    transfer_threads_.emplace_back([this] { TransferThread(); });
+  }
+}
+
+PrefillService::~PrefillService() { Stop(); }
+
+void PrefillService::Stop() {
+  {
+    absl::MutexLock l(&jobs_mu_);
+    stopping_ = true;
+  }
+  for (auto& t : transfer_threads_) t.join();
+  transfer_threads_.clear();
+}
+
+EngineLoop::Handlers PrefillService::Handlers() {
+  EngineLoop::Handlers h;
+  h.on_output = [this](Engine& e, const RequestOutput& out, absl::Time step_start) {
+    OnOutput(e, out, step_start);
+  };
+  h.on_step_error = [this](Engine& e, const absl::Status& st) { FailAll(e, st); };
+  return h;
+}
+
+grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx,
+                                     const tandem::v1::PrefillRequest* req,
+                                     grpc::ServerWriter<PrefillEvent>* writer) {
+  if (grpc::Status st = AdmitNew(); !st.ok()) return st;
+  Request state;
+  state.channel = std::make_shared<Channel>();
+  if (req->has_destination()) state.destination = req->destination();
+  state.num_prompt_tokens = req->prompt_tokens_size();
+  state.arrival = absl::Now();
+  EngineRequest er;
+  er.id = req->request_id();
+  er.prompt_tokens.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
+  er.sampling = SamplingFromProto(req->sampling());
+  er.prefill_only = true;
+  std::shared_ptr<Channel> channel = state.channel;
+  loop_->Post([this, er = std::move(er), state = std::move(state)](Engine& e) mutable {
+    AddOnLoop(e, std::move(er), std::move(state));
+  });
+  return StreamEvents(ctx, writer, *channel, req->request_id());
+}
+
+void PrefillService::AddOnLoop(Engine& engine, EngineRequest request, Request state) {
+  if (requests_.contains(request.id)) {
+    state.channel->Close(absl::AlreadyExistsError(
+        absl::StrCat("request ", request.id, " is already being prefilled here")));
+    return;
+  }
+  const std::string id = request.id;
+  if (absl::Status st = engine.AddRequest(std::move(request)); !st.ok()) {
+    state.channel->Close(st);
+    return;
+  }
+  requests_.emplace(id, std::move(state));
+  num_live_++;
+}
+
+void PrefillService::OnOutput(Engine& engine, const RequestOutput& out, absl::Time step_start) {
+  auto it = requests_.find(out.id);
+  if (it == requests_.end()) return;
+  Request& r = it->second;
+  const absl::Time now = absl::Now();
+  if (!out.new_tokens.empty()) {
+    PrefillEvent ev;
+    auto* first = ev.mutable_first_token();
+    first->set_token_id(out.new_tokens[0]);
+    first->set_finish_reason(FinishReasonToProto(out.finish_reason));
+    // The step that finished the prompt approximates prefill; earlier chunks count as queue.
+    const double queue_s = absl::ToDoubleSeconds(step_start - r.arrival);
+    const double prefill_s = absl::ToDoubleSeconds(now - step_start);
+    first->set_prefill_queue_s(queue_s);
+    first->set_prefill_s(prefill_s);
+    r.channel->Push(std::move(ev));
+    if (env_.metrics) {
+      env_.metrics->ObserveQueueTime(queue_s);
+      env_.metrics->ObservePrefillTime(prefill_s);
+    }
+  }
+  switch (out.finish_reason) {
+    case FinishReason::kNone:
+      return;
+    case FinishReason::kPrefillDone:
+      if (r.destination.has_value()) {
+        StartTransfer(engine, out.id, r);
+      } else {
+        (void)engine.ReleaseRequest(out.id);
+        Finish(out.id, absl::OkStatus());
+      }
+      return;
+    case FinishReason::kStop:
+    case FinishReason::kLength:
+      Finish(out.id, absl::OkStatus());
+      break;
+    case FinishReason::kAbort:
+      Finish(out.id, absl::AbortedError("request aborted"));
+      break;
+    case FinishReason::kError:
+      Finish(out.id, absl::InternalError(out.error));
+      break;
+  }
+  if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonLabel(out.finish_reason));
+}
+
+void PrefillService::StartTransfer(Engine& engine, const std::string& id, Request& r) {
+  absl::StatusOr<std::vector<int32_t>> pages = engine.KvPages(id);
+  const KvLayout& layout = engine.kv_layout();
+  const size_t needed =
+      static_cast<size_t>((r.num_prompt_tokens + layout.page_size - 1) / layout.page_size);
+  if (!pages.ok() || pages->size() < needed) {
+    (void)engine.ReleaseRequest(id);
+    Finish(id, absl::InternalError(absl::StrCat("prefill pages of ", id, " missing")));
+    return;
+  }
+  pages->resize(needed);
+  r.phase = Phase::kTransferring;
+  TransferJob job{id, *r.destination, *std::move(pages), engine.kv_pool(), layout, r.cancelled};
+  absl::MutexLock l(&jobs_mu_);
+  jobs_.push_back(std::move(job));
+}
+
+void PrefillService::TransferThread() {
+  while (true) {
+    TransferJob job;
+    {
+      absl::MutexLock l(&jobs_mu_);
+      auto ready = [this]()
+                       ABSL_SHARED_LOCKS_REQUIRED(jobs_mu_) { return stopping_ || !jobs_.empty(); };
+      jobs_mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    absl::StatusOr<KvTransferStats> result = RunTransfer(job);
+    KvTransferStats stats = result.ok() ? *result : KvTransferStats{};
+    loop_->Post([this, id = job.request_id, st = result.status(), stats](Engine& e) {
+      OnTransferDone(e, id, st, stats);
+    });
+  }
+}
+
+absl::StatusOr<KvTransferStats> PrefillService::RunTransfer(const TransferJob& job) {
+  if (job.cancelled->load()) return absl::AbortedError("request aborted before its KV transfer");
+  const std::string& transfer_id =
+      job.destination.transfer_id().empty() ? job.request_id : job.destination.transfer_id();
+  absl::StatusOr<std::unique_ptr<KvSendOp>> op = sender_->Begin(
+      job.destination.kv_transfer_address(), transfer_id, job.layout,
+      static_cast<int>(job.pages.size()), absl::Milliseconds(env_.options->kv_transfer_timeout_ms));
+  if (!op.ok()) return op.status();
+  for (int layer = 0; layer < job.layout.num_layers; ++layer) {
+    if (job.cancelled->load()) {
+      (*op)->Abort("request aborted on the prefill worker");
+      return absl::AbortedError("request aborted during its KV transfer");
+    }
+    if (absl::Status st = (*op)->SendLayer(layer, job.pool, job.pages, 0); !st.ok()) return st;
+  }
+  return (*op)->Finish();
+}
+
+void PrefillService::OnTransferDone(Engine& engine, const std::string& id, absl::Status status,
+                                    const KvTransferStats& stats) {
+  (void)engine.ReleaseRequest(id);
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  if (it->second.cancelled->load()) status = absl::AbortedError("request aborted");
+  if (status.ok()) {
+    PrefillEvent ev;
+    ev.mutable_transfer_done()->set_bytes(stats.bytes);
+    ev.mutable_transfer_done()->set_kv_transfer_s(absl::ToDoubleSeconds(stats.duration));
+    it->second.channel->Push(std::move(ev));
+    if (env_.metrics) {
+      env_.metrics->ObserveKvTransfer(absl::ToDoubleSeconds(stats.duration), stats.bytes);
+      env_.metrics->CountRequestOutcome("prefill_done");
+    }
+    Finish(id, absl::OkStatus());
+    return;
+  }
+  LOG(WARNING) << "KV transfer of " << id << " failed: " << status;
+  if (env_.metrics) {
+    env_.metrics->CountKvTransferFailure(absl::StatusCodeToString(status.code()));
+    env_.metrics->CountRequestOutcome("error");
+  }
+  // The decode side gave up (or is gone): the router must fail or retry the request.
+  Finish(id, absl::IsAborted(status) ? status
+                                     : absl::UnavailableError(absl::StrCat(
+                                           "KV transfer to decode failed: ", status.message())));
+}
+
+void PrefillService::Finish(const std::string& id, absl::Status status) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  it->second.channel->Close(std::move(status));
+  requests_.erase(it);
+  num_live_--;
+}
+
+bool PrefillService::AbortOnLoop(Engine& engine, const std::string& request_id,
+                                 tandem::v1::AbortReason) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  if (it->second.phase == Phase::kTransferring) {
+    it->second.cancelled->store(true);  // the transfer thread aborts and reports back
+    return true;
+  }
+  if (!engine.Abort(request_id).ok()) {
+    (void)engine.ReleaseRequest(request_id);
+    Finish(request_id, absl::AbortedError("request aborted"));
+  }
+  return true;  // the engine reports kAbort at its next step
+}
+
+void PrefillService::FailAll(Engine& engine, const absl::Status& status) {
+  std::vector<std::string> ids;
+  for (auto& [id, r] : requests_) {
+    if (r.phase == Phase::kInEngine) ids.push_back(id);
+  }
+  for (const std::string& id : ids) {
+    (void)engine.Abort(id);
+    Finish(id, absl::InternalError(absl::StrCat("engine step failed: ", status.message())));
+  }
+}
+
+}  // namespace tandem

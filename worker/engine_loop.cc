@@ -1,0 +1,92 @@
+#include "worker/engine_loop.h"
+
+#include <utility>
+
+#include "base/logging.h"
+#include "engine/engine.h"
+
+namespace tandem {
+
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, Handlers handlers, absl::Duration tick)
+    : engine_(std::move(engine)), handlers_(std::move(handlers)), tick_(tick) {
+  stats_ = engine_->Stats();
+}
+
+EngineLoop::~EngineLoop() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void EngineLoop::Post(std::function<void(Engine&)> task) {
+  absl::MutexLock l(&mu_);
+  tasks_.push_back(std::move(task));
+}
+
+void EngineLoop::RunSync(const std::function<void(Engine&)>& task) {
+  absl::Mutex done_mu;
+  bool done = false;
+  Post([&](Engine& e) {
+    task(e);
+    absl::MutexLock l(&done_mu);
+    done = true;
+  });
+  absl::MutexLock l(&done_mu);
+  done_mu.Await(absl::Condition(&done));
+}
+
+EngineStats EngineLoop::stats() const {
+  absl::MutexLock l(&mu_);
+  return stats_;
+}
+
+void EngineLoop::RunTasks() {
+  std::vector<std::function<void(Engine&)>> tasks;
+  {
+    absl::MutexLock l(&mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& task : tasks) task(*engine_);
+}
+
+void EngineLoop::Run() {
+  absl::Time next_tick = absl::Now() + tick_;
+  while (true) {
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_) return;
+      if (!engine_->HasWork()) {
+        auto wake = [this]()
+                        ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !tasks_.empty(); };
+        mu_.AwaitWithDeadline(absl::Condition(&wake), next_tick);
+        if (stopping_) return;
+      }
+    }
+    RunTasks();
+    if (absl::Now() >= next_tick) {
+      next_tick = absl::Now() + tick_;
+      if (handlers_.on_tick) handlers_.on_tick(*engine_);
+    }
+    if (engine_->HasWork()) {
+      const absl::Time step_start = absl::Now();
+      absl::StatusOr<std::vector<RequestOutput>> outputs = engine_->Step();
+      if (!outputs.ok()) {
+        LOG(ERROR) << "engine step failed: " << outputs.status();
+        if (handlers_.on_step_error) handlers_.on_step_error(*engine_, outputs.status());
+      } else {
+        for (const RequestOutput& out : *outputs) handlers_.on_output(*engine_, out, step_start);
+      }
+    }
+    EngineStats stats = engine_->Stats();
+    absl::MutexLock l(&mu_);
+    stats_ = stats;
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,17 @@
+// Conversions between worker.proto messages and engine types (one place, both worker roles).
+#pragma once
+
+#include "engine/engine.h"
+#include "tandem/v1/generate.pb.h"
+#include "tandem/v1/worker.pb.h"
+
+namespace tandem {
+
+SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p);
+// kNone -> UNSPECIFIED, kStop -> STOP, kLength -> LENGTH, kAbort -> ABORT, kError -> ERROR
+// (kPrefillDone is not a client-visible reason: UNSPECIFIED).
+tandem::v1::FinishReason FinishReasonToProto(FinishReason r);
+// Metric label for a finish reason ("stop", "length", "abort", "error", "prefill_done").
+const char* FinishReasonLabel(FinishReason r);
+
+}  // namespace tandem

@@ -1,0 +1,137 @@
+#include "worker/router_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <utility>
+
+#include "base/logging.h"
+
+namespace tandem {
+namespace {
+
+constexpr absl::Duration kRpcTimeout = absl::Seconds(2);
+constexpr absl::Duration kRetryInterval = absl::Milliseconds(250);
+constexpr absl::Duration kRefusedRetryInterval = absl::Seconds(5);
+
+void SetDeadline(grpc::ClientContext* ctx) {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
+}
+
+}  // namespace
+
+RouterClient::RouterClient(Options options) : options_(std::move(options)) {
+  stub_ = tandem::v1::WorkerRegistry::NewStub(
+      grpc::CreateChannel(options_.router_address, grpc::InsecureChannelCredentials()));
+}
+
+RouterClient::~RouterClient() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void RouterClient::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void RouterClient::Wake() {
+  absl::MutexLock l(&mu_);
+  wake_ = true;
+}
+
+bool RouterClient::registered() const {
+  absl::MutexLock l(&mu_);
+  return registered_;
+}
+
+int RouterClient::registrations() const {
+  absl::MutexLock l(&mu_);
+  return registrations_;
+}
+
+bool RouterClient::Register() {
+  tandem::v1::RegisterRequest req = options_.hello;
+  *req.mutable_load() = options_.load();
+  tandem::v1::RegisterResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  const grpc::Status st = stub_->Register(&ctx, req, &resp);
+  if (!st.ok()) {
+    if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+        st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      LOG(ERROR) << "router refused registration of " << req.worker_id() << ": "
+                 << st.error_message();
+      absl::MutexLock l(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), kRefusedRetryInterval);
+    } else {
+      LOG(DEBUG) << "register with router " << options_.router_address
+                 << " failed: " << st.error_message();
+    }
+    return false;
+  }
+  absl::MutexLock l(&mu_);
+  registered_ = true;
+  ++registrations_;
+  epoch_ = resp.epoch();
+  failed_heartbeats_ = 0;
+  if (resp.heartbeat_interval_ms() > 0) {
+    interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());
+  }
+  if (resp.missed_heartbeats_limit() > 0) missed_limit_ = resp.missed_heartbeats_limit();
+  LOG(INFO) << "registered " << req.worker_id() << " with router " << options_.router_address
+            << " (epoch " << epoch_ << ")";
+  return true;
+}
+
+void RouterClient::Heartbeat() {
+  tandem::v1::HeartbeatRequest req;
+  req.set_worker_id(options_.hello.worker_id());
+  {
+    absl::MutexLock l(&mu_);
+    req.set_epoch(epoch_);
+  }
+  *req.mutable_load() = options_.load();
+  req.set_draining(options_.draining && options_.draining());
+  tandem::v1::HeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  const grpc::Status st = stub_->Heartbeat(&ctx, req, &resp);
+  absl::MutexLock l(&mu_);
+  if (!st.ok()) {
+    // The router may be restarting; once it has surely forgotten us, register afresh.
+    if (++failed_heartbeats_ >= missed_limit_) registered_ = false;
+    return;
+  }
+  failed_heartbeats_ = 0;
+  if (resp.reregister()) {
+    LOG(INFO) << "router asked " << req.worker_id() << " to register again";
+    registered_ = false;
+  }
+}
+
+void RouterClient::Run() {
+  while (true) {
+    bool registered;
+    absl::Duration wait;
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_) return;
+      registered = registered_;
+    }
+    if (!registered) {
+      registered = Register();
+      if (registered) Heartbeat();  // carries the draining flag and the first load report
+    } else {
+      Heartbeat();
+    }
+    absl::MutexLock l(&mu_);
+    wait = registered_ ? interval_ : kRetryInterval;
+    auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || wake_; };
+    mu_.AwaitWithTimeout(absl::Condition(&woken), wait);
+    wake_ = false;
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,59 @@
+// RouterClient: registers this worker with the router's WorkerRegistry and heartbeats with a
+// load report. Keeps doing so for the life of the process: if the router is unreachable it
+// retries; if a heartbeat answers `reregister` (router restarted, or it had marked us down) it
+// registers again. A refused registration (FAILED_PRECONDITION: protocol or model mismatch) is
+// logged loudly and retried slowly: the operator must fix the deployment.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem {
+
+class RouterClient {
+ public:
+  struct Options {
+    std::string router_address;         // host:port of the router's gRPC server
+    tandem::v1::RegisterRequest hello;  // everything but the load report
+    std::function<tandem::v1::LoadReport()> load;
+    std::function<bool()> draining;
+  };
+
+  explicit RouterClient(Options options);
+  ~RouterClient();  // stops the heartbeat thread
+
+  void Start();
+  // Sends a heartbeat now (e.g. to announce draining) instead of at the next interval.
+  void Wake();
+  bool registered() const;
+  // Number of successful registrations so far (a re-registration counts again).
+  int registrations() const;
+
+ private:
+  void Run();
+  bool Register();
+  void Heartbeat();
+
+  Options options_;
+  std::unique_ptr<tandem::v1::WorkerRegistry::Stub> stub_;
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  int registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(500);
+  int missed_limit_ ABSL_GUARDED_BY(mu_) = 3;
+  int failed_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,154 @@
+#include "worker/run_worker.h"
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "worker/router_client.h"
+
+namespace tandem {
+namespace {
+
+std::string KvDtypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF32:
+      return "f32";
+    case DType::kF8E4M3:
+      return "fp8_e4m3";
+    default:
+      return "other";
+  }
+}
+
+tandem::v1::RegisterRequest MakeHello(const WorkerOptions& o, const Engine& engine, int port,
+                                      const std::string& kv_address) {
+  tandem::v1::RegisterRequest r;
+  r.set_protocol_version(tandem::v1::PROTOCOL_VERSION_CURRENT);
+  r.set_worker_id(o.worker_id);
+  r.set_role(RoleProto(o.role));
+  r.set_address(absl::StrCat(o.advertise_host, ":", port));
+  r.set_kv_transfer_address(kv_address);
+  const ModelConfig& c = engine.model_config();
+  auto* m = r.mutable_model();
+  m->set_name(o.served_model_name);
+  m->set_vocab_size(engine.tokenizer() ? engine.tokenizer()->vocab_size() : c.vocab_size);
+  m->set_num_layers(c.num_layers);
+  m->set_num_kv_heads(c.num_kv_heads);
+  m->set_head_dim(c.head_dim);
+  m->set_max_model_len(engine.max_model_len());
+  m->set_kv_dtype(KvDtypeName(engine.kv_layout().dtype));
+  auto* pool = r.mutable_kv_pool();
+  pool->set_page_size(engine.kv_layout().page_size);
+  pool->set_num_pages(engine.kv_layout().num_pages);
+  pool->set_tp_size(1);
+  pool->set_pp_size(1);
+  r.set_build_version(TANDEM_VERSION);
+  return r;
+}
+
+// Blocks until SIGTERM or SIGINT, calling `idle` about every 100 ms. The signals must already
+// be blocked in every thread (done before any thread starts).
+void WaitForSignal(const std::function<void()>& idle) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  const timespec timeout{0, 100 * 1000 * 1000};
+  while (sigtimedwait(&set, nullptr, &timeout) < 0) idle();
+}
+
+void BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+}  // namespace
+
+int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFactory& make_service) {
+  BlockStopSignals();
+  absl::StatusOr<WorkerOptions> parsed = ParseWorkerOptions(argc, argv, default_role);
+  if (!parsed.ok()) {
+    std::cerr << parsed.status().message() << "\n";
+    return absl::IsCancelled(parsed.status()) ? 0 : 2;
+  }
+  WorkerOptions o = *std::move(parsed);
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(o.engine);
+  if (!engine.ok()) {
+    LOG(ERROR) << "cannot start the engine: " << engine.status();
+    return 1;
+  }
+  // Bind the gRPC port first: the worker id defaults to "<role>-<port>".
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::StrCat(o.host, ":", o.port), grpc::InsecureServerCredentials(),
+                           &port);
+  std::unique_ptr<WorkerMetrics> metrics;
+  if (o.metrics_port >= 0) {
+    absl::StatusOr<std::unique_ptr<WorkerMetrics>> m = WorkerMetrics::Create(
+        absl::StrCat(o.host, ":", o.metrics_port), RoleName(o.role),
+        o.worker_id.empty() ? RoleName(o.role) : o.worker_id, o.served_model_name);
+    if (!m.ok()) {
+      LOG(ERROR) << m.status();
+      return 1;
+    }
+    metrics = *std::move(m);
+  }
+  WorkerEnv env{&o, metrics.get(), engine->get()};
+  absl::StatusOr<std::unique_ptr<WorkerService>> service = make_service(env);
+  if (!service.ok()) {
+    LOG(ERROR) << "cannot start the " << RoleName(o.role) << " service: " << service.status();
+    return 1;
+  }
+  EngineLoop loop(*std::move(engine), (*service)->Handlers());
+  (*service)->Attach(&loop);
+  builder.RegisterService(service->get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    LOG(ERROR) << "cannot listen on " << o.host << ":" << o.port;
+    return 1;
+  }
+  if (o.worker_id.empty()) o.worker_id = absl::StrCat(RoleName(o.role), "-", port);
+  loop.Start();
+  std::unique_ptr<RouterClient> router;
+  if (!o.router.empty()) {
+    WorkerService* svc = service->get();
+    router = std::make_unique<RouterClient>(RouterClient::Options{
+        o.router, MakeHello(o, loop.engine(), port, svc->kv_transfer_address()),
+        [svc] { return svc->Load(); }, [svc] { return svc->draining(); }});
+    router->Start();
+  }
+  std::printf(
+      "tandem %s worker %s: grpc %s:%d kv %s metrics %s\n", RoleName(o.role), o.worker_id.c_str(),
+      o.host.c_str(), port,
+      (*service)->kv_transfer_address().empty() ? "-" : (*service)->kv_transfer_address().c_str(),
+      metrics ? absl::StrCat(o.host, ":", metrics->port(), "/metrics").c_str() : "-");
+  std::fflush(stdout);
+  auto update_metrics = [&] {
+    if (metrics) metrics->UpdateEngine(loop.stats(), (*service)->NumLive());
+  };
+  WaitForSignal(update_metrics);
+  LOG(INFO) << o.worker_id << ": draining (" << (*service)->NumLive() << " requests in flight)";
+  (*service)->StartDraining();
+  if (router) router->Wake();
+  const absl::Time drain_deadline = absl::Now() + absl::Milliseconds(o.drain_timeout_ms);
+  while ((*service)->NumLive() > 0 && absl::Now() < drain_deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+  router.reset();
+  (*service)->Stop();
+  LOG(INFO) << o.worker_id << ": stopped";
+  return 0;
+}
+
+}  // namespace tandem

@@ -1,0 +1,142 @@
+#include "worker/worker_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+
+namespace tandem {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// vLLM's time-to-first-token buckets: fine enough for CPU-backend phases and GPU ones alike.
+const Histogram::BucketBoundaries& PhaseBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,   0.75,
+      1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160., 640.0, 2560.0};
+  return *b;
+}
+
+const Histogram::BucketBoundaries& ByteBuckets() {
+  static const auto* b = [] {
+    auto* v = new Histogram::BucketBoundaries;
+    for (double x = 1024; x <= 16.0 * (1 << 30); x *= 4) v->push_back(x);
+    return v;
+  }();
+  return *b;
+}
+
+}  // namespace
+
+WorkerMetrics::~WorkerMetrics() = default;
+
+absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
+    const std::string& bind_address, const std::string& role, const std::string& worker_id,
+    const std::string& model) {
+  std::unique_ptr<WorkerMetrics> m(new WorkerMetrics);
+  try {  // prometheus-cpp (CivetWeb) throws when it cannot bind
+    m->exposer_ = std::make_unique<prometheus::Exposer>(bind_address, 1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics exposer cannot listen on ", bind_address, ": ", e.what()));
+  }
+  const auto ports = m->exposer_->GetListeningPorts();
+  m->port_ = ports.empty() ? 0 : ports[0];
+  m->registry_ = std::make_shared<prometheus::Registry>();
+  m->exposer_->RegisterCollectable(m->registry_);
+  // Constant labels on every family.
+  const prometheus::Labels labels = {{"role", role}, {"worker", worker_id}, {"model", model}};
+  prometheus::Registry& r = *m->registry_;
+  auto hist = [&](const std::string& name, const std::string& help, const auto& buckets) {
+    return &BuildHistogram().Name(name).Help(help).Labels(labels).Register(r).Add({}, buckets);
+  };
+  auto gauge = [&](const std::string& name, const std::string& help) {
+    return &BuildGauge().Name(name).Help(help).Labels(labels).Register(r).Add({});
+  };
+  auto counter = [&](const std::string& name, const std::string& help) {
+    return &BuildCounter().Name(name).Help(help).Labels(labels).Register(r).Add({});
+  };
+  m->queue_time_ =
+      hist("tandem_request_queue_time_seconds",
+           "Time a request waited in this worker before its prefill began", PhaseBuckets());
+  m->prefill_time_ = hist("tandem_request_prefill_time_seconds",
+                          "Prompt compute time up to the first sampled token", PhaseBuckets());
+  m->kv_transfer_time_ =
+      hist("tandem_kv_transfer_duration_seconds",
+           "KV page transfer time, first byte to acknowledgment", PhaseBuckets());
+  m->kv_transfer_bytes_ =
+      hist("tandem_kv_transfer_bytes", "Bytes of KV pages moved per transfer", ByteBuckets());
+  m->first_decode_step_ =
+      hist("tandem_request_first_decode_step_seconds",
+           "Joining the decode batch to the next sampled token", PhaseBuckets());
+  m->request_duration_ = hist("tandem_worker_request_duration_seconds",
+                              "Time a request held state on this worker", PhaseBuckets());
+  m->outcomes_ = &BuildCounter()
+                      .Name("tandem_request_success_total")
+                      .Help("Requests that ended on this worker, by finished_reason")
+                      .Labels(labels)
+                      .Register(r);
+  m->kv_failures_ = &BuildCounter()
+                         .Name("tandem_kv_transfer_failures_total")
+                         .Help("KV transfers that failed, by reason")
+                         .Labels(labels)
+                         .Register(r);
+  m->running_ = gauge("tandem_num_requests_running", "Requests in the running batch");
+  m->waiting_ = gauge("tandem_num_requests_waiting", "Requests queued in the engine");
+  m->live_ = gauge("tandem_worker_live_requests", "Requests this worker holds state for");
+  m->kv_usage_ = gauge("tandem_kv_cache_usage_ratio", "Fraction of KV pages not free");
+  m->pages_free_ = gauge("tandem_kv_pages_free", "Free KV pages");
+  m->pages_reserved_ = gauge("tandem_kv_pages_reserved", "KV pages reserved for transfers");
+  m->pages_owned_ = gauge("tandem_kv_pages_owned", "KV pages held by requests");
+  m->prompt_tokens_ = counter("tandem_prompt_tokens_total", "Prompt tokens processed");
+  m->generation_tokens_ = counter("tandem_generation_tokens_total", "Tokens generated");
+  return m;
+}
+
+void WorkerMetrics::ObserveQueueTime(double s) { queue_time_->Observe(s); }
+void WorkerMetrics::ObservePrefillTime(double s) { prefill_time_->Observe(s); }
+void WorkerMetrics::ObserveKvTransfer(double s, int64_t bytes) {
+  kv_transfer_time_->Observe(s);
+  kv_transfer_bytes_->Observe(static_cast<double>(bytes));
+}
+void WorkerMetrics::CountKvTransferFailure(const std::string& reason) {
+  kv_failures_->Add({{"reason", reason}}).Increment();
+}
+void WorkerMetrics::ObserveFirstDecodeStep(double s) { first_decode_step_->Observe(s); }
+void WorkerMetrics::ObserveRequestDuration(double s) { request_duration_->Observe(s); }
+void WorkerMetrics::CountRequestOutcome(const std::string& reason) {
+  outcomes_->Add({{"finished_reason", reason}}).Increment();
+}
+
+void WorkerMetrics::UpdateEngine(const EngineStats& stats, int num_live_requests) {
+  running_->Set(stats.num_running);
+  waiting_->Set(stats.num_waiting);
+  live_->Set(num_live_requests);
+  const double total = stats.num_pages_total > 0 ? stats.num_pages_total : 1;
+  kv_usage_->Set(1.0 - stats.num_pages_free / total);
+  pages_free_->Set(stats.num_pages_free);
+  pages_reserved_->Set(stats.num_pages_reserved);
+  pages_owned_->Set(stats.num_pages_owned);
+  if (stats.num_prompt_tokens_total > last_prompt_tokens_) {
+    prompt_tokens_->Increment(
+        static_cast<double>(stats.num_prompt_tokens_total - last_prompt_tokens_));
+    last_prompt_tokens_ = stats.num_prompt_tokens_total;
+  }
+  if (stats.num_generated_tokens_total > last_generation_tokens_) {
+    generation_tokens_->Increment(
+        static_cast<double>(stats.num_generated_tokens_total - last_generation_tokens_));
+    last_generation_tokens_ = stats.num_generated_tokens_total;
+  }
+}
+
+}  // namespace tandem

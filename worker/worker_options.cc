@@ -1,0 +1,86 @@
+#include "worker/worker_options.h"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+
+const char* RoleName(WorkerRole role) {
+  switch (role) {
+    case WorkerRole::kPrefill:
+      return "prefill";
+    case WorkerRole::kDecode:
+      return "decode";
+    case WorkerRole::kMixed:
+      return "mixed";
+  }
+  return "?";
+}
+
+tandem::v1::WorkerRole RoleProto(WorkerRole role) {
+  switch (role) {
+    case WorkerRole::kPrefill:
+      return tandem::v1::WORKER_ROLE_PREFILL;
+    case WorkerRole::kDecode:
+      return tandem::v1::WORKER_ROLE_DECODE;
+    case WorkerRole::kMixed:
+      return tandem::v1::WORKER_ROLE_MIXED;
+  }
+  return tandem::v1::WORKER_ROLE_UNSPECIFIED;
+}
+
+absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRole default_role) {
+  WorkerOptions o;
+  o.role = default_role;
+  std::string role = RoleName(default_role);
+  std::string backend = "cpu";
+  CLI::App app(absl::StrCat("tandem ", role, " worker"));
+  if (default_role != WorkerRole::kPrefill) {
+    app.add_option("--role", role, "decode or mixed (one engine, both phases, no transfer)")
+        ->check(CLI::IsMember({"decode", "mixed"}));
+  }
+  app.add_option("--model", o.engine.model_dir, "Hugging Face model directory")->required();
+  app.add_option("--served-model-name", o.served_model_name, "Model name (default: dir name)");
+  app.add_option("--worker-id", o.worker_id, "Stable worker id (default: <role>-<port>)");
+  app.add_option("--host", o.host, "Listen address (IPv4)");
+  app.add_option("--port", o.port, "gRPC port (0: any free port)");
+  app.add_option("--advertise-host", o.advertise_host, "Address the router uses to reach us");
+  app.add_option("--router", o.router, "Router's gRPC host:port to register with");
+  app.add_option("--metrics-port", o.metrics_port, "Prometheus port (0: any, -1: off)");
+  app.add_option("--kv-port", o.kv_port, "KV transfer receiver port (decode; 0: any)");
+  app.add_option("--backend", backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--page-size", o.engine.page_size, "Tokens per KV page");
+  app.add_option("--num-pages", o.engine.num_pages, "KV pages (0: from --kv-memory-bytes)");
+  app.add_option("--kv-memory-bytes", o.engine.kv_memory_bytes, "KV pool size in bytes");
+  app.add_option("--max-num-seqs", o.engine.max_num_seqs, "Running sequences per step");
+  app.add_option("--max-num-batched-tokens", o.engine.max_num_batched_tokens,
+                 "Token budget per step (chunked prefill)");
+  app.add_option("--max-model-len", o.engine.max_model_len, "Context length (0: model's)");
+  app.add_option("--kv-transfer-timeout-ms", o.kv_transfer_timeout_ms, "Per KV transfer");
+  app.add_option("--reservation-ttl-ms", o.reservation_ttl_ms, "Unclaimed reservation TTL");
+  app.add_option("--drain-timeout-ms", o.drain_timeout_ms, "Drain time on SIGTERM");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return absl::CancelledError(app.help());
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(absl::StrCat(e.what(), "\n", app.help()));
+  }
+  o.role = role == "mixed" ? WorkerRole::kMixed : default_role;
+  o.engine.backend = backend == "cuda" ? Backend::kCuda : Backend::kCpu;
+  if (o.advertise_host.empty()) o.advertise_host = o.host;
+  if (o.worker_id.empty() && o.port != 0) o.worker_id = absl::StrCat(RoleName(o.role), "-", o.port);
+  if (o.served_model_name.empty()) {
+    o.served_model_name =
+        std::filesystem::path(o.engine.model_dir).lexically_normal().filename().string();
+    if (o.served_model_name.empty()) {
+      o.served_model_name =
+          std::filesystem::path(o.engine.model_dir).parent_path().filename().string();
+    }
+  }
+  return o;
+}
+
+}  // namespace tandem

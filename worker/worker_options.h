@@ -1,0 +1,41 @@
+// WorkerOptions: the command line every worker binary shares (CLI11), and what it derives from
+// it (engine options, the identity the router checks). Same flag names for every role so a
+// launcher, a systemd unit or a Kubernetes pod spec can start any worker the same way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "tandem/v1/worker.pb.h"
+
+namespace tandem {
+
+enum class WorkerRole { kPrefill, kDecode, kMixed };
+
+struct WorkerOptions {
+  WorkerRole role = WorkerRole::kDecode;
+  std::string worker_id;                   // default "<role>-<port>"
+  std::string host = "127.0.0.1";          // listen address of the gRPC service (and KV receiver)
+  int port = 0;                            // gRPC port; 0 picks a free one (printed at start-up)
+  std::string advertise_host;              // address given to the router; default: host
+  std::string router;                      // router's gRPC host:port; empty: do not register
+  int metrics_port = 0;                    // Prometheus /metrics; 0 picks a free one, -1 disables
+  int kv_port = 0;                         // decode / mixed: KV receiver port; 0 picks a free one
+  std::string served_model_name;           // default: basename of the model directory
+  int64_t kv_transfer_timeout_ms = 30000;  // per transfer, both sides
+  int64_t reservation_ttl_ms = 30000;      // decode: unclaimed reservation lifetime
+  int64_t drain_timeout_ms = 30000;        // SIGTERM: wait this long for in-flight requests
+  EngineOptions engine;
+};
+
+// Parses argv. `default_role` is the binary's role; the decode binary also accepts
+// --role mixed. Returns InvalidArgument with CLI11's message (or the help text, code kCancelled,
+// for --help).
+absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRole default_role);
+
+const char* RoleName(WorkerRole role);
+tandem::v1::WorkerRole RoleProto(WorkerRole role);
+
+}  // namespace tandem

@@ -1,0 +1,107 @@
+// WorkerService: the gRPC Worker service of one worker process (worker.proto), shared shape of
+// the prefill, decode and mixed roles. A role implements its RPCs and the engine-loop handlers;
+// this base answers GetLoad and Abort (through AbortOnLoop), refuses new work while draining,
+// and streams a request's events to its client (StreamEvents).
+//
+// Threading: RPC handlers run on gRPC threads and only Post() work to the EngineLoop; all
+// per-request state lives in the role's tables, touched only on the loop thread.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "worker/engine_loop.h"
+#include "worker/event_channel.h"
+#include "worker/worker_metrics.h"
+#include "worker/worker_options.h"
+
+namespace tandem {
+
+// What a role's service gets at construction.
+struct WorkerEnv {
+  const WorkerOptions* options = nullptr;
+  WorkerMetrics* metrics = nullptr;  // null when metrics are off
+  // Before the loop takes it: for constants (kv_pool, kv_layout, config) only; never call its
+  // mutating methods outside loop tasks.
+  Engine* engine = nullptr;
+};
+
+grpc::Status ToGrpc(const absl::Status& status);
+
+class WorkerService : public tandem::v1::Worker::Service {
+ public:
+  explicit WorkerService(const WorkerEnv& env) : env_(env) {}
+  ~WorkerService() override = default;
+
+  // Wires the loop in (once, before serving).
+  void Attach(EngineLoop* loop) { loop_ = loop; }
+  virtual EngineLoop::Handlers Handlers() = 0;
+  // Stops the role's own threads (transport, transfer workers) so that nothing posts to the
+  // loop any more. Called after the gRPC server stopped and before the loop is destroyed.
+  virtual void Stop() {}
+  // Where KV pushes land (decode, mixed); empty otherwise.
+  virtual std::string kv_transfer_address() const { return ""; }
+  // Requests this worker holds any state for (queued, running, transferring, reserved).
+  int NumLive() const { return num_live_.load(); }
+  // From now on new work is refused with UNAVAILABLE; in-flight requests finish.
+  void StartDraining() { draining_ = true; }
+  bool draining() const { return draining_.load(); }
+  tandem::v1::LoadReport Load() const;
+
+  grpc::Status GetLoad(grpc::ServerContext* ctx, const tandem::v1::GetLoadRequest* req,
+                       tandem::v1::LoadReport* resp) override;
+  grpc::Status Abort(grpc::ServerContext* ctx, const tandem::v1::AbortRequest* req,
+                     tandem::v1::AbortResponse* resp) override;
+
+ protected:
+  // On the loop thread: drops everything held for `request_id`; true if anything was.
+  virtual bool AbortOnLoop(Engine& engine, const std::string& request_id,
+                           tandem::v1::AbortReason reason) = 0;
+  // UNAVAILABLE while draining, else OK.
+  grpc::Status AdmitNew() const;
+
+  // Pumps `channel` to `writer` until it closes; a client that goes away (or a failed write)
+  // aborts the request on the loop and returns CANCELLED. Blocks the calling gRPC thread.
+  template <typename Event>
+  grpc::Status StreamEvents(grpc::ServerContext* ctx, grpc::ServerWriter<Event>* writer,
+                            EventChannel<Event>& channel, const std::string& request_id);
+
+  WorkerEnv env_;
+  EngineLoop* loop_ = nullptr;
+  std::atomic<int> num_live_{0};  // written on the loop thread
+  std::atomic<bool> draining_{false};
+};
+
+template <typename Event>
+grpc::Status WorkerService::StreamEvents(grpc::ServerContext* ctx,
+                                         grpc::ServerWriter<Event>* writer,
+                                         EventChannel<Event>& channel,
+                                         const std::string& request_id) {
+  // How often a blocked handler checks for a client that went away.
+  constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+  Event event;
+  absl::Status final_status;
+  while (true) {
+    switch (channel.Next(&event, &final_status, kCancelPoll)) {
+      case EventChannel<Event>::Result::kEvent:
+        if (writer->Write(event)) continue;
+        break;  // the client is gone
+      case EventChannel<Event>::Result::kClosed:
+        return ToGrpc(final_status);
+      case EventChannel<Event>::Result::kTimeout:
+        if (!ctx->IsCancelled()) continue;
+        break;
+    }
+    loop_->Post([this, request_id](Engine& e) {
+      AbortOnLoop(e, request_id, tandem::v1::ABORT_REASON_CLIENT_CANCELLED);
+    });
+    return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled the stream");
+  }
+}
+
+}  // namespace tandem
