@@ -18,7 +18,10 @@ import sys
 import tempfile
 
 FAMILIES = ["llama3", "qwen2", "llama2", "mistral"]
-VOCAB_SIZE = 512
+# (directory name, family, vocab size): the tiny-model size, and the largest vocabulary the
+# embedded corpus yields (the trainer stops when it runs out of pairs). tokenizer_test.cc
+# writes the same list.
+CONFIGS = [(f, f, 512) for f in FAMILIES] + [(f + "_max", f, 100000) for f in FAMILIES]
 
 CORPUS = [
     "",
@@ -58,6 +61,29 @@ CORPUS = [
     "Mixed: naïve café 1234 你好 🎉 <|eot_id|> end",
 ]
 
+
+def fuzz_corpus(count, seed):
+    """Random mixes of the pieces tokenizers trip over: whitespace runs, digits, contractions,
+    multi-byte and combining characters, emoji sequences, special tokens and their prefixes."""
+    import random
+
+    rng = random.Random(seed)
+    pieces = [
+        " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u00a0", "\u3000", "\u2009",
+        "the", "The", "serving", "tokens", "Hello", "HELLO", "x", "_", "-", "...", "!?", "(", ")",
+        "'s", "'S", "'ll", "'re", "n't", "'", "\"", "0", "7", "42", "1234", "3.14", "2024-01-01",
+        "é", "e\u0301", "ß", "Ø", "ñ", "ç", "naïve", "Ωμέγα", "Привет", "你好", "世界", "東京",
+        "こんにちは", "한국어", "مرحبا", "नमस्ते", "🎉", "👍🏽", "👨‍👩‍👧‍👦", "🇫🇷", "❤️", "𝕳",
+        "\u212b", "\uf900", "\u0300", "<s>", "</s>", "<unk>", "<|im_start|>", "<|im_end|>",
+        "<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<tool_call>",
+        "</think>", "<|im_", "<|eot", "<0x41>", "▁", "Ġ", "[INST]", "{", "}", "=>", "==", "//",
+    ]
+    texts = []
+    for _ in range(count):
+        texts.append("".join(rng.choice(pieces) for _ in range(rng.randint(1, 14))))
+    return texts
+
+
 CONVERSATIONS = [
     [{"role": "user", "content": "Hi"}],
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}],
@@ -89,15 +115,18 @@ def tokenizer_hash(directory):
     return "%016x" % h
 
 
-def encode_goldens(root):
+def encode_goldens(root, fuzz_small, fuzz_max):
+    """fuzz_small / fuzz_max: random texts added for the 512-token / largest vocabularies."""
     from tokenizers import Tokenizer
 
     out = {}
-    for family in FAMILIES:
-        directory = os.path.join(root, family)
+    for name, _, vocab_size in CONFIGS:
+        directory = os.path.join(root, name)
         tok = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
         cases = []
-        for text in CORPUS:
+        small = vocab_size == 512
+        texts = CORPUS + fuzz_corpus(fuzz_small if small else fuzz_max, 1234 if small else 99)
+        for text in texts:
             ids = tok.encode(text, add_special_tokens=True).ids
             plain = tok.encode(text, add_special_tokens=False).ids
             cases.append({
@@ -109,8 +138,8 @@ def encode_goldens(root):
                 # Dropping the last token may cut a character: exercises U+FFFD rules.
                 "decode_truncated": tok.decode(plain[:-1], skip_special_tokens=False),
             })
-        out[family] = {"tokenizer_fnv1a64": tokenizer_hash(directory),
-                       "vocab_size": tok.get_vocab_size(), "cases": cases}
+        out[name] = {"tokenizer_fnv1a64": tokenizer_hash(directory),
+                     "vocab_size": tok.get_vocab_size(), "cases": cases}
     return out
 
 
@@ -156,17 +185,19 @@ def write_json(data, path):
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode == "encode" and len(sys.argv) == 4:
-        write_json(encode_goldens(sys.argv[2]), sys.argv[3])
+        # Live runs are cheap: a wider random corpus (TANDEM_TOKENIZER_FUZZ=N for bug hunts).
+        fuzz = int(os.environ.get("TANDEM_TOKENIZER_FUZZ", "200"))
+        write_json(encode_goldens(sys.argv[2], fuzz, fuzz), sys.argv[3])
     elif mode == "chat" and len(sys.argv) == 4:
         write_json(chat_goldens(sys.argv[2]), sys.argv[3])
     elif mode == "all" and len(sys.argv) == 3:
         here = os.path.dirname(os.path.abspath(__file__))
         with tempfile.TemporaryDirectory() as root:
-            for family in FAMILIES:
-                os.makedirs(os.path.join(root, family))
-                subprocess.run([sys.argv[2], os.path.join(root, family), family, str(VOCAB_SIZE)],
+            for name, family, vocab_size in CONFIGS:
+                os.makedirs(os.path.join(root, name))
+                subprocess.run([sys.argv[2], os.path.join(root, name), family, str(vocab_size)],
                                check=True, stdout=subprocess.DEVNULL)
-            write_json(encode_goldens(root), os.path.join(here, "golden_encode.json"))
+            write_json(encode_goldens(root, 25, 0), os.path.join(here, "golden_encode.json"))
             write_json(chat_goldens(root), os.path.join(here, "golden_chat.json"))
     else:
         sys.exit(__doc__)

@@ -27,6 +27,19 @@ inline const std::vector<NamedFamily>& AllFamilies() {
   return kFamilies;
 }
 
+// The configurations make_golden.py's CONFIGS lists (same names and sizes).
+struct GoldenConfig {
+  std::string name;
+  NamedFamily family;
+  int vocab_size;
+};
+inline std::vector<GoldenConfig> GoldenConfigs() {
+  std::vector<GoldenConfig> configs;
+  for (const auto& f : AllFamilies()) configs.push_back({f.name, f, 512});
+  for (const auto& f : AllFamilies()) configs.push_back({std::string(f.name) + "_max", f, 100000});
+  return configs;
+}
+
 inline std::string ReadFileOrDie(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   EXPECT_TRUE(file.good()) << "cannot open " << path;
