@@ -27,8 +27,9 @@
 
 namespace tandem {
 
-inline constexpr int kDecodeRows = 16;   // packed rows per decode item (one mma row tile)
-inline constexpr int kPrefillRows = 64;  // packed rows per prefill item (4 warps x 16)
+inline constexpr int kDecodeRows = 16;        // packed rows per decode item (one mma row tile)
+inline constexpr int kPrefillRows = 64;       // packed rows per prefill item (4 warps x 16)
+inline constexpr int kMaxDecodeSplits = 256;  // splits of one key range, at most
 
 struct AttentionWorkItem {
   int32_t seq = 0;
@@ -93,8 +94,8 @@ class AttentionPlan {
   int num_merges() const { return num_merges_; }
   int num_partials() const { return num_partials_; }
 
-  // Number of warps the hardware runs at once for the decode kernel: sets the split target.
-  static int DecodeWarpSlots();
+  // Number of decode CTAs the GPU runs at once: sets the split target.
+  static int DecodeSlots();
 
  private:
   explicit AttentionPlan(const Capacity& capacity) : capacity_(capacity) {}

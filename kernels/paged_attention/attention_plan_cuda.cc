@@ -10,10 +10,10 @@
 namespace tandem {
 namespace {
 
-constexpr int kMinSplitKeys = 128;    // a split shorter than this costs more to merge than it saves
-constexpr int kSplitGranule = 32;     // keys per decode tile: splits are whole tiles
-constexpr int kDecodeWarpsPerSm = 4;  // the decode kernel runs one 4-warp CTA per SM
-constexpr int kItemsPerWarpSlot = 2;  // items per resident warp: evens out the last wave
+constexpr int kMinSplitKeys = 256;   // a split shorter than this costs more to merge than it saves
+constexpr int kSplitGranule = 64;    // keys per decode tile: splits are whole tiles
+constexpr int kDecodeCtasPerSm = 2;  // the decode kernel's occupancy (104 KB smem per CTA)
+constexpr int kItemsPerSlot = 2;     // items per resident CTA: evens out the last wave
 
 int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
@@ -28,16 +28,23 @@ int KeyEnd(const AttentionBatchShape& b, int s, int row_end) {
   return b.seq_lens[s] - q_len + (row_end - 1) / group + 1;
 }
 
+// The chunk one key range is split by: about `chunk` (at most kMaxDecodeSplits splits), evened
+// out so the splits of one range have equal length up to one tile.
+int SplitChunk(int key_end, int chunk) {
+  const int splits = std::min(CeilDiv(key_end, chunk), kMaxDecodeSplits);
+  return CeilDiv(CeilDiv(key_end, splits), kSplitGranule) * kSplitGranule;
+}
+
 }  // namespace
 
-int AttentionPlan::DecodeWarpSlots() {
+int AttentionPlan::DecodeSlots() {
   static const int slots = [] {
     int device = 0, sms = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      return 132 * kDecodeWarpsPerSm;
+      return 132 * kDecodeCtasPerSm;
     }
-    return sms * kDecodeWarpsPerSm;
+    return sms * kDecodeCtasPerSm;
   }();
   return slots;
 }
@@ -83,7 +90,7 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
   for (int s = 0; s < b.num_seqs; ++s) {
     total_keys += int64_t{b.num_kv_heads} * CeilDiv(RowsOf(b, s), tile_rows) * b.seq_lens[s];
   }
-  const int64_t target = int64_t{kItemsPerWarpSlot} * DecodeWarpSlots();
+  const int64_t target = int64_t{kItemsPerSlot} * DecodeSlots();
   int chunk = std::max<int>(kMinSplitKeys, CeilDiv(total_keys, std::max<int64_t>(target, 1)));
   chunk = CeilDiv(chunk, kSplitGranule) * kSplitGranule;
   // Grow the chunk until the partial results fit the workspace.
@@ -92,7 +99,8 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
     for (int s = 0; s < b.num_seqs; ++s) {
       const int rows = RowsOf(b, s);
       for (int r = 0; r < rows; r += tile_rows) {
-        const int splits = CeilDiv(KeyEnd(b, s, std::min(rows, r + tile_rows)), chunk);
+        const int key_end = KeyEnd(b, s, std::min(rows, r + tile_rows));
+        const int splits = CeilDiv(key_end, SplitChunk(key_end, chunk));
         if (splits > 1) partials += int64_t{splits} * b.num_kv_heads;
       }
     }
@@ -108,7 +116,8 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
       for (int r = 0; r < rows; r += tile_rows) {
         const int num_rows = std::min(tile_rows, rows - r);
         const int key_end = KeyEnd(b, s, r + num_rows);
-        const int splits = CeilDiv(key_end, chunk);
+        const int group_chunk = SplitChunk(key_end, chunk);
+        const int splits = CeilDiv(key_end, group_chunk);
         if (n + splits > capacity_.max_items || m + (splits > 1) > capacity_.max_merges) {
           return absl::ResourceExhaustedError(
               absl::StrCat("attention plan capacity exceeded at seq ", s));
@@ -119,8 +128,8 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
                         h,
                         r,
                         num_rows,
-                        k * chunk,
-                        std::min(key_end, (k + 1) * chunk),
+                        k * group_chunk,
+                        std::min(key_end, (k + 1) * group_chunk),
                         splits > 1 ? p++ : -1};
         }
       }

@@ -64,8 +64,15 @@ struct KvView {
   const int32_t* table;     // this sequence's block table
   int num_kv_heads;
   int page_size;
+  int page_shift;  // log2(page_size) when it is a power of two, else -1 (slow division)
   int kv_head;
 };
+
+__host__ __device__ inline int PageShift(int page_size) {
+  int shift = 0;
+  while ((1 << shift) < page_size) ++shift;
+  return (1 << shift) == page_size ? shift : -1;
+}
 
 // Copies keys [key0, key0 + kKeys) of K and V (rows >= key_end zero-filled) into k_s / v_s
 // ([kKeys][D + kRowPad]), spread over kThreads threads starting at `tid`.
@@ -84,10 +91,13 @@ __device__ __forceinline__ void LoadKvTile(const KvView& view, int key0, int key
     const bool valid = key < key_end;
     const __nv_bfloat16* k_src = view.kv;
     if (valid) {
-      const int64_t page = view.table[key / view.page_size];
+      const bool pow2 = view.page_shift >= 0;
+      const int page_idx = pow2 ? key >> view.page_shift : key / view.page_size;
+      const int in_page = pow2 ? key & (view.page_size - 1) : key - page_idx * view.page_size;
+      const int64_t page = view.table[page_idx];
       const int64_t head_elems = int64_t{view.page_size} * D;
       k_src = view.kv + (page * 2 * view.num_kv_heads + view.kv_head) * head_elems +
-              int64_t{key % view.page_size} * D + col;
+              int64_t{in_page} * D + col;
     }
     const __nv_bfloat16* v_src =
         valid ? k_src + int64_t{view.num_kv_heads} * view.page_size * D : view.kv;

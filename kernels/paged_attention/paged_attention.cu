@@ -23,12 +23,13 @@ using attention::KvView;
 using attention::WarpAccum;
 
 constexpr int kDecodeWarps = 4;
-constexpr int kDecodeKeys = 32;
+constexpr int kDecodeKeys = 64;  // per tile; each warp computes a quarter of it
+constexpr int kDecodeWarpKeys = kDecodeKeys / kDecodeWarps;
 constexpr int kDecodeStages = 3;
 constexpr int kPrefillWarps = kPrefillRows / 16;
 constexpr int kPrefillKeys = 64;
 constexpr int kPrefillStages = 2;
-constexpr int kCombineWarps = 4;
+constexpr int kCombineThreads = 256;
 
 template <int D, int kKeys>
 constexpr int TileElems() {
@@ -90,50 +91,108 @@ __device__ void StoreOutput(const PagedAttentionArgs& a, const WarpRows<D>& w, W
   }
 }
 
+// Merges the four warps' softmax states of one decode item (each warp saw a quarter of every
+// tile) through shared memory and writes the output rows, or the partial rows and their
+// log2-sum-exp. `smem` holds [4][16][D] fp32 outputs, then [4][16] maxima and [4][16] sums.
 template <int D>
-__device__ void StorePartial(const AttentionWorkItem& it, const WarpRows<D>& w, WarpAccum<D>& acc,
-                             float* partial_out, float* partial_lse, int lane) {
-  float inv_l[2];
-  attention::FinishRows(acc, inv_l);
-  const int g = lane >> 2, t = lane & 3;
+__device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionWorkItem& it,
+                                   WarpAccum<D>& acc, float* smem, float* partial_out,
+                                   float* partial_lse) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float* o_s = smem;
+  float* m_s = o_s + kDecodeWarps * kDecodeRows * D;
+  float* l_s = m_s + kDecodeWarps * kDecodeRows;
+#pragma unroll
   for (int i = 0; i < 2; ++i) {
-    if (w.token[i] < 0) continue;
-    const int64_t slot = int64_t{it.partial} * kDecodeRows + g + 8 * i;
-    auto* row = reinterpret_cast<float2*>(partial_out + slot * D);
+    acc.l[i] += __shfl_xor_sync(0xffffffffu, acc.l[i], 1);
+    acc.l[i] += __shfl_xor_sync(0xffffffffu, acc.l[i], 2);
+    const int row = warp * kDecodeRows + g + 8 * i;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      row[n * 4 + t] = make_float2(acc.o[n][2 * i] * inv_l[i], acc.o[n][2 * i + 1] * inv_l[i]);
+      reinterpret_cast<float2*>(o_s + row * D)[n * 4 + t] =
+          make_float2(acc.o[n][2 * i], acc.o[n][2 * i + 1]);
     }
-    if (t == 0) partial_lse[slot] = acc.l[i] > 0.0f ? acc.m[i] + log2f(acc.l[i]) : -INFINITY;
+    if (t == 0) {
+      m_s[row] = acc.m[i];
+      l_s[row] = acc.l[i];
+    }
+  }
+  __syncthreads();
+  constexpr int kPerThread = D * kDecodeRows / (kDecodeWarps * 32);
+  const int r = threadIdx.x * kPerThread / D;
+  const int d0 = threadIdx.x * kPerThread % D;
+  if (r < it.num_rows) {
+    float mx = -INFINITY;
+    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, m_s[w * kDecodeRows + r]);
+    float e[kDecodeWarps], sum = 0.0f;
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float m = m_s[w * kDecodeRows + r];
+      e[w] = m == -INFINITY ? 0.0f : exp2f(m - mx);
+      sum += e[w] * l_s[w * kDecodeRows + r];
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    float v[kPerThread];
+#pragma unroll
+    for (int d = 0; d < kPerThread; ++d) {
+      float x = 0.0f;
+      for (int w = 0; w < kDecodeWarps; ++w) x += e[w] * o_s[(w * kDecodeRows + r) * D + d0 + d];
+      v[d] = x * inv;
+    }
+    if (it.partial < 0) {
+      const int group = a.num_q_heads / a.num_kv_heads;
+      const int packed = it.row_begin + r;
+      const int64_t token = a.query_start[it.seq] + packed / group;
+      const int head = it.kv_head * group + packed % group;
+      auto* dst = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.out) +
+                                              (token * a.num_q_heads + head) * D + d0);
+#pragma unroll
+      for (int d = 0; d < kPerThread; d += 2) dst[d / 2] = attention::PackBf16(v[d], v[d + 1]);
+    } else {
+      const int64_t slot = int64_t{it.partial} * kDecodeRows + r;
+      auto* dst = reinterpret_cast<float4*>(partial_out + slot * D + d0);
+#pragma unroll
+      for (int d = 0; d < kPerThread; d += 4) {
+        dst[d / 4] = make_float4(v[d], v[d + 1], v[d + 2], v[d + 3]);
+      }
+      if (d0 == 0) partial_lse[slot] = sum > 0.0f ? mx + log2f(sum) : -INFINITY;
+    }
   }
 }
 
+// One CTA per work item at a time: the four warps share a kDecodeStages-deep cp.async pipeline
+// of kDecodeKeys-key tiles; warp w computes keys [16 w, 16 w + 16) of every tile with its own
+// online softmax, and the states are merged at the end of the item.
 template <int D>
-__global__ void __launch_bounds__(kDecodeWarps * 32)
+__global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     DecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
                  const int32_t* counts, float* partial_out, float* partial_lse) {
   extern __shared__ uint4 smem_raw[];
   constexpr int kTile = TileElems<D, kDecodeKeys>();
+  constexpr int kThreads = kDecodeWarps * 32;
+  constexpr int kSub = kDecodeWarpKeys * (D + kRowPad);  // one warp's quarter of a tile
+  auto* base = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  auto* base = reinterpret_cast<__nv_bfloat16*>(smem_raw) + warp * kDecodeStages * 2 * kTile;
   const float scale_log2 = a.scale * attention::kLog2e;
   const int num_items = counts[0];
-  for (int idx = blockIdx.x * kDecodeWarps + warp; idx < num_items;
-       idx += gridDim.x * kDecodeWarps) {
+  for (int idx = blockIdx.x; idx < num_items; idx += gridDim.x) {
     const AttentionWorkItem it = items[idx];
     const WarpRows<D> w = SliceRows<D>(a, it, it.row_begin, lane);
     const KvView view{static_cast<const __nv_bfloat16*>(a.kv_layer),
-                      a.block_tables + int64_t{it.seq} * a.max_pages_per_seq, a.num_kv_heads,
-                      a.page_size, it.kv_head};
+                      a.block_tables + int64_t{it.seq} * a.max_pages_per_seq,
+                      a.num_kv_heads,
+                      a.page_size,
+                      attention::PageShift(a.page_size),
+                      it.kv_head};
     WarpAccum<D> acc;
     attention::InitAccum(acc);
     attention::LoadQuery(acc, w.q[0], w.q[1], lane & 3);
     const int tiles = (it.key_end - it.key_begin + kDecodeKeys - 1) / kDecodeKeys;
+    __syncthreads();  // the previous item's merge no longer reads shared memory
     for (int s = 0; s < kDecodeStages - 1; ++s) {
       if (s < tiles) {
-        attention::LoadKvTile<D, kDecodeKeys, 32>(view, it.key_begin + s * kDecodeKeys, it.key_end,
-                                                  base + s * 2 * kTile,
-                                                  base + s * 2 * kTile + kTile, lane);
+        __nv_bfloat16* buf = base + s * 2 * kTile;
+        attention::LoadKvTile<D, kDecodeKeys, kThreads>(view, it.key_begin + s * kDecodeKeys,
+                                                        it.key_end, buf, buf + kTile, threadIdx.x);
       }
       attention::CpAsyncCommit();
     }
@@ -141,23 +200,22 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
       const int next = i + kDecodeStages - 1;
       if (next < tiles) {
         __nv_bfloat16* buf = base + (next % kDecodeStages) * 2 * kTile;
-        attention::LoadKvTile<D, kDecodeKeys, 32>(view, it.key_begin + next * kDecodeKeys,
-                                                  it.key_end, buf, buf + kTile, lane);
+        attention::LoadKvTile<D, kDecodeKeys, kThreads>(view, it.key_begin + next * kDecodeKeys,
+                                                        it.key_end, buf, buf + kTile, threadIdx.x);
       }
       attention::CpAsyncCommit();
       attention::CpAsyncWait<kDecodeStages - 1>();
-      __syncwarp();
-      const __nv_bfloat16* buf = base + (i % kDecodeStages) * 2 * kTile;
-      const int key0 = it.key_begin + i * kDecodeKeys;
-      attention::ProcessTile<D, kDecodeKeys>(acc, buf, buf + kTile, key0, w.limit,
-                                             key0 + kDecodeKeys > w.min_limit, scale_log2, lane);
-      __syncwarp();
+      __syncthreads();
+      const __nv_bfloat16* buf = base + (i % kDecodeStages) * 2 * kTile + warp * kSub;
+      const int key0 = it.key_begin + i * kDecodeKeys + warp * kDecodeWarpKeys;
+      if (key0 < w.max_limit) {
+        attention::ProcessTile<D, kDecodeWarpKeys>(acc, buf, buf + kTile, key0, w.limit,
+                                                   key0 + kDecodeWarpKeys > w.min_limit, scale_log2,
+                                                   lane);
+      }
+      __syncthreads();
     }
-    if (it.partial < 0) {
-      StoreOutput(a, w, acc, lane);
-    } else {
-      StorePartial(it, w, acc, partial_out, partial_lse, lane);
-    }
+    MergeWarpsAndStore(a, it, acc, reinterpret_cast<float*>(smem_raw), partial_out, partial_lse);
   }
 }
 
@@ -177,8 +235,11 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
     const bool active = slice < it.row_begin + it.num_rows;
     const WarpRows<D> w = SliceRows<D>(a, it, slice, lane);
     const KvView view{static_cast<const __nv_bfloat16*>(a.kv_layer),
-                      a.block_tables + int64_t{it.seq} * a.max_pages_per_seq, a.num_kv_heads,
-                      a.page_size, it.kv_head};
+                      a.block_tables + int64_t{it.seq} * a.max_pages_per_seq,
+                      a.num_kv_heads,
+                      a.page_size,
+                      attention::PageShift(a.page_size),
+                      it.kv_head};
     WarpAccum<D> acc;
     attention::InitAccum(acc);
     attention::LoadQuery(acc, w.q[0], w.q[1], lane & 3);
@@ -209,46 +270,72 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
   }
 }
 
-// Merges the splits of each merge item: out = sum_k 2^(lse_k - M) O_k / sum_k 2^(lse_k - M).
-// One warp per packed row; lane owns D / 32 consecutive dims.
+// Merges the splits of each (merge item, row): out = sum_k w_k O_k / sum_k w_k with
+// w_k = 2^(lse_k - max lse). One CTA per row: warp 0 computes the weights into shared memory,
+// then kSubs groups of D/4 threads (one float4 of dims each) sum disjoint subsets of the
+// splits, so the loads of many splits are in flight at once.
 template <int D>
-__global__ void __launch_bounds__(kCombineWarps * 32)
+__global__ void __launch_bounds__(kCombineThreads)
     CombineKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionMergeItem* merges,
                   const int32_t* counts, const float* partial_out, const float* partial_lse) {
-  constexpr int kPerLane = D / 32;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int kQuads = D / 4;
+  constexpr int kSubs = kCombineThreads / kQuads;
+  __shared__ float weight[kMaxDecodeSplits];
+  __shared__ float4 part[kSubs][kQuads];
+  __shared__ float inv_sum;
+  const int tid = threadIdx.x;
   const int group = a.num_q_heads / a.num_kv_heads;
-  const int num_merges = counts[1];
-  auto* out = static_cast<__nv_bfloat16*>(a.out);
-  for (int m = blockIdx.x; m < num_merges; m += gridDim.x) {
-    const AttentionMergeItem mi = merges[m];
-    for (int r = warp; r < mi.num_rows; r += kCombineWarps) {
-      float lse_max = -INFINITY;
-      for (int k = lane; k < mi.num_splits; k += 32) {
-        lse_max = fmaxf(lse_max, partial_lse[int64_t{mi.first_partial + k} * kDecodeRows + r]);
+  const int64_t num_rows = int64_t{counts[1]} * kDecodeRows;
+  for (int64_t idx = blockIdx.x; idx < num_rows; idx += gridDim.x) {
+    const AttentionMergeItem mi = merges[idx / kDecodeRows];
+    const int r = static_cast<int>(idx % kDecodeRows);
+    if (r >= mi.num_rows) continue;  // uniform over the CTA
+    const float* lse = partial_lse + int64_t{mi.first_partial} * kDecodeRows + r;
+    if (tid < 32) {
+      float mx = -INFINITY, sum = 0.0f;
+      for (int k = tid; k < mi.num_splits; k += 32) mx = fmaxf(mx, lse[k * kDecodeRows]);
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      for (int k = tid; k < mi.num_splits; k += 32) {
+        const float l = lse[k * kDecodeRows];
+        weight[k] = l == -INFINITY ? 0.0f : exp2f(l - mx);
+        sum += weight[k];
       }
-      for (int o = 16; o > 0; o >>= 1) {
-        lse_max = fmaxf(lse_max, __shfl_xor_sync(0xffffffffu, lse_max, o));
-      }
-      float acc[kPerLane] = {};
-      float sum = 0.0f;
-      for (int k = 0; k < mi.num_splits; ++k) {
-        const int64_t slot = int64_t{mi.first_partial + k} * kDecodeRows + r;
-        const float lse = partial_lse[slot];
-        const float wgt = lse == -INFINITY ? 0.0f : exp2f(lse - lse_max);
-        sum += wgt;
-        const float* src = partial_out + slot * D + lane * kPerLane;
-#pragma unroll
-        for (int d = 0; d < kPerLane; ++d) acc[d] += wgt * src[d];
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (tid == 0) inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+    }
+    __syncthreads();
+    const int sub = tid / kQuads, quad = tid % kQuads;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int k = sub; k < mi.num_splits; k += kSubs) {
+      const float w = weight[k];
+      const float4 v = reinterpret_cast<const float4*>(
+          partial_out + ((int64_t{mi.first_partial} + k) * kDecodeRows + r) * D)[quad];
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+    part[sub][quad] = acc;
+    __syncthreads();
+    if (tid < kQuads) {
+      float4 total = part[0][tid];
+      for (int j = 1; j < kSubs; ++j) {
+        total.x += part[j][tid].x;
+        total.y += part[j][tid].y;
+        total.z += part[j][tid].z;
+        total.w += part[j][tid].w;
       }
       const int packed = mi.row_begin + r;
       const int64_t token = a.query_start[mi.seq] + packed / group;
       const int head = mi.kv_head * group + packed % group;
-      __nv_bfloat16* dst = out + (token * a.num_q_heads + head) * D + lane * kPerLane;
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-#pragma unroll
-      for (int d = 0; d < kPerLane; ++d) dst[d] = __float2bfloat16(acc[d] * inv);
+      auto* dst = reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(a.out) +
+                                           (token * a.num_q_heads + head) * D) +
+                  tid;
+      *dst = make_uint2(attention::PackBf16(total.x * inv_sum, total.y * inv_sum),
+                        attention::PackBf16(total.z * inv_sum, total.w * inv_sum));
     }
+    __syncthreads();  // weight, part and inv_sum are reused by the next row
   }
 }
 
@@ -281,16 +368,20 @@ absl::Status CheckArgs(const PagedAttentionArgs& a, const AttentionPlan& plan) {
 template <int D>
 absl::Status LaunchDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
                           cudaStream_t stream) {
-  constexpr int kSmem =
-      kDecodeWarps * kDecodeStages * 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
+  constexpr int kPipe = kDecodeStages * 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
+  constexpr int kMerge = kDecodeWarps * kDecodeRows * (D + 2) * sizeof(float);
+  constexpr int kSmem = kPipe > kMerge ? kPipe : kMerge;
   static const cudaError_t attr =
       cudaFuncSetAttribute(DecodeKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   CUDA_RETURN_IF_ERROR(attr);
-  DecodeKernel<D><<<NumSms(), kDecodeWarps * 32, kSmem, stream>>>(
+  int per_sm = 0;
+  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, DecodeKernel<D>,
+                                                                     kDecodeWarps * 32, kSmem));
+  DecodeKernel<D><<<NumSms() * std::max(per_sm, 1), kDecodeWarps * 32, kSmem, stream>>>(
       a, plan.items(), plan.counts(), plan.partial_out(), plan.partial_lse());
   CUDA_RETURN_IF_LAUNCH_ERROR();
   if (plan.capacity().max_merges > 0) {
-    CombineKernel<D><<<NumSms() * 2, kCombineWarps * 32, 0, stream>>>(
+    CombineKernel<D><<<NumSms() * 4, kCombineThreads, 0, stream>>>(
         a, plan.merges(), plan.counts(), plan.partial_out(), plan.partial_lse());
     CUDA_RETURN_IF_LAUNCH_ERROR();
   }

@@ -1,10 +1,12 @@
 // Fused QK-norm + rotary + KV-cache store (rope_kv_store.h), CUDA, bf16 qkv and cache.
 //
-// One warp per (token, head) row of qkv; lane owns element pairs (2p, 2p + 1) of the low half
-// and the same pair of the high half, p = lane, lane + 32, ... (32-bit loads and stores). The
-// numerics follow RopeKvStoreRef: fp32 math, angle = float(position) * inv_freq[i] with an
-// accurate sincosf (angles reach 10^5 rad), one rounding to bf16; the cache gets the rounded
-// value. V rows are only copied to the cache.
+// One CTA per token at a time. Its cos/sin are computed once into shared memory; the token's
+// qkv row ((num_q_heads + 2 num_kv_heads) heads of D bf16) is read as 16-byte chunks, one per
+// thread, kChunksPerThread of them in flight per thread. A head is D / 8 consecutive threads
+// (inside one warp): the QK-norm sum of squares is a shuffle reduction over them, and the
+// rotate-half partner of a chunk sits D / 16 threads away (one shuffle). The numerics follow
+// RopeKvStoreRef: fp32 math, angle = float(position) * inv_freq[i] with an accurate sincosf
+// (angles reach 10^5 rad), one rounding to bf16; the cache gets the rounded value.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -15,76 +17,109 @@
 namespace tandem {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kMaxPairsPerLane = 4;  // head_dim <= 4 * 32 * 2 * 2 = 512
+constexpr int kThreads = 256;
+constexpr int kChunksPerThread = 4;
 
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    RopeKvStoreKernel(const __grid_constant__ RopeKvStoreArgs a) {
-  const int lane = threadIdx.x & 31;
+__device__ __forceinline__ void Unpack(const uint4& u, float (&v)[8]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    v[2 * j] = f.x;
+    v[2 * j + 1] = f.y;
+  }
+}
+
+__device__ __forceinline__ uint4 Pack(const float (&v)[8]) {
+  uint4 u;
+  auto* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+  return u;
+}
+
+// Normalises (optionally) and rotates one 16-byte chunk `c` of the token's row; stores it back
+// and into the cache. Every lane must call this (shuffles), valid or not.
+template <int D>
+__device__ __forceinline__ void RotateChunk(const RopeKvStoreArgs& a, int64_t t, int c, bool valid,
+                                            const uint4& raw, int32_t slot, const float* cos_s,
+                                            const float* sin_s) {
+  constexpr int kPerHead = D / 8;
   const int heads = a.num_q_heads + 2 * a.num_kv_heads;
-  const int64_t rows = a.num_tokens * heads;
-  const int half = a.head_dim / 2;
-  const int pairs = half / 2;  // bf16x2 pairs per half
-  for (int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5); row < rows;
-       row += int64_t{gridDim.x} * kWarpsPerBlock) {
-    const int64_t t = row / heads;
-    const int h = static_cast<int>(row % heads);
-    const bool is_q = h < a.num_q_heads;
-    const bool is_v = h >= a.num_q_heads + a.num_kv_heads;
-    auto* x = static_cast<__nv_bfloat162*>(a.qkv) + row * half;  // head_dim / 2 bf16x2
-    float2 lo[kMaxPairsPerLane], hi[kMaxPairsPerLane];
+  const int h = c / kPerHead, part = c % kPerHead;
+  const bool is_q = h < a.num_q_heads;
+  const bool is_v = h >= a.num_q_heads + a.num_kv_heads;
+  float v[8];
+  Unpack(raw, v);
+  const void* weight = is_q ? a.q_norm_weight : a.k_norm_weight;
+  if (weight != nullptr) {
     float sum_sq = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kMaxPairsPerLane; ++j) {
-      const int p = lane + 32 * j;
-      if (p < pairs) {
-        lo[j] = __bfloat1622float2(x[p]);
-        hi[j] = __bfloat1622float2(x[p + pairs]);
-        sum_sq += lo[j].x * lo[j].x + lo[j].y * lo[j].y + hi[j].x * hi[j].x + hi[j].y * hi[j].y;
-      }
-    }
-    const void* weight = is_q ? a.q_norm_weight : a.k_norm_weight;
-    if (!is_v) {
-      float inv_rms = 1.0f;
-      if (weight != nullptr) {
-        for (int o = 16; o > 0; o >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
-        inv_rms = rsqrtf(sum_sq / static_cast<float>(a.head_dim) + a.norm_eps);
-      }
-      const float pos = static_cast<float>(a.positions[t]);
-      const auto* w = static_cast<const __nv_bfloat162*>(weight);
+    for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
 #pragma unroll
-      for (int j = 0; j < kMaxPairsPerLane; ++j) {
-        const int p = lane + 32 * j;
-        if (p >= pairs) continue;
-        if (w != nullptr) {
-          const float2 wl = __bfloat1622float2(w[p]), wh = __bfloat1622float2(w[p + pairs]);
-          lo[j] = make_float2(lo[j].x * inv_rms * wl.x, lo[j].y * inv_rms * wl.y);
-          hi[j] = make_float2(hi[j].x * inv_rms * wh.x, hi[j].y * inv_rms * wh.y);
-        }
-        float s0, c0, s1, c1;
-        sincosf(pos * a.inv_freq[2 * p], &s0, &c0);
-        sincosf(pos * a.inv_freq[2 * p + 1], &s1, &c1);
-        const float2 l = lo[j], r = hi[j];
-        lo[j] = make_float2(l.x * c0 - r.x * s0, l.y * c1 - r.y * s1);
-        hi[j] = make_float2(r.x * c0 + l.x * s0, r.y * c1 + l.y * s1);
-        x[p] = __float22bfloat162_rn(lo[j]);
-        x[p + pairs] = __float22bfloat162_rn(hi[j]);
-      }
+    for (int o = 1; o < kPerHead; o <<= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
+    if (!is_v && valid) {
+      const float inv_rms = rsqrtf(sum_sq / static_cast<float>(D) + a.norm_eps);
+      float w[8];
+      Unpack(static_cast<const uint4*>(weight)[part], w);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = v[j] * inv_rms * w[j];
+    }
+  }
+  float partner[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) partner[j] = __shfl_xor_sync(0xffffffffu, v[j], kPerHead / 2);
+  if (!valid) return;
+  auto* row = static_cast<uint4*>(a.qkv) + (t * heads + h) * kPerHead;
+  if (!is_v) {
+    const bool low = part < kPerHead / 2;
+    const int i0 = (part % (kPerHead / 2)) * 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float cs = cos_s[i0 + j], sn = sin_s[i0 + j];
+      v[j] = low ? v[j] * cs - partner[j] * sn : v[j] * cs + partner[j] * sn;
+    }
+    row[part] = Pack(v);
+  }
+  if (is_q || slot < 0) return;
+  const int kv = is_v ? 1 : 0;
+  const int kv_head = h - a.num_q_heads - kv * a.num_kv_heads;
+  const int64_t dst_row =
+      ((int64_t{slot / a.page_size} * 2 + kv) * a.num_kv_heads + kv_head) * a.page_size +
+      slot % a.page_size;
+  static_cast<uint4*>(a.kv_layer)[dst_row * kPerHead + part] = Pack(v);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    RopeKvStoreKernel(const __grid_constant__ RopeKvStoreArgs a) {
+  constexpr int kPerHead = D / 8;
+  __shared__ float cos_s[D / 2], sin_s[D / 2];
+  const int heads = a.num_q_heads + 2 * a.num_kv_heads;
+  const int chunks = heads * kPerHead;
+  for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
+    __syncthreads();  // the previous token's cos/sin are no longer read
+    if (threadIdx.x < D / 2) {
+      float sn, cs;
+      sincosf(static_cast<float>(a.positions[t]) * a.inv_freq[threadIdx.x], &sn, &cs);
+      cos_s[threadIdx.x] = cs;
+      sin_s[threadIdx.x] = sn;
     }
     const int32_t slot = a.slot_mapping[t];
-    if (is_q || slot < 0) continue;
-    const int kv = is_v ? 1 : 0;
-    const int kv_head = h - a.num_q_heads - kv * a.num_kv_heads;
-    const int64_t page = slot / a.page_size;
-    const int64_t dst_row =
-        ((page * 2 + kv) * a.num_kv_heads + kv_head) * a.page_size + slot % a.page_size;
-    auto* dst = static_cast<__nv_bfloat162*>(a.kv_layer) + dst_row * half;
+    const auto* row = static_cast<const uint4*>(a.qkv) + t * chunks;
+    __syncthreads();
+    for (int c0 = 0; c0 < chunks; c0 += kThreads * kChunksPerThread) {
+      uint4 raw[kChunksPerThread];
 #pragma unroll
-    for (int j = 0; j < kMaxPairsPerLane; ++j) {
-      const int p = lane + 32 * j;
-      if (p >= pairs) continue;
-      dst[p] = __float22bfloat162_rn(lo[j]);
-      dst[p + pairs] = __float22bfloat162_rn(hi[j]);
+      for (int j = 0; j < kChunksPerThread; ++j) {
+        const int c = c0 + j * kThreads + threadIdx.x;
+        raw[j] = c < chunks ? row[c] : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kChunksPerThread; ++j) {
+        const int c = c0 + j * kThreads + threadIdx.x;
+        RotateChunk<D>(a, t, c, c < chunks, raw[j], slot, cos_s, sin_s);
+      }
     }
   }
 }
@@ -106,16 +141,29 @@ absl::Status RopeKvStore(const RopeKvStoreArgs& args, cudaStream_t stream) {
   if (args.dtype != DType::kBF16 || args.kv_dtype != DType::kBF16) {
     return absl::InvalidArgumentError("CUDA RopeKvStore supports bf16 qkv and cache only");
   }
-  if (args.head_dim % 4 != 0 || args.head_dim > 4 * 32 * kMaxPairsPerLane) {
-    return absl::InvalidArgumentError("CUDA RopeKvStore: head_dim must be a multiple of 4, <= 512");
-  }
   if ((args.q_norm_weight == nullptr) != (args.k_norm_weight == nullptr)) {
     return absl::InvalidArgumentError("RopeKvStore: q_norm_weight and k_norm_weight go together");
   }
-  const int64_t rows = args.num_tokens * (args.num_q_heads + 2 * args.num_kv_heads);
-  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const int grid = static_cast<int>(std::min<int64_t>(blocks, int64_t{NumSms()} * 16));
-  RopeKvStoreKernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(args);
+  const void* buffers[] = {args.qkv, args.kv_layer, args.q_norm_weight, args.k_norm_weight};
+  for (const void* p : buffers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      return absl::InvalidArgumentError("CUDA RopeKvStore needs 16-byte aligned buffers");
+    }
+  }
+  const int grid = static_cast<int>(std::min<int64_t>(args.num_tokens, int64_t{NumSms()} * 8));
+  switch (args.head_dim) {
+    case 64:
+      RopeKvStoreKernel<64><<<grid, kThreads, 0, stream>>>(args);
+      break;
+    case 128:
+      RopeKvStoreKernel<128><<<grid, kThreads, 0, stream>>>(args);
+      break;
+    case 256:
+      RopeKvStoreKernel<256><<<grid, kThreads, 0, stream>>>(args);
+      break;
+    default:
+      return absl::InvalidArgumentError("CUDA RopeKvStore supports head_dim 64, 128 and 256");
+  }
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }

@@ -139,6 +139,15 @@ std::vector<int> RandomLens(int n, int max_len, std::mt19937& rng) {
   return v;
 }
 
+// Small shapes for compute-sanitizer (memcheck, racecheck) runs: both paths, both head dims.
+TEST(PagedAttentionGpuTest, SmallBothPaths) {
+  SKIP_WITHOUT_GPU();
+  for (Path path : {Path::kDecode, Path::kPrefill}) {
+    Check({1, 17, 300}, {1, 5, 70}, 8, 2, 128, 16, 31, path);
+    Check({40, 9}, {40, 2}, 4, 1, 64, 32, 32, path);
+  }
+}
+
 TEST(PagedAttentionGpuTest, DecodeAwkwardLengths) {
   SKIP_WITHOUT_GPU();
   for (int len : {1, 15, 16, 17, 1000}) {

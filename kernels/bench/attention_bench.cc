@@ -1,0 +1,278 @@
+// Benchmark of the attention-path kernels on the GPU: paged decode attention (FlashDecoding),
+// paged causal prefill attention and the fused RoPE/KV-store, with the ceilings measured in the
+// same run (device-to-device copy, cuBLAS bf16 GEMM). Prints one "RESULT key=value ..." line per
+// kernel and shape; kernels/bench/attention_table.py joins them with the PyTorch peer's lines.
+//
+// Timing: CUDA events around a run of back-to-back launches, median of the repetitions, after
+// warm-up. Decode rotates over several disjoint sets of pages (>= 256 MB in all) so the KV
+// stream never comes from the 60 MB L2. Inputs are random bf16 in [-1, 1), never zeros.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "base/check.h"
+#include "kernels/paged_attention/paged_attention.h"
+#include "kernels/rope_kv_store/rope_kv_store.h"
+
+namespace tandem {
+namespace {
+
+#define CK(expr) CHECK((expr) == cudaSuccess) << cudaGetErrorString(cudaGetLastError())
+
+constexpr int kNq = 32, kNkv = 8, kD = 128;  // Llama-3-8B / Qwen3-8B attention shape
+constexpr int64_t kRotateBytes = int64_t{256} << 20;
+
+// Median over `reps` of (time of `inner` calls of fn) / inner, in microseconds.
+double MedianUs(const std::function<void(int)>& fn, int inner, int reps) {
+  cudaEvent_t start, stop;
+  CK(cudaEventCreate(&start));
+  CK(cudaEventCreate(&stop));
+  for (int i = 0; i < inner; ++i) fn(i);  // warm-up
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(start));
+    for (int i = 0; i < inner; ++i) fn(i);
+    CK(cudaEventRecord(stop));
+    CK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(1e3 * ms / inner);
+  }
+  CK(cudaEventDestroy(start));
+  CK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Fills n bf16 with random values: a 32 MB random block, replicated on the device.
+void FillRandomBf16(void* dev, int64_t n, uint32_t seed) {
+  const int64_t block = std::min<int64_t>(n, int64_t{16} << 20);
+  std::vector<uint16_t> host(block);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  for (auto& x : host) x = F32ToBf16(uni(rng));
+  auto* d = static_cast<uint16_t*>(dev);
+  CK(cudaMemcpy(d, host.data(), block * 2, cudaMemcpyHostToDevice));
+  for (int64_t done = block; done < n; done += block) {
+    CK(cudaMemcpy(d + done, d, std::min(block, n - done) * 2, cudaMemcpyDeviceToDevice));
+  }
+}
+
+double CopyTbs() {
+  const int64_t bytes = int64_t{2} << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  FillRandomBf16(a, bytes / 2, 1);
+  const double us =
+      MedianUs([&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 3, 7);
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  return 2.0 * bytes / us * 1e-6;
+}
+
+double GemmTflops() {
+  const int n = 8192;
+  void *a, *b, *c;
+  CK(cudaMalloc(&a, int64_t{n} * n * 2));
+  CK(cudaMalloc(&b, int64_t{n} * n * 2));
+  CK(cudaMalloc(&c, int64_t{n} * n * 2));
+  FillRandomBf16(a, int64_t{n} * n, 2);
+  FillRandomBf16(b, int64_t{n} * n, 3);
+  cublasHandle_t h;
+  CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  const float one = 1.0f, zero = 0.0f;
+  const double us = MedianUs(
+      [&](int) {
+        CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b,
+                           CUDA_R_16BF, n, &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+      },
+      5, 7);
+  cublasDestroy(h);
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  CK(cudaFree(c));
+  return 2.0 * n * n * double{n} / us * 1e-6;
+}
+
+// Decode: batch of `batch` sequences of `len` keys, one new token each.
+void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPlan& plan) {
+  const int pages_per_seq = (len + page_size - 1) / page_size;
+  const int64_t page_bytes = int64_t{2} * kNkv * page_size * kD * 2;
+  const int64_t set_bytes = int64_t{batch} * pages_per_seq * page_bytes;
+  const int sets = static_cast<int>(std::clamp<int64_t>(kRotateBytes / set_bytes + 1, 1, 8));
+  const int64_t num_pages = int64_t{sets} * batch * pages_per_seq;
+  void *kv, *q, *out;
+  CK(cudaMalloc(&kv, num_pages * page_bytes));
+  CK(cudaMalloc(&q, int64_t{batch} * kNq * kD * 2));
+  CK(cudaMalloc(&out, int64_t{batch} * kNq * kD * 2));
+  FillRandomBf16(kv, num_pages * page_bytes / 2, 4);
+  FillRandomBf16(q, int64_t{batch} * kNq * kD, 5);
+  // Each set's block tables name a random permutation of its own pages.
+  std::vector<int32_t> ids(num_pages);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(6));
+  int32_t* tables;
+  CK(cudaMalloc(&tables, ids.size() * 4));
+  CK(cudaMemcpy(tables, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<int32_t> lens(batch, len), starts(batch + 1);
+  std::iota(starts.begin(), starts.end(), 0);
+  int32_t *d_lens, *d_starts;
+  CK(cudaMalloc(&d_lens, batch * 4));
+  CK(cudaMalloc(&d_starts, (batch + 1) * 4));
+  CK(cudaMemcpy(d_lens, lens.data(), batch * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_starts, starts.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+  CHECK_OK(plan.BuildDecode({lens.data(), starts.data(), batch, kNq, kNkv}, nullptr));
+  PagedAttentionArgs a;
+  a.q = q;
+  a.out = out;
+  a.kv_layer = kv;
+  a.seq_lens = d_lens;
+  a.query_start = d_starts;
+  a.num_seqs = batch;
+  a.num_tokens = batch;
+  a.num_q_heads = kNq;
+  a.num_kv_heads = kNkv;
+  a.head_dim = kD;
+  a.page_size = page_size;
+  a.max_pages_per_seq = pages_per_seq;
+  a.scale = 1.0f / std::sqrt(float{kD});
+  const double us = MedianUs(
+      [&](int i) {
+        a.block_tables = tables + int64_t{i % sets} * batch * pages_per_seq;
+        CHECK_OK(PagedAttentionDecode(a, plan, nullptr));
+      },
+      std::max(sets, 10), 15);
+  CK(cudaGetLastError());
+  const double bytes = double(batch) * len * kNkv * kD * 2 * 2;
+  std::printf(
+      "RESULT kernel=decode B=%d L=%d page=%d us=%.2f TBps=%.3f frac_copy=%.3f items=%d "
+      "merges=%d\n",
+      batch, len, page_size, us, bytes / us * 1e-6, bytes / us * 1e-6 / copy_tbs, plan.num_items(),
+      plan.num_merges());
+  for (void* p : {kv, q, out}) CK(cudaFree(p));
+  for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
+}
+
+// Prefill: one causal prompt of `len` tokens whose K/V are already in the cache.
+void BenchPrefill(int len, int page_size, double gemm_tflops, AttentionPlan& plan) {
+  const int pages = (len + page_size - 1) / page_size;
+  const int64_t page_elems = int64_t{2} * kNkv * page_size * kD;
+  void *kv, *q, *out;
+  CK(cudaMalloc(&kv, pages * page_elems * 2));
+  CK(cudaMalloc(&q, int64_t{len} * kNq * kD * 2));
+  CK(cudaMalloc(&out, int64_t{len} * kNq * kD * 2));
+  FillRandomBf16(kv, pages * page_elems, 7);
+  FillRandomBf16(q, int64_t{len} * kNq * kD, 8);
+  std::vector<int32_t> ids(pages);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(9));
+  std::vector<int32_t> lens{len}, starts{0, len};
+  int32_t *tables, *d_lens, *d_starts;
+  CK(cudaMalloc(&tables, pages * 4));
+  CK(cudaMalloc(&d_lens, 4));
+  CK(cudaMalloc(&d_starts, 8));
+  CK(cudaMemcpy(tables, ids.data(), pages * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_lens, lens.data(), 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_starts, starts.data(), 8, cudaMemcpyHostToDevice));
+  CHECK_OK(plan.BuildPrefill({lens.data(), starts.data(), 1, kNq, kNkv}, nullptr));
+  PagedAttentionArgs a;
+  a.q = q;
+  a.out = out;
+  a.kv_layer = kv;
+  a.block_tables = tables;
+  a.seq_lens = d_lens;
+  a.query_start = d_starts;
+  a.num_seqs = 1;
+  a.num_tokens = len;
+  a.num_q_heads = kNq;
+  a.num_kv_heads = kNkv;
+  a.head_dim = kD;
+  a.page_size = page_size;
+  a.max_pages_per_seq = pages;
+  a.scale = 1.0f / std::sqrt(float{kD});
+  const double us = MedianUs([&](int) { CHECK_OK(PagedAttentionPrefill(a, plan, nullptr)); }, 3, 7);
+  // Causal FLOPs as FlashAttention counts them: 4 * L^2 * D * heads / 2.
+  const double flops = 4.0 * len * double(len) * kD * kNq / 2.0;
+  std::printf("RESULT kernel=prefill L=%d page=%d us=%.1f TFLOPs=%.1f frac_gemm=%.3f\n", len,
+              page_size, us, flops / us * 1e-6, flops / us * 1e-6 / gemm_tflops);
+  for (void* p : {kv, q, out}) CK(cudaFree(p));
+  for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
+}
+
+void BenchRope(int tokens, bool qk_norm, double copy_tbs) {
+  const int heads = kNq + 2 * kNkv, page_size = 16;
+  const int pages = (tokens + page_size - 1) / page_size;
+  void *qkv, *kv, *w;
+  CK(cudaMalloc(&qkv, int64_t{tokens} * heads * kD * 2));
+  CK(cudaMalloc(&kv, int64_t{pages} * 2 * kNkv * page_size * kD * 2));
+  CK(cudaMalloc(&w, kD * 2));
+  FillRandomBf16(qkv, int64_t{tokens} * heads * kD, 10);
+  FillRandomBf16(w, kD, 11);
+  std::vector<int32_t> pos(tokens), slots(tokens);
+  std::iota(pos.begin(), pos.end(), 0);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::vector<float> inv_freq(kD / 2);
+  for (int i = 0; i < kD / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / kD);
+  int32_t *d_pos, *d_slots;
+  float* d_freq;
+  CK(cudaMalloc(&d_pos, tokens * 4));
+  CK(cudaMalloc(&d_slots, tokens * 4));
+  CK(cudaMalloc(&d_freq, kD * 2));
+  CK(cudaMemcpy(d_pos, pos.data(), tokens * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_slots, slots.data(), tokens * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_freq, inv_freq.data(), kD * 2, cudaMemcpyHostToDevice));
+  RopeKvStoreArgs a;
+  a.qkv = qkv;
+  a.positions = d_pos;
+  a.slot_mapping = d_slots;
+  a.kv_layer = kv;
+  a.inv_freq = d_freq;
+  a.q_norm_weight = qk_norm ? w : nullptr;
+  a.k_norm_weight = qk_norm ? w : nullptr;
+  a.num_tokens = tokens;
+  a.num_q_heads = kNq;
+  a.num_kv_heads = kNkv;
+  a.head_dim = kD;
+  a.page_size = page_size;
+  a.num_pages = pages;
+  const double us = MedianUs([&](int) { CHECK_OK(RopeKvStore(a, nullptr)); }, 5, 9);
+  // Read all of qkv; write Q and K back and K and V to the cache.
+  const double bytes = double(tokens) * kD * 2 * (heads + (kNq + kNkv) + 2 * kNkv);
+  std::printf("RESULT kernel=rope_kv_store T=%d qk_norm=%d us=%.1f TBps=%.3f frac_copy=%.3f\n",
+              tokens, qk_norm ? 1 : 0, us, bytes / us * 1e-6, bytes / us * 1e-6 / copy_tbs);
+  for (void* p : {qkv, kv, w}) CK(cudaFree(p));
+  for (void* p :
+       {static_cast<void*>(d_pos), static_cast<void*>(d_slots), static_cast<void*>(d_freq)}) {
+    CK(cudaFree(p));
+  }
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  using namespace tandem;
+  const double copy = CopyTbs();
+  const double gemm = GemmTflops();
+  std::printf("RESULT kernel=ceiling copy_TBps=%.3f gemm_TFLOPs=%.1f\n", copy, gemm);
+  auto plan = AttentionPlan::Create({});
+  CHECK_OK(plan.status());
+  const int decode[][3] = {{1, 1024, 16},   {1, 8192, 16},   {1, 8192, 64},   {1, 32768, 16},
+                           {8, 4096, 16},   {32, 4096, 16},  {32, 4096, 64},  {32, 16384, 16},
+                           {64, 4096, 16},  {64, 16384, 16}, {128, 4096, 16}, {256, 2048, 16},
+                           {256, 1024, 128}};
+  for (const auto& c : decode) BenchDecode(c[0], c[1], c[2], copy, **plan);
+  for (int len : {4096, 16384}) BenchPrefill(len, 64, gemm, **plan);
+  BenchRope(16384, false, copy);
+  BenchRope(16384, true, copy);
+  return 0;
+}

@@ -1,0 +1,29 @@
+#!/bin/bash
+# One GPU-machine run for the attention kernels (paged attention, RoPE/KV-store): GPU tests,
+# compute-sanitizer memcheck + racecheck on small shapes, the benchmark with its ceilings, the
+# PyTorch peer, a SASS summary; logs under $OUT, a short table last.
+# Carried: .gpu-ka/ (attention_gpu_test, attention_bench, _libs from bundle-libs.sh).
+# Optional first argument: "quick" skips the sanitizers.
+set -o pipefail
+B=.gpu-ka
+export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv | tee "$OUT/smi.txt"
+timeout 240 $B/attention_gpu_test 2>&1 | tee "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED)|Failure|error" | head -40
+if [ "$1" != quick ]; then
+  SMALL='PagedAttentionGpuTest.SmallBothPaths:RopeKvStoreGpuTest.Qwen3QkNorm'
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $B/attention_gpu_test \
+      --gtest_filter=$SMALL > "$OUT/sanitizer_$tool.log" 2>&1
+    echo "compute-sanitizer $tool exit=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | head -2 | tr '\n' ' ')"
+  done
+fi
+(cuobjdump --dump-resource-usage $B/attention_bench 2>&1 | grep -A1 -E "Decode|Prefill|Combine|Rope" | grep -E "Function|REG";
+ cuobjdump --dump-sass $B/attention_bench > /tmp/sass.txt 2>&1;
+ echo "SASS: HMMA $(grep -c HMMA /tmp/sass.txt) LDSM $(grep -c LDSM /tmp/sass.txt) LDGSTS $(grep -c LDGSTS /tmp/sass.txt) LDL/STL $(grep -cE 'LDL|STL' /tmp/sass.txt)") > "$OUT/sass_summary.txt" 2>&1
+timeout 200 $B/attention_bench 2>&1 | tee "$OUT/bench.log"
+timeout 150 python3 kernels/bench/attention_peer.py 2>&1 | tee -a "$OUT/bench.log"
+tail -1 "$OUT/sass_summary.txt"
+python3 kernels/bench/attention_table.py "$OUT/bench.log"
