@@ -21,13 +21,17 @@ class SseParser {
   std::string Finish();
 
  private:
-  void HandleLine(std::string_view line);
+  // `stable`: the line lies in the caller's bytes (valid until the next Feed).
+  void HandleLine(std::string_view line, bool stable);
 
   std::string partial_line_;  // bytes after the last line terminator
   bool last_was_cr_ = false;  // a CR ended the previous feed; skip a leading LF
   std::string data_;          // data of the event being assembled
   bool has_data_ = false;
-  std::vector<std::string> done_storage_;
+  // An event's only data line, as a view into the current feed's bytes (no copy).
+  std::string_view single_view_;
+  std::vector<std::string> done_storage_;       // copied events of this feed
+  std::vector<std::string_view> view_indices_;  // per event: its view, or empty = copied
   std::vector<std::string_view> done_;
 };
 

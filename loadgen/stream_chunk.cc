@@ -92,6 +92,84 @@ void ReadErrorEvent(const json& j, ChunkInfo* info) {
   }
 }
 
+enum class Value { kAbsent, kNull, kEmptyString, kOther };
+
+Value Classify(std::string_view p, size_t v) {
+  if (p[v] == 'n') return Value::kNull;
+  if (p[v] == '"' && v + 1 < p.size() && p[v + 1] == '"') return Value::kEmptyString;
+  return Value::kOther;
+}
+
+// The first value of each key the fast path looks at.
+struct KeyValues {
+  Value text = Value::kAbsent, content = Value::kAbsent, reasoning = Value::kAbsent;
+  Value role = Value::kAbsent, finish = Value::kAbsent;
+  bool choices_empty = false, has_choices = false;
+};
+
+// Records the value at `v` of `key`; returns false if the payload needs the full parser.
+bool NoteKey(std::string_view key, std::string_view p, size_t v, KeyValues* kv) {
+  auto first = [&](Value* slot) {
+    if (*slot == Value::kAbsent) *slot = Classify(p, v);
+  };
+  if (key == "error" || key == "timings" || key == "server_timing") return false;
+  if (key == "usage" || key == "logprobs") return Classify(p, v) == Value::kNull;
+  if (key == "object") return p.substr(v, 7) != "\"error\"";
+  if (key == "choices" && !kv->has_choices) {
+    if (p[v] != '[') return false;
+    size_t next = p.find_first_not_of(" \t\r\n", v + 1);
+    kv->has_choices = true;
+    kv->choices_empty = next != std::string_view::npos && p[next] == ']';
+  } else if (key == "text") {
+    first(&kv->text);
+  } else if (key == "content") {
+    first(&kv->content);
+  } else if (key == "reasoning_content") {
+    first(&kv->reasoning);
+  } else if (key == "role") {
+    first(&kv->role);
+  } else if (key == "finish_reason") {
+    first(&kv->finish);
+  }
+  return true;
+}
+
+// The common token chunk without building a JSON tree (the loadgen's hottest path): one pass
+// that walks the strings of the payload (escapes skipped, so text never looks like a key).
+// Returns false when the payload needs the full parser: usage, errors, timings, logprobs.
+bool FastTokenCheck(std::string_view p, bool* is_token) {
+  if (p.empty() || p[0] != '{') return false;
+  KeyValues kv;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] != '"') continue;
+    size_t j = i + 1;
+    while (j < p.size() && p[j] != '"') j += p[j] == '\\' ? 2 : 1;
+    if (j >= p.size()) return false;
+    size_t k = j + 1;
+    while (k < p.size() && (p[k] == ' ' || p[k] == '\t')) ++k;
+    if (k < p.size() && p[k] == ':') {
+      size_t v = k + 1;
+      while (v < p.size() && (p[v] == ' ' || p[v] == '\t')) ++v;
+      if (v >= p.size() || !NoteKey(p.substr(i + 1, j - i - 1), p, v, &kv)) return false;
+    }
+    i = j;
+  }
+  if (!kv.has_choices) return false;
+  *is_token = false;
+  if (kv.choices_empty) return true;
+  bool finished = kv.finish == Value::kOther;
+  if (kv.text != Value::kAbsent) {
+    *is_token = !(finished && kv.text != Value::kOther);
+    return true;
+  }
+  for (Value v : {kv.content, kv.reasoning}) {
+    if (v == Value::kAbsent || v == Value::kNull) continue;
+    if (v == Value::kEmptyString && (finished || kv.role != Value::kAbsent)) continue;
+    *is_token = true;
+  }
+  return true;
+}
+
 }  // namespace
 
 ChunkInfo ParseChunk(std::string_view payload, bool want_text) {
@@ -100,6 +178,7 @@ ChunkInfo ParseChunk(std::string_view payload, bool want_text) {
     info.done = true;
     return info;
   }
+  if (!want_text && FastTokenCheck(payload, &info.is_token)) return info;
   json j = json::parse(payload.begin(), payload.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     info.error = "malformed stream chunk: " + std::string(payload.substr(0, 200));

@@ -77,5 +77,27 @@ TEST(StreamChunkTest, ProtoShapedTimingsInSecondsAreConvertedAndQueuesAdded) {
       ParseChunk(R"({"choices":[],"timings":{"prompt_ms":3.0}})", false).server_timing.has_value());
 }
 
+TEST(StreamChunkTest, FastPathAgreesWithTheFullParser) {
+  // want_text = true always takes the full JSON parser; false takes the fast path when it can.
+  const char* kPayloads[] = {
+      R"({"choices":[{"index":0,"text":"a","finish_reason":null}],"usage":null})",
+      R"({"choices": [{"index": 0, "text": "", "finish_reason": null}], "usage": null})",
+      R"({"choices":[{"text":"","finish_reason":"length"}]})",
+      R"({"choices":[{"text":"x\"text\":\"\"","finish_reason":"stop"}]})",
+      R"({"choices":[]})",
+      R"({"choices":[ ],"usage":null})",
+      R"({"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]})",
+      R"({"choices":[{"delta":{"role":"assistant"},"finish_reason":null}]})",
+      R"({"choices":[{"delta":{"content":null,"reasoning_content":"hm"}}]})",
+      R"({"choices":[{"delta":{"content":""},"finish_reason":null}]})",
+      R"({"choices":[{"delta":{"content":""},"finish_reason":"stop"}]})",
+      R"({"choices":[{"delta":{"content":"Hi \"role\": x"},"finish_reason":null}]})",
+      R"({"choices":[{"delta":{"content":"x"},"logprobs":{"content":[]}}]})",
+  };
+  for (const char* p : kPayloads) {
+    EXPECT_EQ(ParseChunk(p, false).is_token, ParseChunk(p, true).is_token) << p;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::loadgen
