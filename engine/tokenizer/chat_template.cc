@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
@@ -28,14 +29,21 @@ constexpr std::string_view kChatMLJinja =
 constexpr std::string_view kLlama3Jinja =
     R"({{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %})";
 
+// Llama 2 chat and Mistral Instruct (v0.1/v0.2) semantics: a leading system message (Llama 2
+// only, even if empty) is folded into the first turn; user/assistant must alternate; Llama 2
+// strips each turn and skips other roles, Mistral rejects them.
 constexpr std::string_view kLlama2Jinja =
-    R"({%- if messages and messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] | trim %}{%- set loop_messages = messages[1:] %}{%- else %}{%- set system_message = '' %}{%- set loop_messages = messages %}{%- endif %}{%- for message in loop_messages %}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{%- endif %}{%- if message['role'] == 'user' %}{%- if loop.first and system_message %}{%- set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] | trim %}{%- else %}{%- set content = message['content'] | trim %}{%- endif %}{{- bos_token + '[INST] ' + content + ' [/INST]' }}{%- elif message['role'] == 'assistant' %}{{- ' ' + message['content'] | trim + ' ' + eos_token }}{%- else %}{{- raise_exception('Only system, user and assistant roles are supported!') }}{%- endif %}{%- endfor %})";
+    R"({%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}{%- set loop_messages = messages[1:] %}{%- else %}{%- set system_message = none %}{%- set loop_messages = messages %}{%- endif %}{%- for message in loop_messages %}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{%- endif %}{%- if loop.first and system_message is not none %}{%- set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{%- else %}{%- set content = message['content'] %}{%- endif %}{%- if message['role'] == 'user' %}{{- bos_token + '[INST] ' + content | trim + ' [/INST]' }}{%- elif message['role'] == 'assistant' %}{{- ' ' + content | trim + ' ' + eos_token }}{%- endif %}{%- endfor %})";
 
 constexpr std::string_view kMistralJinja =
-    R"({%- if messages and messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}{%- set loop_messages = messages[1:] %}{%- else %}{%- set system_message = '' %}{%- set loop_messages = messages %}{%- endif %}{{- bos_token }}{%- for message in loop_messages %}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{%- endif %}{%- if message['role'] == 'user' %}{%- if loop.first and system_message %}{{- '[INST] ' + system_message + '\n\n' + message['content'] + ' [/INST]' }}{%- else %}{{- '[INST] ' + message['content'] + ' [/INST]' }}{%- endif %}{%- elif message['role'] == 'assistant' %}{{- message['content'] + eos_token }}{%- else %}{{- raise_exception('Only system, user and assistant roles are supported!') }}{%- endif %}{%- endfor %})";
+    R"({{- bos_token }}{%- for message in messages %}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{%- endif %}{%- if message['role'] == 'user' %}{{- '[INST] ' + message['content'] + ' [/INST]' }}{%- elif message['role'] == 'assistant' %}{{- message['content'] + eos_token }}{%- else %}{{- raise_exception('Only user and assistant roles are supported!') }}{%- endif %}{%- endfor %})";
 
-std::string ChatML(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+std::string ChatML(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                   std::string_view default_system_prompt) {
   std::string out;
+  if (!default_system_prompt.empty() && messages[0].role != "system") {
+    Append(&out, {"<|im_start|>system\n", default_system_prompt, "<|im_end|>\n"});
+  }
   for (const ChatMessage& m : messages) {
     Append(&out, {"<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n"});
   }
@@ -53,57 +61,104 @@ std::string Llama3(const std::vector<ChatMessage>& messages, bool add_generation
   return out;
 }
 
-// Llama 2 and Mistral: an optional leading system message, then user/assistant alternating.
-absl::Status CheckAlternation(const std::vector<ChatMessage>& messages, size_t first) {
-  for (size_t i = first; i < messages.size(); ++i) {
-    const std::string& role = messages[i].role;
-    if ((role == "user") != ((i - first) % 2 == 0)) {
-      return absl::InvalidArgumentError(
-          "Conversation roles must alternate user/assistant/user/assistant/...");
-    }
-    if (role != "user" && role != "assistant") {
-      return absl::InvalidArgumentError("Only system, user and assistant roles are supported!");
-    }
-  }
-  return absl::OkStatus();
+absl::Status AlternationError() {
+  return absl::InvalidArgumentError(
+      "Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
 absl::StatusOr<std::string> Llama2(const std::vector<ChatMessage>& messages) {
-  const bool has_system = !messages.empty() && messages[0].role == "system";
+  const bool has_system = messages[0].role == "system";
   const size_t first = has_system ? 1 : 0;
-  if (absl::Status s = CheckAlternation(messages, first); !s.ok()) return s;
-  const std::string_view system = has_system ? utf8::PythonStrip(messages[0].content) : "";
   std::string out;
   for (size_t i = first; i < messages.size(); ++i) {
-    const std::string_view content = utf8::PythonStrip(messages[i].content);
-    if (messages[i].role == "assistant") {
-      Append(&out, {" ", content, " </s>"});
-    } else if (i == first && !system.empty()) {
-      Append(&out, {"<s>[INST] <<SYS>>\n", system, "\n<</SYS>>\n\n", content, " [/INST]"});
-    } else {
-      Append(&out, {"<s>[INST] ", content, " [/INST]"});
+    const ChatMessage& m = messages[i];
+    if ((m.role == "user") != ((i - first) % 2 == 0)) return AlternationError();
+    std::string content = m.content;
+    if (i == first && has_system) {
+      content = "<<SYS>>\n" + messages[0].content + "\n<</SYS>>\n\n" + m.content;
     }
+    if (m.role == "user") {
+      Append(&out, {"<s>[INST] ", utf8::PythonStrip(content), " [/INST]"});
+    } else if (m.role == "assistant") {
+      Append(&out, {" ", utf8::PythonStrip(content), " </s>"});
+    }  // the template renders nothing for other roles
   }
   return out;
 }
 
 absl::StatusOr<std::string> Mistral(const std::vector<ChatMessage>& messages) {
-  const bool has_system = !messages.empty() && messages[0].role == "system";
-  const size_t first = has_system ? 1 : 0;
-  if (absl::Status s = CheckAlternation(messages, first); !s.ok()) return s;
-  const std::string_view system = has_system ? std::string_view(messages[0].content) : "";
   std::string out = "<s>";
-  for (size_t i = first; i < messages.size(); ++i) {
-    const std::string& content = messages[i].content;
-    if (messages[i].role == "assistant") {
-      Append(&out, {content, "</s>"});
-    } else if (i == first && !system.empty()) {
-      Append(&out, {"[INST] ", system, "\n\n", content, " [/INST]"});
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if ((m.role == "user") != (i % 2 == 0)) return AlternationError();
+    if (m.role == "user") {
+      Append(&out, {"[INST] ", m.content, " [/INST]"});
+    } else if (m.role == "assistant") {
+      Append(&out, {m.content, "</s>"});
     } else {
-      Append(&out, {"[INST] ", content, " [/INST]"});
+      return absl::InvalidArgumentError("Only user and assistant roles are supported!");
     }
   }
   return out;
+}
+
+// The system prompt a ChatML template inserts when the conversation has none: the literal in
+// '<|im_start|>system\n...<|im_end|>' (Qwen2 and Qwen2.5 carry one; Qwen3 does not).
+std::string DefaultSystemPrompt(std::string_view text) {
+  static constexpr std::string_view kOpen = "'<|im_start|>system\\n";
+  for (size_t pos = text.find(kOpen); pos != std::string_view::npos;
+       pos = text.find(kOpen, pos + 1)) {
+    const size_t begin = pos + kOpen.size();
+    const size_t end = text.find("<|im_end|>", begin);
+    if (end == std::string_view::npos) break;
+    const std::string_view literal = text.substr(begin, end - begin);
+    if (literal.empty() || literal.find_first_of("'\"{}<") != std::string_view::npos) continue;
+    std::string prompt;  // undo the Jinja string escapes a prompt may contain
+    for (size_t i = 0; i < literal.size(); ++i) {
+      if (literal[i] == '\\' && i + 1 < literal.size()) {
+        ++i;
+        prompt.push_back(literal[i] == 'n' ? '\n' : literal[i]);
+      } else {
+        prompt.push_back(literal[i]);
+      }
+    }
+    return prompt;
+  }
+  return "";
+}
+
+// The template text of a checkpoint: chat_template.jinja (newer files) or tokenizer_config.json's
+// "chat_template" (a string, or a list of named templates of which "default" is used).
+absl::StatusOr<std::string> ReadTemplateText(const std::string& dir) {
+  std::ifstream jinja(dir + "/chat_template.jinja", std::ios::binary);
+  if (jinja) {
+    std::stringstream text;
+    text << jinja.rdbuf();
+    return text.str();
+  }
+  std::ifstream file(dir + "/tokenizer_config.json", std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("no tokenizer_config.json in ", dir));
+  std::stringstream text;
+  text << file.rdbuf();
+  const nlohmann::json config = nlohmann::json::parse(text.str(), nullptr, false);
+  if (config.is_discarded() || !config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/tokenizer_config.json is not JSON"));
+  }
+  auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) {
+    return absl::NotFoundError(absl::StrCat(dir, "/tokenizer_config.json has no chat_template"));
+  }
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {
+    for (const auto& entry : *it) {
+      const auto name = entry.is_object() ? entry.find("name") : entry.end();
+      if (name != entry.end() && *name == "default" && entry.contains("template") &&
+          entry["template"].is_string()) {
+        return entry["template"].get<std::string>();
+      }
+    }
+  }
+  return absl::InvalidArgumentError("chat_template is neither a string nor a named list");
 }
 
 }  // namespace
@@ -133,15 +188,23 @@ absl::StatusOr<ChatTemplate> DetectChatTemplate(std::string_view text) {
       "<|start_header_id|>, [INST])");
 }
 
-absl::StatusOr<std::string> ApplyChatTemplate(ChatTemplate tmpl,
+absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view text) {
+  ChatFormat format;
+  ASSIGN_OR_RETURN(format.tmpl, DetectChatTemplate(text));
+  if (format.tmpl == ChatTemplate::kChatML)
+    format.default_system_prompt = DefaultSystemPrompt(text);
+  return format;
+}
+
+absl::StatusOr<std::string> ApplyChatTemplate(const ChatFormat& format,
                                               const std::vector<ChatMessage>& messages,
                                               bool add_generation_prompt) {
   if (messages.empty()) {  // transformers refuses these before rendering
     return absl::InvalidArgumentError("cannot apply a chat template to an empty conversation");
   }
-  switch (tmpl) {
+  switch (format.tmpl) {
     case ChatTemplate::kChatML:
-      return ChatML(messages, add_generation_prompt);
+      return ChatML(messages, add_generation_prompt, format.default_system_prompt);
     case ChatTemplate::kLlama3:
       return Llama3(messages, add_generation_prompt);
     case ChatTemplate::kLlama2:
@@ -152,36 +215,20 @@ absl::StatusOr<std::string> ApplyChatTemplate(ChatTemplate tmpl,
   return absl::InvalidArgumentError("unknown chat template");
 }
 
+absl::StatusOr<std::string> ApplyChatTemplate(ChatTemplate tmpl,
+                                              const std::vector<ChatMessage>& messages,
+                                              bool add_generation_prompt) {
+  return ApplyChatTemplate(ChatFormat{tmpl, ""}, messages, add_generation_prompt);
+}
+
+absl::StatusOr<ChatFormat> LoadChatFormat(const std::string& dir) {
+  ASSIGN_OR_RETURN(const std::string text, ReadTemplateText(dir));
+  return DetectChatFormat(text);
+}
+
 absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::string& dir) {
-  // Newer checkpoints keep the template in chat_template.jinja, older ones in the config.
-  std::ifstream jinja(dir + "/chat_template.jinja", std::ios::binary);
-  if (jinja) {
-    std::stringstream text;
-    text << jinja.rdbuf();
-    return DetectChatTemplate(text.str());
-  }
-  std::ifstream file(dir + "/tokenizer_config.json", std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("no tokenizer_config.json in ", dir));
-  std::stringstream text;
-  text << file.rdbuf();
-  const nlohmann::json config = nlohmann::json::parse(text.str(), nullptr, false);
-  if (config.is_discarded() || !config.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(dir, "/tokenizer_config.json is not JSON"));
-  }
-  auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null()) {
-    return absl::NotFoundError(absl::StrCat(dir, "/tokenizer_config.json has no chat_template"));
-  }
-  if (it->is_string()) return DetectChatTemplate(it->get<std::string>());
-  if (it->is_array()) {  // [{"name": "default", "template": "..."}, ...]
-    for (const auto& entry : *it) {
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-          entry["template"].is_string()) {
-        return DetectChatTemplate(entry["template"].get<std::string>());
-      }
-    }
-  }
-  return absl::InvalidArgumentError("chat_template is neither a string nor a named list");
+  ASSIGN_OR_RETURN(const ChatFormat format, LoadChatFormat(dir));
+  return format.tmpl;
 }
 
 }  // namespace tandem

@@ -70,14 +70,31 @@ enum class ChatTemplate { kChatML, kLlama3, kLlama2, kMistral };
 // "<|im_start|>" → ChatML, "<|start_header_id|>" → Llama 3, "[INST]" with "<<SYS>>" → Llama 2,
 // "[INST]" → Mistral. NotFound when the text carries none of them.
 absl::StatusOr<ChatTemplate> DetectChatTemplate(std::string_view chat_template_text);
-// Reads DIR/tokenizer_config.json and detects its chat template (NotFound if it has none).
+// Reads DIR/chat_template.jinja or DIR/tokenizer_config.json's chat_template and detects its
+// family (NotFound if the checkpoint has no template).
 absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::string& dir);
 
+// A checkpoint's chat format: the family plus, for ChatML, the system prompt the template
+// inserts when the conversation has none (Qwen2: "You are a helpful assistant.", Qwen2.5:
+// "You are Qwen, created by Alibaba Cloud. ..."; Qwen3 and our generated files: none).
+struct ChatFormat {
+  ChatTemplate tmpl = ChatTemplate::kChatML;
+  std::string default_system_prompt;
+};
+absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view chat_template_text);
+absl::StatusOr<ChatFormat> LoadChatFormat(const std::string& dir);
+
 // Formats a conversation exactly as transformers' apply_chat_template(tokenize=False) does with
-// the template WriteTokenizerFiles writes for that family (BOS text included where the template
-// emits it, so encode the result with add_special_tokens=false). InvalidArgument for an empty
-// conversation and for roles the template rejects (Llama 2 / Mistral: user and assistant must
-// alternate after an optional system message; unknown roles).
+// that family's template (ours as WriteTokenizerFiles writes it, and the real checkpoints' for
+// plain-text conversations: Meta-Llama-3-Instruct, Llama-2-chat, Mistral-Instruct v0.1/v0.2,
+// Qwen2/2.5 ChatML; tests check both). The BOS text is included where the template emits it,
+// so encode the result with add_special_tokens=false. InvalidArgument for an empty
+// conversation and for what the template rejects (Llama 2 / Mistral: user and assistant must
+// alternate, Llama 2 after an optional system message; Mistral: no other roles).
+absl::StatusOr<std::string> ApplyChatTemplate(const ChatFormat& format,
+                                              const std::vector<ChatMessage>& messages,
+                                              bool add_generation_prompt);
+// The same with no default system prompt.
 absl::StatusOr<std::string> ApplyChatTemplate(ChatTemplate tmpl,
                                               const std::vector<ChatMessage>& messages,
                                               bool add_generation_prompt);

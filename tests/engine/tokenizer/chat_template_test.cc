@@ -22,7 +22,25 @@ std::vector<ChatMessage> Messages(const json& list) {
   return messages;
 }
 
-TEST(ChatTemplateTest, MatchesTransformersGoldens) {
+// Renders every golden case with `format` and compares; returns how many were errors.
+int ExpectCasesMatch(const ChatFormat& format, const json& cases) {
+  int errors = 0;
+  for (const json& c : cases) {
+    SCOPED_TRACE(c.dump());
+    auto text =
+        ApplyChatTemplate(format, Messages(c["messages"]), c["add_generation_prompt"].get<bool>());
+    if (c.contains("error")) {
+      ++errors;
+      EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+    } else {
+      EXPECT_TRUE(text.ok()) << text.status();
+      if (text.ok()) EXPECT_EQ(*text, c["text"].get<std::string>());
+    }
+  }
+  return errors;
+}
+
+TEST(ChatTemplateTest, MatchesTransformersOnGeneratedTemplates) {
   const json golden = json::parse(testing::ReadFileOrDie(testing::TestDataPath("golden_chat.json")),
                                   nullptr, false);
   ASSERT_FALSE(golden.is_discarded());
@@ -31,29 +49,46 @@ TEST(ChatTemplateTest, MatchesTransformersGoldens) {
   for (size_t i = 0; i < testing::AllFamilies().size(); ++i) {
     const auto& f = testing::AllFamilies()[i];
     SCOPED_TRACE(f.name);
-    const std::string dir = testing::WriteFamily(f);
-    auto detected = LoadChatTemplate(dir);
-    ASSERT_TRUE(detected.ok()) << detected.status();
-    EXPECT_EQ(*detected, expected[i]);
-    int errors = 0;
-    for (const json& c : golden[f.name]["cases"]) {
-      SCOPED_TRACE(c.dump());
-      auto text = ApplyChatTemplate(*detected, Messages(c["messages"]),
-                                    c["add_generation_prompt"].get<bool>());
-      if (c.contains("error")) {
-        ++errors;
-        EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
-      } else {
-        ASSERT_TRUE(text.ok()) << text.status();
-        EXPECT_EQ(*text, c["text"].get<std::string>());
-      }
-    }
-    // transformers rejects the empty conversation; Llama 2 and Mistral also an assistant-first
-    // conversation and two user turns in a row.
-    const bool strict =
-        f.family == TokenizerFamily::kLlama2 || f.family == TokenizerFamily::kMistral;
-    EXPECT_EQ(errors, strict ? 6 : 2);
+    auto format = LoadChatFormat(testing::WriteFamily(f));
+    ASSERT_TRUE(format.ok()) << format.status();
+    EXPECT_EQ(format->tmpl, expected[i]);
+    EXPECT_EQ(format->default_system_prompt, "");
+    const int errors = ExpectCasesMatch(*format, golden[f.name]["cases"]);
+    // transformers rejects the empty conversation; Llama 2 / Mistral also break alternation.
+    EXPECT_GE(errors, f.family == TokenizerFamily::kLlama2 || f.family == TokenizerFamily::kMistral
+                          ? 6
+                          : 2);
   }
+}
+
+// The real checkpoints' templates (Meta-Llama-3-Instruct, Llama-2-chat, Mistral-Instruct-v0.2,
+// Qwen2-Instruct, Qwen2.5-Instruct) are detected and rendered like transformers does.
+TEST(ChatTemplateTest, MatchesTransformersOnRealTemplates) {
+  const json golden = json::parse(testing::ReadFileOrDie(testing::TestDataPath("golden_chat.json")),
+                                  nullptr, false);
+  ASSERT_FALSE(golden.is_discarded());
+  int templates = 0;
+  for (const auto& f : testing::AllFamilies()) {
+    for (const json& real : golden[f.name]["real"]) {
+      SCOPED_TRACE(real["name"].get<std::string>());
+      auto format = DetectChatFormat(real["template"].get<std::string>());
+      ASSERT_TRUE(format.ok()) << format.status();
+      ExpectCasesMatch(*format, real["cases"]);
+      ++templates;
+    }
+  }
+  EXPECT_EQ(templates, 5);
+}
+
+TEST(ChatTemplateTest, FindsQwenDefaultSystemPrompts) {
+  const json golden = json::parse(testing::ReadFileOrDie(testing::TestDataPath("golden_chat.json")),
+                                  nullptr, false);
+  const json& real = golden["qwen2"]["real"];
+  ASSERT_EQ(real.size(), 2u);
+  EXPECT_EQ(DetectChatFormat(real[0]["template"].get<std::string>())->default_system_prompt,
+            "You are a helpful assistant.");
+  EXPECT_EQ(DetectChatFormat(real[1]["template"].get<std::string>())->default_system_prompt,
+            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
 }
 
 TEST(ChatTemplateTest, DetectsFamiliesFromTemplateMarkers) {
