@@ -18,11 +18,10 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/common/kv_layout.h"
 
 namespace tandem {
-
-class Tokenizer;
 
 struct SamplingParams {
   float temperature = 1.0f;      // 0: greedy
@@ -81,7 +80,13 @@ struct EngineStats {
 
 class Engine {
  public:
+  // Loads the model (and, if options.load_tokenizer, the tokenizer) from options.model_dir.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  // Like Create, over a model (and tokenizer, may be null) the caller already has: a test's
+  // fake, or a model loaded elsewhere. options.model_dir and load_tokenizer are ignored.
+  static absl::StatusOr<std::unique_ptr<Engine>> CreateWithModel(
+      const EngineOptions& options, std::unique_ptr<Model> model,
+      std::unique_ptr<Tokenizer> tokenizer);
   virtual ~Engine() = default;
 
   // Queues a request. InvalidArgument: empty prompt, bad sampling params, prompt + max_tokens

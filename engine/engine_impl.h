@@ -1,0 +1,79 @@
+// EngineImpl: the Engine (engine/engine.h) over a Model, a KvCache, a Scheduler, a Sampler and
+// per-request StopCheckers. Single-threaded: the engine loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "engine/engine.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/runner/model_runner.h"
+#include "engine/sample/sampler.h"
+#include "engine/sched/scheduler.h"
+#include "engine/sched/sequence.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace tandem {
+
+class EngineImpl : public Engine {
+ public:
+  // Validates `options` against the model and allocates the KV pool.
+  static absl::StatusOr<std::unique_ptr<EngineImpl>> Create(const EngineOptions& options,
+                                                            std::unique_ptr<Model> model,
+                                                            std::unique_ptr<Tokenizer> tokenizer);
+
+  absl::Status AddRequest(EngineRequest request) override;
+  absl::Status Abort(const std::string& id) override;
+  absl::StatusOr<std::vector<RequestOutput>> Step() override;
+  bool HasWork() const override;
+
+  absl::StatusOr<std::vector<int32_t>> ReservePages(const std::string& id, int num_tokens) override;
+  absl::Status AddPrefilledRequest(EngineRequest request, int32_t first_token) override;
+  absl::StatusOr<std::vector<int32_t>> KvPages(const std::string& id) const override;
+  absl::Status ReleaseRequest(const std::string& id) override;
+  void* kv_pool() override { return kv_cache_->pool(); }
+  const KvLayout& kv_layout() const override { return kv_cache_->layout(); }
+
+  const ModelConfig& model_config() const override { return model_->config(); }
+  const Tokenizer* tokenizer() const override { return tokenizer_.get(); }
+  int max_model_len() const override { return max_model_len_; }
+  EngineStats Stats() const override;
+
+ private:
+  EngineImpl(const EngineOptions& options, int max_model_len, std::unique_ptr<Model> model,
+             std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<KvCache> kv_cache);
+
+  // AddRequest's checks but the duplicate id: InvalidArgument.
+  absl::Status ValidateRequestBody(const EngineRequest& request) const;
+  std::unique_ptr<Sequence> NewSequence(EngineRequest request);
+
+  // Step's parts.
+  std::vector<RequestOutput> FinishAborted();
+  absl::StatusOr<std::vector<int32_t>> Sample(const ScheduleDecision& decision,
+                                              const ModelRunner::StepResult& result) const;
+  void PostProcess(const ScheduleDecision& decision, const std::vector<int>& sampling_chunks,
+                   const std::vector<int32_t>& tokens, std::vector<RequestOutput>* outputs);
+  RequestOutput AppendToken(Sequence* seq, int32_t token);
+  void FailBatch(const ScheduleDecision& decision, const absl::Status& error,
+                 std::vector<RequestOutput>* outputs);
+  void Finish(Sequence* seq);  // frees pages, forgets the sequence
+
+  EngineOptions options_;
+  int max_model_len_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<KvCache> kv_cache_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
+  Sampler sampler_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
+  std::vector<int> eos_token_ids_;
+  int64_t next_arrival_ = 0;
+  int num_abort_requested_ = 0;
+  EngineStats counters_;  // the *_total fields; gauges are computed in Stats()
+};
+
+}  // namespace tandem

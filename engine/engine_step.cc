@@ -1,0 +1,100 @@
+// EngineImpl: the parts of Step() after scheduling — sampling, stop checks, finishing.
+#include <utility>
+
+#include "base/check.h"
+#include "base/logging.h"
+#include "engine/engine_impl.h"
+#include "engine/sample/stop_checker.h"
+
+namespace tandem {
+
+void EngineImpl::Finish(Sequence* seq) {
+  if (seq->status == SequenceStatus::kWaiting || seq->status == SequenceStatus::kRunning) {
+    scheduler_.Remove(seq);
+  } else {
+    // kPrefillDone (owned pages) or kReserved (reserved or receiving pages).
+    CHECK_OK(kv_cache_->allocator().Free(seq->block_table));
+    seq->block_table.clear();
+  }
+  seq->status = SequenceStatus::kFinished;
+  if (seq->abort_requested) --num_abort_requested_;
+  CHECK_EQ(sequences_.erase(seq->id), 1u) << seq->id;
+}
+
+std::vector<RequestOutput> EngineImpl::FinishAborted() {
+  std::vector<RequestOutput> outputs;
+  if (num_abort_requested_ == 0) return outputs;
+  std::vector<Sequence*> aborted;
+  for (auto& [id, seq] : sequences_) {
+    if (seq->abort_requested) aborted.push_back(seq.get());
+  }
+  for (Sequence* seq : aborted) {
+    RequestOutput out;
+    out.id = seq->id;
+    out.finish_reason = FinishReason::kAbort;
+    outputs.push_back(std::move(out));
+    Finish(seq);
+  }
+  return outputs;
+}
+
+absl::StatusOr<std::vector<int32_t>> EngineImpl::Sample(
+    const ScheduleDecision& decision, const ModelRunner::StepResult& result) const {
+  std::vector<SampleRow> rows;
+  rows.reserve(result.sampling_chunks.size());
+  for (int c : result.sampling_chunks) {
+    const Sequence& seq = *decision.chunks[c].seq;
+    rows.push_back(SampleRow{seq.sampling.temperature, seq.sampling.top_k, seq.sampling.top_p,
+                             seq.seed, static_cast<uint64_t>(seq.num_output_tokens())});
+  }
+  return sampler_.Sample(result.logits.data(), model_->config().vocab_size, rows);
+}
+
+RequestOutput EngineImpl::AppendToken(Sequence* seq, int32_t token) {
+  seq->tokens.push_back(token);
+  ++counters_.num_generated_tokens_total;
+  StopChecker::Result r =
+      seq->stop->Add(token, seq->num_output_tokens(), seq->num_tokens(), max_model_len_);
+  RequestOutput out;
+  out.id = seq->id;
+  out.new_tokens.push_back(token);
+  out.new_text = std::move(r.text);
+  out.finish_reason = r.finish_reason;
+  if (r.finish_reason != FinishReason::kNone) {
+    Finish(seq);
+  } else if (seq->prefill_only) {
+    // The prompt's KV stays in the pages for the transfer until ReleaseRequest().
+    out.finish_reason = FinishReason::kPrefillDone;
+    scheduler_.Detach(seq);
+    seq->status = SequenceStatus::kPrefillDone;
+  }
+  return out;
+}
+
+void EngineImpl::PostProcess(const ScheduleDecision& decision,
+                             const std::vector<int>& sampling_chunks,
+                             const std::vector<int32_t>& tokens,
+                             std::vector<RequestOutput>* outputs) {
+  CHECK_EQ(sampling_chunks.size(), tokens.size());
+  for (const ScheduledChunk& chunk : decision.chunks) {
+    chunk.seq->num_computed_tokens += chunk.num_new_tokens;
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    outputs->push_back(AppendToken(decision.chunks[sampling_chunks[i]].seq, tokens[i]));
+  }
+}
+
+void EngineImpl::FailBatch(const ScheduleDecision& decision, const absl::Status& error,
+                           std::vector<RequestOutput>* outputs) {
+  LOG(ERROR) << "step failed, finishing its " << decision.chunks.size() << " requests: " << error;
+  for (const ScheduledChunk& chunk : decision.chunks) {
+    RequestOutput out;
+    out.id = chunk.seq->id;
+    out.finish_reason = FinishReason::kError;
+    out.error = error.ToString();
+    outputs->push_back(std::move(out));
+    Finish(chunk.seq);
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,56 @@
+#include "engine/runner/model_runner.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "base/status_macros.h"
+
+namespace tandem {
+
+StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
+                           std::vector<int>* sampling_chunks) {
+  StepInputs in;
+  in.num_seqs = static_cast<int>(decision.chunks.size());
+  in.query_start.push_back(0);
+  for (const ScheduledChunk& chunk : decision.chunks) {
+    in.max_pages_per_seq =
+        std::max(in.max_pages_per_seq, static_cast<int>(chunk.seq->block_table.size()));
+  }
+  in.block_tables.assign(static_cast<size_t>(in.num_seqs) * in.max_pages_per_seq, 0);
+  sampling_chunks->clear();
+  for (int c = 0; c < in.num_seqs; ++c) {
+    const Sequence& seq = *decision.chunks[c].seq;
+    const int begin = seq.num_computed_tokens;
+    const int end = begin + decision.chunks[c].num_new_tokens;
+    CHECK_LE(end, seq.num_tokens()) << seq.id;
+    CHECK_LE(end, static_cast<int64_t>(seq.block_table.size()) * page_size) << seq.id;
+    for (int pos = begin; pos < end; ++pos) {
+      in.token_ids.push_back(seq.tokens[pos]);
+      in.positions.push_back(pos);
+      in.slot_mapping.push_back(seq.block_table[pos / page_size] * page_size + pos % page_size);
+    }
+    in.query_start.push_back(static_cast<int32_t>(in.token_ids.size()));
+    in.seq_lens.push_back(end);
+    std::copy(seq.block_table.begin(), seq.block_table.end(),
+              in.block_tables.begin() + static_cast<size_t>(c) * in.max_pages_per_seq);
+    if (end == seq.num_tokens()) {
+      in.logits_rows.push_back(in.query_start.back() - 1);
+      sampling_chunks->push_back(c);
+    }
+  }
+  in.num_tokens = static_cast<int64_t>(in.token_ids.size());
+  return in;
+}
+
+absl::StatusOr<ModelRunner::StepResult> ModelRunner::Run(const ScheduleDecision& decision) {
+  StepResult result;
+  const StepInputs inputs =
+      BuildStepInputs(decision, kv_cache_->layout().page_size, &result.sampling_chunks);
+  result.logits.resize(inputs.logits_rows.size() *
+                       static_cast<size_t>(model_->config().vocab_size));
+  RETURN_IF_ERROR(
+      model_->Forward(inputs, kv_cache_->layout(), kv_cache_->pool(), result.logits.data()));
+  return result;
+}
+
+}  // namespace tandem

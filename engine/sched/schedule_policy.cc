@@ -1,0 +1,93 @@
+#include "engine/sched/schedule_policy.h"
+
+#include <algorithm>
+
+#include "engine/kv/block_allocator.h"
+
+namespace tandem {
+namespace {
+
+// Working state of one Schedule() call.
+struct Plan {
+  const std::vector<Sequence*>& running;
+  int free_pages;
+  int budget;
+  int seqs_left;
+  std::vector<bool> scheduled;
+  std::vector<bool> preempted;
+  ScheduleDecision decision;
+
+  // Preempts the youngest running sequence other than `asking` that is neither scheduled nor
+  // preempted yet. False if there is none.
+  bool PreemptYoungest(size_t asking) {
+    for (size_t j = running.size(); j-- > 0;) {
+      if (j == asking || scheduled[j] || preempted[j]) continue;
+      preempted[j] = true;
+      free_pages += static_cast<int>(running[j]->block_table.size());
+      decision.preempted.push_back(running[j]);
+      return true;
+    }
+    return false;
+  }
+
+  void Add(Sequence* seq, int num_new_tokens, int num_new_pages) {
+    decision.chunks.push_back({seq, num_new_tokens, num_new_pages});
+    decision.num_batched_tokens += num_new_tokens;
+    free_pages -= num_new_pages;
+    budget -= num_new_tokens;
+    --seqs_left;
+  }
+
+  // Schedules running[i] for as many tokens as the budget allows, preempting younger sequences
+  // (or, failing that, running[i] itself) when the pages do not suffice.
+  void ScheduleRunning(size_t i, int page_size) {
+    if (preempted[i] || scheduled[i] || budget <= 0 || seqs_left <= 0) return;
+    Sequence* seq = running[i];
+    const int n = std::min(seq->num_uncomputed_tokens(), budget);
+    if (n <= 0) return;
+    const int need = PagesForTokens(seq->num_computed_tokens + n, page_size) -
+                     static_cast<int>(seq->block_table.size());
+    while (need > free_pages && PreemptYoungest(i)) {
+    }
+    if (need > free_pages) {
+      preempted[i] = true;
+      free_pages += static_cast<int>(seq->block_table.size());
+      decision.preempted.push_back(seq);
+      return;
+    }
+    scheduled[i] = true;
+    Add(seq, n, std::max(need, 0));
+  }
+};
+
+}  // namespace
+
+ScheduleDecision FcfsChunkedPolicy::Schedule(const std::vector<Sequence*>& running,
+                                             const std::deque<Sequence*>& waiting,
+                                             int num_free_pages) const {
+  Plan plan{running,
+            num_free_pages,
+            config_.max_num_batched_tokens,
+            config_.max_num_seqs,
+            std::vector<bool>(running.size()),
+            std::vector<bool>(running.size()),
+            {}};
+  for (size_t i = 0; i < running.size(); ++i) {
+    if (running[i]->is_decode()) plan.ScheduleRunning(i, config_.page_size);
+  }
+  for (size_t i = 0; i < running.size(); ++i) {
+    if (!running[i]->is_decode()) plan.ScheduleRunning(i, config_.page_size);
+  }
+  if (!plan.decision.preempted.empty()) return std::move(plan.decision);
+  for (Sequence* seq : waiting) {
+    if (plan.budget <= 0 || plan.seqs_left <= 0) break;
+    const int n = std::min(seq->num_uncomputed_tokens(), plan.budget);
+    const int need = PagesForTokens(seq->num_computed_tokens + n, config_.page_size) -
+                     static_cast<int>(seq->block_table.size());
+    if (need > plan.free_pages) break;
+    plan.Add(seq, n, need);
+  }
+  return std::move(plan.decision);
+}
+
+}  // namespace tandem

@@ -1,0 +1,61 @@
+// Scheduling policies: given the running and waiting sequences and the free page count, decide
+// which sequences run this step with how many new tokens, and which running ones to preempt.
+// A policy only reads; it returns its decision as a value and the Scheduler applies it.
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "engine/sched/sequence.h"
+
+namespace tandem {
+
+struct SchedulerConfig {
+  int max_num_seqs = 256;             // sequences per step
+  int max_num_batched_tokens = 2048;  // new tokens per step (prefill chunks + decodes)
+  int page_size = 16;
+};
+
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int num_new_tokens = 0;  // tokens [num_computed_tokens, + num_new_tokens) run this step
+  int num_new_pages = 0;   // pages to append to seq->block_table before the step
+};
+
+struct ScheduleDecision {
+  // Batch order: decodes first, then prefill chunks (running ones, then newly admitted).
+  std::vector<ScheduledChunk> chunks;
+  // Running sequences whose pages are freed; they go back to the front of the waiting queue
+  // and recompute their KV later (preemption by recompute).
+  std::vector<Sequence*> preempted;
+  int num_batched_tokens = 0;
+
+  bool empty() const { return chunks.empty(); }
+};
+
+class SchedulePolicy {
+ public:
+  virtual ~SchedulePolicy() = default;
+  // `running` is ordered oldest first (by Sequence::arrival); `waiting` is in admission order.
+  virtual ScheduleDecision Schedule(const std::vector<Sequence*>& running,
+                                    const std::deque<Sequence*>& waiting,
+                                    int num_free_pages) const = 0;
+};
+
+// vLLM-v1-style continuous batching with chunked prefill: decodes first, then running prefills,
+// then waiting requests in FCFS order, each taking what is left of the token budget (a prompt
+// longer than the budget is split into chunks across steps). When pages run out, the youngest
+// running sequence not yet scheduled this step is preempted (possibly the one asking). No new
+// request is admitted in a step that preempts, and admission never skips the queue head.
+class FcfsChunkedPolicy : public SchedulePolicy {
+ public:
+  explicit FcfsChunkedPolicy(const SchedulerConfig& config) : config_(config) {}
+  ScheduleDecision Schedule(const std::vector<Sequence*>& running,
+                            const std::deque<Sequence*>& waiting,
+                            int num_free_pages) const override;
+
+ private:
+  SchedulerConfig config_;
+};
+
+}  // namespace tandem

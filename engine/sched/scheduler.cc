@@ -1,0 +1,85 @@
+#include "engine/sched/scheduler.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace tandem {
+namespace {
+
+template <typename Container>
+bool Erase(Container& c, Sequence* seq) {
+  auto it = std::find(c.begin(), c.end(), seq);
+  if (it == c.end()) return false;
+  c.erase(it);
+  return true;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator* allocator,
+                     std::unique_ptr<SchedulePolicy> policy)
+    : config_(config), allocator_(allocator), policy_(std::move(policy)) {
+  CHECK(allocator_ != nullptr);
+  CHECK_GE(config_.max_num_seqs, 1);
+  CHECK_GE(config_.max_num_batched_tokens, 1);
+  CHECK_GE(config_.page_size, 1);
+  if (policy_ == nullptr) policy_ = std::make_unique<FcfsChunkedPolicy>(config_);
+}
+
+void Scheduler::AddWaiting(Sequence* seq) {
+  CHECK(seq->block_table.empty()) << seq->id;
+  seq->status = SequenceStatus::kWaiting;
+  waiting_.push_back(seq);
+}
+
+void Scheduler::AddRunning(Sequence* seq) {
+  seq->status = SequenceStatus::kRunning;
+  InsertRunning(seq);
+}
+
+void Scheduler::InsertRunning(Sequence* seq) {
+  auto it = std::upper_bound(running_.begin(), running_.end(), seq,
+                             [](Sequence* a, Sequence* b) { return a->arrival < b->arrival; });
+  running_.insert(it, seq);
+}
+
+void Scheduler::FreePages(Sequence* seq) {
+  CHECK_OK(allocator_->Free(seq->block_table));
+  seq->block_table.clear();
+}
+
+void Scheduler::Remove(Sequence* seq) {
+  if (!Erase(running_, seq)) Erase(waiting_, seq);
+  FreePages(seq);
+}
+
+void Scheduler::Detach(Sequence* seq) { CHECK(Erase(running_, seq)) << seq->id; }
+
+void Scheduler::Preempt(Sequence* seq) {
+  CHECK(Erase(running_, seq)) << seq->id;
+  FreePages(seq);
+  seq->num_computed_tokens = 0;
+  seq->status = SequenceStatus::kWaiting;
+  waiting_.push_front(seq);
+  ++num_preemptions_;
+}
+
+ScheduleDecision Scheduler::Schedule() {
+  ScheduleDecision decision = policy_->Schedule(running_, waiting_, allocator_->num_free());
+  // Youngest first, so the oldest preempted sequence ends up at the very front.
+  for (Sequence* seq : decision.preempted) Preempt(seq);
+  for (const ScheduledChunk& chunk : decision.chunks) {
+    Sequence* seq = chunk.seq;
+    absl::StatusOr<std::vector<int32_t>> pages = allocator_->Allocate(chunk.num_new_pages);
+    CHECK(pages.ok()) << "policy over-committed pages: " << pages.status();
+    seq->block_table.insert(seq->block_table.end(), pages->begin(), pages->end());
+    if (seq->status == SequenceStatus::kWaiting) {
+      CHECK(Erase(waiting_, seq)) << seq->id;
+      AddRunning(seq);
+    }
+  }
+  return decision;
+}
+
+}  // namespace tandem

@@ -1,0 +1,46 @@
+// Sequence: the engine's state for one request, shared by the scheduler, the model runner and
+// the output processor. Tokens are the prompt followed by the generated tokens; the KV of the
+// first `num_computed_tokens` of them is in the pages of `block_table` (page ids, one list for
+// all layers, kernels/common/kv_layout.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sample/stop_checker.h"
+
+namespace tandem {
+
+enum class SequenceStatus {
+  kWaiting,      // queued (new, or preempted: its KV was dropped and will be recomputed)
+  kRunning,      // has pages; prefilling or decoding
+  kPrefillDone,  // prefill_only request done: pages kept for the KV transfer
+  kReserved,     // decode side: pages reserved for an incoming KV transfer
+  kFinished,
+};
+
+struct Sequence {
+  std::string id;
+  int64_t arrival = 0;  // admission order: lower is older (FCFS, preemption picks the highest)
+  std::vector<int32_t> tokens;  // prompt then output
+  int num_prompt_tokens = 0;
+  int num_computed_tokens = 0;  // tokens whose KV is in the cache
+  std::vector<int32_t> block_table;
+  SequenceStatus status = SequenceStatus::kWaiting;
+  SamplingParams sampling;
+  bool prefill_only = false;
+  uint64_t seed = 0;  // sampling.seed, or derived from the id
+  bool abort_requested = false;
+  std::unique_ptr<StopChecker> stop;  // null when the engine has no tokenizer
+
+  int num_tokens() const { return static_cast<int>(tokens.size()); }
+  int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  // Tokens still to feed through the model before the next sample.
+  int num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens; }
+  bool is_decode() const { return num_uncomputed_tokens() == 1 && num_output_tokens() > 0; }
+};
+
+}  // namespace tandem

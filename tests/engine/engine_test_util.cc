@@ -1,0 +1,77 @@
+#include "tests/engine/engine_test_util.h"
+
+#include <random>
+
+#include "engine/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+
+namespace tandem::testing {
+
+std::unique_ptr<Engine> MakeEngine(const EngineOptions& options,
+                                   const FakeModel::Options& model_options,
+                                   std::unique_ptr<Tokenizer> tokenizer, FakeModel** model) {
+  auto fake = std::make_unique<FakeModel>(model_options);
+  if (model != nullptr) *model = fake.get();
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::CreateWithModel(options, std::move(fake), std::move(tokenizer));
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+void Collect(const std::vector<RequestOutput>& outputs, std::map<std::string, Finished>* results) {
+  for (const RequestOutput& out : outputs) {
+    Finished& f = (*results)[out.id];
+    EXPECT_EQ(f.num_terminal_events, 0) << out.id << " produced output after finishing";
+    f.tokens.insert(f.tokens.end(), out.new_tokens.begin(), out.new_tokens.end());
+    f.text += out.new_text;
+    if (out.finish_reason != FinishReason::kNone) {
+      f.reason = out.finish_reason;
+      f.error = out.error;
+      ++f.num_terminal_events;
+    }
+  }
+}
+
+std::map<std::string, Finished> RunToCompletion(Engine& engine, int max_steps) {
+  std::map<std::string, Finished> results;
+  for (int step = 0; step < max_steps && engine.HasWork(); ++step) {
+    absl::StatusOr<std::vector<RequestOutput>> outputs = engine.Step();
+    EXPECT_TRUE(outputs.ok()) << outputs.status();
+    if (!outputs.ok()) break;
+    Collect(*outputs, &results);
+  }
+  EXPECT_FALSE(engine.HasWork()) << "engine still busy after " << max_steps << " steps";
+  for (const auto& [id, f] : results) {
+    EXPECT_EQ(f.num_terminal_events, 1) << id;
+  }
+  return results;
+}
+
+void ExpectIdle(const Engine& engine) {
+  const EngineStats stats = engine.Stats();
+  EXPECT_EQ(stats.num_pages_free, stats.num_pages_total) << "KV pages leaked";
+  EXPECT_EQ(stats.num_pages_owned, 0);
+  EXPECT_EQ(stats.num_pages_reserved, 0);
+  EXPECT_EQ(stats.num_running, 0);
+  EXPECT_EQ(stats.num_waiting, 0);
+}
+
+EngineRequest Request(const std::string& id, std::vector<int32_t> prompt, int max_tokens,
+                      float temperature) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt_tokens = std::move(prompt);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  return r;
+}
+
+std::vector<int32_t> RandomPrompt(int len, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> prompt(len);
+  for (int32_t& t : prompt) t = dist(rng);
+  return prompt;
+}
+
+}  // namespace tandem::testing

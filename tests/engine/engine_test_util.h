@@ -1,0 +1,45 @@
+// Helpers for engine tests: build an Engine over the FakeModel, drive it to completion, and
+// check that every request got exactly one terminal event and no KV page leaked.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "tests/engine/fake_model.h"
+
+namespace tandem::testing {
+
+struct Finished {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason reason = FinishReason::kNone;
+  std::string error;
+  int num_terminal_events = 0;
+};
+
+// Engine over a FakeModel; *model (optional) gets the model's address for its counters.
+std::unique_ptr<Engine> MakeEngine(const EngineOptions& options,
+                                   const FakeModel::Options& model_options,
+                                   std::unique_ptr<Tokenizer> tokenizer = nullptr,
+                                   FakeModel** model = nullptr);
+
+// Steps until the engine has no work (at most max_steps), collecting each request's outputs.
+// A kPrefillDone output counts as its terminal event.
+std::map<std::string, Finished> RunToCompletion(Engine& engine, int max_steps = 100000);
+
+// Adds `outputs` to `results` (for tests that step by hand).
+void Collect(const std::vector<RequestOutput>& outputs, std::map<std::string, Finished>* results);
+
+// Every page is free and nothing runs or waits.
+void ExpectIdle(const Engine& engine);
+
+EngineRequest Request(const std::string& id, std::vector<int32_t> prompt, int max_tokens,
+                      float temperature = 0.0f);
+
+// Deterministic pseudo-random prompt of `len` tokens in [0, vocab).
+std::vector<int32_t> RandomPrompt(int len, int vocab, uint32_t seed);
+
+}  // namespace tandem::testing

@@ -1,0 +1,57 @@
+// FakeModel: a deterministic stand-in for the decoder, for engine tests that must run in
+// milliseconds. It really uses the paged KV cache, so wrong block tables, slot mappings,
+// positions or preemption bookkeeping change its output or fail the step:
+//   - each token's K/V at its slot, in every layer and KV head, holds (token, position, layer,
+//     head) as fp32 (layout dtype must be kF32, head_dim >= 4);
+//   - a logits row reads back its sequence's whole history from the pages through the block
+//     table, checks every position and layer tag (InternalError on mismatch), and scores the
+//     vocabulary from the history it read:
+//       kHash:  logits = a hash of all (token, position) pairs and the candidate id, so the
+//               greedy continuation depends on every earlier token;
+//       kCount: the argmax is (last token + 1) % vocab_size: predictable text for stop tests.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/model.h"
+
+namespace tandem::testing {
+
+class FakeModel : public Model {
+ public:
+  enum class Mode { kHash, kCount };
+  struct Options {
+    Mode mode = Mode::kHash;
+    int vocab_size = 101;
+    int num_layers = 2;
+    int num_kv_heads = 2;
+    int head_dim = 4;
+    int max_position_embeddings = 4096;
+    std::vector<int> eos_token_ids;
+  };
+
+  explicit FakeModel(const Options& options);
+
+  const ModelConfig& config() const override { return config_; }
+  absl::Status Forward(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
+                       float* logits) override;
+
+  int64_t num_forward_calls() const { return num_forward_calls_; }
+  int64_t max_tokens_per_forward() const { return max_tokens_per_forward_; }
+  int max_seqs_per_forward() const { return max_seqs_per_forward_; }
+
+ private:
+  absl::Status Store(const StepInputs& inputs, const KvLayout& layout, float* pool) const;
+  // Fills one logits row for query row `row` of sequence `seq`.
+  absl::Status Score(const StepInputs& inputs, const KvLayout& layout, const float* pool, int seq,
+                     int row, float* out) const;
+
+  Options options_;
+  ModelConfig config_;
+  int64_t num_forward_calls_ = 0;
+  int64_t max_tokens_per_forward_ = 0;
+  int max_seqs_per_forward_ = 0;
+};
+
+}  // namespace tandem::testing
