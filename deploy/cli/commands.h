@@ -19,5 +19,6 @@ struct Command {
 };
 
 std::function<int()> AddMakeModelCommand(CLI::App* sub);
+std::function<int()> AddServeCommand(CLI::App* sub);
 
 }  // namespace tandem::cli

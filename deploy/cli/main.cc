@@ -12,6 +12,8 @@ namespace {
 // One line per subcommand.
 const Command kCommands[] = {
     {"make-model", "Write a random-weight checkpoint in Hugging Face format", AddMakeModelCommand},
+    {"serve", "Start a router and workers from a layout (default: tiny model, 1P + 1D)",
+     AddServeCommand},
 };
 
 int Main(int argc, char** argv) {

@@ -1,0 +1,171 @@
+// tandem serve [--layout FILE] [--model DIR] [--port N]: brings up the router and the workers
+// of a layout (deploy/launcher/) as separate processes, waits until every worker is registered,
+// prints where to point a client, and on SIGTERM / Ctrl-C drains in-flight requests and stops
+// everything. With no arguments: the embedded default — 1 prefill + 1 decode worker on the CPU
+// backend with a generated tiny model (cached), OpenAI API on port 8000.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "deploy/cli/commands.h"
+#include "deploy/launcher/cluster.h"
+#include "engine/model/make_model.h"
+
+namespace tandem::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ServeFlags {
+  std::string layout;
+  std::string model;
+  int port = -1;
+  std::string log_dir;
+  std::string cache_dir;
+  int ready_timeout_s = 120;
+  int drain_timeout_s = 30;
+};
+
+std::string DefaultCacheDir() {
+  if (const char* d = std::getenv("TANDEM_CACHE_DIR")) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME")) return absl::StrCat(d, "/tandem");
+  if (const char* d = std::getenv("HOME")) return absl::StrCat(d, "/.cache/tandem");
+  return "/tmp/tandem-cache";
+}
+
+// The generated tiny model, made once per cache dir (make-model is deterministic).
+absl::StatusOr<std::string> TinyModel(const std::string& cache_dir) {
+  const std::string dir = absl::StrCat(cache_dir, "/models/tiny");
+  if (fs::exists(dir + "/config.json") && fs::exists(dir + "/tokenizer.json")) return dir;
+  std::cout << "tandem serve: generating the tiny random-weight model in " << dir << std::endl;
+  MakeModelOptions options;
+  options.preset = "tiny";
+  options.out_dir = dir;
+  absl::StatusOr<ModelConfig> config = MakeModel(options);
+  if (!config.ok()) return config.status();
+  return dir;
+}
+
+// Where the other binaries live: $TANDEM_BIN_DIR, else next to this executable.
+std::string BinDir() {
+  if (const char* d = std::getenv("TANDEM_BIN_DIR")) return d;
+  std::error_code ec;
+  return fs::read_symlink("/proc/self/exe", ec).parent_path().string();
+}
+
+void PrintReady(launcher::Cluster& cluster, const std::string& model_name,
+                const std::string& log_dir) {
+  const std::string http = cluster.http_address();
+  std::cout << "tandem serve: ready at http://" << http << "\n"
+            << "  OpenAI API     http://" << http << "/v1  (model \"" << model_name << "\")\n"
+            << "  gRPC API       " << cluster.router().grpc_address << "\n"
+            << "  metrics        " << cluster.router().metrics_url << "  (router)\n";
+  for (launcher::Process* w : cluster.workers()) {
+    std::cout << "                 " << w->metrics_url << "  (" << w->name << ", grpc "
+              << w->grpc_address << ", pid " << w->child->pid() << ")\n";
+  }
+  std::cout << "  logs           " << log_dir << "\n"
+            << "Try:\n  curl http://" << http
+            << "/v1/completions -H 'Content-Type: application/json' \\\n"
+            << "    -d '{\"model\": \"" << model_name
+            << "\", \"prompt\": \"Hello\", \"max_tokens\": 16}'\n"
+            << "Ctrl-C (or SIGTERM) drains in-flight requests and stops everything." << std::endl;
+}
+
+// Blocks until SIGINT / SIGTERM, reporting processes that exit meanwhile.
+void WaitForStop(launcher::Cluster& cluster) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  std::set<std::string> reported;
+  const timespec timeout{0, 200 * 1000 * 1000};
+  while (sigtimedwait(&set, nullptr, &timeout) < 0) {
+    for (const auto& [name, code] : cluster.Exited()) {
+      if (reported.insert(name).second) {
+        std::cerr << "tandem serve: " << name << " exited with code " << code << std::endl;
+      }
+    }
+  }
+}
+
+int RunServe(const ServeFlags& f) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // taken synchronously; children unblock them
+  absl::StatusOr<launcher::Layout> layout =
+      f.layout.empty() ? launcher::DefaultLayout() : launcher::LoadLayout(f.layout);
+  if (!layout.ok()) {
+    std::cerr << "tandem serve: " << layout.status().message() << std::endl;
+    return 2;
+  }
+  if (f.port >= 0) layout->router_port = f.port;
+  std::string model = f.model.empty() ? layout->model : f.model;
+  if (model.empty()) {
+    if (layout->backend != "cpu") {
+      std::cerr << "tandem serve: --model DIR is required with the cuda backend" << std::endl;
+      return 2;
+    }
+    absl::StatusOr<std::string> tiny =
+        TinyModel(f.cache_dir.empty() ? DefaultCacheDir() : f.cache_dir);
+    if (!tiny.ok()) {
+      std::cerr << "tandem serve: cannot generate the tiny model: " << tiny.status() << std::endl;
+      return 1;
+    }
+    model = *tiny;
+  }
+  launcher::ClusterOptions options;
+  options.bin_dir = BinDir();
+  options.model_dir = model;
+  options.log_dir = f.log_dir;
+  if (options.log_dir.empty()) {
+    char tmpl[] = "/tmp/tandem-serve-XXXXXX";
+    options.log_dir = mkdtemp(tmpl) ? tmpl : "/tmp";
+  }
+  fs::create_directories(options.log_dir);
+  options.ready_timeout = absl::Seconds(f.ready_timeout_s);
+  options.router_drain_timeout_s = f.drain_timeout_s;
+  absl::StatusOr<std::unique_ptr<launcher::Cluster>> cluster =
+      launcher::Cluster::Start(*layout, options);
+  if (!cluster.ok()) {
+    std::cerr << "tandem serve: " << cluster.status().message() << std::endl;
+    return 1;
+  }
+  const std::string name = layout->served_model_name.empty()
+                               ? fs::path(model).lexically_normal().filename().string()
+                               : layout->served_model_name;
+  PrintReady(**cluster, name, options.log_dir);
+  WaitForStop(**cluster);
+  std::cout << "tandem serve: draining in-flight requests, then stopping" << std::endl;
+  absl::Status st = (*cluster)->Shutdown(absl::Seconds(f.drain_timeout_s + 10));
+  if (!st.ok()) {
+    std::cerr << "tandem serve: " << st.message() << std::endl;
+    return 1;
+  }
+  std::cout << "tandem serve: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> AddServeCommand(CLI::App* sub) {
+  auto f = std::make_shared<ServeFlags>();
+  sub->add_option("--layout", f->layout, "Layout YAML (deploy/layouts/); default: 1P + 1D CPU");
+  sub->add_option("--model", f->model, "Hugging Face model directory (default: tiny, generated)");
+  sub->add_option("--port", f->port, "OpenAI HTTP port (default: the layout's, 8000; 0: any)");
+  sub->add_option("--log-dir", f->log_dir, "Where each process's log goes (default: a temp dir)");
+  sub->add_option("--cache-dir", f->cache_dir, "Where the generated tiny model is cached");
+  sub->add_option("--ready-timeout-s", f->ready_timeout_s, "Wait this long for readiness");
+  sub->add_option("--drain-timeout-s", f->drain_timeout_s, "On stop, in-flight request limit");
+  return [f] { return RunServe(*f); };
+}
+
+}  // namespace tandem::cli

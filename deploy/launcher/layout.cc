@@ -1,0 +1,107 @@
+#include "deploy/launcher/layout.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::launcher {
+namespace {
+
+// Reads an optional scalar field; yaml-cpp throws on a type mismatch (caught by ParseLayout).
+template <typename T>
+void Read(const YAML::Node& node, const char* key, T* out) {
+  if (node[key]) *out = node[key].as<T>();
+}
+
+GroupSpec ParseGroup(const YAML::Node& g) {
+  GroupSpec s;
+  Read(g, "role", &s.role);
+  Read(g, "count", &s.count);
+  Read(g, "gpus", &s.gpus);
+  Read(g, "tensor_parallel", &s.tensor_parallel);
+  Read(g, "pipeline_parallel", &s.pipeline_parallel);
+  Read(g, "args", &s.args);
+  return s;
+}
+
+absl::Status Validate(const Layout& l) {
+  bool prefill = false, decode = false, mixed = false;
+  for (const GroupSpec& g : l.groups) {
+    if (g.role != "prefill" && g.role != "decode" && g.role != "mixed") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("groups: role '", g.role, "' (want prefill, decode or mixed)"));
+    }
+    if (g.count < 1) return absl::InvalidArgumentError("groups: count must be >= 1");
+    if (!g.gpus.empty() && static_cast<int>(g.gpus.size()) != g.count) {
+      return absl::InvalidArgumentError("groups: gpus must list one GPU per worker");
+    }
+    if (g.tensor_parallel != 1 || g.pipeline_parallel != 1) {
+      return absl::UnimplementedError("groups: tensor/pipeline parallel > 1 is not built yet");
+    }
+    prefill |= g.role == "prefill";
+    decode |= g.role == "decode";
+    mixed |= g.role == "mixed";
+  }
+  if (prefill != decode) {
+    return absl::InvalidArgumentError("a layout needs both prefill and decode groups (or mixed)");
+  }
+  if (!prefill && !mixed) return absl::InvalidArgumentError("a layout needs at least one worker");
+  if (l.backend != "cpu" && l.backend != "cuda") {
+    return absl::InvalidArgumentError("backend must be cpu or cuda");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Layout DefaultLayout() {
+  Layout l;
+  l.groups = {GroupSpec{.role = "prefill"}, GroupSpec{.role = "decode"}};
+  return l;
+}
+
+absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
+  Layout l;
+  try {  // yaml-cpp reports syntax and type errors by throwing
+    const YAML::Node root = YAML::Load(yaml_text);
+    Read(root, "model", &l.model);
+    Read(root, "served_model_name", &l.served_model_name);
+    Read(root, "backend", &l.backend);
+    Read(root, "host", &l.host);
+    if (const YAML::Node r = root["router"]) {
+      Read(r, "port", &l.router_port);
+      Read(r, "grpc_port", &l.router_grpc_port);
+      Read(r, "args", &l.router_args);
+    }
+    if (const YAML::Node e = root["engine"]) {
+      Read(e, "page_size", &l.engine.page_size);
+      Read(e, "num_pages", &l.engine.num_pages);
+      Read(e, "kv_memory_bytes", &l.engine.kv_memory_bytes);
+      Read(e, "max_num_seqs", &l.engine.max_num_seqs);
+      Read(e, "max_num_batched_tokens", &l.engine.max_num_batched_tokens);
+    }
+    if (const YAML::Node groups = root["groups"]) {
+      for (const YAML::Node& g : groups) l.groups.push_back(ParseGroup(g));
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("layout: ", e.what()));
+  }
+  if (absl::Status st = Validate(l); !st.ok()) return st;
+  return l;
+}
+
+absl::StatusOr<Layout> LoadLayout(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read layout file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<Layout> l = ParseLayout(text.str());
+  if (!l.ok())
+    return absl::Status(l.status().code(), absl::StrCat(path, ": ", l.status().message()));
+  return l;
+}
+
+}  // namespace tandem::launcher

@@ -1,0 +1,61 @@
+// Layout: what `tandem serve` brings up on one node, read from a YAML file (deploy/layouts/).
+// One router plus worker groups; each group is `count` identical worker processes of one role.
+// TP/PP sizes and GPU lists are carried through for the CUDA backend (placeholders on CPU).
+//
+//   model: /models/llama          # HF directory; empty: generate the tiny model (CPU)
+//   served_model_name: ""         # default: the directory's name
+//   backend: cpu                  # cpu | cuda
+//   host: 127.0.0.1
+//   router: {port: 8000, grpc_port: 0, args: []}      # 0: any free port
+//   engine: {page_size: 16, num_pages: 0, kv_memory_bytes: 268435456,
+//            max_num_seqs: 256, max_num_batched_tokens: 2048}
+//   groups:
+//     - {role: prefill, count: 1, gpus: [0], tensor_parallel: 1, pipeline_parallel: 1, args: []}
+//     - {role: decode, count: 1, gpus: [1]}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::launcher {
+
+struct GroupSpec {
+  std::string role;       // "prefill", "decode" or "mixed"
+  int count = 1;          // worker processes
+  std::vector<int> gpus;  // one GPU per worker (CUDA_VISIBLE_DEVICES); empty: none set
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  std::vector<std::string> args;  // extra worker flags
+};
+
+struct EngineSpec {
+  int page_size = 16;
+  int num_pages = 0;
+  int64_t kv_memory_bytes = int64_t{256} << 20;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+};
+
+struct Layout {
+  std::string model;
+  std::string served_model_name;
+  std::string backend = "cpu";
+  std::string host = "127.0.0.1";
+  int router_port = 8000;
+  int router_grpc_port = 0;
+  std::vector<std::string> router_args;
+  EngineSpec engine;
+  std::vector<GroupSpec> groups;
+};
+
+// The embedded default: 1 prefill + 1 decode worker on the CPU backend, port 8000.
+Layout DefaultLayout();
+// InvalidArgument naming the bad field (unknown role, count < 1, a prefill group without a
+// decode group, ...).
+absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text);
+absl::StatusOr<Layout> LoadLayout(const std::string& path);
+
+}  // namespace tandem::launcher

@@ -1,0 +1,151 @@
+#include "tests/deploy/e2e_harness.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "engine/engine.h"
+#include "engine/model/make_model.h"
+#include "gtest/gtest.h"
+
+namespace tandem::e2e {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string MakeTempDir(const char* prefix) {
+  std::string tmpl = absl::StrCat(fs::temp_directory_path().string(), "/", prefix, "XXXXXX");
+  CHECK(mkdtemp(tmpl.data()) != nullptr);
+  return tmpl;
+}
+
+std::string BinDir() {
+  const char* b = std::getenv("TANDEM_BINARY_DIR");
+  return absl::StrCat(b ? b : ".", "/bin");
+}
+
+}  // namespace
+
+const std::string& TinyModelDir() {
+  static const std::string* dir = [] {
+    auto* d = new std::string(MakeTempDir("tandem-e2e-model-") + "/tiny");
+    MakeModelOptions options;
+    options.preset = "tiny";
+    options.out_dir = *d;
+    CHECK_OK(MakeModel(options).status());
+    return d;
+  }();
+  return *dir;
+}
+
+std::unique_ptr<launcher::Cluster> StartCluster(const std::string& layout_yaml) {
+  absl::StatusOr<launcher::Layout> layout = launcher::ParseLayout(layout_yaml);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  if (!layout.ok()) return nullptr;
+  layout->router_port = 0;
+  layout->router_grpc_port = 0;
+  launcher::ClusterOptions options;
+  options.bin_dir = BinDir();
+  options.model_dir = TinyModelDir();
+  options.log_dir = MakeTempDir("tandem-e2e-logs-");
+  options.ready_timeout = absl::Seconds(60);
+  options.router_drain_timeout_s = 5;
+  absl::StatusOr<std::unique_ptr<launcher::Cluster>> c = launcher::Cluster::Start(*layout, options);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args) {
+  auto stub = tandem::v1::Generation::NewStub(
+      grpc::CreateChannel(router_grpc, grpc::InsecureChannelCredentials()));
+  tandem::v1::GenerateRequest req;
+  req.mutable_prompt_tokens()->mutable_ids()->Assign(args.prompt.begin(), args.prompt.end());
+  req.mutable_sampling()->set_max_tokens(args.max_tokens);
+  req.mutable_sampling()->set_temperature(0.0f);
+  req.mutable_sampling()->set_ignore_eos(args.ignore_eos);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + args.deadline));
+  std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader =
+      stub->Generate(&ctx, req);
+  StreamResult result;
+  tandem::v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    result.num_messages++;
+    result.tokens.insert(result.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
+    if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+      result.finish = msg.finish_reason();
+    }
+    if (args.on_message && !args.on_message(result)) {
+      ctx.TryCancel();
+      break;
+    }
+  }
+  result.status = reader->Finish();
+  return result;
+}
+
+std::vector<int32_t> ReferenceGreedy(const std::string& model_dir, const GenerateArgs& args) {
+  EngineOptions options;
+  options.model_dir = model_dir;
+  options.num_pages = 256;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
+  CHECK_OK(engine.status());
+  EngineRequest req;
+  req.id = "reference";
+  req.prompt_tokens = args.prompt;
+  req.sampling.temperature = 0.0f;
+  req.sampling.max_tokens = args.max_tokens;
+  req.sampling.ignore_eos = args.ignore_eos;
+  CHECK_OK((*engine)->AddRequest(req));
+  std::vector<int32_t> tokens;
+  while ((*engine)->HasWork()) {
+    absl::StatusOr<std::vector<RequestOutput>> outs = (*engine)->Step();
+    CHECK_OK(outs.status());
+    for (const RequestOutput& o : *outs) {
+      tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+  }
+  return tokens;
+}
+
+tandem::v1::LoadReport GetLoad(const std::string& worker_grpc) {
+  auto stub = tandem::v1::Worker::NewStub(
+      grpc::CreateChannel(worker_grpc, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  tandem::v1::LoadReport load;
+  grpc::Status st = stub->GetLoad(&ctx, tandem::v1::GetLoadRequest(), &load);
+  if (!st.ok()) load.set_num_waiting(-1);  // unreachable: never "idle"
+  return load;
+}
+
+bool WaitForIdle(launcher::Cluster& cluster, absl::Duration timeout, std::string* why) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string last;
+  do {
+    last.clear();
+    for (launcher::Process* w : cluster.workers()) {
+      if (w->child == nullptr || !w->child->Running()) continue;
+      const tandem::v1::LoadReport l = GetLoad(w->grpc_address);
+      if (l.num_pages_reserved() != 0 || l.num_pages_owned() != 0 || l.num_waiting() != 0 ||
+          l.num_running() != 0) {
+        absl::StrAppend(&last, w->name, ": ", l.ShortDebugString(), "; ");
+      }
+    }
+    if (last.empty()) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  } while (absl::Now() < deadline);
+  if (why != nullptr) *why = last;
+  return false;
+}
+
+std::vector<int32_t> Prompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(n);
+  for (int32_t& t : p) t = 10 + static_cast<int32_t>(rng() % 290);
+  return p;
+}
+
+}  // namespace tandem::e2e

@@ -1,0 +1,56 @@
+// Helpers for end-to-end tests that start real router and worker processes on loopback
+// (deploy/launcher Cluster): a tiny generated model, streaming gRPC generation through the
+// router, the single-process reference (what `tandem generate` runs: one Engine, greedy), and
+// worker load probes for leak checks.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deploy/launcher/cluster.h"
+#include "tandem/v1/generate.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::e2e {
+
+// The tiny model, generated once per test process into a temp dir.
+const std::string& TinyModelDir();
+
+// Starts a cluster of `layout_yaml` (groups etc.; model, ports and logs are filled in) with
+// every process's log under a fresh temp dir. Fails the test (returns null) if not ready.
+std::unique_ptr<launcher::Cluster> StartCluster(const std::string& layout_yaml);
+
+struct StreamResult {
+  std::vector<int32_t> tokens;
+  tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
+  grpc::Status status;
+  int num_messages = 0;
+};
+
+struct GenerateArgs {
+  std::vector<int32_t> prompt;
+  int max_tokens = 8;
+  bool ignore_eos = true;
+  // Called after each streamed message; return false to cancel the call (client disconnect).
+  std::function<bool(const StreamResult&)> on_message;
+  absl::Duration deadline = absl::Seconds(60);
+};
+
+// Streams one greedy generation through the router's gRPC Generation API.
+StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args);
+
+// Greedy tokens of one Engine in this process (max_tokens, ignore_eos as in `args`).
+std::vector<int32_t> ReferenceGreedy(const std::string& model_dir, const GenerateArgs& args);
+
+tandem::v1::LoadReport GetLoad(const std::string& worker_grpc);
+// True when every running worker holds no reserved or owned pages and has nothing queued or
+// running, within `timeout`.
+bool WaitForIdle(launcher::Cluster& cluster, absl::Duration timeout, std::string* why = nullptr);
+
+// Deterministic pseudo-random prompt of `n` token ids in [10, 300).
+std::vector<int32_t> Prompt(int n, uint32_t seed);
+
+}  // namespace tandem::e2e

@@ -1,0 +1,123 @@
+// Worker failures with real processes: a decode worker killed mid-request, a prefill worker
+// killed mid-prefill. Their clients get a terminal error (not a hang) within a bounded time,
+// the router stops routing to the dead worker, new requests succeed on the others, and a
+// restarted worker registers again and takes traffic. No pages leak on the survivors.
+#include <signal.h>
+
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/deploy/e2e_harness.h"
+
+namespace tandem::e2e {
+namespace {
+
+// A terminal error must reach the client this fast after its worker dies.
+constexpr absl::Duration kErrorBound = absl::Seconds(5);
+
+// The prefill workers compute 16 prompt tokens per step, so a long prompt is mid-prefill for
+// a while (many steps) and a kill reliably lands during it.
+constexpr char kLayout[] = R"(
+engine: {page_size: 16, num_pages: 1024}
+groups:
+  - {role: prefill, count: 2, args: [--max-num-batched-tokens, "16"]}
+  - {role: decode, count: 2}
+)";
+
+struct Outcome {
+  StreamResult result;
+  absl::Time end;
+};
+
+// Starts `n` long generations in threads; each records its outcome.
+std::vector<std::thread> StartLong(launcher::Cluster& c, int n, int prompt_len,
+                                   std::vector<Outcome>* out) {
+  out->resize(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&c, out, i, prompt_len] {
+      GenerateArgs args;
+      args.prompt = Prompt(prompt_len, 7000 + i);
+      args.max_tokens = 400;
+      (*out)[i].result = Generate(c.router().grpc_address, args);
+      (*out)[i].end = absl::Now();
+    });
+  }
+  return threads;
+}
+
+void ExpectNewRequestsSucceed(launcher::Cluster& c, int n) {
+  for (int i = 0; i < n; ++i) {
+    GenerateArgs args;
+    args.prompt = Prompt(20 + i, 9000 + i);
+    args.max_tokens = 6;
+    StreamResult r = Generate(c.router().grpc_address, args);
+    EXPECT_TRUE(r.status.ok()) << i << ": " << r.status.error_message();
+    EXPECT_EQ(r.tokens.size(), 6u);
+  }
+}
+
+// Sends requests until `worker` has served some (its generated-token count grows).
+bool TakesTraffic(launcher::Cluster& c, const std::string& worker_grpc, bool decode) {
+  auto count = [&] {
+    const tandem::v1::LoadReport l = GetLoad(worker_grpc);
+    return decode ? l.num_generated_tokens_total() : l.num_prompt_tokens_total();
+  };
+  const int64_t before = count();
+  for (int i = 0; i < 20; ++i) {
+    GenerateArgs args;
+    args.prompt = Prompt(10, 500 + i);
+    args.max_tokens = 4;
+    if (!Generate(c.router().grpc_address, args).status.ok()) return false;
+    if (count() > before) return true;
+  }
+  return false;
+}
+
+void KillAndCheck(launcher::Cluster& c, const std::string& victim_name, bool decode) {
+  launcher::Process* victim = c.Find(victim_name);
+  ASSERT_NE(victim, nullptr);
+  std::vector<Outcome> outcomes;
+  // Decode: short prompts, long outputs (time in decode). Prefill: long prompts.
+  std::vector<std::thread> threads = StartLong(c, 6, decode ? 20 : 900, &outcomes);
+  absl::SleepFor(absl::Milliseconds(decode ? 600 : 300));
+  victim->child->Signal(SIGKILL);
+  const absl::Time killed = absl::Now();
+  for (std::thread& t : threads) t.join();
+  int errors = 0;
+  for (const Outcome& o : outcomes) {
+    if (!o.result.status.ok()) {
+      ++errors;
+      EXPECT_EQ(o.result.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+          << o.result.status.error_message();
+      EXPECT_LT(o.end - killed, kErrorBound);
+    } else {
+      EXPECT_EQ(o.result.tokens.size(), 400u);  // never a truncated "success"
+    }
+  }
+  EXPECT_GT(errors, 0) << "the kill hit no request";
+  ExpectNewRequestsSucceed(c, 8);
+  std::string why;
+  EXPECT_TRUE(WaitForIdle(c, absl::Seconds(3), &why)) << why;
+  // The worker comes back on the same address, registers again and serves.
+  ASSERT_TRUE(c.Restart(victim_name).ok());
+  ASSERT_TRUE(c.WaitForWorkers({{"prefill", 2}, {"decode", 2}}, absl::Seconds(30)).ok());
+  EXPECT_TRUE(TakesTraffic(c, victim->grpc_address, decode));
+}
+
+TEST(FaultE2E, DecodeWorkerKilledMidRequest) {
+  std::unique_ptr<launcher::Cluster> c = StartCluster(kLayout);
+  ASSERT_NE(c, nullptr);
+  KillAndCheck(*c, "decode-0", /*decode=*/true);
+  EXPECT_TRUE(c->Shutdown(absl::Seconds(20)).ok());
+}
+
+TEST(FaultE2E, PrefillWorkerKilledMidPrefill) {
+  std::unique_ptr<launcher::Cluster> c = StartCluster(kLayout);
+  ASSERT_NE(c, nullptr);
+  KillAndCheck(*c, "prefill-0", /*decode=*/false);
+  EXPECT_TRUE(c->Shutdown(absl::Seconds(20)).ok());
+}
+
+}  // namespace
+}  // namespace tandem::e2e
