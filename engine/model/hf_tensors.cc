@@ -23,14 +23,14 @@ std::vector<HfTensor> HfTensors(const ModelConfig& c) {
         add(absl::StrCat(p, "self_attn.", which, "_proj.bias"), {rows}, TensorRole::kBias);
       }
     }
-    add(p + "self_attn.o_proj.weight", {h, q_out}, TensorRole::kProjection);
+    add(p + "self_attn.o_proj.weight", {h, q_out}, TensorRole::kResidualProjection);
     if (c.qk_norm) {
       add(p + "self_attn.q_norm.weight", {d}, TensorRole::kNorm);
       add(p + "self_attn.k_norm.weight", {d}, TensorRole::kNorm);
     }
     add(p + "mlp.gate_proj.weight", {inter, h}, TensorRole::kProjection);
     add(p + "mlp.up_proj.weight", {inter, h}, TensorRole::kProjection);
-    add(p + "mlp.down_proj.weight", {h, inter}, TensorRole::kProjection);
+    add(p + "mlp.down_proj.weight", {h, inter}, TensorRole::kResidualProjection);
     add(p + "input_layernorm.weight", {h}, TensorRole::kNorm);
     add(p + "post_attention_layernorm.weight", {h}, TensorRole::kNorm);
   }

@@ -11,7 +11,8 @@
 namespace tandem {
 
 // What a tensor is for; make-model picks its random init from this.
-enum class TensorRole { kEmbedding, kLmHead, kProjection, kBias, kNorm };
+// kResidualProjection: o_proj and down_proj, whose outputs are added to the residual stream.
+enum class TensorRole { kEmbedding, kLmHead, kProjection, kResidualProjection, kBias, kNorm };
 
 struct HfTensor {
   TensorSpec spec;  // name, dtype = config.dtype, shape ([out, in] for nn.Linear weights)

@@ -22,6 +22,8 @@ uint64_t Fnv1a(const std::string& s) {
   return h;
 }
 
+constexpr float kResidualGain = 4.0f;
+
 // Uniform in [-1, 1) from the top 24 bits (exact in float).
 float Uniform(uint64_t key, int64_t index) {
   const uint64_t r = SplitMix64(key + static_cast<uint64_t>(index) * 0xd1b54a32d192ed03ull);
@@ -38,6 +40,10 @@ std::pair<float, float> Range(const HfTensor& t) {
       return {0.0f, sqrt3 * 3.0f / std::sqrt(static_cast<float>(shape[1]))};
     case TensorRole::kProjection:
       return {0.0f, sqrt3 / std::sqrt(static_cast<float>(shape[1]))};
+    case TensorRole::kResidualProjection:
+      // Larger, so the layers outweigh the token's own embedding in the residual stream: with
+      // tied embeddings that term favours repeating the input token over and over.
+      return {0.0f, kResidualGain * sqrt3 / std::sqrt(static_cast<float>(shape[1]))};
     case TensorRole::kBias:
       return {0.0f, 0.5f};
     case TensorRole::kNorm:

@@ -16,9 +16,9 @@ namespace tandem {
 // The value (before rounding to the tensor's dtype) of element `index` of `tensor`. Scales keep
 // tiny models' logits well spread (std ~3, so greedy argmax ties are vanishingly rare) and every
 // layer's contribution O(1):
-//   projections uniform with std 1/sqrt(fan_in); biases uniform in [-0.5, 0.5];
-//   norm weights 1 + uniform [-0.25, 0.25]; embeddings and lm_head std 3/sqrt(hidden) (with
-//   RMS-normalised hidden states, logits then have std ~3).
+//   projections uniform with std 1/sqrt(fan_in) (o_proj, down_proj: 4/sqrt(fan_in)); biases uniform
+//   in [-0.5, 0.5]; norm weights 1 + uniform [-0.25, 0.25]; embeddings and lm_head std
+//   3/sqrt(hidden) (with RMS-normalised hidden states, logits then have std ~3).
 float RandomWeight(uint64_t seed, const HfTensor& tensor, int64_t index);
 
 // Writes the safetensors files of a random checkpoint of `config` to `dir` (which must exist).

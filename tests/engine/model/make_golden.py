@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Golden outputs of Hugging Face transformers for tandem's tiny make-model presets.
+
+For each preset: `tandem make-model --preset P --seed S` writes a random checkpoint; transformers
+loads it in float32 (the load must report no missing, unexpected or mismatched keys: the
+checkpoint format check) and, for a few prompts of token ids, records the last-position logits of
+the prompt and a greedy continuation (argmax, KV-cached decode) with the chosen token's logit at
+every step. hf_parity_test.cc re-creates the same checkpoint (make-model is deterministic from the
+seed) and compares tandem's CPU forward pass against this file.
+
+Regenerate the committed file (needs torch + transformers, e.g. /opt/tandem-ref/bin/python):
+  cmake --build build --target tandem
+  python tests/engine/model/make_golden.py --tandem build/bin/tandem \
+      --out tests/engine/model/testdata/hf_golden.json
+"""
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+PRESETS = [
+    "tiny-llama3", "tiny-llama3-tied", "tiny-llama31", "tiny-llama2", "tiny-llama2-linear",
+    "tiny-mistral", "tiny-qwen2", "tiny-qwen2-untied", "tiny-qwen3", "tiny-qwen3-untied",
+]
+PROMPT_LENGTHS = [1, 13, 45]  # single token; one page and a bit; several pages
+NEW_TOKENS = 40
+
+
+def load(model_dir):
+    model, info = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, output_loading_info=True, attn_implementation="eager")
+    bad = {k: sorted(v) for k, v in info.items() if k != "error_msgs" and v}
+    if bad or info.get("error_msgs"):
+        raise SystemExit(f"{model_dir}: transformers reports {bad} {info.get('error_msgs')}")
+    model.eval()
+    return model
+
+
+@torch.no_grad()
+def run_prompt(model, prompt):
+    ids = torch.tensor([prompt])
+    out = model(ids, use_cache=True)
+    logits = out.logits[0, -1]
+    prompt_logits = logits.tolist()
+    past = out.past_key_values
+    tokens, token_logits = [], []
+    for _ in range(NEW_TOKENS):
+        tok = int(torch.argmax(logits))
+        tokens.append(tok)
+        token_logits.append(float(logits[tok]))
+        out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        logits = out.logits[0, -1]
+    return {"prompt": prompt, "last_logits": [round(x, 6) for x in prompt_logits],
+            "greedy_tokens": tokens, "greedy_logits": [round(x, 6) for x in token_logits]}
+
+
+def golden_for(tandem, preset, seed):
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run([tandem, "make-model", "--preset", preset, "--out", d, "--seed",
+                        str(seed)], check=True, stderr=subprocess.DEVNULL)
+        model = load(d)
+        vocab = model.config.vocab_size
+        rng = np.random.default_rng(seed * 1000 + 7)
+        cases = [run_prompt(model, [int(x) for x in rng.integers(0, vocab, n)])
+                 for n in PROMPT_LENGTHS]
+    return {"preset": preset, "seed": seed, "vocab_size": vocab, "cases": cases}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tandem", required=True, help="path to the tandem binary")
+    ap.add_argument("--out", required=True, help="golden JSON file to write")
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    models = [golden_for(args.tandem, p, args.seed) for p in args.presets.split(",")]
+    golden = {"generator": "tests/engine/model/make_golden.py",
+              "transformers": __import__("transformers").__version__,
+              "torch": torch.__version__, "new_tokens": NEW_TOKENS, "models": models}
+    with open(args.out, "w") as f:
+        json.dump(golden, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {args.out}: {len(models)} presets", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+#include "tests/engine/model/model_test_util.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "base/check.h"
+#include "gtest/gtest.h"
+
+namespace tandem::testing_util {
+
+std::string NewTempDir(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  const std::string dir = ::testing::TempDir() + "/tandem_model_" + std::to_string(::getpid()) +
+                          "_" + tag + "_" + std::to_string(counter++);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string ReadFileOrDie(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CHECK(in) << "cannot read " << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFileOrDie(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  CHECK(out) << "cannot write " << path;
+}
+
+namespace {
+
+struct Seq {
+  std::vector<int32_t> tokens;  // prompt, then generated
+  size_t fed = 0;               // tokens whose K/V are in the cache
+  std::vector<int32_t> pages;
+  bool done = false;
+};
+
+// One step's inputs over the sequences that still have pending tokens; `logit_seqs` gets the
+// sequence of each logits row.
+StepInputs BuildStep(std::vector<Seq>& seqs, int chunk, int page_size,
+                     std::vector<int32_t>& free_pages, std::vector<int>* logit_seqs) {
+  StepInputs in;
+  std::vector<const Seq*> stepping;
+  in.query_start.push_back(0);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    Seq& q = seqs[s];
+    if (q.done) continue;
+    const size_t n = std::min<size_t>(chunk, q.tokens.size() - q.fed);
+    while (q.pages.size() * page_size < q.fed + n) {
+      q.pages.push_back(free_pages.back());
+      free_pages.pop_back();
+    }
+    for (size_t pos = q.fed; pos < q.fed + n; ++pos) {
+      in.token_ids.push_back(q.tokens[pos]);
+      in.positions.push_back(static_cast<int32_t>(pos));
+      in.slot_mapping.push_back(q.pages[pos / page_size] * page_size + pos % page_size);
+    }
+    q.fed += n;
+    in.seq_lens.push_back(static_cast<int32_t>(q.fed));
+    in.query_start.push_back(in.query_start.back() + static_cast<int32_t>(n));
+    if (q.fed == q.tokens.size()) {
+      in.logits_rows.push_back(in.query_start.back() - 1);
+      logit_seqs->push_back(static_cast<int>(s));
+    }
+    stepping.push_back(&q);
+    in.max_pages_per_seq = std::max<int>(in.max_pages_per_seq, q.pages.size());
+  }
+  in.num_seqs = static_cast<int>(stepping.size());
+  in.num_tokens = static_cast<int64_t>(in.token_ids.size());
+  in.block_tables.assign(in.num_seqs * in.max_pages_per_seq, 0);
+  for (int i = 0; i < in.num_seqs; ++i) {
+    std::copy(stepping[i]->pages.begin(), stepping[i]->pages.end(),
+              in.block_tables.begin() + i * in.max_pages_per_seq);
+  }
+  return in;
+}
+
+}  // namespace
+
+std::vector<SeqResult> GenerateGreedy(Model& model,
+                                      const std::vector<std::vector<int32_t>>& prompts,
+                                      int new_tokens, int page_size, int chunk, DType kv_dtype) {
+  const ModelConfig& c = model.config();
+  std::vector<Seq> seqs(prompts.size());
+  int total_pages = 0;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    seqs[s].tokens = prompts[s];
+    total_pages += (prompts[s].size() + new_tokens + page_size - 1) / page_size;
+  }
+  const KvLayout layout{c.num_layers,   total_pages + 2, page_size,
+                        c.num_kv_heads, c.head_dim,      kv_dtype};
+  std::vector<uint8_t> pool(layout.PoolBytes());
+  std::vector<int32_t> free_pages(layout.num_pages);
+  for (int i = 0; i < layout.num_pages; ++i) free_pages[i] = i;
+  std::shuffle(free_pages.begin(), free_pages.end(), std::mt19937(42));
+  std::vector<SeqResult> results(prompts.size());
+  for (;;) {
+    std::vector<int> logit_seqs;
+    const StepInputs in = BuildStep(seqs, chunk, page_size, free_pages, &logit_seqs);
+    if (in.num_seqs == 0) break;
+    std::vector<float> logits(in.logits_rows.size() * c.vocab_size);
+    CHECK_OK(model.Forward(in, layout, pool.data(), logits.data()));
+    for (size_t r = 0; r < logit_seqs.size(); ++r) {
+      SeqResult& res = results[logit_seqs[r]];
+      const float* row = logits.data() + r * c.vocab_size;
+      if (res.prompt_logits.empty()) res.prompt_logits.assign(row, row + c.vocab_size);
+      const auto tok = static_cast<int32_t>(std::max_element(row, row + c.vocab_size) - row);
+      res.tokens.push_back(tok);
+      res.token_logits.push_back(row[tok]);
+      Seq& q = seqs[logit_seqs[r]];
+      q.done = static_cast<int>(res.tokens.size()) == new_tokens;
+      if (!q.done) q.tokens.push_back(tok);
+    }
+  }
+  return results;
+}
+
+}  // namespace tandem::testing_util
