@@ -119,19 +119,65 @@ GeneratedVocab TrainSentencePiece(int vocab_size) {
   return ToVocab(TrainBpe(std::move(input)));
 }
 
+bool HasDigit(std::string_view s) {
+  for (char c : s) {
+    if (c >= '0' && c <= '9') return true;
+  }
+  return false;
+}
+
+// Once the corpus has no pairs left (a few thousand tokens), the vocabulary grows to the
+// requested size with merges of learned tokens into longer word-like tokens (a + b where b
+// does not start a word), in a fixed diagonal order over the learned tokens. They rank after
+// every learned merge, so they rarely fire on real text, but every id decodes to text, which
+// matters when random-weight models sample from a full-size vocabulary.
+void ExtendVocab(TokenizerFamily family, int vocab_size, GeneratedVocab* vocab) {
+  if (static_cast<int>(vocab->tokens.size()) >= vocab_size) return;
+  const bool sp = family == TokenizerFamily::kLlama2 || family == TokenizerFamily::kMistral;
+  const std::string_view space = sp ? kMetaspace : std::string_view("\xC4\xA0");  // "▁" / "Ġ"
+  constexpr size_t kMaxTokenBytes = 32;
+  StringMap<int> ids;
+  for (size_t i = 0; i < vocab->tokens.size(); ++i) ids[vocab->tokens[i]] = static_cast<int>(i);
+  std::vector<std::string> parts;  // learned tokens, in id order
+  for (size_t i = sp ? kSentencePieceFixed : 256; i < vocab->tokens.size(); ++i) {
+    parts.push_back(vocab->tokens[i]);
+  }
+  for (size_t k = 0; k < 2 * parts.size(); ++k) {
+    for (size_t i = 0; i <= k && i < parts.size(); ++i) {
+      const size_t j = k - i;
+      if (j >= parts.size()) continue;
+      const std::string& a = parts[i];
+      const std::string& b = parts[j];
+      if (b.compare(0, space.size(), space) == 0 || a.size() + b.size() > kMaxTokenBytes) continue;
+      if (sp && (HasDigit(a) || HasDigit(b))) continue;  // SentencePiece digits stay single
+      std::string merged = a + b;
+      if (ids.contains(merged)) continue;
+      ids[merged] = static_cast<int>(vocab->tokens.size());
+      vocab->tokens.push_back(std::move(merged));
+      vocab->merges.emplace_back(a, b);
+      if (static_cast<int>(vocab->tokens.size()) >= vocab_size) return;
+    }
+  }
+}
+
 }  // namespace
 
 GeneratedVocab TrainGeneratedVocab(TokenizerFamily family, int vocab_size) {
+  GeneratedVocab vocab;
   switch (family) {
     case TokenizerFamily::kLlama3:
-      return TrainByteLevel(kLlama3SplitRegex, vocab_size);
+      vocab = TrainByteLevel(kLlama3SplitRegex, vocab_size);
+      break;
     case TokenizerFamily::kQwen2:
-      return TrainByteLevel(kQwen2SplitRegex, vocab_size);
+      vocab = TrainByteLevel(kQwen2SplitRegex, vocab_size);
+      break;
     case TokenizerFamily::kLlama2:
     case TokenizerFamily::kMistral:
-      return TrainSentencePiece(vocab_size);
+      vocab = TrainSentencePiece(vocab_size);
+      break;
   }
-  return {};
+  ExtendVocab(family, vocab_size, &vocab);
+  return vocab;
 }
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "base/status_macros.h"
 #include "engine/tokenizer/generated_vocab.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -124,6 +125,9 @@ Json SentencePieceDecoderJson() {
                     {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
 }
 
+constexpr const char* kVocabPlaceholder = "@@vocab@@";
+constexpr const char* kMergesPlaceholder = "@@merges@@";
+
 Json ModelJson(TokenizerFamily family, const GeneratedVocab& vocab) {
   const bool sp = IsSentencePiece(family);
   Json model = {{"type", "BPE"},
@@ -134,15 +138,10 @@ Json ModelJson(TokenizerFamily family, const GeneratedVocab& vocab) {
                 {"fuse_unk", sp},
                 {"byte_fallback", sp}};
   if (family == TokenizerFamily::kLlama3) model["ignore_merges"] = true;
-  Json v = Json::object();
-  for (size_t i = 0; i < vocab.tokens.size(); ++i) v[vocab.tokens[i]] = i;
-  model["vocab"] = std::move(v);
-  // Older files write merges as "a b" strings, newer ones as pairs: write both kinds.
-  Json merges = Json::array();
-  for (const auto& [a, b] : vocab.merges) {
-    merges.push_back(sp ? Json(absl::StrCat(a, " ", b)) : Json::array({a, b}));
-  }
-  model["merges"] = std::move(merges);
+  // vocab and merges are spliced in as text by TokenizerJsonText: ordered_json inserts in
+  // linear time, far too slow for 150k-token vocabularies.
+  model["vocab"] = kVocabPlaceholder;
+  model["merges"] = kMergesPlaceholder;
   return model;
 }
 
@@ -202,6 +201,34 @@ Json TokenizerJson(TokenizerFamily family, const Layout& layout) {
   SetPipeline(family, layout, &j);
   j["model"] = ModelJson(family, layout.vocab);
   return j;
+}
+
+// tokenizer.json text: the pipeline as formatted JSON, vocab and merges one entry per line (old
+// files write merges as "a b" strings, newer ones as [a, b] pairs: we write both kinds).
+std::string TokenizerJsonText(TokenizerFamily family, const Layout& layout) {
+  const GeneratedVocab& vocab = layout.vocab;
+  std::string vocab_text = "{";
+  for (size_t i = 0; i < vocab.tokens.size(); ++i) {
+    absl::StrAppend(&vocab_text, i ? "," : "", "\n      ", Json(vocab.tokens[i]).dump(), ": ", i);
+  }
+  vocab_text += "\n    }";
+  std::string merges_text = "[";
+  for (size_t i = 0; i < vocab.merges.size(); ++i) {
+    const auto& [a, b] = vocab.merges[i];
+    const Json merge =
+        IsSentencePiece(family) ? Json(absl::StrCat(a, " ", b)) : Json::array({a, b});
+    absl::StrAppend(&merges_text, i ? "," : "", "\n      ", merge.dump());
+  }
+  merges_text += "\n    ]";
+  std::string text = TokenizerJson(family, layout).dump(2);
+  for (const auto& [placeholder, value] : {std::make_pair(kVocabPlaceholder, &vocab_text),
+                                           std::make_pair(kMergesPlaceholder, &merges_text)}) {
+    const std::string quoted = absl::StrCat("\"", placeholder, "\"");
+    const size_t pos = text.find(quoted);
+    CHECK(pos != std::string::npos) << placeholder;
+    text.replace(pos, quoted.size(), *value);
+  }
+  return text;
 }
 
 Json OrNull(const std::string& s) { return s.empty() ? Json(nullptr) : Json(s); }
@@ -279,7 +306,7 @@ absl::Status WriteTokenizerFiles(const std::string& dir, TokenizerFamily family,
         absl::StrCat("tokenizer vocab_size ", spec.vocab_size, " is below the minimum ", min_size));
   }
   const Layout layout = MakeLayout(family, spec);
-  RETURN_IF_ERROR(WriteText(dir + "/tokenizer.json", TokenizerJson(family, layout).dump(2)));
+  RETURN_IF_ERROR(WriteText(dir + "/tokenizer.json", TokenizerJsonText(family, layout)));
   RETURN_IF_ERROR(
       WriteText(dir + "/tokenizer_config.json", TokenizerConfigJson(family, layout).dump(2)));
   RETURN_IF_ERROR(

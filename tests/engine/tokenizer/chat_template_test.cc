@@ -34,7 +34,9 @@ int ExpectCasesMatch(const ChatFormat& format, const json& cases) {
       EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
     } else {
       EXPECT_TRUE(text.ok()) << text.status();
-      if (text.ok()) EXPECT_EQ(*text, c["text"].get<std::string>());
+      if (text.ok()) {
+        EXPECT_EQ(*text, c["text"].get<std::string>());
+      }
     }
   }
   return errors;

@@ -97,5 +97,29 @@ TEST(TokenizerGoldenTest, EncodesLargeTextFast) {
   }
 }
 
+// Full-size vocabularies (as the 8B presets use) load fast and every id decodes to text.
+TEST(TokenizerGoldenTest, FullSizeVocabularyLoadsAndDecodesEveryId) {
+  TokenizerSpec spec;
+  spec.vocab_size = 128000;
+  spec.llama3_reserved_special_tokens = 245;
+  const std::string dir = testing::MakeTempDir("full");
+  GeneratedTokenizerInfo info;
+  ASSERT_TRUE(WriteTokenizerFiles(dir, TokenizerFamily::kLlama3, spec, &info).ok());
+  EXPECT_EQ(info.vocab_size, 128256);  // the real Llama 3 layout
+  EXPECT_EQ(info.bos_id, 128000);
+  EXPECT_EQ(info.eos_ids, (std::vector<int32_t>{128009, 128001, 128008}));
+  const auto start = std::chrono::steady_clock::now();
+  auto tok = Tokenizer::Load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf("loaded a %d-token tokenizer in %.0f ms\n", (*tok)->vocab_size(), ms);
+  EXPECT_EQ((*tok)->vocab_size(), 128256);
+  EXPECT_EQ((*tok)->TokenToId("<|reserved_special_token_247|>"), 128255);
+  for (int32_t id = 0; id < 128000; id += 997) {
+    EXPECT_FALSE((*tok)->Decode({id}, true).empty()) << id;
+  }
+}
+
 }  // namespace
 }  // namespace tandem

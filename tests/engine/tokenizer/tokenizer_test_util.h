@@ -36,7 +36,7 @@ struct GoldenConfig {
 inline std::vector<GoldenConfig> GoldenConfigs() {
   std::vector<GoldenConfig> configs;
   for (const auto& f : AllFamilies()) configs.push_back({f.name, f, 512});
-  for (const auto& f : AllFamilies()) configs.push_back({std::string(f.name) + "_max", f, 100000});
+  for (const auto& f : AllFamilies()) configs.push_back({std::string(f.name) + "_8k", f, 8192});
   return configs;
 }
 
