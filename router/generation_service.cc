@@ -1,0 +1,108 @@
+#include "router/generation_service.h"
+
+#include <random>
+
+#include "absl/strings/str_format.h"
+#include "router/routing_policy.h"
+
+namespace tandem::router {
+
+GenerationService::GenerationService(FlowOptions options, const Tokenizer* tokenizer,
+                                     WorkerRegistry* registry, RoutingPolicy* policy,
+                                     AdmissionController* admission, RouterMetrics* metrics)
+    : id_salt_(std::random_device()()) {
+  deps_.options = options;
+  deps_.tokenizer = tokenizer;
+  deps_.registry = registry;
+  deps_.policy = policy;
+  deps_.admission = admission;
+  deps_.metrics = metrics;
+  deps_.timers = &timers_;
+  deps_.on_done = [this](const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    live_.erase(id);
+  };
+  registry->SetDownListener(
+      [this](const std::string& worker_id, uint64_t epoch) { OnWorkerDown(worker_id, epoch); });
+  const absl::Duration period = registry->options().heartbeat_interval / 2;
+  timers_.RunEvery(period, [registry] { registry->ExpireStale(absl::Now()); });
+}
+
+GenerationService::~GenerationService() {
+  deps_.registry->SetDownListener(nullptr);
+  CancelAll();
+  WaitForFlows(absl::Seconds(5));
+}
+
+void GenerationService::CancelAll() {
+  std::vector<std::shared_ptr<RequestFlow>> flows;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, flow] : live_) flows.push_back(flow);
+  }
+  for (auto& flow : flows) flow->Cancel();
+}
+
+bool GenerationService::WaitForFlows(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (deps_.flow_objects.load() > 0) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+absl::StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(
+    GenerateSpec spec, std::shared_ptr<GenerationSink> sink) {
+  if (draining_) {
+    deps_.metrics->CountRejected("draining");
+    return absl::UnavailableError("the server is shutting down");
+  }
+  if (!HasUsableWorkers()) {
+    deps_.metrics->CountRejected("no_worker");
+    return absl::UnavailableError(
+        "no healthy worker is registered (need a prefill and a decode worker, or a mixed "
+        "worker); retry later");
+  }
+  // Worker-side ids are ours (client-chosen ids may collide): unique per router process.
+  const std::string worker_id = absl::StrFormat("r%x-%d", id_salt_, next_id_++);
+  auto flow = std::make_shared<RequestFlow>(&deps_, std::move(spec), worker_id, std::move(sink));
+  {
+    absl::MutexLock lock(&mu_);
+    live_[worker_id] = flow;
+  }
+  absl::StatusOr<uint64_t> ticket = deps_.admission->Admit([flow] { flow->Start(); });
+  if (!ticket.ok()) {
+    deps_.metrics->CountRejected("queue_full");
+    absl::MutexLock lock(&mu_);
+    live_.erase(worker_id);
+    return ticket.status();
+  }
+  flow->SetTicket(*ticket);
+  return std::shared_ptr<RequestHandle>(flow);
+}
+
+bool GenerationService::HasUsableWorkers() const {
+  return !draining_ && router::HasUsableWorkers(deps_.registry->Snapshot());
+}
+
+int GenerationService::num_live() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(live_.size());
+}
+
+void GenerationService::UpdateGauges() {
+  deps_.metrics->running().Set(deps_.admission->running());
+  deps_.metrics->waiting().Set(deps_.admission->waiting());
+}
+
+void GenerationService::OnWorkerDown(const std::string& worker_id, uint64_t epoch) {
+  std::vector<std::shared_ptr<RequestFlow>> flows;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, flow] : live_) flows.push_back(flow);
+  }
+  for (auto& flow : flows) flow->OnWorkerDown(worker_id, epoch);
+}
+
+}  // namespace tandem::router

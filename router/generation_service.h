@@ -1,0 +1,66 @@
+// GenerationService: the front ends' single entry point. Submit() rejects what cannot run now
+// (no usable worker → Unavailable; admission queue full → ResourceExhausted) and otherwise
+// queues the request behind the admission controller and runs it as a RequestFlow, which ends
+// with exactly one terminal call on the sink. Also fails the flows on a worker that goes down,
+// and runs the registry's heartbeat-expiry check. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "router/admission.h"
+#include "router/generate_spec.h"
+#include "router/generation_sink.h"
+#include "router/request_flow.h"
+#include "router/router_metrics.h"
+#include "router/routing_policy.h"
+#include "router/timer_thread.h"
+#include "router/worker_registry.h"
+
+namespace tandem::router {
+
+class GenerationService {
+ public:
+  // All pointers are borrowed and must outlive the service.
+  GenerationService(FlowOptions options, const Tokenizer* tokenizer, WorkerRegistry* registry,
+                    RoutingPolicy* policy, AdmissionController* admission, RouterMetrics* metrics);
+  ~GenerationService();
+
+  // On OK the sink will get exactly one terminal call; the handle cancels the request.
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerateSpec spec,
+                                                        std::shared_ptr<GenerationSink> sink);
+
+  // True when a (prefill, decode) pair or a mixed worker is healthy: /ready, and 503 at submit.
+  bool HasUsableWorkers() const;
+  int num_live() const;
+
+  // Refreshes the running/waiting gauges (call before rendering /metrics).
+  void UpdateGauges();
+
+  // While draining, Submit refuses new requests (Unavailable) and /ready says 503.
+  void SetDraining(bool draining) { draining_ = draining; }
+  bool draining() const { return draining_; }
+  // Cancels every live request.
+  void CancelAll();
+  // Waits until no RequestFlow object is left (gRPC callbacks hold them a little longer than
+  // their terminal event); false on timeout.
+  bool WaitForFlows(absl::Duration timeout);
+
+ private:
+  void OnWorkerDown(const std::string& worker_id, uint64_t epoch);
+
+  FlowDeps deps_;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<bool> draining_{false};
+  const uint64_t id_salt_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<RequestFlow>> live_ ABSL_GUARDED_BY(mu_);
+  TimerThread timers_;  // last: stops before the members its callbacks use go away
+};
+
+}  // namespace tandem::router

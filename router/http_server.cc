@@ -1,0 +1,92 @@
+#include "router/http_server.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <deque>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/logging.h"
+#include "router/http_session.h"
+
+namespace tandem::router {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+using tcp = net::ip::tcp;
+
+std::string HttpRequest::Header(const std::string& name) const {
+  for (const auto& [key, value] : headers) {
+    if (key == name) return value;
+  }
+  return "";
+}
+
+struct HttpServer::Impl {
+  net::io_context ioc;
+  std::optional<tcp::acceptor> acceptor;
+};
+
+namespace {
+
+void Accept(std::shared_ptr<HttpServer::Impl> impl, std::shared_ptr<SessionConfig> config) {
+  impl->acceptor->async_accept(net::make_strand(impl->ioc),
+                               [impl, config](beast::error_code ec, tcp::socket socket) {
+                                 if (!impl->acceptor->is_open()) return;
+                                 if (!ec) {
+                                   beast::error_code ignored;
+                                   socket.set_option(tcp::no_delay(true), ignored);
+                                   StartSession(std::move(socket), config, impl);
+                                 } else {
+                                   LOG(WARNING) << "accept failed: " << ec.message();
+                                 }
+                                 Accept(impl, config);
+                               });
+}
+
+}  // namespace
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
+    : options_(std::move(options)), handler_(std::move(handler)), impl_(std::make_shared<Impl>()) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+absl::Status HttpServer::Start() {
+  beast::error_code ec;
+  const net::ip::address address = net::ip::make_address(options_.address, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("bad address ", options_.address));
+  tcp::endpoint endpoint(address, static_cast<uint16_t>(options_.port));
+  impl_->acceptor.emplace(impl_->ioc);
+  tcp::acceptor& acceptor = *impl_->acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.address, ":",
+                                               options_.port, ": ", ec.message()));
+  }
+  port_ = acceptor.local_endpoint().port();
+  auto config = std::make_shared<SessionConfig>(SessionConfig{options_, handler_});
+  Accept(impl_, config);
+  for (int i = 0; i < std::max(1, options_.num_threads); ++i) {
+    threads_.emplace_back([impl = impl_] { impl->ioc.run(); });
+  }
+  return absl::OkStatus();
+}
+
+void HttpServer::Stop() {
+  if (threads_.empty()) return;
+  net::post(impl_->ioc, [impl = impl_] {
+    beast::error_code ignored;
+    impl->acceptor->close(ignored);
+  });
+  impl_->ioc.stop();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+}  // namespace tandem::router

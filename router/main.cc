@@ -1,0 +1,68 @@
+// tandem-router: the OpenAI-compatible HTTP front end, the gRPC Generation API and the worker
+// registry in one process (no GPU). Workers register at --grpc-port.
+//   tandem-router --model-dir DIR [--port 8000] [--grpc-port 8001] [--api-key KEY] ...
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "absl/time/clock.h"
+#include "base/logging.h"
+#include "router/router_server.h"
+
+int main(int argc, char** argv) {
+  tandem::router::RouterConfig config;
+  CLI::App app{"tandem-router: OpenAI-compatible front end, gRPC API and worker registry"};
+  app.add_option("--model-dir", config.model_dir, "model directory (tokenizer, config.json)")
+      ->required();
+  app.add_option("--served-model-name", config.served_model_name,
+                 "name in /v1/models and requests (default: the directory's base name)");
+  app.add_option("--max-model-len", config.max_model_len,
+                 "context length (default: config.json max_position_embeddings)");
+  app.add_option("--host", config.host, "HTTP and gRPC listen address");
+  app.add_option("--port", config.http_port, "HTTP port (OpenAI API, /metrics)");
+  app.add_option("--grpc-port", config.grpc_port, "gRPC port (Generation API, worker registry)");
+  app.add_option("--api-key", config.api_key, "require 'Authorization: Bearer KEY' on /v1/*")
+      ->envname("TANDEM_API_KEY");
+  app.add_option("--routing-policy", config.routing_policy, "least-loaded | round-robin");
+  app.add_option("--max-running", config.max_running, "requests routed to workers at once");
+  app.add_option("--max-waiting", config.max_waiting,
+                 "requests queued beyond --max-running before 429s");
+  app.add_option("--http-threads", config.http_threads, "HTTP I/O threads");
+  app.add_option("--max-body-bytes", config.max_body_bytes, "larger request bodies get 413");
+  app.add_option("--heartbeat-interval-ms", config.heartbeat_interval_ms,
+                 "worker heartbeat period");
+  app.add_option("--missed-heartbeats", config.missed_heartbeats,
+                 "heartbeats a worker may miss before it is marked down");
+  app.add_option("--drain-timeout-s", config.drain_timeout_s,
+                 "on SIGTERM, how long in-flight requests may take to finish");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug | info | warning | error");
+  CLI11_PARSE(app, argc, argv);
+  tandem::LogLevel level;
+  if (tandem::ParseLogLevel(log_level, &level)) tandem::SetLogLevel(level);
+
+  // SIGINT / SIGTERM are taken synchronously by this thread (blocked before threads start).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<std::unique_ptr<tandem::router::RouterServer>> server =
+      tandem::router::RouterServer::Start(config);
+  if (!server.ok()) {
+    LOG(ERROR) << "tandem-router: " << server.status();
+    return 1;
+  }
+  LOG(INFO) << "tandem-router: OpenAI API on http://" << config.host << ":"
+            << (*server)->http_port() << "/v1, gRPC and worker registry on " << config.host << ":"
+            << (*server)->grpc_port() << ", metrics on /metrics";
+  int received = 0;
+  sigwait(&signals, &received);
+  LOG(INFO) << "tandem-router: signal " << received << ", draining";
+  (*server)->Shutdown(absl::Seconds(config.drain_timeout_s));
+  return 0;
+}

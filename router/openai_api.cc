@@ -1,0 +1,151 @@
+#include "router/openai_api.h"
+
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "router/api_error.h"
+#include "router/json_fields.h"
+#include "router/openai_sinks.h"
+
+namespace tandem::router {
+namespace {
+
+using nlohmann::json;
+
+// Compares without an early exit on the first differing byte.
+bool SameSecret(std::string_view given, std::string_view key) {
+  if (given.size() != key.size() || key.empty()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < key.size(); ++i) diff |= given[i] ^ key[i];
+  return diff == 0;
+}
+
+std::string RandomHex() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("%016x%016x", rng(), rng());
+}
+
+bool NeedsAuth(const std::string& path) {
+  return absl::StartsWith(path, "/v1/") || path == "/tokenize" || path == "/detokenize";
+}
+
+}  // namespace
+
+OpenAiApi::OpenAiApi(ApiOptions options, ModelContext model, GenerationService* service,
+                     WorkerRegistry* registry, RouterMetrics* metrics)
+    : options_(std::move(options)),
+      model_(std::move(model)),
+      service_(service),
+      registry_(registry),
+      metrics_(metrics),
+      created_(absl::ToUnixSeconds(absl::Now())) {}
+
+HttpHandler OpenAiApi::Handler() {
+  return [this](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+    Handle(std::move(request), std::move(responder));
+  };
+}
+
+bool OpenAiApi::Authorized(const HttpRequest& request) const {
+  if (options_.api_key.empty() || !NeedsAuth(request.path)) return true;
+  const std::string header = request.Header("authorization");
+  const std::string kBearer = "Bearer ";
+  if (!absl::StartsWith(header, kBearer)) return false;
+  return SameSecret(header.substr(kBearer.size()), options_.api_key);
+}
+
+void OpenAiApi::SendJson(HttpResponder& responder, int status, const json& body,
+                         const HttpHeaders& headers) {
+  metrics_->CountHttpResponse(status);
+  responder.Send(status, "application/json", Dump(body), headers);
+}
+
+void OpenAiApi::Handle(HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+  HttpHeaders headers;
+  if (std::string id = request.Header("x-request-id"); !id.empty()) {
+    headers.emplace_back("x-request-id", id);
+  }
+  if (!Authorized(request)) {
+    metrics_->CountRejected("unauthorized");
+    return SendError(*responder, metrics_, absl::UnauthenticatedError("invalid or missing API key"),
+                     headers);
+  }
+  const std::string& path = request.path;
+  const bool post = request.method == "POST";
+  const bool get = request.method == "GET" || request.method == "HEAD";
+  if (post && path == "/v1/completions") {
+    return HandleGenerate(request, responder, ApiKind::kCompletion, headers);
+  }
+  if (post && path == "/v1/chat/completions") {
+    return HandleGenerate(request, responder, ApiKind::kChat, headers);
+  }
+  if (post && path == "/tokenize") return HandleTokenize(request, *responder, headers);
+  if (post && path == "/detokenize") return HandleDetokenize(request, *responder, headers);
+  if (get && path == "/v1/models") return HandleModels(*responder, headers);
+  if (get && path == "/health") return SendJson(*responder, 200, {{"status", "ok"}}, headers);
+  if (get && path == "/version") {
+    return SendJson(*responder, 200, {{"version", options_.version}}, headers);
+  }
+  if (get && path == "/ready") {
+    if (service_->HasUsableWorkers()) {
+      return SendJson(*responder, 200, {{"status", "ready"}}, headers);
+    }
+    return SendError(*responder, metrics_,
+                     absl::UnavailableError("no healthy worker is registered yet"), headers);
+  }
+  if (get && path == "/metrics") {
+    service_->UpdateGauges();
+    metrics_->CountHttpResponse(200);
+    return responder->Send(200, "text/plain; version=0.0.4; charset=utf-8",
+                           metrics_->Render(*registry_), headers);
+  }
+  static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions",
+                                 "/tokenize",       "/detokenize",
+                                 "/v1/models",      "/health",
+                                 "/version",        "/ready",
+                                 "/metrics"};
+  for (const char* known : kKnown) {
+    if (path == known) {
+      metrics_->CountHttpResponse(405);
+      json body = ErrorBody(absl::InvalidArgumentError(absl::StrCat("method ", request.method,
+                                                                    " is not allowed on ", path)),
+                            405);
+      return responder->Send(405, "application/json", Dump(body), headers);
+    }
+  }
+  SendError(*responder, metrics_, absl::NotFoundError(absl::StrCat("no route for ", path)),
+            headers);
+}
+
+void OpenAiApi::HandleGenerate(const HttpRequest& request, std::shared_ptr<HttpResponder> responder,
+                               ApiKind kind, HttpHeaders headers) {
+  absl::StatusOr<GenerateSpec> spec = kind == ApiKind::kChat
+                                          ? ParseChatRequest(request.body, model_)
+                                          : ParseCompletionRequest(request.body, model_);
+  if (!spec.ok()) {
+    metrics_->CountRejected(HttpStatusFor(spec.status()) == 404 ? "unknown_model" : "invalid");
+    return SendError(*responder, metrics_, spec.status(), headers);
+  }
+  ResponseMeta meta;
+  meta.id = (kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + RandomHex();
+  meta.created = absl::ToUnixSeconds(absl::Now());
+  meta.model = model_.served_name;
+  meta.kind = kind;
+  meta.include_usage = spec->stream && spec->include_usage;
+  spec->request_id = meta.id;
+  std::shared_ptr<GenerationSink> sink;
+  if (spec->stream) {
+    sink = std::make_shared<SseSink>(responder, meta, metrics_, headers);
+  } else {
+    sink = std::make_shared<BufferedSink>(responder, meta, metrics_, headers);
+  }
+  absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
+      service_->Submit(*std::move(spec), std::move(sink));
+  if (!handle.ok()) return SendError(*responder, metrics_, handle.status(), headers);
+  responder->SetCancelCallback([handle = *handle] { handle->Cancel(); });
+}
+
+}  // namespace tandem::router

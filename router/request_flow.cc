@@ -1,0 +1,264 @@
+#include "router/request_flow.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+#include "router/worker_calls.h"
+#include "router/worker_proto.h"
+
+namespace tandem::router {
+namespace {
+
+using tandem::v1::AbortReason;
+using tandem::v1::PrefillEvent;
+using tandem::v1::PrefillRequest;
+using tandem::v1::ReservePagesRequest;
+using tandem::v1::ReservePagesResponse;
+using tandem::v1::TokenEvent;
+
+constexpr absl::Duration kReserveBackoff = absl::Milliseconds(50);
+
+}  // namespace
+
+RequestFlow::RequestFlow(FlowDeps* deps, GenerateSpec spec, std::string worker_request_id,
+                         std::shared_ptr<GenerationSink> sink)
+    : deps_(deps),
+      spec_(std::move(spec)),
+      worker_request_id_(std::move(worker_request_id)),
+      arrival_(absl::Now()),
+      sink_(std::move(sink)),
+      detokenizer_(deps->tokenizer, spec_.sampling.skip_special_tokens),
+      stop_matcher_(spec_.sampling.stop) {
+  ++deps_->flow_objects;
+}
+
+RequestFlow::~RequestFlow() { --deps_->flow_objects; }
+
+void RequestFlow::Run(Actions& later) {
+  for (auto& action : later) action();
+  later.clear();
+}
+
+void RequestFlow::SetTicket(uint64_t ticket) {
+  absl::MutexLock lock(&mu_);
+  ticket_ = ticket;
+}
+
+void RequestFlow::Start() {
+  Actions later;
+  {
+    absl::MutexLock lock(&mu_);
+    admitted_ = true;
+    if (phase_ == Phase::kDone) {  // cancelled while its start was already on its way
+      later.push_back([this] { deps_->admission->Release(); });
+    } else {
+      admitted_at_ = absl::Now();
+      reserve_deadline_ = admitted_at_ + deps_->options.reserve_retry_budget;
+      deps_->metrics->prompt_tokens().Increment(static_cast<double>(spec_.prompt_tokens.size()));
+      later.push_back([self = shared_from_this()] { self->Route(); });
+    }
+  }
+  Run(later);
+}
+
+void RequestFlow::Route() {
+  Actions later;
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone) return;
+    phase_ = Phase::kRouting;
+    absl::StatusOr<RoutePlan> plan = deps_->policy->Pick(deps_->registry->Snapshot(), query_);
+    if (!plan.ok()) {
+      Fail(plan.status(), later);
+    } else {
+      mixed_ = plan->mixed;
+      decode_ = plan->decode;
+      deps_->registry->AddOutstanding(decode_->id, decode_->epoch, 1);
+      if (!plan->mixed) {
+        prefill_ = plan->prefill;
+        deps_->registry->AddOutstanding(prefill_->id, prefill_->epoch, 1);
+      }
+      later.push_back([self = shared_from_this(), plan = *plan] {
+        if (plan.mixed) {
+          self->StartMixed(plan);
+        } else {
+          self->Reserve(plan);
+        }
+      });
+    }
+  }
+  Run(later);
+}
+
+bool RequestFlow::RetryRoute(absl::Duration delay, Actions& later) {
+  ReleaseWorker(prefill_);
+  ReleaseWorker(decode_);
+  later.push_back([self = shared_from_this(), delay] {
+    if (delay <= absl::ZeroDuration()) {
+      self->Route();
+    } else {
+      self->deps_->timers->RunAfter(delay, [self] { self->Route(); });
+    }
+  });
+  return true;
+}
+
+void RequestFlow::Reserve(const RoutePlan& plan) {
+  std::shared_ptr<WorkerStub> stub = deps_->registry->Stub(plan.decode.id, plan.decode.epoch);
+  ReservePagesRequest request;
+  request.set_request_id(worker_request_id_);
+  request.set_num_prompt_tokens(static_cast<int32_t>(spec_.prompt_tokens.size()));
+  request.set_max_tokens(spec_.sampling.max_tokens);
+  request.set_ttl_ms(deps_->options.reservation_ttl_ms);
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone) return;
+    phase_ = Phase::kReserving;
+    abort_decode_ = plan.decode;
+  }
+  if (stub == nullptr) {  // re-registered or gone since the snapshot
+    OnReserved(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is gone"), {});
+    return;
+  }
+  UnaryCall<ReservePagesRequest, ReservePagesResponse>::Start(
+      std::move(request), deps_->options.rpc_timeout,
+      [stub](auto* c, auto* q, auto* r, auto cb) { stub->async()->ReservePages(c, q, r, cb); },
+      [self = shared_from_this()](const grpc::Status& status,
+                                  const ReservePagesResponse& response) {
+        self->OnReserved(status, response);
+      });
+}
+
+void RequestFlow::OnReserved(const grpc::Status& status, const ReservePagesResponse& response) {
+  Actions later;
+  {
+    absl::MutexLock lock(&mu_);
+    const WorkerRef decode = abort_decode_.value_or(WorkerRef{});
+    if (phase_ == Phase::kDone) {
+      // The flow ended while the reservation was in flight: release it (again; the first
+      // Abort may have overtaken it).
+      if (status.ok())
+        later.push_back([this, self = shared_from_this(), decode] {
+          SendAbort(decode, tandem::v1::ABORT_REASON_CLIENT_CANCELLED);
+        });
+    } else if (status.ok()) {
+      phase_ = Phase::kPrefilling;
+      later.push_back([self = shared_from_this(), response] { self->StartPrefill(response); });
+    } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      abort_decode_.reset();
+      if (absl::Now() >= reserve_deadline_) {
+        Fail(absl::ResourceExhaustedError(
+                 "no decode worker had free KV pages for this request within the retry budget"),
+             later);
+      } else {
+        query_.excluded.insert(decode.id);
+        const bool others =
+            !Candidates(deps_->registry->Snapshot(), tandem::v1::WORKER_ROLE_DECODE, query_)
+                 .empty();
+        if (!others) query_.excluded.clear();
+        RetryRoute(others ? absl::ZeroDuration() : kReserveBackoff, later);
+      }
+    } else if ((status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) &&
+               ++route_attempts_ < deps_->options.max_route_attempts) {
+      LOG(WARNING) << "request " << worker_request_id_ << ": decode worker '" << decode.id
+                   << "' unreachable (" << status.error_message() << "); routing again";
+      later.push_back(
+          [this, decode] { deps_->registry->ReportUnreachable(decode.id, decode.epoch); });
+      RetryRoute(absl::ZeroDuration(), later);
+    } else {
+      Fail(WorkerCallError(status, decode.id, "ReservePages"), later);
+    }
+  }
+  Run(later);
+}
+
+void RequestFlow::StartPrefill(const ReservePagesResponse& reservation) {
+  PrefillRequest request;
+  std::shared_ptr<grpc::ClientContext> context = std::make_shared<grpc::ClientContext>();
+  std::shared_ptr<WorkerStub> stub;
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone || !prefill_) return;
+    stub = deps_->registry->Stub(prefill_->id, prefill_->epoch);
+    abort_prefill_ = prefill_;
+    prefill_ctx_ = context;
+  }
+  request.set_request_id(worker_request_id_);
+  request.mutable_prompt_tokens()->Add(spec_.prompt_tokens.begin(), spec_.prompt_tokens.end());
+  *request.mutable_sampling() = ToProto(spec_.sampling);
+  tandem::v1::KvDestination* dest = request.mutable_destination();
+  dest->set_decode_worker_id(reservation.decode_worker_id());
+  dest->set_kv_transfer_address(reservation.kv_transfer_address());
+  *dest->mutable_page_ids() = reservation.page_ids();
+  dest->set_transfer_id(worker_request_id_);
+  if (stub == nullptr) {
+    OnPrefillDone(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is gone"));
+    return;
+  }
+  StreamReader<PrefillRequest, PrefillEvent>::Start(
+      context, std::move(request),
+      [stub](auto* c, auto* r, auto* x) { stub->async()->Prefill(c, r, x); },
+      [self = shared_from_this()](const PrefillEvent& e) { self->OnPrefillEvent(e); },
+      [self = shared_from_this()](const grpc::Status& s) { self->OnPrefillDone(s); });
+}
+
+void RequestFlow::OnPrefillEvent(const PrefillEvent& event) {
+  Actions later;
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone) return;
+    if (event.has_first_token()) {
+      const tandem::v1::FirstToken& first = event.first_token();
+      timings_.set_prefill_queue_s(first.prefill_queue_s());
+      timings_.set_prefill_s(first.prefill_s());
+      first_token_ = first.token_id();
+      google::protobuf::RepeatedField<int32_t> ids;
+      ids.Add(first.token_id());
+      EmitTokens(ids, later);
+      if (phase_ != Phase::kDone &&
+          first.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+        abort_prefill_.reset();  // finished at prefill: no transfer, nothing held
+        Finish(first.finish_reason(), later);
+      }
+    } else if (event.has_transfer_done()) {
+      timings_.set_kv_transfer_s(event.transfer_done().kv_transfer_s());
+      timings_.set_kv_transfer_bytes(event.transfer_done().bytes());
+      if (first_token_ < 0) {
+        Fail(absl::InternalError("prefill worker reported the transfer before the first token"),
+             later);
+      } else if (phase_ == Phase::kPrefilling) {
+        StartDecode(later);
+      }
+    }
+  }
+  Run(later);
+}
+
+void RequestFlow::OnPrefillDone(const grpc::Status& status) {
+  Actions later;
+  {
+    absl::MutexLock lock(&mu_);
+    prefill_stream_done_ = true;
+    const WorkerRef prefill = abort_prefill_.value_or(prefill_.value_or(WorkerRef{}));
+    if (status.ok()) abort_prefill_.reset();
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      later.push_back(
+          [this, prefill] { deps_->registry->ReportUnreachable(prefill.id, prefill.epoch); });
+    }
+    if (phase_ == Phase::kDone) {
+      // Nothing more to say to the client.
+    } else if (!status.ok()) {
+      Fail(WorkerCallError(status, prefill.id, "Prefill"), later);
+    } else if (phase_ == Phase::kPrefilling) {
+      Fail(absl::UnavailableError(
+               absl::StrCat("prefill worker '", prefill.id, "' ended without transferring the KV")),
+           later);
+    }
+    ReleaseWorker(prefill_);
+  }
+  Run(later);
+}
+
+}  // namespace tandem::router

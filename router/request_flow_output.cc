@@ -1,0 +1,163 @@
+// RequestFlow, output side: detokenizing, stop strings, the terminal event, metrics, cleanup.
+#include "base/logging.h"
+#include "router/request_flow.h"
+#include "router/worker_calls.h"
+
+namespace tandem::router {
+namespace {
+
+using tandem::v1::AbortRequest;
+using tandem::v1::AbortResponse;
+using tandem::v1::FinishReason;
+
+const char* OutcomeOf(FinishReason reason) {
+  switch (reason) {
+    case tandem::v1::FINISH_REASON_STOP:
+      return "stop";
+    case tandem::v1::FINISH_REASON_LENGTH:
+      return "length";
+    case tandem::v1::FINISH_REASON_ABORT:
+      return "abort";
+    default:
+      return "error";
+  }
+}
+
+void ObserveIfSet(prometheus::Histogram& histogram, double seconds) {
+  if (seconds > 0) histogram.Observe(seconds);
+}
+
+}  // namespace
+
+void RequestFlow::EmitTokens(const google::protobuf::RepeatedField<int32_t>& ids, Actions& later) {
+  if (ids.empty()) return;
+  const absl::Time now = absl::Now();
+  if (completion_tokens_ == 0) {
+    const double ttft = absl::ToDoubleSeconds(now - arrival_);
+    timings_.set_ttft_s(ttft);
+    deps_->metrics->ttft().Observe(ttft);
+  } else {
+    // Tokens that arrive together share the gap since the previous batch.
+    const double gap = absl::ToDoubleSeconds(now - last_token_at_) / ids.size();
+    for (int i = 0; i < ids.size(); ++i) deps_->metrics->itl().Observe(gap);
+  }
+  last_token_at_ = now;
+  std::string text;
+  for (int32_t id : ids) text += detokenizer_.Add(id);
+  completion_tokens_ += ids.size();
+  deps_->metrics->generation_tokens().Increment(ids.size());
+  bool stopped = false;
+  std::string out = stop_matcher_.Add(text, &stopped);
+  sink_->OnOutput(std::vector<int32_t>(ids.begin(), ids.end()), out);
+  if (stopped) {
+    // The workers may still be generating: Finish aborts them.
+    Finish(tandem::v1::FINISH_REASON_STOP, later);
+  }
+}
+
+void RequestFlow::MergeTimings(const tandem::v1::PhaseTimings& t) {
+  if (t.prefill_queue_s() > 0) timings_.set_prefill_queue_s(t.prefill_queue_s());
+  if (t.prefill_s() > 0) timings_.set_prefill_s(t.prefill_s());
+  if (t.kv_transfer_s() > 0) timings_.set_kv_transfer_s(t.kv_transfer_s());
+  if (t.kv_transfer_bytes() > 0) timings_.set_kv_transfer_bytes(t.kv_transfer_bytes());
+  if (t.first_decode_step_s() > 0) timings_.set_first_decode_step_s(t.first_decode_step_s());
+}
+
+void RequestFlow::Finish(FinishReason reason, Actions& later) {
+  if (phase_ == Phase::kDone) return;
+  // Text held back by the detokenizer or the stop matcher goes out now (unless it stops).
+  bool stopped = false;
+  std::string tail = stop_matcher_.Add(detokenizer_.Flush(), &stopped);
+  if (stopped) {
+    reason = tandem::v1::FINISH_REASON_STOP;
+  } else {
+    tail += stop_matcher_.Flush();
+  }
+  if (!tail.empty()) sink_->OnOutput({}, tail);
+  const absl::Time now = absl::Now();
+  timings_.set_queue_s(absl::ToDoubleSeconds(admitted_at_ - arrival_));
+  timings_.set_e2e_s(absl::ToDoubleSeconds(now - arrival_));
+  FinishInfo info;
+  info.reason = reason;
+  info.prompt_tokens = static_cast<int>(spec_.prompt_tokens.size());
+  info.completion_tokens = completion_tokens_;
+  info.timings = timings_;
+  sink_->OnFinish(info);
+  RouterMetrics& m = *deps_->metrics;
+  m.e2e().Observe(timings_.e2e_s());
+  m.queue_time().Observe(timings_.queue_s());
+  ObserveIfSet(m.prefill_queue_time(), timings_.prefill_queue_s());
+  ObserveIfSet(m.prefill_time(), timings_.prefill_s());
+  ObserveIfSet(m.kv_transfer_time(), timings_.kv_transfer_s());
+  ObserveIfSet(m.first_decode_step(), timings_.first_decode_step_s());
+  m.kv_transfer_bytes().Increment(static_cast<double>(timings_.kv_transfer_bytes()));
+  // Workers still holding state (a reservation never used, a stream stopped by a stop string)
+  // are told to let go.
+  const bool finished_at_prefill = phase_ == Phase::kPrefilling;
+  EndCommon(OutcomeOf(reason),
+            finished_at_prefill ? tandem::v1::ABORT_REASON_FINISHED_AT_PREFILL
+                                : tandem::v1::ABORT_REASON_STOP_STRING,
+            later);
+}
+
+void RequestFlow::Fail(absl::Status status, Actions& later) {
+  if (phase_ == Phase::kDone) return;
+  const bool cancelled = status.code() == absl::StatusCode::kCancelled;
+  if (!cancelled) {
+    LOG(WARNING) << "request " << worker_request_id_ << " failed: " << status;
+  }
+  sink_->OnError(status);
+  deps_->metrics->e2e().Observe(absl::ToDoubleSeconds(absl::Now() - arrival_));
+  EndCommon(
+      cancelled ? "abort" : "error",
+      cancelled ? tandem::v1::ABORT_REASON_CLIENT_CANCELLED : tandem::v1::ABORT_REASON_PEER_FAILED,
+      later);
+}
+
+void RequestFlow::EndCommon(const char* outcome, tandem::v1::AbortReason abort_reason,
+                            Actions& later) {
+  phase_ = Phase::kDone;
+  sink_.reset();
+  deps_->metrics->CountOutcome(outcome);
+  for (std::optional<WorkerRef>* ref : {&abort_prefill_, &abort_decode_}) {
+    if (*ref) {
+      later.push_back([this, self = shared_from_this(), worker = **ref, abort_reason] {
+        SendAbort(worker, abort_reason);
+      });
+      ref->reset();
+    }
+  }
+  // Streams still open are cancelled (a no-op for those already finished).
+  for (const auto& context : {prefill_ctx_, decode_ctx_}) {
+    if (context) later.push_back([context] { context->TryCancel(); });
+  }
+  ReleaseWorker(prefill_);
+  ReleaseWorker(decode_);
+  if (admitted_) later.push_back([this] { deps_->admission->Release(); });
+  later.push_back([this, self = shared_from_this()] { deps_->on_done(worker_request_id_); });
+}
+
+void RequestFlow::ReleaseWorker(std::optional<WorkerRef>& ref) {
+  if (!ref) return;
+  deps_->registry->AddOutstanding(ref->id, ref->epoch, -1);
+  ref.reset();
+}
+
+void RequestFlow::SendAbort(const WorkerRef& worker, tandem::v1::AbortReason reason) {
+  std::shared_ptr<WorkerStub> stub = deps_->registry->Stub(worker.id, worker.epoch);
+  if (stub == nullptr) return;  // gone or restarted: it holds nothing of ours any more
+  AbortRequest request;
+  request.set_request_id(worker_request_id_);
+  request.set_reason(reason);
+  UnaryCall<AbortRequest, AbortResponse>::Start(
+      std::move(request), deps_->options.rpc_timeout,
+      [stub](auto* c, auto* q, auto* r, auto cb) { stub->async()->Abort(c, q, r, cb); },
+      [id = worker_request_id_, worker](const grpc::Status& status, const AbortResponse&) {
+        if (!status.ok()) {
+          LOG(DEBUG) << "Abort(" << id << ") on '" << worker.id
+                     << "' failed: " << status.error_message();
+        }
+      });
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,79 @@
+#include "router/router_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
+
+namespace tandem::router {
+
+absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterConfig& config) {
+  ASSIGN_OR_RETURN(ServedModel model, LoadServedModel(config.model_dir, config.served_model_name,
+                                                      config.max_model_len));
+  return Start(config, std::move(model));
+}
+
+absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterConfig& config,
+                                                                  ServedModel model) {
+  std::unique_ptr<RouterServer> s(new RouterServer());
+  s->model_ = std::move(model);
+  s->metrics_ = std::make_unique<RouterMetrics>();
+  RegistryOptions registry_options;
+  registry_options.heartbeat_interval = absl::Milliseconds(config.heartbeat_interval_ms);
+  registry_options.missed_heartbeats_limit = config.missed_heartbeats;
+  registry_options.expected_model = s->model_.identity;
+  // Workers may be started with another served name; the shape is what must match.
+  registry_options.expected_model.clear_name();
+  s->registry_ = std::make_unique<WorkerRegistry>(registry_options);
+  ASSIGN_OR_RETURN(s->policy_, MakeRoutingPolicy(config.routing_policy));
+  s->admission_ = std::make_unique<AdmissionController>(config.max_running, config.max_waiting);
+  s->service_ = std::make_unique<GenerationService>(config.flow, s->model_.tokenizer.get(),
+                                                    s->registry_.get(), s->policy_.get(),
+                                                    s->admission_.get(), s->metrics_.get());
+  ApiOptions api_options;
+  api_options.api_key = config.api_key;
+  api_options.model_root = s->model_.dir;
+  s->api_ = std::make_unique<OpenAiApi>(api_options, s->model_.context, s->service_.get(),
+                                        s->registry_.get(), s->metrics_.get());
+
+  s->registry_service_ = std::make_unique<RegistryService>(s->registry_.get());
+  s->generation_service_ =
+      std::make_unique<GenerationGrpcService>(s->model_.context, s->service_.get(), config.api_key);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(config.host, ":", config.grpc_port),
+                           grpc::InsecureServerCredentials(), &s->grpc_port_);
+  builder.RegisterService(s->registry_service_.get());
+  builder.RegisterService(s->generation_service_.get());
+  s->grpc_server_ = builder.BuildAndStart();
+  if (s->grpc_server_ == nullptr || s->grpc_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for gRPC on ", config.host, ":", config.grpc_port));
+  }
+
+  HttpServerOptions http_options;
+  http_options.address = config.host;
+  http_options.port = config.http_port;
+  http_options.num_threads = config.http_threads;
+  http_options.max_body_bytes = config.max_body_bytes;
+  s->http_ = std::make_unique<HttpServer>(http_options, s->api_->Handler());
+  RETURN_IF_ERROR(s->http_->Start());
+  return s;
+}
+
+void RouterServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  service_->SetDraining(true);
+  const absl::Time deadline = absl::Now() + grace;
+  while (service_->num_live() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  if (service_->num_live() > 0) {
+    LOG(WARNING) << "cancelling " << service_->num_live() << " requests still running";
+  }
+  service_->CancelAll();
+  service_->WaitForFlows(absl::Seconds(5));
+  http_->Stop();
+  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+}
+
+RouterServer::~RouterServer() { Shutdown(absl::ZeroDuration()); }
+
+}  // namespace tandem::router

@@ -1,0 +1,80 @@
+// RouterServer: assembles the router — served model, worker registry, routing policy,
+// admission, generation service, the HTTP (OpenAI) and gRPC front ends — from a RouterConfig.
+// Used by main.cc and by the tests (which start it on port 0 and point fake workers at it).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "router/admission.h"
+#include "router/generation_service.h"
+#include "router/grpc_frontend.h"
+#include "router/http_server.h"
+#include "router/openai_api.h"
+#include "router/registry_service.h"
+#include "router/router_metrics.h"
+#include "router/routing_policy.h"
+#include "router/served_model.h"
+#include "router/worker_registry.h"
+
+namespace tandem::router {
+
+struct RouterConfig {
+  std::string model_dir;
+  std::string served_model_name;
+  int max_model_len = 0;
+  std::string host = "0.0.0.0";
+  int http_port = 8000;  // 0: any free port
+  int grpc_port = 8001;  // 0: any free port
+  std::string api_key;
+  std::string routing_policy = "least-loaded";
+  int max_running = 1024;
+  int max_waiting = 4096;
+  int http_threads = 2;
+  size_t max_body_bytes = size_t{8} << 20;
+  int heartbeat_interval_ms = 500;
+  int missed_heartbeats = 3;
+  int drain_timeout_s = 30;
+  FlowOptions flow;
+};
+
+class RouterServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<RouterServer>> Start(const RouterConfig& config);
+  // With an already loaded model (tests use a fake tokenizer).
+  static absl::StatusOr<std::unique_ptr<RouterServer>> Start(const RouterConfig& config,
+                                                             ServedModel model);
+  ~RouterServer();
+
+  int http_port() const { return http_->port(); }
+  int grpc_port() const { return grpc_port_; }
+  WorkerRegistry& registry() { return *registry_; }
+  GenerationService& service() { return *service_; }
+  AdmissionController& admission() { return *admission_; }
+
+  // Stops taking requests, waits up to `grace` for in-flight ones, then cancels the rest.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  RouterServer() = default;
+
+  ServedModel model_;
+  std::unique_ptr<RouterMetrics> metrics_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<RoutingPolicy> policy_;
+  std::unique_ptr<AdmissionController> admission_;
+  std::unique_ptr<GenerationService> service_;
+  std::unique_ptr<OpenAiApi> api_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<RegistryService> registry_service_;
+  std::unique_ptr<GenerationGrpcService> generation_service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int grpc_port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace tandem::router

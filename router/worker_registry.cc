@@ -1,0 +1,199 @@
+#include "router/worker_registry.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+
+namespace tandem::router {
+namespace {
+
+using tandem::v1::HeartbeatRequest;
+using tandem::v1::HeartbeatResponse;
+using tandem::v1::ModelIdentity;
+using tandem::v1::RegisterRequest;
+using tandem::v1::RegisterResponse;
+
+// One field of the model identity: mismatch only when both sides set it.
+template <typename T>
+absl::Status Same(const char* what, const T& router, const T& worker) {
+  if (router == T() || worker == T() || router == worker) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("model mismatch: the router serves ", what, " ",
+                                                    router, " but the worker has ", worker));
+}
+
+}  // namespace
+
+std::shared_ptr<WorkerStub> MakeWorkerStub(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Fail fast on a dead worker instead of backing off for a minute.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return std::shared_ptr<WorkerStub>(tandem::v1::Worker::NewStub(channel));
+}
+
+WorkerRegistry::WorkerRegistry(RegistryOptions options, StubFactory stub_factory)
+    : options_(std::move(options)), stub_factory_(std::move(stub_factory)) {
+  if (!stub_factory_) stub_factory_ = MakeWorkerStub;
+}
+
+absl::Status WorkerRegistry::CheckCompatible(const RegisterRequest& request) const {
+  if (request.protocol_version() != tandem::v1::PROTOCOL_VERSION_CURRENT) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker '", request.worker_id(), "' speaks control-plane protocol version ",
+        static_cast<int>(request.protocol_version()), " but this router speaks version ",
+        static_cast<int>(tandem::v1::PROTOCOL_VERSION_CURRENT),
+        "; run the router and the workers from the same tandem build"));
+  }
+  if (request.worker_id().empty() || request.address().empty()) {
+    return absl::InvalidArgumentError("worker_id and address are required");
+  }
+  if (request.role() == tandem::v1::WORKER_ROLE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("worker role is required");
+  }
+  const ModelIdentity& want = options_.expected_model;
+  const ModelIdentity& got = request.model();
+  for (absl::Status s : {Same("model", want.name(), got.name()),
+                         Same("vocab_size", want.vocab_size(), got.vocab_size()),
+                         Same("num_layers", want.num_layers(), got.num_layers()),
+                         Same("num_kv_heads", want.num_kv_heads(), got.num_kv_heads()),
+                         Same("head_dim", want.head_dim(), got.head_dim())}) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RegisterResponse> WorkerRegistry::Register(const RegisterRequest& request) {
+  if (absl::Status s = CheckCompatible(request); !s.ok()) {
+    LOG(WARNING) << "refused worker '" << request.worker_id() << "': " << s.message();
+    return s;
+  }
+  std::shared_ptr<WorkerStub> stub = stub_factory_(request.address());
+  std::vector<std::pair<std::string, uint64_t>> down;
+  RegisterResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    Entry& entry = workers_[request.worker_id()];
+    if (MarkDown(entry, "re-registered")) down.emplace_back(entry.state.id, entry.state.epoch);
+    entry.state = WorkerSnapshot();
+    entry.state.id = request.worker_id();
+    entry.state.epoch = next_epoch_++;
+    entry.state.role = request.role();
+    entry.state.address = request.address();
+    entry.state.kv_transfer_address = request.kv_transfer_address();
+    entry.state.load = request.load();
+    entry.state.healthy = true;
+    entry.stub = std::move(stub);
+    entry.last_heartbeat = absl::Now();
+    response.set_epoch(entry.state.epoch);
+  }
+  response.set_heartbeat_interval_ms(
+      static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  response.set_missed_heartbeats_limit(options_.missed_heartbeats_limit);
+  response.set_router_protocol_version(tandem::v1::PROTOCOL_VERSION_CURRENT);
+  LOG(INFO) << "worker '" << request.worker_id() << "' registered ("
+            << tandem::v1::WorkerRole_Name(request.role()) << " at " << request.address()
+            << ", epoch " << response.epoch() << ")";
+  Notify(down);
+  return response;
+}
+
+HeartbeatResponse WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
+  HeartbeatResponse response;
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(request.worker_id());
+  if (it == workers_.end() || it->second.state.epoch != request.epoch() ||
+      !it->second.state.healthy) {
+    response.set_reregister(true);
+    return response;
+  }
+  it->second.state.load = request.load();
+  it->second.state.draining = request.draining();
+  it->second.last_heartbeat = absl::Now();
+  return response;
+}
+
+bool WorkerRegistry::MarkDown(Entry& entry, const char* why) {
+  if (!entry.state.healthy) return false;
+  entry.state.healthy = false;
+  LOG(WARNING) << "worker '" << entry.state.id << "' (epoch " << entry.state.epoch
+               << ") is down: " << why;
+  return true;
+}
+
+int WorkerRegistry::ExpireStale(absl::Time now) {
+  const absl::Duration limit = options_.heartbeat_interval * options_.missed_heartbeats_limit;
+  std::vector<std::pair<std::string, uint64_t>> down;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, entry] : workers_) {
+      if (now - entry.last_heartbeat > limit && MarkDown(entry, "missed heartbeats")) {
+        down.emplace_back(id, entry.state.epoch);
+      }
+    }
+  }
+  Notify(down);
+  return static_cast<int>(down.size());
+}
+
+void WorkerRegistry::ReportUnreachable(const std::string& worker_id, uint64_t epoch) {
+  std::vector<std::pair<std::string, uint64_t>> down;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(worker_id);
+    if (it != workers_.end() && it->second.state.epoch == epoch &&
+        MarkDown(it->second, "unreachable")) {
+      down.emplace_back(worker_id, epoch);
+    }
+  }
+  Notify(down);
+}
+
+std::vector<WorkerSnapshot> WorkerRegistry::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerSnapshot> out;
+  out.reserve(workers_.size());
+  for (const auto& [id, entry] : workers_) out.push_back(entry.state);
+  return out;
+}
+
+std::shared_ptr<WorkerStub> WorkerRegistry::Stub(const std::string& worker_id,
+                                                 uint64_t epoch) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.state.epoch != epoch) return nullptr;
+  return it->second.stub;
+}
+
+void WorkerRegistry::AddOutstanding(const std::string& worker_id, uint64_t epoch, int delta) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it != workers_.end() && it->second.state.epoch == epoch) {
+    it->second.state.outstanding += delta;
+  }
+}
+
+void WorkerRegistry::SetDownListener(DownListener listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
+}
+
+void WorkerRegistry::Notify(const std::vector<std::pair<std::string, uint64_t>>& down) {
+  if (down.empty()) return;
+  DownListener listener;
+  {
+    absl::MutexLock lock(&mu_);
+    listener = listener_;
+  }
+  if (!listener) return;
+  for (const auto& [id, epoch] : down) listener(id, epoch);
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,100 @@
+// WorkerRegistry: the workers the router knows, their health and their last load report.
+//
+// Workers Register (protocol version and model identity checked; a mismatch is refused with
+// FAILED_PRECONDITION and a message naming both sides) and then Heartbeat. A worker whose last
+// heartbeat is older than missed_heartbeats_limit * heartbeat_interval is marked down, as is one
+// an RPC found unreachable (ReportUnreachable); a down worker gets no new requests, and the
+// down-listener fails the requests in flight on it. The next heartbeat of a down or unknown
+// worker is answered with reregister = true; a new registration (new epoch) replaces the old
+// entry and, if the old one was still up, counts as the old one going down (it restarted).
+//
+// Thread-safe. The listener is called without the registry lock held.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::router {
+
+using WorkerStub = tandem::v1::Worker::StubInterface;
+
+// A copy of one worker's state, for routing decisions and reports.
+struct WorkerSnapshot {
+  std::string id;
+  uint64_t epoch = 0;
+  tandem::v1::WorkerRole role = tandem::v1::WORKER_ROLE_UNSPECIFIED;
+  std::string address;
+  std::string kv_transfer_address;
+  tandem::v1::LoadReport load;
+  int outstanding = 0;  // requests this router has in flight on the worker
+  bool healthy = false;
+  bool draining = false;
+};
+
+struct RegistryOptions {
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  int missed_heartbeats_limit = 3;
+  // Model identity every worker must match; empty name / zero fields are not checked.
+  tandem::v1::ModelIdentity expected_model;
+};
+
+class WorkerRegistry {
+ public:
+  using DownListener = std::function<void(const std::string& worker_id, uint64_t epoch)>;
+  // Makes the stub used to call a worker at `address` (tests may inject their own).
+  using StubFactory = std::function<std::shared_ptr<WorkerStub>(const std::string& address)>;
+
+  explicit WorkerRegistry(RegistryOptions options, StubFactory stub_factory = nullptr);
+
+  absl::StatusOr<tandem::v1::RegisterResponse> Register(const tandem::v1::RegisterRequest& request);
+  tandem::v1::HeartbeatResponse Heartbeat(const tandem::v1::HeartbeatRequest& request);
+
+  // Marks workers with no heartbeat since now - limit * interval as down; returns how many.
+  int ExpireStale(absl::Time now);
+  // An RPC to the worker failed as unreachable: mark it down now (it re-registers when back).
+  void ReportUnreachable(const std::string& worker_id, uint64_t epoch);
+
+  std::vector<WorkerSnapshot> Snapshot() const;
+  // The stub of a worker's current epoch, or null if unknown / another epoch.
+  std::shared_ptr<WorkerStub> Stub(const std::string& worker_id, uint64_t epoch) const;
+  // Router-side in-flight accounting used by the routing policy.
+  void AddOutstanding(const std::string& worker_id, uint64_t epoch, int delta);
+
+  void SetDownListener(DownListener listener);
+  const RegistryOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    WorkerSnapshot state;
+    std::shared_ptr<WorkerStub> stub;
+    absl::Time last_heartbeat;
+  };
+
+  absl::Status CheckCompatible(const tandem::v1::RegisterRequest& request) const;
+  // Marks `entry` down; returns true if it was up (the caller then notifies the listener).
+  static bool MarkDown(Entry& entry, const char* why);
+  void Notify(const std::vector<std::pair<std::string, uint64_t>>& down);
+
+  const RegistryOptions options_;
+  StubFactory stub_factory_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> workers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  DownListener listener_ ABSL_GUARDED_BY(mu_);
+};
+
+// The default stub factory: an insecure channel with keepalive pings, so a worker that vanishes
+// without closing its connection is noticed within seconds.
+std::shared_ptr<WorkerStub> MakeWorkerStub(const std::string& address);
+
+}  // namespace tandem::router

@@ -1,0 +1,96 @@
+// FakeWorker: an in-process gRPC server implementing worker.proto for router tests. It
+// registers with the router, heartbeats, and "generates" the bytes of a fixed text as token
+// ids (so with ByteTokenizer the client sees that text): the prefill role samples text[0], the
+// decode role continues with text[1], text[2], ... and the mixed role does both. It records
+// aborts, cancelled streams and reservations so tests can check cleanup, and can be killed
+// mid-stream.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::router::testing {
+
+struct FakeWorkerOptions {
+  std::string id = "worker";
+  tandem::v1::WorkerRole role = tandem::v1::WORKER_ROLE_MIXED;
+  std::string text = "hello world! ";  // generated text, repeated as needed
+  int token_delay_ms = 0;              // before each token (and the prefill / transfer)
+  int eos_after = -1;                  // >= 0: emit EOS (id 257, STOP) as token number eos_after
+  int num_pages = 1000;
+  bool refuse_reservations = false;  // ReservePages → RESOURCE_EXHAUSTED
+  int protocol_version = tandem::v1::PROTOCOL_VERSION_CURRENT;
+  int heartbeat_ms = 100;
+};
+
+class FakeWorker final : public tandem::v1::Worker::Service {
+ public:
+  explicit FakeWorker(FakeWorkerOptions options);
+  ~FakeWorker() override;
+
+  // Starts the server on a free port and registers with the router at `router_address`.
+  absl::Status Start(const std::string& router_address);
+  // Simulates a crash: no more heartbeats, the server goes away, open streams break.
+  void Kill();
+
+  std::string address() const { return address_; }
+  int aborts() const;
+  std::set<std::string> aborted_ids() const;
+  int cancelled_streams() const { return cancelled_streams_; }
+  int reservations_held() const;
+  int streams_open() const { return streams_open_; }
+  int requests_served() const { return requests_served_; }
+
+  grpc::Status ReservePages(grpc::ServerContext* context,
+                            const tandem::v1::ReservePagesRequest* request,
+                            tandem::v1::ReservePagesResponse* response) override;
+  grpc::Status GenerateFromPrefill(grpc::ServerContext* context,
+                                   const tandem::v1::GenerateFromPrefillRequest* request,
+                                   grpc::ServerWriter<tandem::v1::TokenEvent>* writer) override;
+  grpc::Status Prefill(grpc::ServerContext* context, const tandem::v1::PrefillRequest* request,
+                       grpc::ServerWriter<tandem::v1::PrefillEvent>* writer) override;
+  grpc::Status Generate(grpc::ServerContext* context,
+                        const tandem::v1::WorkerGenerateRequest* request,
+                        grpc::ServerWriter<tandem::v1::TokenEvent>* writer) override;
+  grpc::Status Abort(grpc::ServerContext* context, const tandem::v1::AbortRequest* request,
+                     tandem::v1::AbortResponse* response) override;
+  grpc::Status GetLoad(grpc::ServerContext* context, const tandem::v1::GetLoadRequest* request,
+                       tandem::v1::LoadReport* response) override;
+
+ private:
+  int32_t TokenAt(int index) const;
+  // Streams tokens [from, max_tokens); false if the stream was cancelled or aborted.
+  grpc::Status StreamTokens(grpc::ServerContext* context, const std::string& id, int from,
+                            const tandem::v1::SamplingParams& sampling,
+                            grpc::ServerWriter<tandem::v1::TokenEvent>* writer);
+  bool Stopped(grpc::ServerContext* context, const std::string& id);
+  void HeartbeatLoop();
+  absl::Status Register();
+
+  const FakeWorkerOptions options_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  std::unique_ptr<tandem::v1::WorkerRegistry::Stub> registry_;
+  std::thread heartbeat_thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> killed_{false};
+  std::atomic<int> cancelled_streams_{0};
+  std::atomic<int> streams_open_{0};
+  std::atomic<int> requests_served_{0};
+  mutable absl::Mutex mu_;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> reserved_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> aborted_ ABSL_GUARDED_BY(mu_);
+  int aborts_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tandem::router::testing

@@ -1,0 +1,219 @@
+// Stop strings, routing policies, admission and the worker registry: the router's decisions,
+// tested as values without any network.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "router/admission.h"
+#include "router/routing_policy.h"
+#include "router/stop_matcher.h"
+#include "router/worker_registry.h"
+
+namespace tandem::router {
+namespace {
+
+using tandem::v1::WORKER_ROLE_DECODE;
+using tandem::v1::WORKER_ROLE_MIXED;
+using tandem::v1::WORKER_ROLE_PREFILL;
+
+TEST(StopMatcherTest, HoldsBackPossibleStopAndCutsBeforeIt) {
+  StopMatcher m({"STOP"});
+  bool stopped = false;
+  EXPECT_EQ(m.Add("hello S", &stopped), "hell");  // "o S" could start "STOP"
+  EXPECT_FALSE(stopped);
+  EXPECT_EQ(m.Add("T", &stopped), "o");  // " ST" is still a possible start
+  EXPECT_EQ(m.Add("OP and more", &stopped), " ");
+  EXPECT_TRUE(stopped);
+}
+
+TEST(StopMatcherTest, FlushReturnsHeldTextWhenNoStop) {
+  StopMatcher m({"xyz"});
+  bool stopped = false;
+  std::string out = m.Add("abcx", &stopped);
+  out += m.Add("y", &stopped);
+  EXPECT_FALSE(stopped);
+  out += m.Flush();
+  EXPECT_EQ(out, "abcxy");
+}
+
+TEST(StopMatcherTest, NeverSplitsACodePoint) {
+  StopMatcher m({"ab"});
+  bool stopped = false;
+  const std::string out = m.Add("\xE4\xB8\xAD", &stopped);  // 3-byte char, hold 1 byte
+  EXPECT_TRUE(out.empty() || out == "\xE4\xB8\xAD");
+  EXPECT_EQ(out + m.Flush(), "\xE4\xB8\xAD");
+}
+
+TEST(StopMatcherTest, EarliestOfSeveralStops) {
+  StopMatcher m({"cd", "b"});
+  bool stopped = false;
+  EXPECT_EQ(m.Add("abcd", &stopped), "a");
+  EXPECT_TRUE(stopped);
+}
+
+WorkerSnapshot Worker(const std::string& id, tandem::v1::WorkerRole role, int outstanding = 0,
+                      int free_pages = 100) {
+  WorkerSnapshot w;
+  w.id = id;
+  w.epoch = 1;
+  w.role = role;
+  w.healthy = true;
+  w.outstanding = outstanding;
+  w.load.set_num_pages_free(free_pages);
+  return w;
+}
+
+TEST(RoutingPolicyTest, LeastLoadedPicksIdleWorkersAndMorePages) {
+  auto policy = MakeLeastLoadedPolicy();
+  std::vector<WorkerSnapshot> workers = {
+      Worker("p0", WORKER_ROLE_PREFILL, 3), Worker("p1", WORKER_ROLE_PREFILL, 1),
+      Worker("d0", WORKER_ROLE_DECODE, 2, 500), Worker("d1", WORKER_ROLE_DECODE, 2, 900),
+      Worker("d2", WORKER_ROLE_DECODE, 5, 5000)};
+  absl::StatusOr<RoutePlan> plan = policy->Pick(workers, RouteQuery());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->mixed);
+  EXPECT_EQ(plan->prefill.id, "p1");
+  EXPECT_EQ(plan->decode.id, "d1");  // same load as d0, more free pages
+  // Reported queue depth counts too.
+  workers[1].load.set_num_waiting(10);
+  plan = policy->Pick(workers, RouteQuery());
+  EXPECT_EQ(plan->prefill.id, "p0");
+}
+
+TEST(RoutingPolicyTest, SkipsDownDrainingAndExcludedWorkers) {
+  auto policy = MakeLeastLoadedPolicy();
+  std::vector<WorkerSnapshot> workers = {Worker("p0", WORKER_ROLE_PREFILL),
+                                         Worker("d0", WORKER_ROLE_DECODE),
+                                         Worker("d1", WORKER_ROLE_DECODE, 9)};
+  workers[1].healthy = false;
+  EXPECT_EQ(policy->Pick(workers, RouteQuery())->decode.id, "d1");
+  workers[1].healthy = true;
+  workers[1].draining = true;
+  EXPECT_EQ(policy->Pick(workers, RouteQuery())->decode.id, "d1");
+  workers[1].draining = false;
+  RouteQuery query;
+  query.excluded.insert("d0");
+  EXPECT_EQ(policy->Pick(workers, query)->decode.id, "d1");
+  query.excluded.insert("d1");
+  absl::StatusOr<RoutePlan> none = policy->Pick(workers, query);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(RoutingPolicyTest, MixedWhenNoPairAndUnavailableWhenNothing) {
+  auto policy = MakeRoundRobinPolicy();
+  std::vector<WorkerSnapshot> workers = {Worker("p0", WORKER_ROLE_PREFILL),
+                                         Worker("m0", WORKER_ROLE_MIXED)};
+  absl::StatusOr<RoutePlan> plan = policy->Pick(workers, RouteQuery());
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->mixed);
+  EXPECT_EQ(plan->decode.id, "m0");
+  EXPECT_TRUE(HasUsableWorkers(workers));
+  workers.pop_back();
+  EXPECT_FALSE(HasUsableWorkers(workers));
+  EXPECT_EQ(policy->Pick(workers, RouteQuery()).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(RoutingPolicyTest, RoundRobinCycles) {
+  auto policy = MakeRoundRobinPolicy();
+  std::vector<WorkerSnapshot> workers = {Worker("p0", WORKER_ROLE_PREFILL),
+                                         Worker("d0", WORKER_ROLE_DECODE),
+                                         Worker("d1", WORKER_ROLE_DECODE)};
+  std::vector<std::string> decodes;
+  for (int i = 0; i < 4; ++i) decodes.push_back(policy->Pick(workers, RouteQuery())->decode.id);
+  EXPECT_EQ(decodes, (std::vector<std::string>{"d0", "d1", "d0", "d1"}));
+  EXPECT_FALSE(MakeRoutingPolicy("random").ok());
+}
+
+TEST(AdmissionTest, RunsQueuesRejectsAndCancels) {
+  AdmissionController admission(/*max_running=*/2, /*max_waiting=*/2);
+  std::vector<int> started;
+  auto start = [&](int i) { return [&started, i] { started.push_back(i); }; };
+  ASSERT_TRUE(admission.Admit(start(0)).ok());
+  ASSERT_TRUE(admission.Admit(start(1)).ok());
+  absl::StatusOr<uint64_t> t2 = admission.Admit(start(2));
+  absl::StatusOr<uint64_t> t3 = admission.Admit(start(3));
+  ASSERT_TRUE(t2.ok() && t3.ok());
+  EXPECT_EQ(started, (std::vector<int>{0, 1}));
+  EXPECT_EQ(admission.waiting(), 2);
+  absl::StatusOr<uint64_t> full = admission.Admit(start(4));
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(admission.CancelWaiting(*t2));
+  EXPECT_FALSE(admission.CancelWaiting(*t2));
+  admission.Release();  // 0 done → 3 starts (2 was cancelled)
+  EXPECT_EQ(started, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(admission.running(), 2);
+  admission.Release();
+  admission.Release();
+  EXPECT_EQ(admission.running(), 0);
+}
+
+tandem::v1::RegisterRequest Registration(const std::string& id, tandem::v1::WorkerRole role) {
+  tandem::v1::RegisterRequest r;
+  r.set_protocol_version(tandem::v1::PROTOCOL_VERSION_CURRENT);
+  r.set_worker_id(id);
+  r.set_role(role);
+  r.set_address("127.0.0.1:1");
+  r.mutable_model()->set_vocab_size(258);
+  return r;
+}
+
+TEST(WorkerRegistryTest, RefusesMismatchedProtocolAndModel) {
+  RegistryOptions options;
+  options.expected_model.set_vocab_size(258);
+  WorkerRegistry registry(options);
+  tandem::v1::RegisterRequest r = Registration("d0", WORKER_ROLE_DECODE);
+  r.set_protocol_version(static_cast<tandem::v1::ProtocolVersion>(7));
+  absl::StatusOr<tandem::v1::RegisterResponse> refused = registry.Register(r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("version 7"),
+                               ::testing::HasSubstr("speaks version 1")));
+  r = Registration("d0", WORKER_ROLE_DECODE);
+  r.mutable_model()->set_vocab_size(1000);
+  EXPECT_THAT(std::string(registry.Register(r).status().message()),
+              ::testing::HasSubstr("vocab_size"));
+  EXPECT_TRUE(registry.Snapshot().empty());
+}
+
+TEST(WorkerRegistryTest, HeartbeatsExpiryAndReregistration) {
+  RegistryOptions options;
+  options.heartbeat_interval = absl::Milliseconds(100);
+  options.missed_heartbeats_limit = 3;
+  WorkerRegistry registry(options);
+  std::vector<std::pair<std::string, uint64_t>> down;
+  registry.SetDownListener(
+      [&](const std::string& id, uint64_t epoch) { down.emplace_back(id, epoch); });
+  absl::StatusOr<tandem::v1::RegisterResponse> reg =
+      registry.Register(Registration("d0", WORKER_ROLE_DECODE));
+  ASSERT_TRUE(reg.ok());
+  EXPECT_EQ(reg->heartbeat_interval_ms(), 100);
+  tandem::v1::HeartbeatRequest hb;
+  hb.set_worker_id("d0");
+  hb.set_epoch(reg->epoch());
+  hb.mutable_load()->set_num_waiting(4);
+  EXPECT_FALSE(registry.Heartbeat(hb).reregister());
+  EXPECT_EQ(registry.Snapshot()[0].load.num_waiting(), 4);
+  // Within the limit nothing happens; past it the worker is down and must re-register.
+  EXPECT_EQ(registry.ExpireStale(absl::Now() + absl::Milliseconds(200)), 0);
+  EXPECT_EQ(registry.ExpireStale(absl::Now() + absl::Milliseconds(400)), 1);
+  ASSERT_EQ(down.size(), 1u);
+  EXPECT_EQ(down[0].second, reg->epoch());
+  EXPECT_FALSE(registry.Snapshot()[0].healthy);
+  EXPECT_TRUE(registry.Heartbeat(hb).reregister());
+  EXPECT_EQ(registry.Stub("d0", reg->epoch() + 100), nullptr);
+  absl::StatusOr<tandem::v1::RegisterResponse> again =
+      registry.Register(Registration("d0", WORKER_ROLE_DECODE));
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->epoch(), reg->epoch());
+  EXPECT_TRUE(registry.Snapshot()[0].healthy);
+  EXPECT_NE(registry.Stub("d0", again->epoch()), nullptr);
+  // A restart while still marked up counts as the old epoch going down.
+  ASSERT_TRUE(registry.Register(Registration("d0", WORKER_ROLE_DECODE)).ok());
+  ASSERT_EQ(down.size(), 2u);
+  EXPECT_EQ(down[1].second, again->epoch());
+  registry.ReportUnreachable("d0", again->epoch());  // stale epoch: ignored
+  EXPECT_TRUE(registry.Snapshot()[0].healthy);
+}
+
+}  // namespace
+}  // namespace tandem::router
