@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -153,11 +154,12 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
       std::max(sets, 10), 15);
   CK(cudaGetLastError());
   const double bytes = double(batch) * len * kNkv * kD * 2 * 2;
+  const char* per_slot = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
   std::printf(
-      "RESULT kernel=decode B=%d L=%d page=%d us=%.2f TBps=%.3f frac_copy=%.3f items=%d "
-      "merges=%d\n",
-      batch, len, page_size, us, bytes / us * 1e-6, bytes / us * 1e-6 / copy_tbs, plan.num_items(),
-      plan.num_merges());
+      "RESULT kernel=decode B=%d L=%d page=%d ips=%s us=%.2f TBps=%.3f frac_copy=%.3f "
+      "items=%d merges=%d\n",
+      batch, len, page_size, per_slot ? per_slot : "default", us, bytes / us * 1e-6,
+      bytes / us * 1e-6 / copy_tbs, plan.num_items(), plan.num_merges());
   for (void* p : {kv, q, out}) CK(cudaFree(p));
   for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
 }
@@ -270,6 +272,7 @@ int main(int argc, char** argv) {
                            {8, 4096, 16},   {32, 4096, 16},  {32, 4096, 64},  {32, 16384, 16},
                            {64, 4096, 16},  {64, 16384, 16}, {128, 4096, 16}, {256, 2048, 16},
                            {256, 1024, 128}};
+  // TANDEM_DECODE_ITEMS_PER_SLOT (if set) overrides the plan's split target; it is printed.
   for (const auto& c : decode) BenchDecode(c[0], c[1], c[2], copy, **plan);
   for (int len : {4096, 16384}) BenchPrefill(len, 64, gemm, **plan);
   BenchRope(16384, false, copy);

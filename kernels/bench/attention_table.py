@@ -21,7 +21,7 @@ def main(path):
             print(f"ceilings: copy {r['copy_TBps']} TB/s, cuBLAS bf16 GEMM {r['gemm_TFLOPs']} TFLOP/s")
         elif k == "decode":
             p = peers.get(("decode", r["B"], r["L"], ""), {})
-            print(f"decode  B={r['B']:>3} L={r['L']:>5} page={r['page']:>3}: {r['us']:>8} us "
+            print(f"decode  B={r['B']:>3} L={r['L']:>5} page={r['page']:>3} ips={r.get('ips')}: {r['us']:>8} us "
                   f"{r['TBps']} TB/s ({r['frac_copy']} of copy) | SDPA {p.get('us', '-')} us")
         elif k == "prefill":
             f = peers.get(("prefill", None, r["L"], "flash"), {})

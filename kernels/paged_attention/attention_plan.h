@@ -10,9 +10,10 @@
 // items hold up to kDecodeRows rows and one split of the key range (FlashDecoding, split-KV);
 // prefill items hold up to kPrefillRows rows and every key their rows can see (causal). An item
 // whose key range is one of several splits writes a partial result (fp32 output normalised by
-// its own softmax sum, plus the log2-sum-exp of each row) to the workspace; a merge item then
-// combines the splits of one (sequence, KV head, rows). An item that covers all keys writes the
-// output directly.
+// its own softmax sum, plus the log2-sum-exp of each row) to the workspace and bumps its merge
+// item's arrival counter; the CTA that arrives last combines the splits of that (sequence, KV
+// head, rows) and resets the counter to zero for the next launch. An item that covers all keys
+// writes the output directly.
 //
 // The kernels read the item counts from device memory and loop over items with a fixed grid,
 // so a captured graph stays valid while the counts stay within capacity.
@@ -28,7 +29,7 @@
 namespace tandem {
 
 inline constexpr int kDecodeRows = 16;        // packed rows per decode item (one mma row tile)
-inline constexpr int kPrefillRows = 64;       // packed rows per prefill item (4 warps x 16)
+inline constexpr int kPrefillRows = 128;      // packed rows per prefill item (4 warps x 32)
 inline constexpr int kMaxDecodeSplits = 256;  // splits of one key range, at most
 
 struct AttentionWorkItem {
@@ -39,7 +40,7 @@ struct AttentionWorkItem {
   int32_t key_begin = 0;  // key positions [key_begin, key_end)
   int32_t key_end = 0;
   int32_t partial = -1;  // workspace slot of the partial result; -1: write the output
-  int32_t unused = 0;
+  int32_t merge = -1;    // the merge item this split belongs to; -1: none
 };
 
 struct AttentionMergeItem {
@@ -85,7 +86,8 @@ class AttentionPlan {
   // Device views used by the launchers.
   const AttentionWorkItem* items() const { return items_; }
   const AttentionMergeItem* merges() const { return merges_; }
-  const int32_t* counts() const { return counts_; }  // device [2]: items, merges
+  const int32_t* counts() const { return counts_; }            // device [2]: items, merges
+  int32_t* merge_counters() const { return merge_counters_; }  // device [max_merges], zero at rest
   float* partial_out() const { return partial_out_; }
   float* partial_lse() const { return partial_lse_; }
   const Capacity& capacity() const { return capacity_; }
@@ -105,6 +107,7 @@ class AttentionPlan {
   AttentionWorkItem* items_ = nullptr;    // device [max_items]
   AttentionMergeItem* merges_ = nullptr;  // device [max_merges]
   int32_t* counts_ = nullptr;             // device [2]
+  int32_t* merge_counters_ = nullptr;     // device [max_merges]
   float* partial_out_ = nullptr;          // device [max_partials][kDecodeRows][max_head_dim]
   float* partial_lse_ = nullptr;          // device [max_partials][kDecodeRows], log2 domain
   // Pinned staging: items, then merges, then counts. Reused after `uploaded_` completes.

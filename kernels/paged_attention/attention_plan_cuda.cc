@@ -1,5 +1,6 @@
 // AttentionPlan: host-side scheduling of paged-attention work items (attention_plan.h).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -13,7 +14,9 @@ namespace {
 constexpr int kMinSplitKeys = 256;   // a split shorter than this costs more to merge than it saves
 constexpr int kSplitGranule = 64;    // keys per decode tile: splits are whole tiles
 constexpr int kDecodeCtasPerSm = 2;  // the decode kernel's occupancy (104 KB smem per CTA)
-constexpr int kItemsPerSlot = 2;     // items per resident CTA: evens out the last wave
+// Decode items per resident CTA: 1 (one wave, fewest merges) measured equal or faster than 2
+// at every benchmarked shape. TANDEM_DECODE_ITEMS_PER_SLOT overrides it (benchmarks).
+constexpr int kItemsPerSlot = 1;
 
 int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
@@ -55,6 +58,8 @@ absl::StatusOr<std::unique_ptr<AttentionPlan>> AttentionPlan::Create(const Capac
   CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->items_, sizeof(AttentionWorkItem) * c.max_items));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->merges_, sizeof(AttentionMergeItem) * c.max_merges));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->counts_, sizeof(int32_t) * 2));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->merge_counters_, sizeof(int32_t) * c.max_merges));
+  CUDA_RETURN_IF_ERROR(cudaMemset(plan->merge_counters_, 0, sizeof(int32_t) * c.max_merges));
   CUDA_RETURN_IF_ERROR(cudaMalloc(
       &plan->partial_out_, sizeof(float) * int64_t{c.max_partials} * kDecodeRows * c.max_head_dim));
   CUDA_RETURN_IF_ERROR(
@@ -78,6 +83,7 @@ AttentionPlan::~AttentionPlan() {
   cudaFree(items_);
   cudaFree(merges_);
   cudaFree(counts_);
+  cudaFree(merge_counters_);
   cudaFree(partial_out_);
   cudaFree(partial_lse_);
   cudaFreeHost(staging_);
@@ -90,7 +96,11 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
   for (int s = 0; s < b.num_seqs; ++s) {
     total_keys += int64_t{b.num_kv_heads} * CeilDiv(RowsOf(b, s), tile_rows) * b.seq_lens[s];
   }
-  const int64_t target = int64_t{kItemsPerSlot} * DecodeSlots();
+  int per_slot = kItemsPerSlot;
+  if (const char* env = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT")) {
+    per_slot = std::max(1, std::atoi(env));
+  }
+  const int64_t target = int64_t{per_slot} * DecodeSlots();
   int chunk = std::max<int>(kMinSplitKeys, CeilDiv(total_keys, std::max<int64_t>(target, 1)));
   chunk = CeilDiv(chunk, kSplitGranule) * kSplitGranule;
   // Grow the chunk until the partial results fit the workspace.
@@ -122,6 +132,7 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
           return absl::ResourceExhaustedError(
               absl::StrCat("attention plan capacity exceeded at seq ", s));
         }
+        const int merge = splits > 1 ? m : -1;
         if (splits > 1) merges[m++] = {s, h, r, num_rows, p, splits};
         for (int k = 0; k < splits; ++k) {
           items[n++] = {s,
@@ -130,7 +141,8 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
                         num_rows,
                         k * group_chunk,
                         std::min(key_end, (k + 1) * group_chunk),
-                        splits > 1 ? p++ : -1};
+                        splits > 1 ? p++ : -1,
+                        merge};
         }
       }
     }
@@ -149,7 +161,7 @@ absl::Status AttentionPlan::BuildPrefill(const AttentionBatchShape& b, cudaStrea
     for (int h = 0; h < b.num_kv_heads; ++h) {
       for (int r = 0; r < rows; r += kPrefillRows) {
         const int num_rows = std::min(kPrefillRows, rows - r);
-        list.push_back({s, h, r, num_rows, 0, KeyEnd(b, s, r + num_rows), -1});
+        list.push_back({s, h, r, num_rows, 0, KeyEnd(b, s, r + num_rows), -1, -1});
       }
     }
   }

@@ -40,6 +40,13 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
                : "r"(addr));
 }
 
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // 16-byte async copy global -> shared; `valid == false` writes zeros and reads nothing.
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));

@@ -2,18 +2,22 @@
 // split merge. Numerics: bf16 q/K/V, fp32 scores and softmax (log2 domain), P rounded to bf16
 // for the P.V mma (as FlashAttention does), fp32 output accumulators.
 //
-// Decode kernel: every warp is an independent worker that takes work items (attention_plan.h)
-// of 16 packed rows x one key split, with its own kDecodeStages-deep cp.async pipeline of
-// kDecodeKeys-key tiles. Prefill kernel: a 4-warp CTA takes items of 64 rows; the warps share
-// each 64-key tile (double-buffered), one 16-row slice each.
+// Decode kernel: a 4-warp CTA takes work items (attention_plan.h) of 16 packed rows x one key
+// split through a kDecodeStages-deep cp.async pipeline of kDecodeKeys-key tiles; each warp
+// computes a quarter of every tile, the warps merge at the end of the item, and the CTA that
+// finishes the last split of a range combines the splits (attention_combine.cuh). Prefill
+// kernel: a 4-warp CTA takes items of 128 rows, queries staged in shared memory; the warps
+// share each 64-key tile (double-buffered), 32 rows each (prefill_tile.cuh).
 #include <cuda_bf16.h>
 
 #include <algorithm>
 
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
+#include "kernels/paged_attention/attention_combine.cuh"
 #include "kernels/paged_attention/attention_tile.cuh"
 #include "kernels/paged_attention/paged_attention.h"
+#include "kernels/paged_attention/prefill_tile.cuh"
 
 namespace tandem {
 namespace {
@@ -26,10 +30,10 @@ constexpr int kDecodeWarps = 4;
 constexpr int kDecodeKeys = 64;  // per tile; each warp computes a quarter of it
 constexpr int kDecodeWarpKeys = kDecodeKeys / kDecodeWarps;
 constexpr int kDecodeStages = 3;
-constexpr int kPrefillWarps = kPrefillRows / 16;
+constexpr int kPrefillWarps = 4;  // each owns kPrefillRows / 4 rows
 constexpr int kPrefillKeys = 64;
+constexpr int kPrefillHalf = kPrefillKeys / 2;
 constexpr int kPrefillStages = 2;
-constexpr int kCombineThreads = 256;
 
 template <int D, int kKeys>
 constexpr int TileElems() {
@@ -165,7 +169,8 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
 template <int D>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     DecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
-                 const int32_t* counts, float* partial_out, float* partial_lse) {
+                 const AttentionMergeItem* merges, const int32_t* counts, int32_t* counters,
+                 float* partial_out, float* partial_lse) {
   extern __shared__ uint4 smem_raw[];
   constexpr int kTile = TileElems<D, kDecodeKeys>();
   constexpr int kThreads = kDecodeWarps * 32;
@@ -216,35 +221,73 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
       __syncthreads();
     }
     MergeWarpsAndStore(a, it, acc, reinterpret_cast<float*>(smem_raw), partial_out, partial_lse);
+    if (it.merge >= 0) {
+      attention::ArriveAndMaybeCombine<D, kDecodeWarps * 32>(a, it, merges, counters, partial_out,
+                                                             partial_lse);
+    }
   }
 }
 
+// Copies the item's packed query rows [row_begin, row_begin + kPrefillRows) into q_s
+// ([kPrefillRows][D + kRowPad]); rows past the item are zero.
 template <int D>
-__global__ void __launch_bounds__(kPrefillWarps * 32)
+__device__ void LoadQueryTile(const PagedAttentionArgs& a, const AttentionWorkItem& it,
+                              __nv_bfloat16* q_s) {
+  constexpr int kChunksPerRow = D / 8;
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const int64_t q_stride = a.q_stride != 0 ? a.q_stride : int64_t{a.num_q_heads} * D;
+  const auto* q = static_cast<const __nv_bfloat16*>(a.q);
+  for (int c = threadIdx.x; c < kPrefillRows * kChunksPerRow; c += kPrefillWarps * 32) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const bool valid = r < it.num_rows;
+    const __nv_bfloat16* src = q;
+    if (valid) {
+      const int packed = it.row_begin + r;
+      const int64_t token = a.query_start[it.seq] + packed / group;
+      src = q + token * q_stride + int64_t{it.kv_head * group + packed % group} * D + col;
+    }
+    attention::CpAsync16(q_s + r * (D + kRowPad) + col, src, valid);
+  }
+}
+
+// A 4-warp CTA per item of kPrefillRows packed rows; warp w owns rows [32 w, 32 w + 32) (two
+// mma row tiles) and all warps share each double-buffered kPrefillKeys-key tile.
+template <int D>
+__global__ void __launch_bounds__(kPrefillWarps * 32, 2)
     PrefillKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
                   const int32_t* counts) {
   extern __shared__ uint4 smem_raw[];
   constexpr int kTile = TileElems<D, kPrefillKeys>();
-  auto* base = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  constexpr int kM = kPrefillRows / (16 * kPrefillWarps);
+  auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  auto* base = q_s + kPrefillRows * (D + kRowPad);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float scale_log2 = a.scale * attention::kLog2e;
   const int num_items = counts[0];
   for (int idx = blockIdx.x; idx < num_items; idx += gridDim.x) {
     const AttentionWorkItem it = items[idx];
-    const int slice = it.row_begin + warp * 16;
-    const bool active = slice < it.row_begin + it.num_rows;
-    const WarpRows<D> w = SliceRows<D>(a, it, slice, lane);
+    WarpAccum<D> acc[kM];
+    int limit[kM][2];
+    int min_limit = it.key_end, max_limit = 0;
+    const bool active = warp * 16 * kM < it.num_rows;
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      const WarpRows<D> w = SliceRows<D>(a, it, it.row_begin + (warp * kM + mt) * 16, lane);
+      attention::InitAccum(acc[mt]);
+      limit[mt][0] = w.limit[0];
+      limit[mt][1] = w.limit[1];
+      min_limit = min(min_limit, w.min_limit);
+      max_limit = max(max_limit, w.max_limit);
+    }
     const KvView view{static_cast<const __nv_bfloat16*>(a.kv_layer),
                       a.block_tables + int64_t{it.seq} * a.max_pages_per_seq,
                       a.num_kv_heads,
                       a.page_size,
                       attention::PageShift(a.page_size),
                       it.kv_head};
-    WarpAccum<D> acc;
-    attention::InitAccum(acc);
-    attention::LoadQuery(acc, w.q[0], w.q[1], lane & 3);
     const int tiles = (it.key_end - it.key_begin + kPrefillKeys - 1) / kPrefillKeys;
-    __syncthreads();  // the previous item's last tile is no longer read
+    __syncthreads();  // the previous item no longer reads q_s or the last tile
+    LoadQueryTile<D>(a, it, q_s);
     attention::LoadKvTile<D, kPrefillKeys, kPrefillWarps * 32>(view, it.key_begin, it.key_end, base,
                                                                base + kTile, threadIdx.x);
     attention::CpAsyncCommit();
@@ -259,83 +302,25 @@ __global__ void __launch_bounds__(kPrefillWarps * 32)
       __syncthreads();
       const __nv_bfloat16* buf = base + (i % 2) * 2 * kTile;
       const int key0 = it.key_begin + i * kPrefillKeys;
-      if (active && key0 < w.max_limit) {
-        attention::ProcessTile<D, kPrefillKeys>(acc, buf, buf + kTile, key0, w.limit,
-                                                key0 + kPrefillKeys > w.min_limit, scale_log2,
-                                                lane);
+      // Two 32-key halves: keeps the score fragments at 32 registers (no spills at D = 128).
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int k0 = key0 + half * kPrefillHalf;
+        if (active && k0 < max_limit) {
+          const int off = half * kPrefillHalf * (D + kRowPad);
+          attention::ProcessTileM<D, kPrefillHalf, kM>(
+              acc, q_s + warp * kM * 16 * (D + kRowPad), buf + off, buf + kTile + off, k0, limit,
+              k0 + kPrefillHalf > min_limit, scale_log2, lane);
+        }
       }
       __syncthreads();
     }
-    if (active) StoreOutput(a, w, acc, lane);
-  }
-}
-
-// Merges the splits of each (merge item, row): out = sum_k w_k O_k / sum_k w_k with
-// w_k = 2^(lse_k - max lse). One CTA per row: warp 0 computes the weights into shared memory,
-// then kSubs groups of D/4 threads (one float4 of dims each) sum disjoint subsets of the
-// splits, so the loads of many splits are in flight at once.
-template <int D>
-__global__ void __launch_bounds__(kCombineThreads)
-    CombineKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionMergeItem* merges,
-                  const int32_t* counts, const float* partial_out, const float* partial_lse) {
-  constexpr int kQuads = D / 4;
-  constexpr int kSubs = kCombineThreads / kQuads;
-  __shared__ float weight[kMaxDecodeSplits];
-  __shared__ float4 part[kSubs][kQuads];
-  __shared__ float inv_sum;
-  const int tid = threadIdx.x;
-  const int group = a.num_q_heads / a.num_kv_heads;
-  const int64_t num_rows = int64_t{counts[1]} * kDecodeRows;
-  for (int64_t idx = blockIdx.x; idx < num_rows; idx += gridDim.x) {
-    const AttentionMergeItem mi = merges[idx / kDecodeRows];
-    const int r = static_cast<int>(idx % kDecodeRows);
-    if (r >= mi.num_rows) continue;  // uniform over the CTA
-    const float* lse = partial_lse + int64_t{mi.first_partial} * kDecodeRows + r;
-    if (tid < 32) {
-      float mx = -INFINITY, sum = 0.0f;
-      for (int k = tid; k < mi.num_splits; k += 32) mx = fmaxf(mx, lse[k * kDecodeRows]);
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      for (int k = tid; k < mi.num_splits; k += 32) {
-        const float l = lse[k * kDecodeRows];
-        weight[k] = l == -INFINITY ? 0.0f : exp2f(l - mx);
-        sum += weight[k];
-      }
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      if (tid == 0) inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      // Recomputed rather than kept live through the key loop (register pressure).
+      StoreOutput(a, SliceRows<D>(a, it, it.row_begin + (warp * kM + mt) * 16, lane), acc[mt],
+                  lane);
     }
-    __syncthreads();
-    const int sub = tid / kQuads, quad = tid % kQuads;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-    for (int k = sub; k < mi.num_splits; k += kSubs) {
-      const float w = weight[k];
-      const float4 v = reinterpret_cast<const float4*>(
-          partial_out + ((int64_t{mi.first_partial} + k) * kDecodeRows + r) * D)[quad];
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
-    }
-    part[sub][quad] = acc;
-    __syncthreads();
-    if (tid < kQuads) {
-      float4 total = part[0][tid];
-      for (int j = 1; j < kSubs; ++j) {
-        total.x += part[j][tid].x;
-        total.y += part[j][tid].y;
-        total.z += part[j][tid].z;
-        total.w += part[j][tid].w;
-      }
-      const int packed = mi.row_begin + r;
-      const int64_t token = a.query_start[mi.seq] + packed / group;
-      const int head = mi.kv_head * group + packed % group;
-      auto* dst = reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(a.out) +
-                                           (token * a.num_q_heads + head) * D) +
-                  tid;
-      *dst = make_uint2(attention::PackBf16(total.x * inv_sum, total.y * inv_sum),
-                        attention::PackBf16(total.z * inv_sum, total.w * inv_sum));
-    }
-    __syncthreads();  // weight, part and inv_sum are reused by the next row
   }
 }
 
@@ -378,20 +363,18 @@ absl::Status LaunchDecode(const PagedAttentionArgs& a, const AttentionPlan& plan
   CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, DecodeKernel<D>,
                                                                      kDecodeWarps * 32, kSmem));
   DecodeKernel<D><<<NumSms() * std::max(per_sm, 1), kDecodeWarps * 32, kSmem, stream>>>(
-      a, plan.items(), plan.counts(), plan.partial_out(), plan.partial_lse());
+      a, plan.items(), plan.merges(), plan.counts(), plan.merge_counters(), plan.partial_out(),
+      plan.partial_lse());
   CUDA_RETURN_IF_LAUNCH_ERROR();
-  if (plan.capacity().max_merges > 0) {
-    CombineKernel<D><<<NumSms() * 4, kCombineThreads, 0, stream>>>(
-        a, plan.merges(), plan.counts(), plan.partial_out(), plan.partial_lse());
-    CUDA_RETURN_IF_LAUNCH_ERROR();
-  }
   return absl::OkStatus();
 }
 
 template <int D>
 absl::Status LaunchPrefill(const PagedAttentionArgs& a, const AttentionPlan& plan,
                            cudaStream_t stream) {
-  constexpr int kSmem = kPrefillStages * 2 * TileElems<D, kPrefillKeys>() * sizeof(__nv_bfloat16);
+  constexpr int kSmem =
+      (kPrefillStages * 2 * TileElems<D, kPrefillKeys>() + kPrefillRows * (D + kRowPad)) *
+      sizeof(__nv_bfloat16);
   static const cudaError_t attr =
       cudaFuncSetAttribute(PrefillKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   CUDA_RETURN_IF_ERROR(attr);
