@@ -18,6 +18,24 @@ if [[ $what == test || $what == all ]]; then
   .gpu-kb/kernels_kb_gpu_test --gtest_filter="$filter" 2>&1 | tee "$OUT/kb_test.log" |
     grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|error" | head -40
 fi
+if [[ $what == profile || $what == all ]]; then
+  # ncu (clocks left alone) on the skinny GEMM and the sampling kernel, and a SASS summary.
+  {
+    ncu --clock-control none -k regex:Skinny -c 3 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section Occupancy .gpu-kb/kb_bench - gemm 2>&1 |
+      grep -vE "^(gemm|ceiling|==PROF==)" | tail -120
+    # Sampling at B=256 (launches 315 and 350 of the sampling section: temp0.7, topk50_topp0.9).
+    for skip in 315 350; do
+      ncu --clock-control none -k regex:Sampling --launch-skip $skip -c 1 --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis .gpu-kb/kb_bench - sampling 2>&1 |
+        grep -vE "^(sampling|ceiling|==PROF==)" | grep -E "SamplingKernel|Throughput|Duration|Hit"
+    done
+    cuobjdump --dump-sass .gpu-kb/kernels_kb_gpu_test 2>/dev/null |
+      awk '/Function :/ {f=$3} /LDG|FFMA|ATOM|RED|MUFU|F2I|LDL|STL/ {c[f" "$2]++}
+           END {for (k in c) print c[k], k}' |
+      grep -E "SkinnyGemmKernelILi1ELi(2ELi4|8ELi1)E13|SamplingKernel" | sort -k2 | head -60
+  } >"$OUT/kb_profile.txt" 2>&1
+fi
 if [[ $what == bench || $what == all ]]; then
   .gpu-kb/kb_bench "$OUT/kb_bench.jsonl" >"$OUT/kb_bench.log" 2>&1 || tail -5 "$OUT/kb_bench.log"
   python3 kernels/bench/peer_kb.py "$OUT/kb_peer.jsonl" >"$OUT/kb_peer.log" 2>&1 ||

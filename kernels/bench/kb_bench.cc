@@ -1,7 +1,7 @@
 // Benchmark of the GEMM, elementwise and sampling kernels on H200-sized shapes (Qwen3-8B /
 // Llama-3-8B: hidden 4096, intermediate 12288, vocab 152064). Prints one row per kernel and
 // shape: median time, achieved TB/s or TFLOP/s, and the fraction of the ceiling measured in the
-// same run. Usage: kb_bench [results.jsonl]
+// same run. Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling]
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -10,6 +10,7 @@
 #include "kernels/bench/bench_util.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_variants.h"
 #include "kernels/rmsnorm/rmsnorm.h"
 #include "kernels/sampling/sampling.h"
 #include "kernels/silu_mul/silu_mul.h"
@@ -45,6 +46,14 @@ void BenchGemm(const Ceilings& c) {
     void* a = Alloc(32 * k * 2);
     void* out = Alloc(32 * n * 4);
     FillUniformBf16(a, 32 * k, 5, -1, 1);
+    // Pre-warm the weight buffers (first touches, TLB): later measurements ran up to 10% faster
+    // than the first ones without this (WORKLOG.md, step 3).
+    MedianMicros(
+        [&](int it) {
+          GemmArgs x{.a = a, .w = ws[it % copies], .c = out, .m = 1, .n = n, .k = k};
+          Ok(GemmCublasLt(x, nullptr));
+        },
+        nullptr, 20, 20);
     for (int64_t m : {1, 4, 8, 16, 32}) {
       GemmArgs args{.a = a, .c = out, .m = m, .n = n, .k = k};
       const std::string shape = absl::StrCat("M=", m, " K=", k, " N=", n);
@@ -66,6 +75,20 @@ void BenchGemm(const Ceilings& c) {
       }
       us = run(&GemmCublasLt);
       Report("gemm.cublaslt", shape, us, "TB/s", tb / us, c.read_tbps);
+    }
+    for (int64_t m : {1, 4}) {  // the skinny kernel's variants side by side
+      for (int v = 0; v < kNumSkinnyVariants; ++v) {
+        GemmArgs args{.a = a, .c = out, .m = m, .n = n, .k = k};
+        const double us = MedianMicros(
+            [&](int it) {
+              GemmArgs x = args;
+              x.w = ws[it % copies];
+              Ok(GemmSkinnyVariant(x, v, nullptr));
+            },
+            nullptr, 5, 50);
+        Report(absl::StrCat("gemm.skinny.v", v), absl::StrCat("M=", m, " K=", k, " N=", n), us,
+               "TB/s", static_cast<double>(w_bytes) * 1e-6 / us, c.read_tbps);
+      }
     }
     for (void* w : ws) cudaFree(w);
     cudaFree(a), cudaFree(out);
@@ -186,15 +209,16 @@ void BenchSampling(const Ceilings& c) {
 
 int main(int argc, char** argv) {
   using namespace tandem::bench;  // NOLINT
-  if (argc > 1) SetJsonOutput(argv[1]);
+  if (argc > 1 && std::string(argv[1]) != "-") SetJsonOutput(argv[1]);
+  const std::string only = argc > 2 ? argv[2] : "all";  // all | gemm | elementwise | sampling
   const Ceilings c = MeasureCeilings();
   std::printf("ceilings: copy %.3f TB/s, read %.3f TB/s, cuBLAS bf16 %.1f TFLOP/s\n", c.copy_tbps,
               c.read_tbps, c.bf16_gemm_tflops);
   Report("ceiling.copy", "2 GiB d2d", 0, "TB/s", c.copy_tbps, c.copy_tbps);
   Report("ceiling.read", "4 GiB", 0, "TB/s", c.read_tbps, c.read_tbps);
   Report("ceiling.cublas_bf16", "8192^3", 0, "TFLOP/s", c.bf16_gemm_tflops, c.bf16_gemm_tflops);
-  BenchGemm(c);
-  BenchElementwise(c);
-  BenchSampling(c);
+  if (only == "all" || only == "gemm") BenchGemm(c);
+  if (only == "all" || only == "elementwise") BenchElementwise(c);
+  if (only == "all" || only == "sampling") BenchSampling(c);
   return 0;
 }

@@ -1,12 +1,14 @@
 // CUDA GEMM: the skinny kernel for decode (m <= 16), the generic fallback, and the dispatch.
 // cuBLASLt (large m) lives in gemm_lt_cuda.cc.
 //
-// Skinny kernel: c[m, n] = a[m, k] . w[n, k]^T with bf16 a and w, m <= 16. The cost is reading
+// Skinny kernel: c[m, n] = a[m, k] . w[n, k]^T with bf16 a and w, m <= 16 (Gemm() uses it for
+// m = 1; larger m are for tests and the benchmark). The cost is reading
 // w once (n * k * 2 bytes), so the kernel is built to stream w at HBM bandwidth:
 //   - a block of kThreads threads owns kRows consecutive rows of w and splits k across all its
 //     threads (split-K inside the block: thread t reads 16-byte vectors t, t + kThreads, ...),
 //     so every warp load is 512 contiguous bytes and small n still fills the GPU;
-//   - each thread keeps kUnroll * kRows 16-byte loads of w in flight (L1-bypassing, L2 prefetch),
+//   - each thread keeps kUnroll * kRows 16-byte loads of w in flight (L1-bypassing, L2 prefetch;
+//     LDG.E.128.CONSTANT in SASS),
 //     and reads the matching vector of each a row through L1 (a is tiny and shared by all blocks);
 //   - fp32 accumulators acc[kRows][kM], reduced by warp shuffles then across warps in shared
 //     memory, in a fixed order (deterministic).
@@ -18,13 +20,13 @@
 #include "base/cuda_check.h"
 #include "kernels/common/vec_util.cuh"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_variants.h"
 
 namespace tandem {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 2;
 
 template <int kM, int kRows>
 __device__ __forceinline__ void AccumulateVector(const GemmArgs& args, const uint4 (&wv)[kRows],
@@ -46,63 +48,7 @@ __device__ __forceinline__ void AccumulateVector(const GemmArgs& args, const uin
   }
 }
 
-// Warp-per-row variant for large n: each warp streams whole rows of w (grid-stride over rows),
-// keeping kWarpUnroll 16-byte loads per lane in flight, and reduces with shuffles only — no
-// block barrier, so a warp's next loads are never held up by other warps' reductions.
-constexpr int kWarpUnroll = 8;
-
-template <int kM, typename OutT>
-__global__ void __launch_bounds__(kThreads)
-    SkinnyWarpGemmKernel(const __grid_constant__ GemmArgs args) {
-  const int64_t kvec = args.k / 8;
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  const uint4* w = static_cast<const uint4*>(args.w);
-  const uint4* a = static_cast<const uint4*>(args.a);
-  for (int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; n < args.n;
-       n += warps) {
-    float acc[kM] = {};
-    const uint4* wrow = w + n * kvec;
-    for (int64_t v0 = lane; v0 < kvec; v0 += 32 * kWarpUnroll) {
-      uint4 wv[kWarpUnroll];
-#pragma unroll
-      for (int u = 0; u < kWarpUnroll; ++u) {
-        const int64_t v = v0 + 32 * u;
-        wv[u] = v < kvec ? LoadStreaming16(wrow + v) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < kWarpUnroll; ++u) {
-        const int64_t v = v0 + 32 * u;
-        if (v >= kvec) break;
-        float wf[8];
-        UnpackBf16x8(wv[u], wf);
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          if (m < args.m) {
-            float af[8];
-            UnpackBf16x8(__ldg(a + m * kvec + v), af);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[m] = fmaf(af[e], wf[e], acc[m]);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
-    }
-    if (lane < kM && lane < args.m) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int m = 0; m < kM; ++m) sum = lane == m ? acc[m] : sum;
-      if (args.bias != nullptr) sum += static_cast<float>(static_cast<const OutT*>(args.bias)[n]);
-      static_cast<OutT*>(args.c)[lane * args.n + n] = static_cast<OutT>(sum);
-    }
-  }
-}
-
-template <int kM, int kRows, typename OutT>
+template <int kM, int kRows, int kUnroll, typename OutT>
 __global__ void __launch_bounds__(kThreads)
     SkinnyGemmKernel(const __grid_constant__ GemmArgs args) {
   const int64_t kvec = args.k / 8;
@@ -169,33 +115,32 @@ __global__ void FallbackGemmKernel(const __grid_constant__ GemmArgs args) {
   StoreAny(args.c, c16, out, sum);
 }
 
-template <int kM, int kRows, typename OutT>
+template <int kM, int kRows, typename OutT, int kUnroll = 2>
 absl::Status LaunchSkinny(const GemmArgs& args, cudaStream_t stream) {
   const int64_t blocks = (args.n + kRows - 1) / kRows;
-  SkinnyGemmKernel<kM, kRows, OutT><<<blocks, kThreads, 0, stream>>>(args);
+  SkinnyGemmKernel<kM, kRows, kUnroll, OutT><<<blocks, kThreads, 0, stream>>>(args);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
 
-// kRows = 4 shares each a load across 4 rows of w; kRows = 1 when that would leave SMs idle.
-constexpr int64_t kMinBlocksForRows4 = 4 * 132;
-
-// Warps resident per SM for the warp kernel's grid (grid-stride over rows beyond that).
-constexpr int64_t kWarpKernelBlocksPerSm = 4;
+// Rows of w per block and loads in flight per row, from the variant sweep in WORKLOG.md (step 3):
+// 8 rows x 1 load for long rows (k >= 8192), 2 rows x 4 loads otherwise, one row per block
+// (4 loads) when n is too small to give every SM a few blocks.
 constexpr int64_t kNumSms = 132;
+constexpr int64_t kLongRowK = 8192;
 
 template <int kM, typename OutT>
 absl::Status LaunchSkinnyRows(const GemmArgs& args, cudaStream_t stream) {
-  // Enough rows for one warp each on every SM: warp kernel. Fewer: split k across a block.
-  if (args.n >= kNumSms * kWarps * 2 && kM <= 4) {
-    const int64_t blocks =
-        std::min((args.n + kWarps - 1) / kWarps, kNumSms * kWarpKernelBlocksPerSm);
-    SkinnyWarpGemmKernel<kM, OutT><<<blocks, kThreads, 0, stream>>>(args);
-    CUDA_RETURN_IF_LAUNCH_ERROR();
-    return absl::OkStatus();
+  // acc[kRows][kM] must stay in registers: wide row tiles only for small m.
+  if constexpr (kM <= 2) {
+    if (args.k >= kLongRowK && args.n / 8 >= 2 * kNumSms) {
+      return LaunchSkinny<kM, 8, OutT, 1>(args, stream);
+    }
   }
-  if (args.n / 4 >= kMinBlocksForRows4) return LaunchSkinny<kM, 4, OutT>(args, stream);
-  return LaunchSkinny<kM, 1, OutT>(args, stream);
+  if constexpr (kM <= 8) {
+    if (args.n / 2 >= 2 * kNumSms) return LaunchSkinny<kM, 2, OutT, 4>(args, stream);
+  }
+  return LaunchSkinny<kM, 1, OutT, 4>(args, stream);
 }
 
 template <typename OutT>
@@ -212,7 +157,31 @@ bool ValidDtypes(const GemmArgs& args) {
   return ok(args.a_dtype) && ok(args.w_dtype) && ok(args.c_dtype);
 }
 
+template <int kM>
+absl::Status LaunchVariant(const GemmArgs& args, int variant, cudaStream_t stream) {
+  using Bf16 = __nv_bfloat16;
+  switch (variant) {
+    case 0:
+      return LaunchSkinny<kM, 4, Bf16, 2>(args, stream);
+    case 1:
+      return LaunchSkinny<kM, 2, Bf16, 4>(args, stream);
+    case 2:
+      return LaunchSkinny<kM, 8, Bf16, 1>(args, stream);
+    case 3:
+      return LaunchSkinny<kM, 4, Bf16, 4>(args, stream);
+  }
+  return absl::InvalidArgumentError("GemmSkinnyVariant: no such variant");
+}
+
 }  // namespace
+
+absl::Status GemmSkinnyVariant(const GemmArgs& args, int variant, cudaStream_t stream) {
+  if (args.m < 1 || args.m > 4 || args.c_dtype != DType::kBF16 || args.k % 8 != 0) {
+    return absl::InvalidArgumentError("GemmSkinnyVariant: m in [1, 4], bf16, k % 8 == 0");
+  }
+  if (args.m == 1) return LaunchVariant<1>(args, variant, stream);
+  return LaunchVariant<4>(args, variant, stream);
+}
 
 absl::Status GemmSkinny(const GemmArgs& args, cudaStream_t stream) {
   if (args.a_dtype != DType::kBF16 || args.w_dtype != DType::kBF16 || !ValidDtypes(args)) {

@@ -30,12 +30,13 @@ struct GemmArgs {
 void GemmRef(const GemmArgs& args);
 
 // CUDA. Dispatch: bf16 a and w with k % 8 == 0 and 16-byte-aligned a/w take the skinny kernel
-// for m <= kSkinnyMaxM and cuBLASLt above (n % 8 == 0 too); anything else takes a slow generic
-// fallback kernel (any dtype mix, any k and n). Bias, when present, has c_dtype.
+// for m <= kSkinnyMaxM and cuBLASLt above (n % 8 == 0 and aligned c too); anything else takes a
+// slow generic fallback kernel (any dtype mix, any k and n). Bias, when present, has c_dtype.
 absl::Status Gemm(const GemmArgs& args, cudaStream_t stream);
 
-// Largest m the skinny kernel serves inside Gemm(); chosen from kernels/gemm/WORKLOG.md.
-inline constexpr int64_t kSkinnyMaxM = 16;
+// Largest m the skinny kernel serves inside Gemm(): from m = 4 on cuBLASLt streams the weights
+// faster than the CUDA-core skinny kernel (kernels/gemm/WORKLOG.md), so only m = 1 uses it.
+inline constexpr int64_t kSkinnyMaxM = 1;
 
 // The paths behind Gemm(), exposed for tests and benchmarks. Each returns InvalidArgument when
 // its alignment or dtype requirements are not met (the fallback has none).

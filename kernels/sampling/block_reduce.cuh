@@ -52,6 +52,18 @@ __device__ __forceinline__ uint64_t BlockSum(uint64_t x, uint64_t* scratch) {
   return r;
 }
 
+// Float sum in a fixed tree order (deterministic for a given thread assignment).
+__device__ __forceinline__ float BlockSumF(float x, float* scratch) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  float r = 0.0f;
+  for (int i = 0; i < kSampleWarps; ++i) r += scratch[i];
+  __syncthreads();
+  return r;
+}
+
 __device__ __forceinline__ int32_t BlockMaxInt(int32_t x, uint64_t* scratch) {
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) x = max(x, __shfl_xor_sync(0xffffffffu, x, off));

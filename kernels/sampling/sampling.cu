@@ -2,16 +2,20 @@
 // sorting the vocabulary. Per row:
 //   A. one pass over the logits (from HBM): max and argmax (greedy rows stop here); the first
 //      kCacheTiles tiles are kept in shared memory for the later passes.
-//   B. (top-k or top-p only) a 256-bin histogram of count and mass over the distance from the
-//      max, bin = (max - x) / temperature * 8, which brackets both thresholds to a bin range
-//      [b_lo, b_hi]; everything in a lower bin is surely kept, in a higher bin surely dropped.
+//   B. (top-k or top-p only) a 3072-bin count histogram over the distance from the max,
+//      bin = (max - x) / temperature * 128; exact counts and bounds on each bin's mass bracket
+//      both thresholds to a bin range [b_lo, b_hi]; everything in a lower bin is surely kept, in
+//      a higher bin surely dropped.
 //   C. the elements in [b_lo, b_hi] are compacted into shared memory (usually a few hundred), and
 //      exact radix selects on them find the top-k key and then the top-p key (counts and masses
 //      are integers, so results do not depend on thread order). If they do not fit, the same
 //      selects run over the whole row (slow but exact).
-//   D. per-tile kept mass, then the tile holding u * (kept mass) is scanned in id order.
-// Weights are fixed-point: w = floor(exp((x - max) / T) * 2^40), so a weight below 2^-40 of the
-// max counts as 0 and sums are exact integers.
+//      Pass C also sums the surely-kept mass per tile, so no further pass over the row is needed.
+//   D. per-tile kept mass (a full pass only without top-k/top-p), then the tile holding
+//      u * (kept mass) is scanned in id order.
+// Weights: w = 2^((x - max) * log2(e) / T) in f32 (as SamplingRef), summed as fixed point
+// floor(w * 2^40), so a weight below 2^-40 of the max counts as 0 and sums are exact integers
+// (the result does not depend on thread order).
 #include <cstdint>
 
 #include "base/cuda_check.h"
@@ -27,14 +31,14 @@ using namespace sampling_internal;  // NOLINT: this file's own helpers
 // Pass A: max/argmax from global memory, caching the first tiles. Returns the block-wide best.
 __device__ ArgMaxPair MaxPass(Shared& s, const RowView& row) {
   ArgMaxPair best{-INFINITY, INT32_MAX};
-  for (int t0 = 0; t0 < row.tiles; t0 += kTileGroup) {
-    float q[kTileGroup][4];
+  for (int t0 = 0; t0 < row.tiles; t0 += kMaxPassGroup) {
+    float q[kMaxPassGroup][4];
 #pragma unroll
-    for (int g = 0; g < kTileGroup; ++g) {
+    for (int g = 0; g < kMaxPassGroup; ++g) {
       if (t0 + g < row.tiles) row.LoadGlobal(t0 + g, q[g]);
     }
 #pragma unroll
-    for (int g = 0; g < kTileGroup; ++g) {
+    for (int g = 0; g < kMaxPassGroup; ++g) {
       const int tile = t0 + g;
       if (tile >= row.tiles) break;
       if (tile < kCacheTiles) {
@@ -49,101 +53,151 @@ __device__ ArgMaxPair MaxPass(Shared& s, const RowView& row) {
   return BlockArgMax(best, s.argmax_scratch);  // its barriers also publish the cache
 }
 
-// One thread turns the histograms into the bracket [b_lo, b_hi] and the surely-kept totals.
-__device__ void BracketThresholds(Shared& s, int64_t vocab, uint64_t z, int64_t k, bool filter_k,
-                                  float top_p, bool filter_p) {
-  uint64_t cum_count = 0, cum_mass = 0;
-  for (int b = 0; b < kBins - 1; ++b) cum_count += s.hist_count[b], cum_mass += s.hist_mass[b];
-  s.hist_count[kBins - 1] = static_cast<uint32_t>(vocab - cum_count);
-  s.hist_mass[kBins - 1] = z - cum_mass;
-  int bk = kBins - 1;
-  uint64_t z_lo = z;
-  cum_count = cum_mass = 0;
-  for (int b = 0; filter_k && b < kBins; ++b) {
-    if (cum_count + s.hist_count[b] >= static_cast<uint64_t>(k)) {
-      bk = b, z_lo = cum_mass;
-      break;
-    }
-    cum_count += s.hist_count[b], cum_mass += s.hist_mass[b];
-  }
-  int bp_lo = kBins - 1, bp_hi = kBins - 1;
-  cum_mass = 0;
-  for (int b = 0, lo_done = 0; filter_p && b < kBins; ++b) {
-    cum_mass += s.hist_mass[b];
-    if (!lo_done && static_cast<double>(cum_mass) >= top_p * static_cast<double>(z_lo)) {
-      bp_lo = b, lo_done = 1;
-    }
-    if (static_cast<double>(cum_mass) >= top_p * static_cast<double>(z)) {
-      bp_hi = b;
-      break;
-    }
-  }
-  // With top-k the candidates run to bk, so that the top-k mass can be summed exactly.
-  s.b_lo = min(bp_lo, bk), s.b_hi = filter_k ? bk : bp_hi;
-  s.z = z;
-  s.cnt_sure = s.mass_sure = 0;
-  for (int b = 0; b < s.b_lo; ++b) s.cnt_sure += s.hist_count[b], s.mass_sure += s.hist_mass[b];
-  s.cand_count = 0;
+// Bounds on the mass of bin b (count c): its elements have (max - x) / T in [b, b + 1) / 128, so
+// weights in (e^-(b+1)/128, e^-b/128]; the slack covers f32 rounding of the distance and exp2.
+__device__ __forceinline__ double BinMassLo(int b, uint32_t c) {
+  if (b == kBins - 1) return 0.0;
+  return c * static_cast<double>(exp2f(-(b + 1) * (kSamplingLog2e / kBinsPerUnit))) * 0.999;
+}
+__device__ __forceinline__ double BinMassHi(int b, uint32_t c) {
+  return c * static_cast<double>(exp2f(-b * (kSamplingLog2e / kBinsPerUnit))) * 1.001;
 }
 
-// Passes B and C: returns the key threshold tau (kept <=> key >= tau) for top-k / top-p.
-__device__ uint32_t FilterThreshold(Shared& s, const RowView& row, int64_t k, bool filter_k,
-                                    float top_p, bool filter_p) {
-  for (int b = threadIdx.x; b < kBins; b += kSampleThreads) s.hist_count[b] = 0, s.hist_mass[b] = 0;
-  __syncthreads();
-  uint64_t z = 0;
-  row.ForEach(s, [&](int32_t, float x) {
-    const uint64_t w = row.Weight(x);
-    z += w;
-    const int bin = row.Bin(x);
-    if (bin < kBins - 1) {  // the far tail is the remainder; no atomics on the busiest bin
-      atomicAdd(&s.hist_count[bin], 1u);
-      atomicAdd(reinterpret_cast<unsigned long long*>(&s.hist_mass[bin]), w);
-    }
-  });
-  z = BlockSum(z, s.scratch);
-  if (threadIdx.x == 0) BracketThresholds(s, row.vocab, z, k, filter_k, top_p, filter_p);
-  __syncthreads();
-  const int b_lo = s.b_lo, b_hi = s.b_hi;
-  row.ForEach(s, [&](int32_t id, float x) {
-    const int bin = row.Bin(x);
-    if (bin < b_lo || bin > b_hi) return;
-    const uint32_t slot = atomicAdd(&s.cand_count, 1u);
-    if (slot < kMaxCandidates) s.cand_id[slot] = id, s.cand_x[slot] = x;
-  });
-  __syncthreads();
-  if (s.cand_count <= kMaxCandidates) {
-    return SelectThresholds(s, row, CandidateView{}, s.cnt_sure, s.mass_sure, s.z, k, filter_k,
-                            top_p, filter_p);
-  }
-  return SelectThresholds(s, row, row, 0, 0, s.z, k, filter_k, top_p, filter_p);
-}
+// Warp 0: the first bin whose inclusive prefix of value(b) reaches target (kBins - 1 if none).
+// Lane l owns bins [kPerLane l, kPerLane (l + 1)).
+constexpr int kPerLane = kBins / 32;
 
-// Pass D: inverse CDF in id order over the kept elements (key >= tau, weight > 0).
-__device__ int32_t DrawPass(Shared& s, const RowView& row, uint32_t tau, double u) {
-  int32_t last_kept = -1;
-  for (int t0 = 0; t0 < row.tiles; t0 += kTileGroup) {
-    float q[kTileGroup][4];
+template <typename F>
+__device__ int FirstBinReaching(F&& value, double target) {
+  const int lane = threadIdx.x;
+  double mine = 0.0;
+  for (int j = 0; j < kPerLane; ++j) mine += value(kPerLane * lane + j);
+  double incl = mine;
 #pragma unroll
-    for (int g = 0; g < kTileGroup; ++g) {
-      if (t0 + g < row.tiles) row.Load(s, t0 + g, q[g]);
-    }
-#pragma unroll
-    for (int g = 0; g < kTileGroup; ++g) {
-      const int tile = t0 + g;
-      if (tile >= row.tiles) break;
-      uint64_t m = 0;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const uint64_t w = KeyOf(q[g][e]) >= tau ? row.Weight(q[g][e]) : 0;
-        m += w;
-        if (w != 0) last_kept = tile * kTile + 4 * threadIdx.x + e;
+  for (int off = 1; off < 32; off *= 2) {
+    const double y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  const uint32_t hits = __ballot_sync(0xffffffffu, incl >= target);
+  int bin = kBins - 1;
+  if (hits != 0 && lane == __ffs(hits) - 1) {
+    double cum = incl - mine;
+    for (int j = 0; j < kPerLane; ++j) {
+      cum += value(kPerLane * lane + j);
+      if (cum >= target) {
+        bin = kPerLane * lane + j;
+        break;
       }
-      m = WarpSum(m);
-      if (threadIdx.x % 32 == 0) s.tile_mass[tile][threadIdx.x / 32] = m;
     }
   }
-  last_kept = BlockMaxInt(last_kept, s.scratch);  // its barriers publish tile_mass
+  return __shfl_sync(0xffffffffu, bin, hits != 0 ? __ffs(hits) - 1 : 0);
+}
+
+__device__ double WarpSumD(double x) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+// Warp 0 turns the exact bin counts into the candidate bin range [b_lo, b_hi] that surely holds
+// the top-k and top-p thresholds, using lower/upper bounds of the bin masses (no mass atomics).
+__device__ __noinline__ void BracketThresholds(Shared& s, int64_t k, bool filter_k, float top_p,
+                                               bool filter_p) {
+  const int lane = threadIdx.x;
+  const uint32_t* count = s.hist_count;
+  int bk = kBins - 1;
+  if (filter_k) bk = FirstBinReaching([&](int b) { return double(count[b]); }, double(k));
+  // Bounds of the mass after top-k: every bin above bk, and of bk between (k - above) and all.
+  double above = 0.0, lo = 0.0, hi = 0.0;
+  for (int j = 0; j < kPerLane; ++j) {
+    const int b = kPerLane * lane + j;
+    if (b < bk) above += count[b], lo += BinMassLo(b, count[b]), hi += BinMassHi(b, count[b]);
+  }
+  above = WarpSumD(above), lo = WarpSumD(lo), hi = WarpSumD(hi);
+  const double in_bk = filter_k ? double(k) - above : 0.0;
+  const double z_lo = lo + in_bk * BinMassLo(bk, 1);
+  const double z_hi = hi + (filter_k ? BinMassHi(bk, count[bk]) : BinMassHi(bk, count[bk]));
+  int bp_lo = kBins - 1, bp_hi = kBins - 1;
+  if (filter_p) {
+    bp_lo = FirstBinReaching([&](int b) { return BinMassHi(b, count[b]); }, top_p * z_lo);
+    bp_hi = FirstBinReaching([&](int b) { return BinMassLo(b, count[b]); }, top_p * z_hi);
+  }
+  const int b_lo = filter_p ? min(bp_lo, bk) : bk;
+  double sure = 0.0;
+  for (int j = 0; j < kPerLane; ++j) {
+    sure += kPerLane * lane + j < b_lo ? count[kPerLane * lane + j] : 0;
+  }
+  sure = WarpSumD(sure);
+  if (lane == 0) {
+    s.b_lo = b_lo;
+    // With top-k the candidates run to bk, so that the top-k mass can be summed exactly.
+    s.b_hi = filter_k ? bk : max(bp_hi, b_lo);
+    s.cnt_sure = static_cast<uint64_t>(sure);
+    s.cand_count = 0;
+  }
+}
+
+// Pass B: exact count histogram over the distance from the max (native 32-bit atomics).
+__device__ void HistogramPass(Shared& s, const RowView& row, int64_t k, bool filter_k, float top_p,
+                              bool filter_p) {
+  for (int b = threadIdx.x; b < kBins; b += kSampleThreads) s.hist_count[b] = 0;
+  __syncthreads();
+  row.ForEach(s, [&](int32_t, float x) { atomicAdd(&s.hist_count[row.Bin(x)], 1u); });
+  __syncthreads();
+  if (threadIdx.x < 32) BracketThresholds(s, k, filter_k, top_p, filter_p);
+  __syncthreads();
+}
+
+// Pass C: compacts the candidates (bins [b_lo, b_hi]) and sums, exactly, the surely-kept mass
+// (bins < b_lo) per tile and warp into tile_mass, and the row total when top-p needs it.
+__device__ void CompactPass(Shared& s, const RowView& row, bool need_z) {
+  const int b_lo = s.b_lo, b_hi = s.b_hi;
+  uint64_t sure = 0, rest = 0;
+  row.ForEachTile(s, [&](int tile, const float(&q)[4]) {
+    uint64_t tile_sure = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float w = row.WeightF(q[e]);
+      const int bin = row.Bin(q[e]);
+      if (bin < b_lo) {
+        tile_sure += RowView::Fixed(w);
+      } else {
+        if (need_z) rest += RowView::Fixed(w);
+        if (bin <= b_hi) {
+          const uint32_t slot = atomicAdd(&s.cand_count, 1u);
+          if (slot < kMaxCandidates) {
+            s.cand_id[slot] = tile * kTile + 4 * threadIdx.x + e;
+            s.cand_x[slot] = q[e];
+          }
+        }
+      }
+    }
+    sure += tile_sure;
+    tile_sure = WarpSum(tile_sure);
+    if (threadIdx.x % 32 == 0) s.tile_mass[tile][threadIdx.x / 32] = tile_sure;
+  });
+  sure = BlockSum(sure, s.scratch);
+  rest = BlockSum(rest, s.scratch);
+  if (threadIdx.x == 0) s.mass_sure = sure, s.z = sure + rest;
+  __syncthreads();
+}
+
+// Every kept element's (key >= tau) mass per tile and warp into tile_mass: a full pass.
+__device__ void TileMassPass(Shared& s, const RowView& row, uint32_t tau) {
+  row.ForEachTile(s, [&](int tile, const float(&q)[4]) {
+    uint64_t m = 0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) m += KeyOf(q[e]) >= tau ? row.Weight(q[e]) : 0;
+    m = WarpSum(m);
+    if (threadIdx.x % 32 == 0) s.tile_mass[tile][threadIdx.x / 32] = m;
+  });
+  __syncthreads();
+}
+
+// Inverse CDF in id order over the kept elements (key >= tau), from the per-tile masses: finds
+// the tile holding u * (kept mass), then scans only that tile.
+__device__ int32_t DrawFromTiles(Shared& s, const RowView& row, uint32_t tau, double u,
+                                 int32_t fallback) {
   if (threadIdx.x == 0) {
     uint64_t total = 0;
     for (int t = 0; t < row.tiles; ++t) {
@@ -161,7 +215,7 @@ __device__ int32_t DrawPass(Shared& s, const RowView& row, uint32_t tau, double 
   }
   __syncthreads();
   const int tile = s.draw_tile;
-  if (tile < 0) return last_kept;  // rounding: u * total reached the end
+  if (tile < 0) return fallback;  // no kept mass (cannot happen: the max has weight 1)
   float q[4];
   row.Load(s, tile, q);
   uint64_t w[4], mine = 0, total = 0;
@@ -182,7 +236,31 @@ __device__ int32_t DrawPass(Shared& s, const RowView& row, uint32_t tau, double 
     }
   }
   __syncthreads();
-  return s.draw_tile >= 0 ? s.draw_tile : last_kept;
+  return s.draw_tile >= 0 ? s.draw_tile : fallback;
+}
+
+// Top-k / top-p: passes B and C, exact thresholds, then the draw. Returns the token.
+__device__ int32_t SampleFiltered(Shared& s, const RowView& row, int64_t k, bool filter_k,
+                                  float top_p, bool filter_p, double u, int32_t fallback) {
+  HistogramPass(s, row, k, filter_k, top_p, filter_p);
+  CompactPass(s, row, filter_p && !filter_k);
+  uint32_t tau;
+  if (s.cand_count <= kMaxCandidates) {
+    tau = SelectThresholds(s, row, CandidateView{}, s.cnt_sure, s.mass_sure, s.z, k, filter_k,
+                           top_p, filter_p);
+    // The surely-kept mass is in tile_mass already; add the kept candidates'.
+    for (uint32_t i = threadIdx.x; i < s.cand_count; i += kSampleThreads) {
+      if (KeyOf(s.cand_x[i]) >= tau) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(&s.tile_mass[s.cand_id[i] / kTile][0]),
+                  static_cast<unsigned long long>(row.Weight(s.cand_x[i])));
+      }
+    }
+    __syncthreads();
+  } else {  // too many candidates: exact selects over the whole row (slow), then a full pass
+    tau = SelectThresholds(s, row, row, 0, 0, s.z, k, filter_k, top_p, filter_p);
+    TileMassPass(s, row, tau);
+  }
+  return DrawFromTiles(s, row, tau, u, fallback);
 }
 
 __global__ void __launch_bounds__(kSampleThreads, 1)
@@ -203,14 +281,19 @@ __global__ void __launch_bounds__(kSampleThreads, 1)
     return;
   }
   row.max_logit = best.value;
-  row.temperature = temperature;
+  row.scale = kSamplingLog2e / temperature;
+  row.bin_scale = kBinsPerUnit / temperature;
   const int64_t k = args.top_k[r];
   const float top_p = args.top_p[r];
   const bool filter_k = k > 0 && k < args.vocab_size, filter_p = top_p < 1.0f;
-  uint32_t tau = 0;
-  if (filter_k || filter_p) tau = FilterThreshold(s, row, k, filter_k, top_p, filter_p);
   const double u = SamplingUniformImpl(args.seeds[r], args.steps[r]);
-  const int32_t token = DrawPass(s, row, tau, u);
+  int32_t token;
+  if (filter_k || filter_p) {
+    token = SampleFiltered(s, row, k, filter_k, top_p, filter_p, u, best.id);
+  } else {
+    TileMassPass(s, row, 0);
+    token = DrawFromTiles(s, row, 0, u, best.id);
+  }
   if (threadIdx.x == 0) args.out_tokens[r] = token;
 }
 

@@ -6,7 +6,8 @@
 //   1. temperature <= 0: argmax, lowest token id on ties (no random draw).
 //   2. top-k: keep the tokens whose logit >= the k-th largest logit (ties at the boundary are kept,
 //      as Hugging Face's TopKLogitsWarper does). Temperature does not change this set.
-//   3. weights w_i = exp((logit_i - max_logit) / temperature) over the kept tokens.
+//   3. weights w_i = exp((logit_i - max_logit) / temperature) over the kept tokens, computed in
+//      f32 as exp2((logit_i - max_logit) * (log2(e) / temperature)).
 //   4. top-p: keep the smallest set, in descending weight, whose mass >= top_p of the kept mass
 //      (at least one token; ties with the last weight kept), i.e. HF's TopPLogitsWarper after
 //      temperature and top-k — the order HF applies them in.

@@ -12,9 +12,11 @@ constexpr int kTile = 4 * kSampleThreads;  // elements per tile: 4 consecutive p
 constexpr int kMaxTiles = 64;              // vocab_size <= 262144
 constexpr int kCacheTiles = 8;             // 32768 logits (128 KiB) cached in shared memory
 constexpr int kMaxCandidates = 8192;
-constexpr int kTileGroup = 4;  // tiles loaded together (memory-level parallelism)
-constexpr int kBins = 256;
-constexpr float kBinsPerUnit = 8.0f;
+constexpr int kTileGroup = 4;          // tiles loaded together (memory-level parallelism)
+constexpr int kMaxPassGroup = 8;       // the same for the first pass (fewer live values)
+constexpr int kBins = 1024;            // bracketing bins over (max - x) / T, kBinsPerUnit per unit
+constexpr float kBinsPerUnit = 32.0f;  // a bin spans a weight ratio of e^(1/32) = 1.032
+constexpr int kRadixBins = 256;        // 8-bit digits of the exact selects
 constexpr float kFixedScale = 1099511627776.0f;  // 2^40
 
 struct Shared {
@@ -22,8 +24,9 @@ struct Shared {
   int32_t cand_id[kMaxCandidates];
   float cand_x[kMaxCandidates];
   uint64_t tile_mass[kMaxTiles][kSampleWarps];
-  uint64_t hist_mass[kBins];
-  uint32_t hist_count[kBins];
+  uint64_t radix_mass[kRadixBins];   // exact selects: fixed-point masses (64-bit CAS atomics)
+  uint32_t radix_count[kRadixBins];  // exact selects: counts (native 32-bit atomics)
+  uint32_t hist_count[kBins];        // bracketing: exact counts per bin
   uint64_t scratch[kSampleWarps];
   ArgMaxPair argmax_scratch[kSampleWarps];
   uint32_t cand_count;
@@ -48,14 +51,14 @@ struct RowView {
   bool vec_ok;  // vocab % 4 == 0 and 16-byte aligned rows
   int tiles;
   float max_logit;
-  float temperature;
+  float scale;      // log2(e) / temperature: w = 2^((x - max) * scale), as SamplingRef
+  float bin_scale;  // kBinsPerUnit / temperature
 
-  __device__ uint64_t Weight(float x) const {
-    if (x == -INFINITY) return 0;
-    return static_cast<uint64_t>(expf((x - max_logit) / temperature) * kFixedScale);
-  }
+  __device__ float WeightF(float x) const { return exp2f((x - max_logit) * scale); }
+  __device__ uint64_t Weight(float x) const { return Fixed(WeightF(x)); }
+  static __device__ uint64_t Fixed(float w) { return static_cast<uint64_t>(w * kFixedScale); }
   __device__ int Bin(float x) const {
-    const float d = (max_logit - x) / temperature * kBinsPerUnit;
+    const float d = (max_logit - x) * bin_scale;
     return d < kBins - 1 ? static_cast<int>(d) : kBins - 1;
   }
   // The 4 logits of thread t in tile `tile` from global memory; NaN and padding read as -inf.
@@ -79,10 +82,10 @@ struct RowView {
       LoadGlobal(tile, q);
     }
   }
-  // Calls f(id, x) for every element of the row this thread owns. Tiles go kTileGroup at a time,
-  // all their loads issued before any use, so each thread keeps kTileGroup loads in flight.
+  // Calls f(tile, q) for every tile with this thread's 4 logits of it. Tiles go kTileGroup at a
+  // time, all their loads issued before any use, so each thread keeps kTileGroup loads in flight.
   template <typename F>
-  __device__ void ForEach(const Shared& s, F&& f) const {
+  __device__ void ForEachTile(const Shared& s, F&& f) const {
     for (int t0 = 0; t0 < tiles; t0 += kTileGroup) {
       float q[kTileGroup][4];
 #pragma unroll
@@ -91,13 +94,20 @@ struct RowView {
       }
 #pragma unroll
       for (int g = 0; g < kTileGroup; ++g) {
-        const int64_t base = static_cast<int64_t>(t0 + g) * kTile + 4 * threadIdx.x;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (t0 + g < tiles && base + e < vocab) f(static_cast<int32_t>(base + e), q[g][e]);
-        }
+        if (t0 + g < tiles) f(t0 + g, q[g]);
       }
     }
+  }
+  // Calls f(id, x) for every element of the row this thread owns.
+  template <typename F>
+  __device__ void ForEach(const Shared& s, F&& f) const {
+    ForEachTile(s, [&](int tile, const float(&q)[4]) {
+      const int64_t base = static_cast<int64_t>(tile) * kTile + 4 * threadIdx.x;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (base + e < vocab) f(static_cast<int32_t>(base + e), q[e]);
+      }
+    });
   }
 };
 
@@ -119,22 +129,29 @@ __device__ uint32_t RadixSelect(Shared& s, const RowView& row, const View& view,
                                 uint64_t remaining) {
   uint32_t prefix = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    if (threadIdx.x < kBins) s.hist_mass[threadIdx.x] = 0;
+    if (threadIdx.x < kRadixBins) s.radix_mass[threadIdx.x] = 0, s.radix_count[threadIdx.x] = 0;
     __syncthreads();
     const uint32_t hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
     view.ForEach(s, [&](int32_t, float x) {
       const uint32_t key = KeyOf(x);
       if ((key & hi_mask) != (prefix & hi_mask) || key < tau_min) return;
-      const uint64_t add = kMass ? row.Weight(x) : 1;
-      if (add != 0)
-        atomicAdd(reinterpret_cast<unsigned long long*>(&s.hist_mass[(key >> shift) & 255]), add);
+      const int digit = (key >> shift) & 255;
+      if constexpr (kMass) {
+        const uint64_t w = row.Weight(x);
+        if (w != 0) atomicAdd(reinterpret_cast<unsigned long long*>(&s.radix_mass[digit]), w);
+      } else {
+        atomicAdd(&s.radix_count[digit], 1u);
+      }
     });
     __syncthreads();
     if (threadIdx.x < 32) {
       const int lane = threadIdx.x;
       uint64_t bins[8], lane_sum = 0;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) lane_sum += bins[j] = s.hist_mass[255 - 8 * lane - j];
+      for (int j = 0; j < 8; ++j) {
+        const int d = 255 - 8 * lane - j;
+        lane_sum += bins[j] = kMass ? s.radix_mass[d] : s.radix_count[d];
+      }
       uint64_t incl = lane_sum;
 #pragma unroll
       for (int off = 1; off < 32; off *= 2) {

@@ -56,10 +56,11 @@ int32_t SampleRow(const SamplingArgs& args, int64_t row) {
   const float min_logit = (k > 0 && k < vocab) ? KthLargest(logits, vocab, k) : -INFINITY;
   const float max_logit = logits[ArgMax(logits, vocab)];
   // 2. temperature-scaled softmax weights of the survivors; 0 for the filtered ones.
+  const float scale = kSamplingLog2e / temperature;
   std::vector<float> w(vocab);
   double total = 0.0;
   for (int64_t i = 0; i < vocab; ++i) {
-    w[i] = logits[i] >= min_logit ? std::exp((logits[i] - max_logit) / temperature) : 0.0f;
+    w[i] = logits[i] >= min_logit ? std::exp2((logits[i] - max_logit) * scale) : 0.0f;
     total += w[i];
   }
   // 3. top-p over the survivors' renormalised distribution, again as a threshold.

@@ -17,6 +17,10 @@
 
 namespace tandem {
 
+// Weights are w = 2^((logit - max) * (kSamplingLog2e / temperature)) = exp((logit - max) / T),
+// computed this way (one multiply, one exp2) by both the reference and the kernel.
+inline constexpr float kSamplingLog2e = 1.44269504088896340736f;
+
 TANDEM_HOST_DEVICE inline uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;

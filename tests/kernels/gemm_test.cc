@@ -96,10 +96,14 @@ TEST(GemmCudaTest, SkinnyEveryRowTileAndBothRowsPerBlock) {
   TANDEM_SKIP_WITHOUT_GPU();
   uint64_t seed = 100;
   for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 16}) {
-    // n = 2200 takes 4 rows per block, n = 40 one row per block.
+    // n = 2200 takes 2 rows per block (m <= 8), n = 40 one row per block.
     for (int64_t n : {2200, 40}) {
       CheckCase({.m = m, .n = n, .k = 1032, .bias = true, .path = Path::kSkinny}, seed++);
     }
+  }
+  // Long rows (k >= 8192) take 8 rows per block for m <= 2.
+  for (int64_t m : {1, 2}) {
+    CheckCase({.m = m, .n = 2200, .k = 8200, .path = Path::kSkinny}, seed++);
   }
 }
 
