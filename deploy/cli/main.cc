@@ -11,6 +11,8 @@ namespace {
 
 // One line per subcommand.
 const Command kCommands[] = {
+    {"generate", "Generate text from a prompt in one process (engine only, no RPC)",
+     AddGenerateCommand},
     {"make-model", "Write a random-weight checkpoint in Hugging Face format", AddMakeModelCommand},
     {"serve", "Start a router and workers from a layout (default: tiny model, 1P + 1D)",
      AddServeCommand},

@@ -1,7 +1,7 @@
 #include "engine/kv/kv_cache.h"
 
+#include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "base/check.h"
@@ -11,14 +11,21 @@ namespace {
 
 constexpr int64_t kHostAlignment = 64;
 
+// calloc'd (large blocks come zeroed from the OS, page by page on first touch, so a big pool
+// costs nothing until used), aligned by hand to kHostAlignment.
 class HostKvMemory : public KvMemory {
  public:
-  HostKvMemory(void* data, int64_t bytes) : data_(data), bytes_(bytes) {}
-  ~HostKvMemory() override { std::free(data_); }
+  HostKvMemory(void* block, int64_t bytes) : block_(block), bytes_(bytes) {
+    const auto address = reinterpret_cast<uintptr_t>(block);
+    data_ =
+        reinterpret_cast<void*>((address + kHostAlignment - 1) / kHostAlignment * kHostAlignment);
+  }
+  ~HostKvMemory() override { std::free(block_); }
   void* data() override { return data_; }
   int64_t bytes() const override { return bytes_; }
 
  private:
+  void* block_;
   void* data_;
   int64_t bytes_;
 };
@@ -27,14 +34,12 @@ class HostKvMemory : public KvMemory {
 
 absl::StatusOr<std::unique_ptr<KvMemory>> AllocateHostKvMemory(int64_t bytes) {
   if (bytes <= 0) return absl::InvalidArgumentError("KV pool of zero bytes");
-  const int64_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-  void* data = std::aligned_alloc(kHostAlignment, rounded);
-  if (data == nullptr) {
+  void* block = std::calloc(1, bytes + kHostAlignment);
+  if (block == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("cannot allocate a host KV pool of %d bytes", bytes));
   }
-  std::memset(data, 0, rounded);
-  return std::make_unique<HostKvMemory>(data, rounded);
+  return std::make_unique<HostKvMemory>(block, bytes);
 }
 
 int KvCache::NumPagesFor(KvLayout layout, int64_t memory_bytes) {
