@@ -113,10 +113,11 @@ std::string_view ChatTemplateJinja(ChatTemplate tmpl);
 enum class TokenizerFamily { kLlama3, kQwen2, kLlama2, kMistral };
 
 struct TokenizerSpec {
-  // Learned vocabulary size: base symbols (256 bytes, or <unk> <s> </s> + 256 byte tokens +
-  // characters) plus merges, special tokens excluded. Merges are learned on an embedded
-  // multilingual corpus; if it runs out of pairs first the vocabulary is smaller (a few
-  // thousand is the ceiling). Special tokens get the ids right after it.
+  // Model vocabulary size: base symbols (256 bytes, or <unk> <s> </s> + 256 byte tokens +
+  // characters) plus merges, special tokens excluded; special tokens get the ids right after
+  // it. Merges are learned on an embedded multilingual corpus (about 2k tokens' worth); past
+  // that, synthetic merges of learned tokens fill the vocabulary to exactly this size, so a
+  // full-size preset (e.g. 128000 + 256 Llama 3 specials = 128256) decodes every id.
   int vocab_size = 512;
   // kLlama3 only: how many <|reserved_special_token_N|> to add after the 11 named ones
   // (the real checkpoints have 245, making 256 special tokens).
