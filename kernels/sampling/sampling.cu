@@ -249,11 +249,20 @@ __device__ int32_t SampleFiltered(Shared& s, const RowView& row, int64_t k, bool
     tau = SelectThresholds(s, row, CandidateView{}, s.cnt_sure, s.mass_sure, s.z, k, filter_k,
                            top_p, filter_p);
     // The surely-kept mass is in tile_mass already; add the kept candidates'.
+    for (int t = threadIdx.x; t < kMaxTiles; t += kSampleThreads) {
+      s.cand_tile_lo[t] = 0, s.cand_tile_hi[t] = 0;
+    }
+    __syncthreads();
     for (uint32_t i = threadIdx.x; i < s.cand_count; i += kSampleThreads) {
       if (KeyOf(s.cand_x[i]) >= tau) {
-        atomicAdd(reinterpret_cast<unsigned long long*>(&s.tile_mass[s.cand_id[i] / kTile][0]),
-                  static_cast<unsigned long long>(row.Weight(s.cand_x[i])));
+        const int t = s.cand_id[i] / kTile;
+        AtomicAddSplit64(&s.cand_tile_lo[t], &s.cand_tile_hi[t], row.Weight(s.cand_x[i]));
       }
+    }
+    __syncthreads();
+    if (threadIdx.x < row.tiles) {
+      s.tile_mass[threadIdx.x][0] +=
+          Split64(s.cand_tile_lo[threadIdx.x], s.cand_tile_hi[threadIdx.x]);
     }
     __syncthreads();
   } else {  // too many candidates: exact selects over the whole row (slow), then a full pass

@@ -24,7 +24,10 @@ struct Shared {
   int32_t cand_id[kMaxCandidates];
   float cand_x[kMaxCandidates];
   uint64_t tile_mass[kMaxTiles][kSampleWarps];
-  uint64_t radix_mass[kRadixBins];   // exact selects: fixed-point masses (64-bit CAS atomics)
+  uint32_t radix_lo[kRadixBins];     // exact selects: fixed-point masses as 32-bit halves
+  uint32_t radix_hi[kRadixBins];     //   (see AtomicAddSplit64)
+  uint32_t cand_tile_lo[kMaxTiles];  // kept candidates' mass per tile, 32-bit halves
+  uint32_t cand_tile_hi[kMaxTiles];
   uint32_t radix_count[kRadixBins];  // exact selects: counts (native 32-bit atomics)
   uint32_t hist_count[kBins];        // bracketing: exact counts per bin
   uint64_t scratch[kSampleWarps];
@@ -38,6 +41,20 @@ struct Shared {
   int draw_tile;
   uint64_t draw_rest;
 };
+
+// Exact 64-bit atomic add from two native 32-bit shared-memory atomics (a 64-bit add on shared
+// memory compiles to a CAS loop, ATOMS.CAST.SPIN.64, which collapses under contention):
+// value = hi * 2^32 + lo, the carry out of lo detected from the returned old value.
+__device__ __forceinline__ void AtomicAddSplit64(uint32_t* lo, uint32_t* hi, uint64_t v) {
+  const uint32_t v_lo = static_cast<uint32_t>(v);
+  const uint32_t old = atomicAdd(lo, v_lo);
+  const uint32_t carry = old + v_lo < old ? 1u : 0u;
+  const uint32_t v_hi = static_cast<uint32_t>(v >> 32) + carry;
+  if (v_hi != 0) atomicAdd(hi, v_hi);
+}
+__device__ __forceinline__ uint64_t Split64(uint32_t lo, uint32_t hi) {
+  return (static_cast<uint64_t>(hi) << 32) + lo;
+}
 
 // Order-preserving key: a > b as floats  <=>  KeyOf(a) > KeyOf(b) as integers.
 __device__ __forceinline__ uint32_t KeyOf(float x) {
@@ -129,7 +146,9 @@ __device__ uint32_t RadixSelect(Shared& s, const RowView& row, const View& view,
                                 uint64_t remaining) {
   uint32_t prefix = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    if (threadIdx.x < kRadixBins) s.radix_mass[threadIdx.x] = 0, s.radix_count[threadIdx.x] = 0;
+    if (threadIdx.x < kRadixBins) {
+      s.radix_lo[threadIdx.x] = 0, s.radix_hi[threadIdx.x] = 0, s.radix_count[threadIdx.x] = 0;
+    }
     __syncthreads();
     const uint32_t hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
     view.ForEach(s, [&](int32_t, float x) {
@@ -138,7 +157,7 @@ __device__ uint32_t RadixSelect(Shared& s, const RowView& row, const View& view,
       const int digit = (key >> shift) & 255;
       if constexpr (kMass) {
         const uint64_t w = row.Weight(x);
-        if (w != 0) atomicAdd(reinterpret_cast<unsigned long long*>(&s.radix_mass[digit]), w);
+        if (w != 0) AtomicAddSplit64(&s.radix_lo[digit], &s.radix_hi[digit], w);
       } else {
         atomicAdd(&s.radix_count[digit], 1u);
       }
@@ -150,7 +169,7 @@ __device__ uint32_t RadixSelect(Shared& s, const RowView& row, const View& view,
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int d = 255 - 8 * lane - j;
-        lane_sum += bins[j] = kMass ? s.radix_mass[d] : s.radix_count[d];
+        lane_sum += bins[j] = kMass ? Split64(s.radix_lo[d], s.radix_hi[d]) : s.radix_count[d];
       }
       uint64_t incl = lane_sum;
 #pragma unroll
