@@ -1,0 +1,172 @@
+// The engine over real generated checkpoints (tandem make-model presets, written at test time):
+// the Llama-family CPU forward pass, bf16 paged KV, the generated tokenizer. Batching invariance
+// with chunked prefill and preemption, stop strings through real detokenization, and the
+// disaggregated prefill → page copy → decode path.
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model/make_model.h"
+#include "gtest/gtest.h"
+#include "tests/engine/engine_test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+class EngineTinyModelTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/engine_tiny_" + GetParam();
+    MakeModelOptions make;
+    make.preset = GetParam();
+    make.out_dir = dir_;
+    make.seed = 7;
+    absl::StatusOr<ModelConfig> config = MakeModel(make);
+    ASSERT_TRUE(config.ok()) << config.status();
+    vocab_ = config->vocab_size;
+  }
+
+  std::unique_ptr<Engine> Make(int num_pages, int budget = 32) {
+    EngineOptions o;
+    o.model_dir = dir_;
+    o.page_size = 4;
+    o.num_pages = num_pages;
+    o.max_num_batched_tokens = budget;
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(o);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return engine.ok() ? *std::move(engine) : nullptr;
+  }
+
+  // 20 requests, prompts of 1..90 tokens (beyond the 32-token budget: chunked), 12 new tokens
+  // each; every fifth sampled at temperature 1 with top-k/top-p.
+  std::vector<EngineRequest> Requests() {
+    std::vector<EngineRequest> out;
+    for (int i = 0; i < 20; ++i) {
+      EngineRequest r =
+          Request("t" + std::to_string(i), RandomPrompt(1 + (i * 29) % 90, vocab_, 300 + i), 12,
+                  i % 5 == 4 ? 1.0f : 0.0f);
+      r.sampling.top_k = i % 5 == 4 ? 50 : -1;
+      r.sampling.top_p = i % 5 == 4 ? 0.9f : 1.0f;
+      r.sampling.ignore_eos = true;
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  std::map<std::string, Finished> RunAlone(const std::vector<EngineRequest>& requests) {
+    std::map<std::string, Finished> out;
+    std::unique_ptr<Engine> engine = Make(1024);
+    for (const EngineRequest& r : requests) {
+      EXPECT_TRUE(engine->AddRequest(r).ok());
+      out[r.id] = RunToCompletion(*engine)[r.id];
+    }
+    ExpectIdle(*engine);
+    return out;
+  }
+
+  std::string dir_;
+  int vocab_ = 0;
+};
+
+TEST_P(EngineTinyModelTest, BatchedChunkedAndPreemptedRunsMatchRunsAlone) {
+  const std::vector<EngineRequest> requests = Requests();
+  const std::map<std::string, Finished> alone = RunAlone(requests);
+  for (int num_pages : {1024, 40}) {  // 40 pages of 4 tokens: preemption
+    std::unique_ptr<Engine> engine = Make(num_pages);
+    for (const EngineRequest& r : requests) ASSERT_TRUE(engine->AddRequest(r).ok());
+    std::map<std::string, Finished> together = RunToCompletion(*engine);
+    for (const EngineRequest& r : requests) {
+      EXPECT_EQ(together[r.id].tokens, alone.at(r.id).tokens) << r.id << " pages " << num_pages;
+      EXPECT_EQ(together[r.id].text, alone.at(r.id).text) << r.id;
+    }
+    EXPECT_EQ(engine->Stats().num_preemptions_total > 0, num_pages == 40);
+    ExpectIdle(*engine);
+  }
+}
+
+TEST_P(EngineTinyModelTest, StopStringCutsTheStreamedText) {
+  std::unique_ptr<Engine> engine = Make(256);
+  EngineRequest r = Request("free", RandomPrompt(9, vocab_, 11), 40);
+  r.sampling.ignore_eos = true;
+  ASSERT_TRUE(engine->AddRequest(r).ok());
+  const std::string text = RunToCompletion(*engine)["free"].text;
+  ASSERT_GE(text.size(), 12u);
+  // A stop string taken from the middle of the free-running text.
+  const std::string stop = text.substr(text.size() / 2, 3);
+  r.id = "stopped";
+  r.sampling.stop = {stop};
+  ASSERT_TRUE(engine->AddRequest(r).ok());
+  Finished f = RunToCompletion(*engine)["stopped"];
+  EXPECT_EQ(f.reason, FinishReason::kStop);
+  EXPECT_EQ(f.text, text.substr(0, text.find(stop)));
+  ExpectIdle(*engine);
+}
+
+TEST_P(EngineTinyModelTest, PrefillEngineThenDecodeEngineMatchOneEngine) {
+  const std::vector<EngineRequest> requests = Requests();
+  const std::map<std::string, Finished> want = RunAlone(requests);
+  std::unique_ptr<Engine> prefill = Make(512);
+  std::unique_ptr<Engine> decode = Make(700);
+  ASSERT_TRUE(decode->ReservePages("pad", 50).ok());  // different page ids on each side
+  for (EngineRequest r : requests) {
+    r.prefill_only = true;
+    ASSERT_TRUE(prefill->AddRequest(std::move(r)).ok());
+  }
+  std::map<std::string, Finished> first = RunToCompletion(*prefill);
+  const KvLayout& src_layout = prefill->kv_layout();
+  const KvLayout& dst_layout = decode->kv_layout();
+  const int64_t elem = DTypeSize(src_layout.dtype);
+  for (const EngineRequest& r : requests) {
+    ASSERT_EQ(first[r.id].reason, FinishReason::kPrefillDone);
+    std::vector<int32_t> dst =
+        *decode->ReservePages(r.id, static_cast<int>(r.prompt_tokens.size()));
+    std::vector<int32_t> src = *prefill->KvPages(r.id);
+    for (int layer = 0; layer < src_layout.num_layers; ++layer) {
+      for (size_t i = 0; i < src.size(); ++i) {
+        std::memcpy(
+            static_cast<char*>(decode->kv_pool()) + dst_layout.PageOffset(layer, dst[i]) * elem,
+            static_cast<char*>(prefill->kv_pool()) + src_layout.PageOffset(layer, src[i]) * elem,
+            src_layout.PageBytes());
+      }
+    }
+    ASSERT_TRUE(prefill->ReleaseRequest(r.id).ok());
+    ASSERT_TRUE(decode->AddPrefilledRequest(r, first[r.id].tokens.at(0)).ok());
+  }
+  ExpectIdle(*prefill);
+  std::map<std::string, Finished> rest = RunToCompletion(*decode);
+  for (const EngineRequest& r : requests) {
+    std::vector<int32_t> got = first[r.id].tokens;
+    got.insert(got.end(), rest[r.id].tokens.begin(), rest[r.id].tokens.end());
+    EXPECT_EQ(got, want.at(r.id).tokens) << r.id;
+  }
+  ASSERT_TRUE(decode->ReleaseRequest("pad").ok());
+  ExpectIdle(*decode);
+}
+
+TEST_P(EngineTinyModelTest, PromptLongerThanTheContextIsRejected) {
+  std::unique_ptr<Engine> engine = Make(64);
+  const int n = engine->max_model_len() + 1;
+  EXPECT_EQ(engine->AddRequest(Request("long", RandomPrompt(n, vocab_, 1), 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  ExpectIdle(*engine);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, EngineTinyModelTest,
+                         ::testing::Values("tiny-llama3", "tiny-qwen3", "tiny-qwen2"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+TEST(EngineCreateTest, MissingModelFolderIsAnError) {
+  EngineOptions o;
+  o.model_dir = ::testing::TempDir() + "/no_such_model";
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(o);
+  EXPECT_FALSE(engine.ok());
+}
+
+}  // namespace
+}  // namespace tandem::testing
