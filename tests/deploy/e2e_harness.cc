@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "engine/engine.h"
 #include "engine/model/make_model.h"
 #include "gtest/gtest.h"
