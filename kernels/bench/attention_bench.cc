@@ -16,6 +16,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "base/check.h"
@@ -31,16 +32,17 @@ constexpr int kNq = 32, kNkv = 8, kD = 128;  // Llama-3-8B / Qwen3-8B attention 
 constexpr int64_t kRotateBytes = int64_t{256} << 20;
 
 // Median over `reps` of (time of `inner` calls of fn) / inner, in microseconds.
-double MedianUs(const std::function<void(int)>& fn, int inner, int reps) {
+double MedianUs(const std::function<void(int)>& fn, int inner, int reps,
+                cudaStream_t stream = nullptr) {
   cudaEvent_t start, stop;
   CK(cudaEventCreate(&start));
   CK(cudaEventCreate(&stop));
   for (int i = 0; i < inner; ++i) fn(i);  // warm-up
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(start));
+    CK(cudaEventRecord(start, stream));
     for (int i = 0; i < inner; ++i) fn(i);
-    CK(cudaEventRecord(stop));
+    CK(cudaEventRecord(stop, stream));
     CK(cudaEventSynchronize(stop));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, start, stop));
@@ -153,13 +155,33 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
       },
       std::max(sets, 10), 15);
   CK(cudaGetLastError());
+  // The same launches replayed from a CUDA graph (how the engine's decode step runs them):
+  // per-call time without the host launch path.
+  const int calls = std::max(sets, 10);
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) {
+    a.block_tables = tables + int64_t{i % sets} * batch * pages_per_seq;
+    CHECK_OK(PagedAttentionDecode(a, plan, stream));
+  }
+  CK(cudaStreamEndCapture(stream, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  const double graph_us =
+      MedianUs([&](int) { CK(cudaGraphLaunch(exec, stream)); }, 1, 15, stream) / calls;
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaStreamDestroy(stream));
   const double bytes = double(batch) * len * kNkv * kD * 2 * 2;
   const char* per_slot = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
   std::printf(
       "RESULT kernel=decode B=%d L=%d page=%d ips=%s us=%.2f TBps=%.3f frac_copy=%.3f "
-      "items=%d merges=%d\n",
+      "graph_us=%.2f graph_TBps=%.3f items=%d merges=%d\n",
       batch, len, page_size, per_slot ? per_slot : "default", us, bytes / us * 1e-6,
-      bytes / us * 1e-6 / copy_tbs, plan.num_items(), plan.num_merges());
+      bytes / us * 1e-6 / copy_tbs, graph_us, bytes / graph_us * 1e-6, plan.num_items(),
+      plan.num_merges());
   for (void* p : {kv, q, out}) CK(cudaFree(p));
   for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
 }
@@ -263,6 +285,14 @@ void BenchRope(int tokens, bool qk_norm, double copy_tbs) {
 
 int main(int argc, char** argv) {
   using namespace tandem;
+  if (argc > 1 && std::string_view(argv[1]) == "ncu") {
+    // One decode and one prefill shape only, for `ncu -k regex:...` (see gpu_run_ka.sh).
+    auto plan = AttentionPlan::Create({});
+    CHECK_OK(plan.status());
+    BenchDecode(32, 4096, 16, 4.27, **plan);
+    BenchPrefill(16384, 64, 790.0, **plan);
+    return 0;
+  }
   const double copy = CopyTbs();
   const double gemm = GemmTflops();
   std::printf("RESULT kernel=ceiling copy_TBps=%.3f gemm_TFLOPs=%.1f\n", copy, gemm);

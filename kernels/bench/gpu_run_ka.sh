@@ -25,5 +25,13 @@ fi
  echo "SASS: HMMA $(grep -c HMMA /tmp/sass.txt) LDSM $(grep -c LDSM /tmp/sass.txt) LDGSTS $(grep -c LDGSTS /tmp/sass.txt) LDL/STL $(grep -cE 'LDL|STL' /tmp/sass.txt)") > "$OUT/sass_summary.txt" 2>&1
 timeout 200 $B/attention_bench 2>&1 | tee "$OUT/bench.log"
 timeout 150 python3 kernels/bench/attention_peer.py 2>&1 | tee -a "$OUT/bench.log"
+if [ "$1" != quick ]; then
+  for k in DecodeKernel PrefillKernel; do
+    timeout 120 ncu --clock-control none -k regex:$k -c 1 --section SpeedOfLight \
+      --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --section Occupancy $B/attention_bench ncu > "$OUT/ncu_$k.txt" 2>&1
+    echo "ncu $k exit=$?: $(grep -E 'Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issue Slots Busy' "$OUT/ncu_$k.txt" | tr -s ' ' | tr '\n' ';')"
+  done
+fi
 tail -1 "$OUT/sass_summary.txt"
 python3 kernels/bench/attention_table.py "$OUT/bench.log"

@@ -59,7 +59,7 @@ __device__ void CombineSplits(const PagedAttentionArgs& a, const AttentionMergeI
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     const int packed = mi.row_begin + r;
-    const int64_t token = a.query_start[mi.seq] + packed / group;
+    const int64_t token = mi.token_begin + packed / group;
     const int head = mi.kv_head * group + packed % group;
     auto* dst = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.out) +
                                             (token * a.num_q_heads + head) * D + lane * kPer);

@@ -41,6 +41,9 @@ struct AttentionWorkItem {
   int32_t key_end = 0;
   int32_t partial = -1;  // workspace slot of the partial result; -1: write the output
   int32_t merge = -1;    // the merge item this split belongs to; -1: none
+  // Copies of the batch layout, so a kernel starts its loads without first reading it:
+  int32_t token_begin = 0;  // query_start[seq]: the row of q/out of the sequence's first token
+  int32_t first_pos = 0;    // seq_lens[seq] - q_len: the position of that token
 };
 
 struct AttentionMergeItem {
@@ -50,6 +53,7 @@ struct AttentionMergeItem {
   int32_t num_rows = 0;
   int32_t first_partial = 0;  // the splits use partial slots [first_partial, + num_splits)
   int32_t num_splits = 0;
+  int32_t token_begin = 0;  // query_start[seq]
 };
 
 // Host-side copy of what a plan needs to know about the batch (all host pointers).

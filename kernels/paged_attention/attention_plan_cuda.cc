@@ -34,7 +34,9 @@ int KeyEnd(const AttentionBatchShape& b, int s, int row_end) {
 // The chunk one key range is split by: about `chunk` (at most kMaxDecodeSplits splits), evened
 // out so the splits of one range have equal length up to one tile.
 int SplitChunk(int key_end, int chunk) {
-  const int splits = std::min(CeilDiv(key_end, chunk), kMaxDecodeSplits);
+  // Rounded, not ceiled: a range 1.2 chunks long stays one split (no merge, one item).
+  const int splits =
+      std::clamp(static_cast<int>((key_end + chunk / 2) / chunk), 1, kMaxDecodeSplits);
   return CeilDiv(CeilDiv(key_end, splits), kSplitGranule) * kSplitGranule;
 }
 
@@ -133,7 +135,9 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
               absl::StrCat("attention plan capacity exceeded at seq ", s));
         }
         const int merge = splits > 1 ? m : -1;
-        if (splits > 1) merges[m++] = {s, h, r, num_rows, p, splits};
+        const int q0 = b.query_start[s];
+        const int first_pos = b.seq_lens[s] - (b.query_start[s + 1] - q0);
+        if (splits > 1) merges[m++] = {s, h, r, num_rows, p, splits, q0};
         for (int k = 0; k < splits; ++k) {
           items[n++] = {s,
                         h,
@@ -142,7 +146,9 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
                         k * group_chunk,
                         std::min(key_end, (k + 1) * group_chunk),
                         splits > 1 ? p++ : -1,
-                        merge};
+                        merge,
+                        q0,
+                        first_pos};
         }
       }
     }
@@ -161,7 +167,9 @@ absl::Status AttentionPlan::BuildPrefill(const AttentionBatchShape& b, cudaStrea
     for (int h = 0; h < b.num_kv_heads; ++h) {
       for (int r = 0; r < rows; r += kPrefillRows) {
         const int num_rows = std::min(kPrefillRows, rows - r);
-        list.push_back({s, h, r, num_rows, 0, KeyEnd(b, s, r + num_rows), -1, -1});
+        const int q0 = b.query_start[s];
+        const int first_pos = b.seq_lens[s] - (b.query_start[s + 1] - q0);
+        list.push_back({s, h, r, num_rows, 0, KeyEnd(b, s, r + num_rows), -1, -1, q0, first_pos});
       }
     }
   }

@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
@@ -34,6 +35,7 @@ constexpr int kPrefillWarps = 4;  // each owns kPrefillRows / 4 rows
 constexpr int kPrefillKeys = 64;
 constexpr int kPrefillHalf = kPrefillKeys / 2;
 constexpr int kPrefillStages = 2;
+constexpr int kMaxDevices = 64;  // per-device launch-configuration cache
 
 template <int D, int kKeys>
 constexpr int TileElems() {
@@ -56,8 +58,8 @@ __device__ WarpRows<D> SliceRows(const PagedAttentionArgs& a, const AttentionWor
                                  int slice_begin, int lane) {
   WarpRows<D> w;
   const int group = a.num_q_heads / a.num_kv_heads;
-  const int q0 = a.query_start[it.seq];
-  const int first_pos = a.seq_lens[it.seq] - (a.query_start[it.seq + 1] - q0);
+  const int q0 = it.token_begin;
+  const int first_pos = it.first_pos;
   const int64_t q_stride = a.q_stride != 0 ? a.q_stride : int64_t{a.num_q_heads} * D;
   const auto* q = static_cast<const __nv_bfloat16*>(a.q);
   const int row_end = it.row_begin + it.num_rows;
@@ -145,7 +147,7 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
     if (it.partial < 0) {
       const int group = a.num_q_heads / a.num_kv_heads;
       const int packed = it.row_begin + r;
-      const int64_t token = a.query_start[it.seq] + packed / group;
+      const int64_t token = it.token_begin + packed / group;
       const int head = it.kv_head * group + packed % group;
       auto* dst = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.out) +
                                               (token * a.num_q_heads + head) * D + d0);
@@ -181,18 +183,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   const int num_items = counts[0];
   for (int idx = blockIdx.x; idx < num_items; idx += gridDim.x) {
     const AttentionWorkItem it = items[idx];
-    const WarpRows<D> w = SliceRows<D>(a, it, it.row_begin, lane);
     const KvView view{static_cast<const __nv_bfloat16*>(a.kv_layer),
                       a.block_tables + int64_t{it.seq} * a.max_pages_per_seq,
                       a.num_kv_heads,
                       a.page_size,
                       attention::PageShift(a.page_size),
                       it.kv_head};
-    WarpAccum<D> acc;
-    attention::InitAccum(acc);
-    attention::LoadQuery(acc, w.q[0], w.q[1], lane & 3);
     const int tiles = (it.key_end - it.key_begin + kDecodeKeys - 1) / kDecodeKeys;
     __syncthreads();  // the previous item's merge no longer reads shared memory
+    // K/V loads first: they are the long pole; the queries load while they fly.
     for (int s = 0; s < kDecodeStages - 1; ++s) {
       if (s < tiles) {
         __nv_bfloat16* buf = base + s * 2 * kTile;
@@ -201,6 +200,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
       }
       attention::CpAsyncCommit();
     }
+    const WarpRows<D> w = SliceRows<D>(a, it, it.row_begin, lane);
+    WarpAccum<D> acc;
+    attention::InitAccum(acc);
+    attention::LoadQuery(acc, w.q[0], w.q[1], lane & 3);
     for (int i = 0; i < tiles; ++i) {
       const int next = i + kDecodeStages - 1;
       if (next < tiles) {
@@ -243,7 +246,7 @@ __device__ void LoadQueryTile(const PagedAttentionArgs& a, const AttentionWorkIt
     const __nv_bfloat16* src = q;
     if (valid) {
       const int packed = it.row_begin + r;
-      const int64_t token = a.query_start[it.seq] + packed / group;
+      const int64_t token = it.token_begin + packed / group;
       src = q + token * q_stride + int64_t{it.kv_head * group + packed % group} * D + col;
     }
     attention::CpAsync16(q_s + r * (D + kRowPad) + col, src, valid);
@@ -350,19 +353,37 @@ absl::Status CheckArgs(const PagedAttentionArgs& a, const AttentionPlan& plan) {
   return absl::OkStatus();
 }
 
+// Resident CTAs per SM of `kernel` with `smem` bytes of dynamic shared memory, after raising
+// its shared-memory limit. Cached per device in `cache` (one per kernel instantiation): the
+// occupancy query costs microseconds of host time on every decode launch otherwise.
+template <typename Kernel>
+absl::StatusOr<int> BlocksPerSm(Kernel kernel, int threads, int smem,
+                                std::atomic<int> (&cache)[kMaxDevices]) {
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  if (device < kMaxDevices) {
+    const int cached = cache[device].load(std::memory_order_relaxed);
+    if (cached > 0) return cached;
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int per_sm = 0;
+  CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  per_sm = std::max(per_sm, 1);
+  if (device < kMaxDevices) cache[device].store(per_sm, std::memory_order_relaxed);
+  return per_sm;
+}
+
 template <int D>
 absl::Status LaunchDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
                           cudaStream_t stream) {
   constexpr int kPipe = kDecodeStages * 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
   constexpr int kMerge = kDecodeWarps * kDecodeRows * (D + 2) * sizeof(float);
   constexpr int kSmem = kPipe > kMerge ? kPipe : kMerge;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(DecodeKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  CUDA_RETURN_IF_ERROR(attr);
-  int per_sm = 0;
-  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, DecodeKernel<D>,
-                                                                     kDecodeWarps * 32, kSmem));
-  DecodeKernel<D><<<NumSms() * std::max(per_sm, 1), kDecodeWarps * 32, kSmem, stream>>>(
+  static std::atomic<int> cache[kMaxDevices];
+  ASSIGN_OR_RETURN(const int per_sm, BlocksPerSm(DecodeKernel<D>, kDecodeWarps * 32, kSmem, cache));
+  DecodeKernel<D><<<NumSms() * per_sm, kDecodeWarps * 32, kSmem, stream>>>(
       a, plan.items(), plan.merges(), plan.counts(), plan.merge_counters(), plan.partial_out(),
       plan.partial_lse());
   CUDA_RETURN_IF_LAUNCH_ERROR();
@@ -375,14 +396,11 @@ absl::Status LaunchPrefill(const PagedAttentionArgs& a, const AttentionPlan& pla
   constexpr int kSmem =
       (kPrefillStages * 2 * TileElems<D, kPrefillKeys>() + kPrefillRows * (D + kRowPad)) *
       sizeof(__nv_bfloat16);
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(PrefillKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  CUDA_RETURN_IF_ERROR(attr);
-  int per_sm = 0;
-  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, PrefillKernel<D>,
-                                                                     kPrefillWarps * 32, kSmem));
-  const int grid = NumSms() * std::max(per_sm, 1);
-  PrefillKernel<D><<<grid, kPrefillWarps * 32, kSmem, stream>>>(a, plan.items(), plan.counts());
+  static std::atomic<int> cache[kMaxDevices];
+  ASSIGN_OR_RETURN(const int per_sm,
+                   BlocksPerSm(PrefillKernel<D>, kPrefillWarps * 32, kSmem, cache));
+  PrefillKernel<D>
+      <<<NumSms() * per_sm, kPrefillWarps * 32, kSmem, stream>>>(a, plan.items(), plan.counts());
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }

@@ -43,7 +43,8 @@ __device__ __forceinline__ uint4 Pack(const float (&v)[8]) {
 template <int D>
 __device__ __forceinline__ void RotateChunk(const RopeKvStoreArgs& a, int64_t t, int c, bool valid,
                                             const uint4& raw, int32_t slot, const float* cos_s,
-                                            const float* sin_s) {
+                                            const float* sin_s, const float (&wq)[8],
+                                            const float (&wk)[8]) {
   constexpr int kPerHead = D / 8;
   const int heads = a.num_q_heads + 2 * a.num_kv_heads;
   const int h = c / kPerHead, part = c % kPerHead;
@@ -51,8 +52,7 @@ __device__ __forceinline__ void RotateChunk(const RopeKvStoreArgs& a, int64_t t,
   const bool is_v = h >= a.num_q_heads + a.num_kv_heads;
   float v[8];
   Unpack(raw, v);
-  const void* weight = is_q ? a.q_norm_weight : a.k_norm_weight;
-  if (weight != nullptr) {
+  if (a.q_norm_weight != nullptr) {
     float sum_sq = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
@@ -60,10 +60,8 @@ __device__ __forceinline__ void RotateChunk(const RopeKvStoreArgs& a, int64_t t,
     for (int o = 1; o < kPerHead; o <<= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
     if (!is_v && valid) {
       const float inv_rms = rsqrtf(sum_sq / static_cast<float>(D) + a.norm_eps);
-      float w[8];
-      Unpack(static_cast<const uint4*>(weight)[part], w);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = v[j] * inv_rms * w[j];
+      for (int j = 0; j < 8; ++j) v[j] = v[j] * inv_rms * (is_q ? wq[j] : wk[j]);
     }
   }
   float partner[8];
@@ -97,6 +95,13 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float cos_s[D / 2], sin_s[D / 2];
   const int heads = a.num_q_heads + 2 * a.num_kv_heads;
   const int chunks = heads * kPerHead;
+  // Every chunk this thread touches is part threadIdx.x % kPerHead of its head (kThreads is a
+  // multiple of kPerHead), so its slice of the norm weights is loaded once.
+  float wq[8] = {}, wk[8] = {};
+  if (a.q_norm_weight != nullptr) {
+    Unpack(static_cast<const uint4*>(a.q_norm_weight)[threadIdx.x % kPerHead], wq);
+    Unpack(static_cast<const uint4*>(a.k_norm_weight)[threadIdx.x % kPerHead], wk);
+  }
   for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
     __syncthreads();  // the previous token's cos/sin are no longer read
     if (threadIdx.x < D / 2) {
@@ -118,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kChunksPerThread; ++j) {
         const int c = c0 + j * kThreads + threadIdx.x;
-        RotateChunk<D>(a, t, c, c < chunks, raw[j], slot, cos_s, sin_s);
+        RotateChunk<D>(a, t, c, c < chunks, raw[j], slot, cos_s, sin_s, wq, wk);
       }
     }
   }
