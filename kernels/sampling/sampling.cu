@@ -16,6 +16,7 @@
 // Weights: w = 2^((x - max) * log2(e) / T) in f32 (as SamplingRef), summed as fixed point
 // floor(w * 2^40), so a weight below 2^-40 of the max counts as 0 and sums are exact integers
 // (the result does not depend on thread order).
+#include <atomic>
 #include <cstdint>
 
 #include "base/cuda_check.h"
@@ -319,8 +320,17 @@ absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream) {
   const bool vec_ok =
       args.vocab_size % 4 == 0 && (reinterpret_cast<uintptr_t>(args.logits) & 15u) == 0;
   const int smem = static_cast<int>(sizeof(Shared));
-  CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(SamplingKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  // Raise the kernel's shared-memory limit once per device (not per call: keeps steady-state
+  // calls to one launch, e.g. inside CUDA graph capture).
+  static std::atomic<uint64_t> configured_devices{0};
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if ((configured_devices.load(std::memory_order_acquire) & bit) == 0) {
+    CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(SamplingKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    configured_devices.fetch_or(bit, std::memory_order_acq_rel);
+  }
   SamplingKernel<<<args.batch, kSampleThreads, smem, stream>>>(args, vec_ok);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
