@@ -13,12 +13,12 @@ namespace tandem::loadgen {
 struct Config {
   // Target.
   std::string backend = "openai";  // openai (/v1/completions) | openai-chat | tandem-grpc
-  std::string base_url;            // default http://{host}:{port}
+  std::string base_url;  // default http://{host}:{port}; grpc: {host}:{port} (grpc:// optional)
   std::string host = "127.0.0.1";
-  int port = 8000;
-  std::string endpoint;   // default by backend
-  std::string model;      // default: the first of GET /v1/models
-  std::string tokenizer;  // tokenizer folder (extra: used when engine's tokenizer is built)
+  std::optional<int> port;  // default 8000 (HTTP) or 8001 (tandem-grpc)
+  std::string endpoint;     // default by backend
+  std::string model;        // default: the first of GET /v1/models
+  std::string tokenizer;    // tokenizer folder (extra: used when engine's tokenizer is built)
   std::vector<std::string> headers;  // --header KEY=VALUE
   std::optional<double> temperature;
   std::string extra_body;

@@ -61,7 +61,8 @@ absl::StatusOr<std::vector<RequestSpec>> MakeDataset(const Config& c, const Prom
 
 absl::StatusOr<HttpTargetOptions> MakeTargetOptions(const Config& c) {
   HttpTargetOptions t;
-  t.base_url = c.base_url.empty() ? absl::StrCat("http://", c.host, ":", c.port) : c.base_url;
+  t.base_url =
+      c.base_url.empty() ? absl::StrCat("http://", c.host, ":", c.port.value_or(8000)) : c.base_url;
   t.chat = c.backend == "openai-chat";
   t.endpoint = !c.endpoint.empty() ? c.endpoint
                : t.chat            ? "/v1/chat/completions"
@@ -81,6 +82,31 @@ absl::StatusOr<HttpTargetOptions> MakeTargetOptions(const Config& c) {
   if (const char* key = std::getenv("OPENAI_API_KEY")) t.api_key = key;
   t.request_timeout_s = c.request_timeout_s;
   return t;
+}
+
+GrpcTargetOptions MakeGrpcOptions(const Config& c, const HttpTargetOptions& http) {
+  GrpcTargetOptions g;
+  std::string address =
+      c.base_url.empty() ? absl::StrCat(c.host, ":", c.port.value_or(8001)) : c.base_url;
+  for (const char* scheme : {"grpc://", "http://"}) {
+    if (address.rfind(scheme, 0) == 0) address = address.substr(std::string(scheme).size());
+  }
+  while (!address.empty() && address.back() == '/') address.pop_back();
+  g.address = address;
+  g.model = c.model;
+  g.chat = false;
+  g.ignore_eos = http.ignore_eos;
+  g.temperature = c.temperature;
+  g.api_key = http.api_key;
+  g.request_timeout_s = c.request_timeout_s;
+  return g;
+}
+
+// --model, else the first served model (GET /v1/models or ListModels).
+absl::StatusOr<std::string> ResolveModel(const SweepPlan& plan) {
+  if (!plan.config.model.empty()) return plan.config.model;
+  return plan.grpc ? FetchFirstGrpcModelId(plan.grpc_target.address)
+                   : FetchFirstModelId(plan.target.base_url);
 }
 
 int Compare(const Config& c) {
@@ -103,14 +129,13 @@ int Compare(const Config& c) {
 
 int RunLoadgen(const Config& c) {
   if (!c.compare.empty()) return Compare(c);
-  if (c.backend == "tandem-grpc") {
-    return Fail(absl::UnimplementedError("the tandem-grpc backend is not built yet"));
-  }
   SweepPlan plan;
   plan.config = c;
   auto target_options = MakeTargetOptions(c);
   if (!target_options.ok()) return Fail(target_options.status());
   plan.target = *target_options;
+  plan.grpc = c.backend == "tandem-grpc";
+  plan.grpc_target = MakeGrpcOptions(c, plan.target);
   auto slo = ParseGoodput(c.goodput);
   if (!slo.ok()) return Fail(slo.status());
   plan.slo = *slo;
@@ -118,11 +143,9 @@ int RunLoadgen(const Config& c) {
   if (s.ok()) s = ParseMetricPercentiles(c.metric_percentiles, &plan.percentiles);
   if (s.ok()) s = ParseSweep(c.sweep, &plan.sweep_variable, &plan.sweep_values);
   if (!s.ok()) return Fail(s);
-  if (plan.target.model.empty()) {
-    auto model = FetchFirstModelId(plan.target.base_url);
-    if (!model.ok()) return Fail(model.status());
-    plan.target.model = *model;
-  }
+  auto model = ResolveModel(plan);
+  if (!model.ok()) return Fail(model.status());
+  plan.model = plan.target.model = plan.grpc_target.model = *model;
   std::unique_ptr<PromptSource> source = MakeWordPromptSource();
   auto specs = MakeDataset(c, *source);
   if (!specs.ok()) return Fail(specs.status());

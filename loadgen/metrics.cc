@@ -17,6 +17,8 @@ const char* FailureCauseName(FailureCause cause) {
       return "connect";
     case FailureCause::kHttpStatus:
       return "http_status";
+    case FailureCause::kGrpcStatus:
+      return "grpc_status";
     case FailureCause::kStreamError:
       return "stream_error";
     case FailureCause::kNoToken:

@@ -35,6 +35,7 @@ enum class FailureCause {
   kNone = 0,
   kConnect,      // TCP connect / name resolution failed
   kHttpStatus,   // non-200 response
+  kGrpcStatus,   // a non-OK gRPC status
   kStreamError,  // an {"error": ...} event inside a 200 stream
   kNoToken,      // stream ended without a single token chunk
   kTransport,    // connection reset / truncated stream / malformed HTTP

@@ -67,8 +67,8 @@ RunContext MakeContext(const SweepPlan& plan, double rate, int concurrency) {
   RunContext ctx;
   ctx.backend = c.backend;
   ctx.label = c.label;
-  ctx.model_id = plan.target.model;
-  ctx.tokenizer_id = c.tokenizer.empty() ? plan.target.model : c.tokenizer;
+  ctx.model_id = plan.model;
+  ctx.tokenizer_id = c.tokenizer.empty() ? plan.model : c.tokenizer;
   ctx.dataset_name = c.dataset_name;
   ctx.num_prompts = static_cast<int>(plan.specs.size());
   ctx.request_rate = rate;
@@ -82,6 +82,23 @@ RunContext MakeContext(const SweepPlan& plan, double rate, int concurrency) {
   return ctx;
 }
 
+absl::StatusOr<std::unique_ptr<Target>> MakeTarget(const SweepPlan& plan,
+                                                   boost::asio::io_context& io,
+                                                   const BenchClock* clock) {
+  if (plan.grpc) {
+    GrpcTargetOptions options = plan.grpc_target;
+    options.keep_text = plan.config.save_detailed;
+    auto target = GrpcTarget::Create(io, clock, options);
+    if (!target.ok()) return target.status();
+    return std::unique_ptr<Target>(std::move(*target));
+  }
+  HttpTargetOptions options = plan.target;
+  options.keep_text = plan.config.save_detailed;
+  auto target = HttpTarget::Create(io, clock, options);
+  if (!target.ok()) return target.status();
+  return std::unique_ptr<Target>(std::move(*target));
+}
+
 PointOutcome RunPoint(const SweepPlan& plan, double rate, int concurrency, RunContext* ctx) {
   PointOutcome out;
   *ctx = MakeContext(plan, rate, concurrency);
@@ -92,9 +109,7 @@ PointOutcome RunPoint(const SweepPlan& plan, double rate, int concurrency, RunCo
   }
   boost::asio::io_context io;
   BenchClock clock;
-  HttpTargetOptions target_options = plan.target;
-  target_options.keep_text = plan.config.save_detailed;
-  auto target = HttpTarget::Create(io, &clock, target_options);
+  auto target = MakeTarget(plan, io, &clock);
   if (!target.ok()) {
     std::fprintf(stderr, "tandem-loadgen: %s\n", target.status().ToString().c_str());
     return out;
@@ -142,7 +157,7 @@ int RunSweep(const SweepPlan& plan) {
   std::string timestamp = NowTimestamp();
   std::string stem = std::filesystem::path(c.result_filename).stem().string();
   if (stem.empty()) {
-    std::string model = plan.target.model.substr(plan.target.model.rfind('/') + 1);
+    std::string model = plan.model.substr(plan.model.rfind('/') + 1);
     stem = absl::StrCat(c.label.empty() ? c.backend : c.label, "-", model, "-", timestamp);
   }
   ReportSeries series;

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "loadgen/config.h"
+#include "loadgen/grpc_target.h"
 #include "loadgen/http_target.h"
 #include "loadgen/metrics.h"
 
@@ -15,7 +16,10 @@ namespace tandem::loadgen {
 
 struct SweepPlan {
   Config config;
+  bool grpc = false;  // --backend tandem-grpc: grpc_target, else target (HTTP)
   HttpTargetOptions target;
+  GrpcTargetOptions grpc_target;
+  std::string model;  // the served model name the results are labelled with
   Slo slo;
   std::vector<std::string> percentile_metrics;
   std::vector<double> percentiles;
