@@ -12,9 +12,8 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// Learned tokenizer vocabularies (special tokens come on top).
+// Learned tokenizer vocabulary of the tiny presets (special tokens come on top).
 constexpr int kTinyVocab = 1024;
-constexpr int kFullVocab = 4096;
 
 struct Shape {
   int vocab, hidden, intermediate, layers, q_heads, kv_heads, head_dim, max_pos;
@@ -84,9 +83,12 @@ std::vector<ModelPreset> BuildPresets() {
        Make(A::kQwen3, {0, 64, 192, 2, 4, 2, 32, 4096}, 1e6f, 1e-6f, bf16, true));
   tiny("tiny-qwen3-untied", "Qwen3 shape: QK-norm, untied", T::kQwen2,
        Make(A::kQwen3, {0, 128, 256, 2, 4, 2, 32, 4096}, 1e6f, 1e-6f, bf16, false));
+  // Full shapes: the tokenizer covers the real vocabulary (learned size as in the real files,
+  // Llama 3 with its 256 special tokens), so every id a random model emits decodes to text.
   auto full = [&](std::string name, std::string desc, T tok, ModelConfig c) {
-    const int reserved = tok == T::kLlama3 ? 245 : 0;  // as the real Llama 3 files
-    p.push_back({std::move(name), std::move(desc), tok, TokenizerSpec{kFullVocab, reserved},
+    const int learned = tok == T::kLlama3 ? 128000 : tok == T::kQwen2 ? 151643 : c.vocab_size;
+    const int reserved = tok == T::kLlama3 ? 245 : 0;
+    p.push_back({std::move(name), std::move(desc), tok, TokenizerSpec{learned, reserved},
                  std::move(c), false});
   };
   full("llama3-8b", "Meta-Llama-3-8B-Instruct shapes", T::kLlama3,
