@@ -40,7 +40,10 @@ struct EngineRequest {
   std::string id;  // unique among live requests
   std::vector<int32_t> prompt_tokens;
   SamplingParams sampling;
-  bool prefill_only = false;  // prefill worker: stop after the first token, keep the pages
+  // Prefill worker: stop after the first token with kPrefillDone, keeping the pages. If that
+  // token already ends the request (EOS, stop token or string, max_tokens 1) it ends with that
+  // reason instead and its pages are freed: there is nothing to transfer.
+  bool prefill_only = false;
 };
 
 // What one Step() produced for one request.
@@ -93,6 +96,8 @@ class Engine {
   // beyond max_model_len, token id out of range; AlreadyExists: duplicate id.
   virtual absl::Status AddRequest(EngineRequest request) = 0;
   // Finishes a request with kAbort at the next Step() and frees its pages. NotFound if unknown.
+  // Works in every state, including kPrefillDone and reserved: do not abort a request whose
+  // pages a transfer is still reading or writing (finish the transfer, or cancel it, first).
   virtual absl::Status Abort(const std::string& id) = 0;
   // Runs one scheduling step: schedule → build inputs → forward → sample → post-process.
   virtual absl::StatusOr<std::vector<RequestOutput>> Step() = 0;
