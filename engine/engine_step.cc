@@ -47,7 +47,7 @@ absl::StatusOr<std::vector<int32_t>> EngineImpl::Sample(
     rows.push_back(SampleRow{seq.sampling.temperature, seq.sampling.top_k, seq.sampling.top_p,
                              seq.seed, static_cast<uint64_t>(seq.num_output_tokens())});
   }
-  return sampler_.Sample(result.logits.data(), model_->config().vocab_size, rows);
+  return sampler_.Sample(result.logits, model_->config().vocab_size, rows);
 }
 
 RequestOutput EngineImpl::AppendToken(Sequence* seq, int32_t token) {

@@ -46,10 +46,10 @@ absl::StatusOr<ModelRunner::StepResult> ModelRunner::Run(const ScheduleDecision&
   StepResult result;
   const StepInputs inputs =
       BuildStepInputs(decision, kv_cache_->layout().page_size, &result.sampling_chunks);
-  result.logits.resize(inputs.logits_rows.size() *
-                       static_cast<size_t>(model_->config().vocab_size));
-  RETURN_IF_ERROR(
-      model_->Forward(inputs, kv_cache_->layout(), kv_cache_->pool(), result.logits.data()));
+  const size_t size = inputs.logits_rows.size() * static_cast<size_t>(model_->config().vocab_size);
+  if (logits_.size() < size) logits_.resize(size);
+  RETURN_IF_ERROR(model_->Forward(inputs, kv_cache_->layout(), kv_cache_->pool(), logits_.data()));
+  result.logits = logits_.data();
   return result;
 }
 

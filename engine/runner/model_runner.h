@@ -28,7 +28,8 @@ class ModelRunner {
 
   struct StepResult {
     std::vector<int> sampling_chunks;  // indices into decision.chunks, one per logits row
-    std::vector<float> logits;         // [sampling_chunks.size(), vocab_size]
+    // [sampling_chunks.size(), vocab_size] fp32, owned by the runner: valid until the next Run.
+    const float* logits = nullptr;
   };
 
   // Runs the forward pass of `decision` (non-empty).
@@ -37,6 +38,7 @@ class ModelRunner {
  private:
   Model* model_;
   KvCache* kv_cache_;
+  std::vector<float> logits_;  // reused across steps (rows * vocab can be large)
 };
 
 }  // namespace tandem
