@@ -1,0 +1,135 @@
+// Pieces shared by the paged-attention kernels (paged_attention.cu: decode,
+// paged_attention_prefill.cu: prefill): tile constants, per-row addressing, output stores,
+// argument checks and the cached launch configuration. Internal to kernels/paged_attention.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "absl/status/statusor.h"
+#include "base/cuda_check.h"
+#include "kernels/paged_attention/attention_tile.cuh"
+#include "kernels/paged_attention/paged_attention.h"
+
+namespace tandem::attention {
+
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeKeys = 64;  // per tile; each warp computes a quarter of it
+constexpr int kDecodeWarpKeys = kDecodeKeys / kDecodeWarps;
+constexpr int kDecodeStages = 3;
+constexpr int kPrefillWarps = 4;  // each owns kPrefillRows / 4 rows
+constexpr int kPrefillKeys = 64;
+constexpr int kPrefillHalf = kPrefillKeys / 2;
+constexpr int kPrefillStages = 2;
+constexpr int kMaxDevices = 64;  // per-device launch-configuration cache
+
+template <int D, int kKeys>
+constexpr int TileElems() {
+  return kKeys * (D + kRowPad);
+}
+
+// Per-row addressing of one warp's 16-row slice: rows g and g + 8 of this thread.
+template <int D>
+struct WarpRows {
+  const __nv_bfloat16* q[2] = {nullptr, nullptr};
+  int64_t token[2] = {-1, -1};  // global token index (row of q/out); -1: row past the end
+  int head[2] = {0, 0};
+  int limit[2] = {0, 0};  // keys < limit are visible to the row
+  int min_limit = 0;      // smallest limit over the slice's valid rows
+  int max_limit = 0;
+};
+
+template <int D>
+__device__ WarpRows<D> SliceRows(const PagedAttentionArgs& a, const AttentionWorkItem& it,
+                                 int slice_begin, int lane) {
+  WarpRows<D> w;
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const int q0 = it.token_begin;
+  const int first_pos = it.first_pos;
+  const int64_t q_stride = a.q_stride != 0 ? a.q_stride : int64_t{a.num_q_heads} * D;
+  const auto* q = static_cast<const __nv_bfloat16*>(a.q);
+  const int row_end = it.row_begin + it.num_rows;
+  for (int i = 0; i < 2; ++i) {
+    const int r = slice_begin + (lane >> 2) + 8 * i;
+    w.limit[i] = it.key_end;
+    if (r >= row_end) continue;
+    const int token = r / group;
+    w.token[i] = q0 + token;
+    w.head[i] = it.kv_head * group + r % group;
+    w.q[i] = q + w.token[i] * q_stride + int64_t{w.head[i]} * D;
+    w.limit[i] = min(first_pos + token + 1, it.key_end);
+  }
+  const int last = min(slice_begin + 15, row_end - 1);
+  w.min_limit = min(first_pos + slice_begin / group + 1, it.key_end);
+  w.max_limit = min(first_pos + last / group + 1, it.key_end);
+  return w;
+}
+
+template <int D>
+__device__ void StoreOutput(const PagedAttentionArgs& a, const WarpRows<D>& w, WarpAccum<D>& acc,
+                            int lane) {
+  float inv_l[2];
+  FinishRows(acc, inv_l);
+  auto* out = static_cast<__nv_bfloat16*>(a.out);
+  const int t = lane & 3;
+  for (int i = 0; i < 2; ++i) {
+    if (w.token[i] < 0) continue;
+    auto* row = reinterpret_cast<uint32_t*>(out + (w.token[i] * a.num_q_heads + w.head[i]) * D);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      row[n * 4 + t] = PackBf16(acc.o[n][2 * i] * inv_l[i], acc.o[n][2 * i + 1] * inv_l[i]);
+    }
+  }
+}
+
+inline int NumSms() {
+  static const int sms = [] {
+    int device = 0, n = 132;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+    return n;
+  }();
+  return sms;
+}
+
+inline absl::Status CheckArgs(const PagedAttentionArgs& a, const AttentionPlan& plan) {
+  if (a.dtype != DType::kBF16 || a.kv_dtype != DType::kBF16) {
+    return absl::InvalidArgumentError("CUDA paged attention supports bf16 q/out/cache only");
+  }
+  if (a.head_dim != 64 && a.head_dim != 128) {
+    return absl::InvalidArgumentError("CUDA paged attention supports head_dim 64 and 128");
+  }
+  if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.page_size <= 0) {
+    return absl::InvalidArgumentError("paged attention: bad head counts or page size");
+  }
+  if (a.head_dim > plan.capacity().max_head_dim) {
+    return absl::InvalidArgumentError("paged attention: head_dim above the plan's capacity");
+  }
+  return absl::OkStatus();
+}
+
+// Resident CTAs per SM of `kernel` with `smem` bytes of dynamic shared memory, after raising
+// its shared-memory limit. Cached per device in `cache` (one per kernel instantiation): the
+// occupancy query costs microseconds of host time on every decode launch otherwise.
+template <typename Kernel>
+absl::StatusOr<int> BlocksPerSm(Kernel kernel, int threads, int smem,
+                                std::atomic<int> (&cache)[kMaxDevices]) {
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  if (device < kMaxDevices) {
+    const int cached = cache[device].load(std::memory_order_relaxed);
+    if (cached > 0) return cached;
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int per_sm = 0;
+  CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  per_sm = std::max(per_sm, 1);
+  if (device < kMaxDevices) cache[device].store(per_sm, std::memory_order_relaxed);
+  return per_sm;
+}
+
+}  // namespace tandem::attention

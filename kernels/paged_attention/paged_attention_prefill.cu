@@ -1,0 +1,147 @@
+// Paged prefill attention on sm_90a, FlashAttention-2 style (mma.sync), for chunked prefill:
+// ragged prompt chunks attend causally to their own tokens and to the pages already cached.
+// A 4-warp CTA takes items of 128 packed rows with the queries staged in shared memory; the
+// warps share each double-buffered 64-key tile, 32 rows each (prefill_tile.cuh).
+#include <cuda_bf16.h>
+
+#include <atomic>
+
+#include "base/cuda_check.h"
+#include "base/status_macros.h"
+#include "kernels/paged_attention/attention_common.cuh"
+#include "kernels/paged_attention/paged_attention.h"
+#include "kernels/paged_attention/prefill_tile.cuh"
+
+namespace tandem::attention {
+namespace {
+
+// Copies the item's packed query rows [row_begin, row_begin + kPrefillRows) into q_s
+// ([kPrefillRows][D + kRowPad]); rows past the item are zero.
+template <int D>
+__device__ void LoadQueryTile(const PagedAttentionArgs& a, const AttentionWorkItem& it,
+                              __nv_bfloat16* q_s) {
+  constexpr int kChunksPerRow = D / 8;
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const int64_t q_stride = a.q_stride != 0 ? a.q_stride : int64_t{a.num_q_heads} * D;
+  const auto* q = static_cast<const __nv_bfloat16*>(a.q);
+  for (int c = threadIdx.x; c < kPrefillRows * kChunksPerRow; c += kPrefillWarps * 32) {
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const bool valid = r < it.num_rows;
+    const __nv_bfloat16* src = q;
+    if (valid) {
+      const int packed = it.row_begin + r;
+      const int64_t token = it.token_begin + packed / group;
+      src = q + token * q_stride + int64_t{it.kv_head * group + packed % group} * D + col;
+    }
+    attention::CpAsync16(q_s + r * (D + kRowPad) + col, src, valid);
+  }
+}
+
+// A 4-warp CTA per item of kPrefillRows packed rows; warp w owns rows [32 w, 32 w + 32) (two
+// mma row tiles) and all warps share each double-buffered kPrefillKeys-key tile.
+template <int D>
+__global__ void __launch_bounds__(kPrefillWarps * 32, 2)
+    PrefillKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
+                  const int32_t* counts) {
+  extern __shared__ uint4 smem_raw[];
+  constexpr int kTile = TileElems<D, kPrefillKeys>();
+  constexpr int kM = kPrefillRows / (16 * kPrefillWarps);
+  auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  auto* base = q_s + kPrefillRows * (D + kRowPad);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float scale_log2 = a.scale * attention::kLog2e;
+  const int num_items = counts[0];
+  for (int idx = blockIdx.x; idx < num_items; idx += gridDim.x) {
+    const AttentionWorkItem it = items[idx];
+    WarpAccum<D> acc[kM];
+    int limit[kM][2];
+    int min_limit = it.key_end, max_limit = 0;
+    const bool active = warp * 16 * kM < it.num_rows;
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      const WarpRows<D> w = SliceRows<D>(a, it, it.row_begin + (warp * kM + mt) * 16, lane);
+      attention::InitAccum(acc[mt]);
+      limit[mt][0] = w.limit[0];
+      limit[mt][1] = w.limit[1];
+      min_limit = min(min_limit, w.min_limit);
+      max_limit = max(max_limit, w.max_limit);
+    }
+    const KvView view{static_cast<const __nv_bfloat16*>(a.kv_layer),
+                      a.block_tables + int64_t{it.seq} * a.max_pages_per_seq,
+                      a.num_kv_heads,
+                      a.page_size,
+                      attention::PageShift(a.page_size),
+                      it.kv_head};
+    const int tiles = (it.key_end - it.key_begin + kPrefillKeys - 1) / kPrefillKeys;
+    __syncthreads();  // the previous item no longer reads q_s or the last tile
+    LoadQueryTile<D>(a, it, q_s);
+    attention::LoadKvTile<D, kPrefillKeys, kPrefillWarps * 32>(view, it.key_begin, it.key_end, base,
+                                                               base + kTile, threadIdx.x);
+    attention::CpAsyncCommit();
+    for (int i = 0; i < tiles; ++i) {
+      if (i + 1 < tiles) {
+        __nv_bfloat16* buf = base + ((i + 1) % 2) * 2 * kTile;
+        attention::LoadKvTile<D, kPrefillKeys, kPrefillWarps * 32>(
+            view, it.key_begin + (i + 1) * kPrefillKeys, it.key_end, buf, buf + kTile, threadIdx.x);
+      }
+      attention::CpAsyncCommit();
+      attention::CpAsyncWait<1>();
+      __syncthreads();
+      const __nv_bfloat16* buf = base + (i % 2) * 2 * kTile;
+      const int key0 = it.key_begin + i * kPrefillKeys;
+      // Two 32-key halves: keeps the score fragments at 32 registers (no spills at D = 128).
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int k0 = key0 + half * kPrefillHalf;
+        if (active && k0 < max_limit) {
+          const int off = half * kPrefillHalf * (D + kRowPad);
+          attention::ProcessTileM<D, kPrefillHalf, kM>(
+              acc, q_s + warp * kM * 16 * (D + kRowPad), buf + off, buf + kTile + off, k0, limit,
+              k0 + kPrefillHalf > min_limit, scale_log2, lane);
+        }
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      // Recomputed rather than kept live through the key loop (register pressure).
+      StoreOutput(a, SliceRows<D>(a, it, it.row_begin + (warp * kM + mt) * 16, lane), acc[mt],
+                  lane);
+    }
+  }
+}
+
+template <int D>
+absl::Status LaunchPrefill(const PagedAttentionArgs& a, const AttentionPlan& plan,
+                           cudaStream_t stream) {
+  constexpr int kSmem =
+      (kPrefillStages * 2 * TileElems<D, kPrefillKeys>() + kPrefillRows * (D + kRowPad)) *
+      sizeof(__nv_bfloat16);
+  static std::atomic<int> cache[kMaxDevices];
+  ASSIGN_OR_RETURN(const int per_sm,
+                   BlocksPerSm(PrefillKernel<D>, kPrefillWarps * 32, kSmem, cache));
+  PrefillKernel<D>
+      <<<NumSms() * per_sm, kPrefillWarps * 32, kSmem, stream>>>(a, plan.items(), plan.counts());
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem::attention
+
+namespace tandem {
+
+absl::Status PagedAttentionPrefill(const PagedAttentionArgs& args, const AttentionPlan& plan,
+                                   cudaStream_t stream) {
+  if (args.num_seqs == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(attention::CheckArgs(args, plan));
+  switch (args.head_dim) {
+    case 64:
+      return attention::LaunchPrefill<64>(args, plan, stream);
+    case 128:
+      return attention::LaunchPrefill<128>(args, plan, stream);
+  }
+  return absl::InvalidArgumentError("unsupported head_dim");
+}
+
+}  // namespace tandem
