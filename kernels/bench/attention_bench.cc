@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -291,6 +292,15 @@ int main(int argc, char** argv) {
     CHECK_OK(plan.status());
     BenchDecode(32, 4096, 16, 4.27, **plan);
     BenchPrefill(16384, 64, 790.0, **plan);
+    return 0;
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "small") {
+    // Small-batch decode only (to compare plan settings, e.g. TANDEM_DECODE_ITEMS_PER_SLOT).
+    auto plan = AttentionPlan::Create({});
+    CHECK_OK(plan.status());
+    for (const auto& c : {std::array{1, 8192, 16}, {1, 32768, 16}, {8, 4096, 16}}) {
+      BenchDecode(c[0], c[1], c[2], 4.27, **plan);
+    }
     return 0;
   }
   const double copy = CopyTbs();

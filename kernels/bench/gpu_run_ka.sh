@@ -3,7 +3,8 @@
 # compute-sanitizer memcheck + racecheck on small shapes, the benchmark with its ceilings, the
 # PyTorch peer, a SASS summary; logs under $OUT, a short table last.
 # Carried: .gpu-ka/ (attention_gpu_test, attention_bench, _libs from bundle-libs.sh).
-# Optional first argument: "quick" skips the sanitizers.
+# Optional first argument: "quick" skips the sanitizers; "ncu" adds an Nsight Compute profile of
+# one decode (B=32, L=4k) and one prefill (L=16k) launch.
 set -o pipefail
 B=.gpu-ka
 export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
@@ -25,7 +26,9 @@ fi
  echo "SASS: HMMA $(grep -c HMMA /tmp/sass.txt) LDSM $(grep -c LDSM /tmp/sass.txt) LDGSTS $(grep -c LDGSTS /tmp/sass.txt) LDL/STL $(grep -cE 'LDL|STL' /tmp/sass.txt)") > "$OUT/sass_summary.txt" 2>&1
 timeout 200 $B/attention_bench 2>&1 | tee "$OUT/bench.log"
 timeout 150 python3 kernels/bench/attention_peer.py 2>&1 | tee -a "$OUT/bench.log"
-if [ "$1" != quick ]; then
+# Plan setting check at small batch: two items per resident CTA instead of one.
+TANDEM_DECODE_ITEMS_PER_SLOT=2 timeout 60 $B/attention_bench small 2>&1 | grep RESULT | sed 's/^RESULT/SMALL/' | tee -a "$OUT/bench.log" | cut -c1-120
+if [ "$1" = ncu ]; then
   for k in DecodeKernel PrefillKernel; do
     timeout 120 ncu --clock-control none -k regex:$k -c 1 --section SpeedOfLight \
       --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
