@@ -181,6 +181,81 @@ REAL_TEMPLATES = {
 }
 
 
+# Pipelines our four families do not use, as patches (RFC 7386 merge) over a generated file: the
+# C++ test applies the same patch to its own generated file.
+BYTE_LEVEL_GPT2 = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                   "use_regex": True}
+VARIANTS = {
+    "gpt2_style": ("llama3", {
+        "pre_tokenizer": BYTE_LEVEL_GPT2, "post_processor": BYTE_LEVEL_GPT2,
+        "model": {"ignore_merges": False}}),
+    "split_behaviors": ("qwen2", {
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+             "invert": False},
+            {"type": "Split", "pattern": {"Regex": "[,.;:!?]"}, "behavior": "MergedWithNext",
+             "invert": False},
+            {"type": "Split", "pattern": {"Regex": "\\p{L}+"}, "behavior": "Contiguous",
+             "invert": True},
+            {"type": "Split", "pattern": {"String": "\t"}, "behavior": "Removed", "invert": False},
+            {"type": "Digits", "individual_digits": True},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+             "use_regex": False}]}}),
+    "metaspace_always_split": ("llama2", {
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
+                          "prepend_scheme": "always", "split": True},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "ByteFallback"},
+            {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+             "split": True}]}}),
+    "normalizers": ("qwen2", {
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "NFKC"},
+            {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "},
+            {"type": "Strip", "strip_left": True, "strip_right": True},
+            {"type": "Prepend", "prepend": "^"}]}}),
+    "added_token_flags": ("llama3", {
+        "added_tokens": None,  # replaced below: the base list plus flagged tokens
+    }),
+}
+
+
+def merge_patch(target, patch):
+    if not isinstance(patch, dict):
+        return patch
+    if not isinstance(target, dict):
+        target = {}
+    out = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def variant_patch(name, base_json):
+    _, patch = VARIANTS[name]
+    if name == "added_token_flags":
+        next_id = max(t["id"] for t in base_json["added_tokens"]) + 1
+        extra = [("<mask>", True, False, False, True), ("[SEP]", False, True, False, True),
+                 ("hello", False, False, True, False), ("ab", True, True, False, False)]
+        tokens = list(base_json["added_tokens"])
+        for i, (content, lstrip, rstrip, single_word, special) in enumerate(extra):
+            tokens.append({"id": next_id + i, "content": content, "single_word": single_word,
+                           "lstrip": lstrip, "rstrip": rstrip, "normalized": False,
+                           "special": special})
+        patch = {"added_tokens": tokens}
+    return patch
+
+VARIANT_TEXTS = [
+    "Hello <mask> world [SEP]   next hello, say hello! ahello hellob ab  ab  cab",
+    "  <mask>  [SEP]\t\t x",
+]
+
+
 def tokenizer_hash(directory):
     """FNV-1a 64 of tokenizer.json (the C++ test recomputes it)."""
     h = 0xCBF29CE484222325
@@ -188,6 +263,23 @@ def tokenizer_hash(directory):
         for b in f.read():
             h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return "%016x" % h
+
+
+def encode_cases(tok, texts):
+    cases = []
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=True).ids
+        plain = tok.encode(text, add_special_tokens=False).ids
+        cases.append({
+            "text": text,
+            "ids": ids,
+            "ids_no_special": plain,
+            "decode": tok.decode(ids, skip_special_tokens=False),
+            "decode_skip_special": tok.decode(ids, skip_special_tokens=True),
+            # Dropping the last token may cut a character: exercises U+FFFD rules.
+            "decode_truncated": tok.decode(plain[:-1], skip_special_tokens=False),
+        })
+    return cases
 
 
 def encode_goldens(root, fuzz_small, fuzz_max):
@@ -198,23 +290,20 @@ def encode_goldens(root, fuzz_small, fuzz_max):
     for name, _, vocab_size in CONFIGS:
         directory = os.path.join(root, name)
         tok = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
-        cases = []
         small = vocab_size == 512
         texts = CORPUS + fuzz_corpus(fuzz_small if small else fuzz_max, 1234 if small else 99)
-        for text in texts:
-            ids = tok.encode(text, add_special_tokens=True).ids
-            plain = tok.encode(text, add_special_tokens=False).ids
-            cases.append({
-                "text": text,
-                "ids": ids,
-                "ids_no_special": plain,
-                "decode": tok.decode(ids, skip_special_tokens=False),
-                "decode_skip_special": tok.decode(ids, skip_special_tokens=True),
-                # Dropping the last token may cut a character: exercises U+FFFD rules.
-                "decode_truncated": tok.decode(plain[:-1], skip_special_tokens=False),
-            })
         out[name] = {"tokenizer_fnv1a64": tokenizer_hash(directory),
-                     "vocab_size": tok.get_vocab_size(), "cases": cases}
+                     "vocab_size": tok.get_vocab_size(), "cases": encode_cases(tok, texts)}
+    for name, (base, _) in VARIANTS.items():
+        with open(os.path.join(root, base, "tokenizer.json"), encoding="utf-8") as f:
+            base_json = json.load(f)
+        patch = variant_patch(name, base_json)
+        tok = Tokenizer.from_str(json.dumps(merge_patch(base_json, patch)))
+        out["variant_" + name] = {
+            "base": base, "patch": patch,
+            "tokenizer_fnv1a64": tokenizer_hash(os.path.join(root, base)),
+            "vocab_size": tok.get_vocab_size(),
+            "cases": encode_cases(tok, CORPUS + VARIANT_TEXTS)}
     return out
 
 
