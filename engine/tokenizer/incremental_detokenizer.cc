@@ -23,6 +23,13 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer, bool 
     : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
 std::string IncrementalDetokenizer::Add(int32_t token) {
+  // Tokens Decode drops before the decoder chain (skipped special tokens, ids outside the
+  // vocabulary) change nothing, so they never enter the window: a long run of them must not
+  // make every later Add decode an ever-growing window.
+  if (token < 0 || token >= tokenizer_->vocab_size() ||
+      (skip_special_tokens_ && tokenizer_->IsSpecial(token))) {
+    return "";
+  }
   tokens_.push_back(token);
   const std::vector<int32_t> before(tokens_.begin() + prefix_offset_,
                                     tokens_.begin() + read_offset_);

@@ -61,6 +61,27 @@ TEST(IncrementalDetokenizerTest, IncompleteCharacterIsFlushedAsReplacement) {
   EXPECT_EQ(detok.Flush(), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // one U+FFFD per byte
 }
 
+// Skipped special tokens and out-of-vocabulary ids (a model's vocabulary may be larger than
+// the tokenizer's) change nothing, wherever they fall in the stream.
+TEST(IncrementalDetokenizerTest, IgnoresSkippedAndUnknownIds) {
+  for (const auto& f : testing::AllFamilies()) {
+    auto tok = Tokenizer::Load(testing::WriteFamily(f));
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    const std::vector<int32_t> text_ids = (*tok)->Encode("  héllo 🎉 world", false);
+    std::vector<int32_t> ids;
+    const int32_t special = *(*tok)->eos_id();
+    for (int32_t id : text_ids) {
+      ids.insert(ids.end(), {special, id, (*tok)->vocab_size() + 5, special});
+    }
+    IncrementalDetokenizer detok(tok->get(), /*skip_special_tokens=*/true);
+    std::string streamed;
+    for (int32_t id : ids) streamed += detok.Add(id);
+    streamed += detok.Flush();
+    EXPECT_EQ(streamed, (*tok)->Decode(ids, true)) << f.name;
+    EXPECT_EQ(streamed, (*tok)->Decode(text_ids, true)) << f.name;
+  }
+}
+
 TEST(IncrementalDetokenizerTest, SentencePieceSpacesBetweenWords) {
   auto tok = Tokenizer::Load(testing::WriteFamily(testing::AllFamilies()[3]));  // mistral
   ASSERT_TRUE(tok.ok()) << tok.status();
