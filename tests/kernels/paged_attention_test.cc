@@ -166,6 +166,19 @@ TEST(PagedAttentionGpuTest, DecodeRaggedBatches) {
   Check(RandomLens(3, 500, rng), std::vector<int>(3, 1), 4, 4, 64, 16, 5, Path::kDecode);
 }
 
+TEST(PagedAttentionGpuTest, OddAndWideGqaGroups) {
+  // Group 7 (Qwen2.5-7B: 28 q / 4 KV heads) puts token boundaries inside the 16-row tiles;
+  // groups 16 and 32 fill one and two tiles per token.
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(41);
+  for (Path path : {Path::kDecode, Path::kPrefill}) {
+    Check(RandomLens(9, 1500, rng), std::vector<int>(9, 1), 28, 4, 128, 16, 42, path);
+    Check({200, 31}, {200, 9}, 28, 4, 128, 32, 43, path);
+    Check(RandomLens(5, 900, rng), std::vector<int>(5, 1), 16, 1, 64, 16, 44, path);
+    Check({300, 70}, {2, 70}, 32, 1, 128, 64, 45, path);
+  }
+}
+
 TEST(PagedAttentionGpuTest, DecodeLongContext32k) {
   SKIP_WITHOUT_GPU();
   Check({32768, 20000}, {1, 1}, 32, 8, 128, 64, 8, Path::kDecode);
