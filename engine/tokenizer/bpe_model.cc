@@ -14,8 +14,9 @@ namespace {
 using json_fields::Json;
 constexpr std::string_view kWhere = "model";
 
-// A merge of a "a b" string or an [a, b] pair.
-absl::StatusOr<std::pair<std::string, std::string>> ParseMerge(const Json& m, size_t index) {
+// A merge of a "a b" string or an [a, b] pair, as views into the JSON.
+absl::StatusOr<std::pair<std::string_view, std::string_view>> ParseMerge(const Json& m,
+                                                                         size_t index) {
   if (m.is_string()) {
     const std::string& s = m.get_ref<const std::string&>();
     const size_t space = s.find(' ');
@@ -23,10 +24,12 @@ absl::StatusOr<std::pair<std::string, std::string>> ParseMerge(const Json& m, si
       return json_fields::Error(kWhere, absl::StrCat("merge ", index, " \"", s,
                                                      "\" is not two tokens separated by a space"));
     }
-    return std::make_pair(s.substr(0, space), s.substr(space + 1));
+    const std::string_view v(s);
+    return std::make_pair(v.substr(0, space), v.substr(space + 1));
   }
   if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-    return std::make_pair(m[0].get<std::string>(), m[1].get<std::string>());
+    return std::make_pair(std::string_view(m[0].get_ref<const std::string&>()),
+                          std::string_view(m[1].get_ref<const std::string&>()));
   }
   return json_fields::Error(kWhere,
                             absl::StrCat("merge ", index, " is neither \"a b\" nor [a, b]"));
@@ -62,6 +65,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& model) 
   if (vocab == nullptr || !vocab->is_object()) {
     return json_fields::Error(kWhere, "missing \"vocab\" object");
   }
+  bpe->vocab_.reserve(vocab->size());
   for (const auto& [token, id] : vocab->items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1 << 30)) {
       return json_fields::Error(kWhere, absl::StrCat("vocab entry \"", token, "\" has a bad id"));
@@ -92,20 +96,20 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& model) 
 absl::Status BpeModel::LoadMerges(const Json& merges) {
   if (!merges.is_array()) return json_fields::Error(kWhere, "\"merges\" is not an array");
   merges_.reserve(merges.size());
+  std::string merged;
   for (size_t i = 0; i < merges.size(); ++i) {
     ASSIGN_OR_RETURN(const auto pair, ParseMerge(merges[i], i));
-    const auto a = TokenToId(pair.first);
-    const auto b = TokenToId(pair.second);
-    const auto merged = TokenToId(pair.first + pair.second);
-    for (const auto& [id, token] : {std::make_pair(a, pair.first), std::make_pair(b, pair.second),
-                                    std::make_pair(merged, pair.first + pair.second)}) {
-      if (!id) {
-        return json_fields::Error(
-            kWhere, absl::StrCat("merge ", i, " (\"", pair.first, " ", pair.second,
-                                 "\") needs token \"", token, "\", which is not in the vocab"));
-      }
+    const auto [first, second] = pair;
+    merged.assign(first).append(second);
+    const auto a = TokenToId(first), b = TokenToId(second), c = TokenToId(merged);
+    if (!a || !b || !c) {
+      const std::string_view missing = !a ? first : !b ? second : std::string_view(merged);
+      return json_fields::Error(
+          kWhere, absl::StrCat("merge ", i, " (\"", std::string(first), " ", std::string(second),
+                               "\") needs token \"", std::string(missing),
+                               "\", which is not in the vocab"));
     }
-    merges_[PairKey(*a, *b)] = Merge{static_cast<int32_t>(i), *merged};  // later entries win
+    merges_[PairKey(*a, *b)] = Merge{static_cast<int32_t>(i), *c};  // later entries win
   }
   return absl::OkStatus();
 }
