@@ -124,5 +124,34 @@ TEST_F(HfParityTest, EveryTinyPresetMatchesTransformers) {
   }
 }
 
+// The engine stores KV in bf16 for bf16 checkpoints: same prompts, a bf16 cache, looser bound
+// (K/V rounded to 8 mantissa bits; measured max error <= 0.06, about 0.6% of max |logit|).
+TEST_F(HfParityTest, Bf16KvCacheStaysClose) {
+  constexpr double kBf16Tolerance = 3e-2;
+  for (const json& entry : (*golden_)["models"]) {
+    const std::string preset = entry["preset"];
+    const std::string dir = NewTempDir(preset + "_bf16");
+    absl::StatusOr<ModelConfig> made =
+        MakeModel({.preset = preset, .out_dir = dir, .seed = entry["seed"].get<uint64_t>()});
+    ASSERT_TRUE(made.ok()) << made.status();
+    absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir, Backend::kCpu);
+    ASSERT_TRUE(model.ok()) << model.status();
+    std::vector<std::vector<int32_t>> prompts;
+    for (const json& c : entry["cases"]) prompts.push_back(c["prompt"].get<std::vector<int32_t>>());
+    const std::vector<SeqResult> results =
+        GenerateGreedy(**model, prompts, 1, kPageSize, kChunk, DType::kBF16);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const auto hf = entry["cases"][i]["last_logits"].get<std::vector<float>>();
+      double max_err = 0;
+      for (size_t v = 0; v < hf.size(); ++v) {
+        max_err = std::max(max_err, std::fabs(double{results[i].prompt_logits[v]} - hf[v]));
+      }
+      std::cout << preset << " prompt " << prompts[i].size() << " (bf16 KV): max abs logit error "
+                << max_err << "\n";
+      EXPECT_LE(max_err, kBf16Tolerance * std::max(1.0, MaxAbs(hf))) << preset;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem

@@ -72,6 +72,20 @@ def golden_for(tandem, preset, seed):
     return {"preset": preset, "seed": seed, "vocab_size": vocab, "cases": cases}
 
 
+def check_sharded(tandem, preset, seed):
+    """A sharded make-model checkpoint (index + 3 files) loads in transformers as the same model."""
+    logits = []
+    with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as three:
+        for d, shards in ((one, 0), (three, 3)):
+            subprocess.run([tandem, "make-model", "--preset", preset, "--out", d, "--seed",
+                            str(seed), "--shards", str(shards)], check=True,
+                           stderr=subprocess.DEVNULL)
+            with torch.no_grad():
+                logits.append(load(d)(torch.tensor([[1, 2, 3, 4]])).logits)
+    if not torch.equal(logits[0], logits[1]):
+        raise SystemExit(f"{preset}: sharded checkpoint loads differently in transformers")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tandem", required=True, help="path to the tandem binary")
@@ -80,7 +94,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args()
     torch.manual_seed(0)
-    models = [golden_for(args.tandem, p, args.seed) for p in args.presets.split(",")]
+    presets = args.presets.split(",")
+    check_sharded(args.tandem, presets[0], args.seed)
+    models = [golden_for(args.tandem, p, args.seed) for p in presets]
     golden = {"generator": "tests/engine/model/make_golden.py",
               "transformers": __import__("transformers").__version__,
               "torch": torch.__version__, "new_tokens": NEW_TOKENS, "models": models}

@@ -86,6 +86,22 @@ TEST(ModelConfigTest, MistralSlidingWindowClampsContext) {
   EXPECT_EQ(c->max_position_embeddings, 4096);
 }
 
+// transformers 5.x writes rope_theta inside "rope_parameters" and "dtype" for "torch_dtype".
+TEST(ModelConfigTest, ParsesTransformers5Spelling) {
+  absl::StatusOr<ModelConfig> c = ModelConfig::FromJson(
+      R"({"model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
+          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "dtype": "float16",
+          "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                              "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_theta, 500000.0f);
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(c->rope_scaling.factor, 32.0f);
+  EXPECT_EQ(c->dtype, DType::kF16);
+}
+
 TEST(ModelConfigTest, UnsupportedArchitectureIsUnimplementedAndNamed) {
   absl::StatusOr<ModelConfig> c =
       ModelConfig::FromJson(R"({"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"]})");
