@@ -130,11 +130,13 @@ constexpr const char* kMergesPlaceholder = "@@merges@@";
 
 Json ModelJson(TokenizerFamily family, const GeneratedVocab& vocab) {
   const bool sp = IsSentencePiece(family);
+  const bool qwen = family == TokenizerFamily::kQwen2;
   Json model = {{"type", "BPE"},
                 {"dropout", nullptr},
                 {"unk_token", sp ? Json("<unk>") : Json(nullptr)},
-                {"continuing_subword_prefix", nullptr},
-                {"end_of_word_suffix", nullptr},
+                // Qwen's files write "" where others write null.
+                {"continuing_subword_prefix", qwen ? Json("") : Json(nullptr)},
+                {"end_of_word_suffix", qwen ? Json("") : Json(nullptr)},
                 {"fuse_unk", sp},
                 {"byte_fallback", sp}};
   if (family == TokenizerFamily::kLlama3) model["ignore_merges"] = true;

@@ -1,8 +1,10 @@
 // Token ids and decodes equal the `tokenizers` package's for every generated family: against
 // the committed goldens always, and live when python3 can import tokenizers.
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/tokenizer/tokenizer.h"
@@ -124,6 +126,26 @@ TEST(TokenizerGoldenTest, EncodesLargeTextFast) {
     EXPECT_LT(ms, 1000.0) << f.name;
     EXPECT_EQ((*tok)->Decode(ids, false), text) << f.name;
   }
+}
+
+// The tokenizer is immutable: concurrent encodes and decodes agree with a serial run.
+TEST(TokenizerGoldenTest, ThreadSafe) {
+  auto tok = Tokenizer::Load(testing::WriteFamily(AllFamilies()[1]));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::string text = "naïve café 你好 🎉 <|im_start|>user\n 12345  tokens\t";
+  const std::vector<int32_t> expected = (*tok)->Encode(text, true);
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        if ((*tok)->Encode(text, true) != expected) ++mismatches;
+        if ((*tok)->Decode(expected, false) != text) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 // Full-size vocabularies (as the 8B presets use) load fast and every id decodes to text.
