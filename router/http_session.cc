@@ -183,6 +183,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnWrite(beast::error_code ec, size_t) {
     writing_ = false;
+    if (closed_) {
+      out_.clear();  // kept alive until now: the write was still using it
+      return;
+    }
     if (ec) return Disconnected();
     out_.pop_front();
     if (!out_.empty()) return DoWrite();
@@ -224,7 +228,7 @@ class Session : public std::enable_shared_from_this<Session> {
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
-    out_.clear();
+    if (!writing_) out_.clear();  // else OnWrite clears once the aborted write lets go
   }
 
   std::shared_ptr<void> io_owner_;  // keeps the io_context alive; first: destroyed last

@@ -164,6 +164,14 @@ void RequestFlow::OnReserved(const grpc::Status& status, const ReservePagesRespo
                ++route_attempts_ < deps_->options.max_route_attempts) {
       LOG(WARNING) << "request " << worker_request_id_ << ": decode worker '" << decode.id
                    << "' unreachable (" << status.error_message() << "); routing again";
+      // A timed-out call may still have reserved: release it. Either way this flow no longer
+      // depends on the worker (so its going down must not fail the retry).
+      abort_decode_.reset();
+      if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        later.push_back([this, self = shared_from_this(), decode] {
+          SendAbort(decode, tandem::v1::ABORT_REASON_PEER_FAILED);
+        });
+      }
       later.push_back(
           [this, decode] { deps_->registry->ReportUnreachable(decode.id, decode.epoch); });
       RetryRoute(absl::ZeroDuration(), later);

@@ -117,8 +117,9 @@ void RequestFlow::Cancel() {
     if (phase_ == Phase::kDone) return;
     if (!admitted_ && deps_->admission->CancelWaiting(ticket_)) {
       // Never started: nothing to abort, no slot to release.
-      sink_->OnError(absl::CancelledError("the client cancelled the request"));
+      std::shared_ptr<GenerationSink> sink = sink_;
       EndCommon("abort", tandem::v1::ABORT_REASON_CLIENT_CANCELLED, later);
+      sink->OnError(absl::CancelledError("the client cancelled the request"));
     } else {
       Fail(absl::CancelledError("the client cancelled the request"), later);
     }

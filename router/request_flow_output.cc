@@ -82,7 +82,6 @@ void RequestFlow::Finish(FinishReason reason, Actions& later) {
   info.prompt_tokens = static_cast<int>(spec_.prompt_tokens.size());
   info.completion_tokens = completion_tokens_;
   info.timings = timings_;
-  sink_->OnFinish(info);
   RouterMetrics& m = *deps_->metrics;
   m.e2e().Observe(timings_.e2e_s());
   m.queue_time().Observe(timings_.queue_s());
@@ -94,10 +93,14 @@ void RequestFlow::Finish(FinishReason reason, Actions& later) {
   // Workers still holding state (a reservation never used, a stream stopped by a stop string)
   // are told to let go.
   const bool finished_at_prefill = phase_ == Phase::kPrefilling;
+  // Metrics before the terminal call: a client reading /metrics right after its response
+  // sees its request counted.
+  std::shared_ptr<GenerationSink> sink = sink_;
   EndCommon(OutcomeOf(reason),
             finished_at_prefill ? tandem::v1::ABORT_REASON_FINISHED_AT_PREFILL
                                 : tandem::v1::ABORT_REASON_STOP_STRING,
             later);
+  sink->OnFinish(info);
 }
 
 void RequestFlow::Fail(absl::Status status, Actions& later) {
@@ -106,12 +109,13 @@ void RequestFlow::Fail(absl::Status status, Actions& later) {
   if (!cancelled) {
     LOG(WARNING) << "request " << worker_request_id_ << " failed: " << status;
   }
-  sink_->OnError(status);
   deps_->metrics->e2e().Observe(absl::ToDoubleSeconds(absl::Now() - arrival_));
+  std::shared_ptr<GenerationSink> sink = sink_;
   EndCommon(
       cancelled ? "abort" : "error",
       cancelled ? tandem::v1::ABORT_REASON_CLIENT_CANCELLED : tandem::v1::ABORT_REASON_PEER_FAILED,
       later);
+  sink->OnError(status);
 }
 
 void RequestFlow::EndCommon(const char* outcome, tandem::v1::AbortReason abort_reason,

@@ -233,7 +233,7 @@ TEST_F(RouterHttpTest, ClientDisconnectAbortsOnBothWorkers) {
   StartPair(/*token_delay_ms=*/30);
   StreamingCall call(port(), "/v1/completions",
                      R"({"prompt": "x", "max_tokens": 200, "stream": true})");
-  ASSERT_TRUE(call.ReadUntil("\"text\":\"he", 5000)) << call.received();  // decode has started
+  ASSERT_TRUE(call.ReadUntil("\"text\":\"e\"", 5000)) << call.received();  // a decode token
   call.Close();
   const absl::Time closed = absl::Now();
   EXPECT_TRUE(RouterTestEnv::WaitFor(
@@ -264,8 +264,8 @@ TEST_F(RouterHttpTest, DecodeWorkerDyingMidStreamEndsWithInBandErrorAndTrafficMo
   ASSERT_NE(spare, nullptr);
   // Make decode-0 the busier-looking one last: route the stream to whichever the policy picks.
   StreamingCall call(port(), "/v1/completions",
-                     R"({"prompt": "x", "max_tokens": 300, "stream": true})");
-  ASSERT_TRUE(call.ReadUntil("\"text\":\"he", 5000)) << call.received();
+                     R"({"prompt": "x", "max_tokens": 200, "stream": true})");
+  ASSERT_TRUE(call.ReadUntil("\"text\":\"e\"", 5000)) << call.received();
   FakeWorker* victim = decode_->streams_open() > 0 ? decode_ : spare;
   FakeWorker* survivor = victim == decode_ ? spare : decode_;
   const absl::Time killed = absl::Now();
