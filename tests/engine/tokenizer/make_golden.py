@@ -3,6 +3,8 @@
 
   encode DIR OUT   tokenizers: ids / decodes of CORPUS for DIR/{llama3,qwen2,llama2,mistral}
   chat DIR OUT     transformers: apply_chat_template(tokenize=False) of CONVERSATIONS
+  agree DIR        check that transformers' AutoTokenizer gives the same ids and decodes as
+                   tokenizers on the generated files in DIR (no output file; exit 1 if not)
   all BIN          regenerate the committed goldens (golden_encode.json, golden_chat.json)
                    with BIN = build/tests/write_tokenizer (needs tokenizers and transformers,
                    e.g. the reference env's python)
@@ -338,6 +340,31 @@ def chat_goldens(root):
     return out
 
 
+def check_agreement(root):
+    """transformers (which may rebuild a tokenizer's pipeline from its class) must agree with
+    tokenizers on our files, or parity tests through transformers would see other ids."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    bad = 0
+    for family in FAMILIES:
+        directory = os.path.join(root, family)
+        tok = Tokenizer.from_file(os.path.join(directory, "tokenizer.json"))
+        auto = AutoTokenizer.from_pretrained(directory)
+        for text in CORPUS + fuzz_corpus(300, 5):
+            for add in (True, False):
+                ids = tok.encode(text, add_special_tokens=add).ids
+                if ids != auto(text, add_special_tokens=add)["input_ids"]:
+                    bad += 1
+                    print("encode differs:", family, add, repr(text))
+                elif tok.decode(ids, skip_special_tokens=False) != auto.decode(
+                        ids, skip_special_tokens=False):
+                    bad += 1
+                    print("decode differs:", family, repr(text))
+    print("transformers vs tokenizers: %d differences" % bad)
+    return bad == 0
+
+
 def write_json(data, path):
     """One case per line, so diffs stay readable."""
     with open(path, "w", encoding="utf-8") as f:
@@ -364,6 +391,8 @@ def main():
         write_json(encode_goldens(sys.argv[2], fuzz, fuzz), sys.argv[3])
     elif mode == "chat" and len(sys.argv) == 4:
         write_json(chat_goldens(sys.argv[2]), sys.argv[3])
+    elif mode == "agree" and len(sys.argv) == 3:
+        sys.exit(0 if check_agreement(sys.argv[2]) else 1)
     elif mode == "all" and len(sys.argv) == 3:
         here = os.path.dirname(os.path.abspath(__file__))
         with tempfile.TemporaryDirectory() as root:
@@ -373,6 +402,8 @@ def main():
                                check=True, stdout=subprocess.DEVNULL)
             write_json(encode_goldens(root, 25, 0), os.path.join(here, "golden_encode.json"))
             write_json(chat_goldens(root), os.path.join(here, "golden_chat.json"))
+            if not check_agreement(root):
+                sys.exit("transformers and tokenizers disagree on the generated files")
     else:
         sys.exit(__doc__)
 
