@@ -129,6 +129,15 @@ TEST(ModelLoadTest, UnsupportedArchitecture) {
   ExpectError(dir, absl::StatusCode::kUnimplemented, {"phi3"});
 }
 
+TEST(ModelLoadTest, ModelTooLargeForRamIsResourceExhausted) {
+  const std::string dir = NewTempDir("huge");
+  WriteFileOrDie(dir + "/config.json",
+                 R"({"model_type": "llama", "vocab_size": 1000000, "hidden_size": 65536,
+                     "intermediate_size": 262144, "num_hidden_layers": 400,
+                     "num_attention_heads": 512})");
+  ExpectError(dir, absl::StatusCode::kResourceExhausted, {"MiB"});
+}
+
 TEST(ModelLoadTest, ForwardRejectsBadStepInputs) {
   absl::StatusOr<std::unique_ptr<Model>> m = LoadModel(MakeTiny(), Backend::kCpu);
   ASSERT_TRUE(m.ok()) << m.status();
