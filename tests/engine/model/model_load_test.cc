@@ -121,6 +121,17 @@ TEST(ModelLoadTest, MissingTensorIsNamed) {
               {"model.layers.0.self_attn.k_proj.weight", "missing"});
 }
 
+// Older Llama checkpoints carry rotary inv_freq buffers; some tied ones still ship lm_head.
+TEST(ModelLoadTest, ExtraTensorsAreIgnored) {
+  const std::string dir = MakeTiny("tiny-qwen3");  // tied
+  RewriteWeights(dir, [](std::vector<TensorSpec>& specs) {
+    specs.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", DType::kF32, {16}});
+    specs.push_back({"lm_head.weight", DType::kBF16, {8, 64}});
+  });
+  absl::StatusOr<std::unique_ptr<Model>> m = LoadModel(dir, Backend::kCpu);
+  EXPECT_TRUE(m.ok()) << m.status();
+}
+
 TEST(ModelLoadTest, UnsupportedArchitecture) {
   const std::string dir = MakeTiny();
   std::string config = ReadFileOrDie(dir + "/config.json");
