@@ -11,7 +11,8 @@
 //   x        = SiluMul(h · gate_up_projᵀ) · down_projᵀ
 //
 // then h = RmsNorm(residual += x, norm), and logits = h[logits_rows] · lm_headᵀ only for the
-// rows asked for.
+// rows asked for. `kv_pool` is backend ("device") memory; `logits` is host memory (the rows are
+// copied out with Ops::CopyToHost). The step's index arrays are copied in with CopyToDevice.
 #pragma once
 
 #include <memory>
