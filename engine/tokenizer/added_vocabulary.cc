@@ -58,7 +58,8 @@ bool WordCharAt(std::string_view text, size_t pos) {
 
 }  // namespace
 
-absl::StatusOr<AddedVocabulary> AddedVocabulary::FromJson(const Json& added_tokens) {
+absl::StatusOr<AddedVocabulary> AddedVocabulary::FromJson(
+    const Json& added_tokens, const std::function<void(std::string*)>& normalize) {
   AddedVocabulary vocab;
   if (added_tokens.is_null()) return vocab;
   if (!added_tokens.is_array()) return json_fields::Error("added_tokens", "not an array");
@@ -74,18 +75,28 @@ absl::StatusOr<AddedVocabulary> AddedVocabulary::FromJson(const Json& added_toke
     ASSIGN_OR_RETURN(token.lstrip, json_fields::Bool(t, "lstrip", where, false));
     ASSIGN_OR_RETURN(token.rstrip, json_fields::Bool(t, "rstrip", where, false));
     ASSIGN_OR_RETURN(token.single_word, json_fields::Bool(t, "single_word", where, false));
+    ASSIGN_OR_RETURN(token.normalized, json_fields::Bool(t, "normalized", where, false));
     vocab.by_id_[token.id] = vocab.tokens_.size();
     vocab.by_content_[token.content] = vocab.tokens_.size();
     vocab.tokens_.push_back(std::move(token));
   }
   for (size_t i = 0; i < vocab.tokens_.size(); ++i) {
-    const std::string& c = vocab.tokens_[i].content;
-    if (!c.empty()) vocab.by_first_byte_[static_cast<uint8_t>(c[0])].push_back(i);
+    AddedToken& t = vocab.tokens_[i];
+    t.pattern = t.content;
+    if (t.normalized && normalize) normalize(&t.pattern);
+    t.skipped_when_decoding = t.special && t.pattern == t.content;
+    vocab.has_normalized_ |= t.normalized;
+    if (!t.pattern.empty()) {
+      vocab.by_first_byte_[t.normalized ? kNormalized : kRaw][static_cast<uint8_t>(t.pattern[0])]
+          .push_back(i);
+    }
   }
-  for (auto& list : vocab.by_first_byte_) {
-    std::stable_sort(list.begin(), list.end(), [&](size_t a, size_t b) {
-      return vocab.tokens_[a].content.size() > vocab.tokens_[b].content.size();
-    });
+  for (auto& pass : vocab.by_first_byte_) {
+    for (auto& list : pass) {
+      std::stable_sort(list.begin(), list.end(), [&](size_t a, size_t b) {
+        return vocab.tokens_[a].pattern.size() > vocab.tokens_[b].pattern.size();
+      });
+    }
   }
   return vocab;
 }
@@ -100,25 +111,26 @@ const AddedToken* AddedVocabulary::FindByContent(std::string_view content) const
   return it == by_content_.end() ? nullptr : &tokens_[it->second];
 }
 
-const AddedToken* AddedVocabulary::LongestAt(std::string_view text, size_t pos) const {
-  for (size_t i : by_first_byte_[static_cast<uint8_t>(text[pos])]) {
-    const std::string& c = tokens_[i].content;
-    if (text.compare(pos, c.size(), c) == 0) return &tokens_[i];
+const AddedToken* AddedVocabulary::LongestAt(std::string_view text, size_t pos, Pass pass) const {
+  for (size_t i : by_first_byte_[pass][static_cast<uint8_t>(text[pos])]) {
+    const std::string& p = tokens_[i].pattern;
+    if (text.compare(pos, p.size(), p) == 0) return &tokens_[i];
   }
   return nullptr;
 }
 
-std::vector<AddedVocabulary::Segment> AddedVocabulary::Split(std::string_view text) const {
+std::vector<AddedVocabulary::Segment> AddedVocabulary::Split(std::string_view text,
+                                                             Pass pass) const {
   std::vector<Segment> segments;
   size_t start_offset = 0;  // end of the last emitted segment
   size_t pos = 0;
   while (pos < text.size()) {
-    const AddedToken* token = LongestAt(text, pos);
+    const AddedToken* token = LongestAt(text, pos, pass);
     if (token == nullptr) {
       ++pos;
       continue;
     }
-    size_t begin = pos, end = pos + token->content.size();
+    size_t begin = pos, end = pos + token->pattern.size();
     pos = end;  // a rejected match is still consumed, as in a non-overlapping match iterator
     if (token->single_word && (WordCharBefore(text, begin) || WordCharAt(text, end))) continue;
     if (token->lstrip) begin = std::max(SkipSpaceBackward(text, begin), start_offset);

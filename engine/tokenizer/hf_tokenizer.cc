@@ -48,7 +48,11 @@ absl::StatusOr<HfTokenizer::Parts> PartsFromJson(const Json& j) {
   ASSIGN_OR_RETURN(parts.post_processor,
                    PostProcessorFromJson(member("post_processor"), "post_processor"));
   ASSIGN_OR_RETURN(parts.decoder, DecoderFromJson(member("decoder"), "decoder"));
-  ASSIGN_OR_RETURN(parts.added, AddedVocabulary::FromJson(member("added_tokens")));
+  const Normalizer* normalizer = parts.normalizer.get();
+  auto normalize = [normalizer](std::string* text) {
+    if (normalizer != nullptr) normalizer->Normalize(text);
+  };
+  ASSIGN_OR_RETURN(parts.added, AddedVocabulary::FromJson(member("added_tokens"), normalize));
   return parts;
 }
 
@@ -90,13 +94,28 @@ std::optional<int32_t> HfTokenizer::TokenToId(std::string_view token) const {
 
 bool HfTokenizer::IsSpecial(int32_t id) const {
   const AddedToken* t = p_.added.FindById(id);
-  return t != nullptr && t->special;
+  return t != nullptr && t->skipped_when_decoding;
 }
 
 void HfTokenizer::EncodeText(std::string_view text, bool at_origin,
                              std::vector<int32_t>* ids) const {
   std::string normalized(text);
   if (p_.normalizer) p_.normalizer->Normalize(&normalized);
+  if (!p_.added.has_normalized_tokens()) {
+    EncodeNormalized(std::move(normalized), at_origin, ids);
+    return;
+  }
+  for (const auto& s : p_.added.Split(normalized, AddedVocabulary::kNormalized)) {
+    if (s.id >= 0) {
+      ids->push_back(s.id);
+    } else {
+      EncodeNormalized(normalized.substr(s.begin, s.end - s.begin), at_origin && s.begin == 0, ids);
+    }
+  }
+}
+
+void HfTokenizer::EncodeNormalized(std::string normalized, bool at_origin,
+                                   std::vector<int32_t>* ids) const {
   std::vector<PreToken> pieces = {{std::move(normalized), at_origin}};
   if (p_.pre_tokenizer) p_.pre_tokenizer->PreTokenize(&pieces);
   for (const PreToken& piece : pieces) p_.model->Tokenize(piece.text, ids);
@@ -109,7 +128,7 @@ std::vector<int32_t> HfTokenizer::Encode(std::string_view text, bool add_special
     text = repaired;
   }
   std::vector<int32_t> ids;
-  for (const AddedVocabulary::Segment& s : p_.added.Split(text)) {
+  for (const AddedVocabulary::Segment& s : p_.added.Split(text, AddedVocabulary::kRaw)) {
     if (s.id >= 0) {
       ids.push_back(s.id);
     } else {
@@ -125,7 +144,7 @@ std::string HfTokenizer::Decode(const std::vector<int32_t>& ids, bool skip_speci
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
     if (const AddedToken* t = p_.added.FindById(id)) {
-      if (!(skip_special_tokens && t->special)) tokens.push_back(t->content);
+      if (!(skip_special_tokens && t->skipped_when_decoding)) tokens.push_back(t->pattern);
       continue;
     }
     const std::string_view token = p_.model->IdToToken(id);

@@ -46,7 +46,11 @@ class HfTokenizer : public Tokenizer {
   std::optional<int32_t> eos_id() const override { return p_.eos_id; }
 
  private:
+  // Text between raw-matched added tokens: normalize, split off normalized added tokens,
+  // encode the rest.
   void EncodeText(std::string_view text, bool at_origin, std::vector<int32_t>* ids) const;
+  // Pre-tokenizes and runs the model on already-normalized text.
+  void EncodeNormalized(std::string normalized, bool at_origin, std::vector<int32_t>* ids) const;
 
   Parts p_;
   int vocab_size_ = 0;

@@ -36,6 +36,7 @@ class Tokenizer {
 
   virtual int vocab_size() const = 0;  // including added tokens
   virtual std::optional<int32_t> TokenToId(std::string_view token) const = 0;
+  // True for the special tokens Decode(..., skip_special_tokens=true) drops.
   virtual bool IsSpecial(int32_t id) const = 0;
   virtual std::optional<int32_t> bos_id() const = 0;
   virtual std::optional<int32_t> eos_id() const = 0;

@@ -221,6 +221,8 @@ VARIANTS = {
     "added_token_flags": ("llama3", {
         "added_tokens": None,  # replaced below: the base list plus flagged tokens
     }),
+    "normalized_added_tokens_llama2": ("llama2", {"added_tokens": None}),  # replaced below
+    "normalized_added_tokens_qwen2": ("qwen2", {"added_tokens": None}),  # replaced below
 }
 
 
@@ -250,11 +252,22 @@ def variant_patch(name, base_json):
                            "lstrip": lstrip, "rstrip": rstrip, "normalized": False,
                            "special": special})
         patch = {"added_tokens": tokens}
+    elif name.startswith("normalized_added_tokens"):
+        # The base tokens become normalized=true (matched after the normalizer, by their
+        # normalized content), plus a token the normalizer rewrites.
+        next_id = max([t["id"] + 1 for t in base_json["added_tokens"]] +
+                      [len(base_json["model"]["vocab"])])
+        tokens = [dict(t, normalized=True) for t in base_json["added_tokens"]]
+        content = "wor ld" if name.endswith("llama2") else "e\u0301t\u00e9"
+        tokens.append({"id": next_id, "content": content, "single_word": False, "lstrip": False,
+                       "rstrip": False, "normalized": True, "special": False})
+        patch = {"added_tokens": tokens}
     return patch
 
 VARIANT_TEXTS = [
     "Hello <mask> world [SEP]   next hello, say hello! ahello hellob ab  ab  cab",
     "  <mask>  [SEP]\t\t x",
+    "hello wor ld<s>wor ld </s> été e\u0301te\u0301 <|im_start|>été",
 ]
 
 

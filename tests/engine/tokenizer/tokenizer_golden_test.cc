@@ -71,7 +71,7 @@ void ExpectMatchesGoldens(const std::string& root, const json& golden) {
     ExpectCasesMatch(**tok, entry);
     ++variants;
   }
-  EXPECT_EQ(variants, 5);
+  EXPECT_EQ(variants, 7);
 }
 
 // Writes every generated configuration into ROOT/<name>, as make_golden.py does.
