@@ -391,7 +391,7 @@ def write_json(data, path):
             cases = entry["cases"]
             for j, case in enumerate(cases):
                 sep = "," if j + 1 < len(cases) else ""
-                f.write("   %s%s\n" % (json.dumps(case, ensure_ascii=False), sep))
+                f.write("   %s%s\n" % (json.dumps(case, ensure_ascii=False, separators=(",", ":")), sep))
             f.write("  ]\n }%s\n" % ("," if i + 1 < len(data) else ""))
         f.write("}\n")
 
