@@ -65,6 +65,7 @@ RequestOutput EngineImpl::AppendToken(Sequence* seq, int32_t token) {
   } else if (seq->prefill_only) {
     // The prompt's KV stays in the pages for the transfer until ReleaseRequest().
     out.finish_reason = FinishReason::kPrefillDone;
+    out.new_text += seq->stop->ReleaseHeldText();
     scheduler_.Detach(seq);
     seq->status = SequenceStatus::kPrefillDone;
   }

@@ -84,6 +84,12 @@ StopChecker::Result StopChecker::Add(int32_t token, int num_output_tokens, int n
   return result;
 }
 
+std::string StopChecker::ReleaseHeldText() {
+  std::string out = std::move(held_);
+  held_.clear();
+  return out;
+}
+
 void StopChecker::Prime(int32_t token) {
   if (detokenizer_.has_value()) detokenizer_->Add(token);
 }

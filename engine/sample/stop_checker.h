@@ -39,6 +39,10 @@ class StopChecker {
   // was prefilled by another worker): it only becomes detokenization context.
   void Prime(int32_t token);
 
+  // Returns and forgets the text held back for stop strings (a prefill worker hands the request
+  // over after its first token: what it held would otherwise be lost).
+  std::string ReleaseHeldText();
+
  private:
   bool IsStopToken(int32_t token) const;
   // Appends `delta` to the held text; returns what can be emitted now and sets *matched if a

@@ -68,6 +68,17 @@ TEST_F(StopCheckerTest, TextThatMayStartAStopStringIsHeldBackThenReleased) {
   EXPECT_EQ(checker.Add(Ids("b")[0], 4, 7, 1000).text, "xyb");  // no longer
 }
 
+TEST_F(StopCheckerTest, ReleaseHeldTextHandsOverWhatWasHeld) {
+  SamplingParams p;
+  p.max_tokens = 100;
+  p.stop = {"bq"};
+  StopChecker checker(p, {kEos}, &tokenizer_);
+  EXPECT_EQ(checker.Add(Ids("a")[0], 1, 4, 1000).text, "a");
+  EXPECT_EQ(checker.Add(Ids("b")[0], 2, 5, 1000).text, "");
+  EXPECT_EQ(checker.ReleaseHeldText(), "b");
+  EXPECT_EQ(checker.Add(Ids("c")[0], 3, 6, 1000).text, "c");
+}
+
 TEST_F(StopCheckerTest, HeldTextIsFlushedWhenMaxTokensEnds) {
   SamplingParams p;
   p.max_tokens = 3;
