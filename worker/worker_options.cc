@@ -37,6 +37,8 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
   std::string role = RoleName(default_role);
   std::string backend = "cpu";
   CLI::App app(absl::StrCat("tandem ", role, " worker"));
+  // A flag given twice takes its last value: layouts append per-group flags after defaults.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   if (default_role != WorkerRole::kPrefill) {
     app.add_option("--role", role, "decode or mixed (one engine, both phases, no transfer)")
         ->check(CLI::IsMember({"decode", "mixed"}));

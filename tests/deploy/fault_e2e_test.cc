@@ -4,6 +4,7 @@
 // restarted worker registers again and takes traffic. No pages leak on the survivors.
 #include <signal.h>
 
+#include <atomic>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -29,16 +30,25 @@ struct Outcome {
   absl::Time end;
 };
 
-// Starts `n` long generations in threads; each records its outcome.
-std::vector<std::thread> StartLong(launcher::Cluster& c, int n, int prompt_len,
-                                   std::vector<Outcome>* out) {
+// Starts `n` long generations in threads; each records its outcome and counts itself in
+// `streaming` once it has received a few tokens.
+std::vector<std::thread> StartLong(launcher::Cluster& c, int n, int prompt_len, int max_tokens,
+                                   std::vector<Outcome>* out, std::atomic<int>* streaming) {
   out->resize(n);
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&c, out, i, prompt_len] {
+    threads.emplace_back([&c, out, i, prompt_len, max_tokens, streaming] {
       GenerateArgs args;
       args.prompt = Prompt(prompt_len, 7000 + i);
-      args.max_tokens = 400;
+      args.max_tokens = max_tokens;
+      bool counted = false;
+      args.on_message = [&](const StreamResult& r) {
+        if (!counted && r.tokens.size() >= 3) {
+          counted = true;
+          (*streaming)++;
+        }
+        return true;
+      };
       (*out)[i].result = Generate(c.router().grpc_address, args);
       (*out)[i].end = absl::Now();
     });
@@ -64,11 +74,12 @@ bool TakesTraffic(launcher::Cluster& c, const std::string& worker_grpc, bool dec
     return decode ? l.num_generated_tokens_total() : l.num_prompt_tokens_total();
   };
   const int64_t before = count();
-  for (int i = 0; i < 20; ++i) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  for (int i = 0; absl::Now() < deadline; ++i) {
     GenerateArgs args;
     args.prompt = Prompt(10, 500 + i);
     args.max_tokens = 4;
-    if (!Generate(c.router().grpc_address, args).status.ok()) return false;
+    Generate(c.router().grpc_address, args);  // may still land on the old, dead epoch
     if (count() > before) return true;
   }
   return false;
@@ -78,9 +89,21 @@ void KillAndCheck(launcher::Cluster& c, const std::string& victim_name, bool dec
   launcher::Process* victim = c.Find(victim_name);
   ASSERT_NE(victim, nullptr);
   std::vector<Outcome> outcomes;
-  // Decode: short prompts, long outputs (time in decode). Prefill: long prompts.
-  std::vector<std::thread> threads = StartLong(c, 6, decode ? 20 : 900, &outcomes);
-  absl::SleepFor(absl::Milliseconds(decode ? 600 : 300));
+  std::atomic<int> streaming{0};
+  // Decode: short prompts, long outputs; kill once every stream is mid-decode. Prefill: long
+  // prompts computed 16 tokens per step; kill while they are still being prefilled.
+  const int max_tokens = decode ? 1500 : 400;
+  constexpr int kStreams = 6;
+  std::vector<std::thread> threads =
+      StartLong(c, kStreams, decode ? 20 : 1500, max_tokens, &outcomes, &streaming);
+  if (decode) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (streaming.load() < kStreams && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  } else {
+    absl::SleepFor(absl::Milliseconds(300));
+  }
   victim->child->Signal(SIGKILL);
   const absl::Time killed = absl::Now();
   for (std::thread& t : threads) t.join();
@@ -92,7 +115,7 @@ void KillAndCheck(launcher::Cluster& c, const std::string& victim_name, bool dec
           << o.result.status.error_message();
       EXPECT_LT(o.end - killed, kErrorBound);
     } else {
-      EXPECT_EQ(o.result.tokens.size(), 400u);  // never a truncated "success"
+      EXPECT_EQ(static_cast<int>(o.result.tokens.size()), max_tokens);  // never truncated
     }
   }
   EXPECT_GT(errors, 0) << "the kill hit no request";

@@ -13,7 +13,7 @@ namespace tandem::e2e {
 namespace {
 
 constexpr char k2P2D[] = R"(
-engine: {page_size: 16, num_pages: 512}
+engine: {page_size: 16, num_pages: 4096}
 groups:
   - {role: prefill, count: 2}
   - {role: decode, count: 2}
