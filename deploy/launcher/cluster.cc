@@ -3,10 +3,12 @@
 #include <signal.h>
 
 #include <map>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "comm/socket_io.h"
 #include "deploy/launcher/http_get.h"
 
@@ -51,9 +53,21 @@ std::map<std::string, int> HealthyWorkers(const std::string& metrics_text) {
 }  // namespace
 
 absl::StatusOr<int> PickFreePort(const std::string& host) {
-  absl::StatusOr<Socket> s = Listen(host, 0);
-  if (!s.ok()) return s.status();
-  return LocalPort(*s);
+  // The kernel may hand the same just-closed port out twice in a row; never return a port this
+  // process already returned (holding the duplicate open while asking again).
+  static absl::Mutex mu;
+  static auto* given = new std::set<int>;
+  std::vector<Socket> duplicates;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    absl::StatusOr<Socket> s = Listen(host, 0);
+    if (!s.ok()) return s.status();
+    absl::StatusOr<int> port = LocalPort(*s);
+    if (!port.ok()) return port.status();
+    absl::MutexLock l(&mu);
+    if (given->insert(*port).second) return *port;
+    duplicates.push_back(*std::move(s));
+  }
+  return absl::UnavailableError("no fresh free port");
 }
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,

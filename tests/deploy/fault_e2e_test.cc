@@ -102,7 +102,13 @@ void KillAndCheck(launcher::Cluster& c, const std::string& victim_name, bool dec
       absl::SleepFor(absl::Milliseconds(5));
     }
   } else {
-    absl::SleepFor(absl::Milliseconds(300));
+    // Kill as soon as the victim's engine holds prompts being prefilled.
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < give_up) {
+      const tandem::v1::LoadReport l = GetLoad(victim->grpc_address);
+      if (l.num_running() + l.num_waiting() > 0) break;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
   }
   victim->child->Signal(SIGKILL);
   const absl::Time killed = absl::Now();
