@@ -9,14 +9,14 @@
 #include "comm/socket_io.h"
 
 namespace tandem::launcher {
+namespace {
 
-absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
-                                     absl::Duration timeout) {
+// Sends `request` and reads the response until the server closes the connection.
+absl::StatusOr<HttpResponse> Exchange(const std::string& host_port, const std::string& request,
+                                      absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::StatusOr<Socket> s = Connect(host_port, deadline);
   if (!s.ok()) return s.status();
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: ", host_port, "\r\nConnection: close\r\n\r\n");
   if (absl::Status st = WriteAll(*s, request.data(), request.size(), deadline); !st.ok()) {
     return st;
   }
@@ -42,6 +42,25 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
   }
   r.body = raw.substr(header_end + 4);
   return r;
+}
+
+}  // namespace
+
+absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
+                                     absl::Duration timeout) {
+  return Exchange(
+      host_port,
+      absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: ", host_port, "\r\nConnection: close\r\n\r\n"),
+      timeout);
+}
+
+absl::StatusOr<HttpResponse> HttpPostJson(const std::string& host_port, const std::string& path,
+                                          const std::string& json, absl::Duration timeout) {
+  return Exchange(host_port,
+                  absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: ", host_port,
+                               "\r\nContent-Type: application/json\r\nContent-Length: ",
+                               json.size(), "\r\nConnection: close\r\n\r\n", json),
+                  timeout);
 }
 
 }  // namespace tandem::launcher

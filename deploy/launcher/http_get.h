@@ -1,4 +1,5 @@
-// A minimal blocking HTTP/1.1 GET for readiness probes (no TLS, Connection: close).
+// A minimal blocking HTTP/1.1 client for readiness probes and tests (no TLS, no chunked
+// decoding, Connection: close).
 #pragma once
 
 #include <string>
@@ -15,5 +16,8 @@ struct HttpResponse {
 
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
                                      absl::Duration timeout);
+// POST with a JSON body (Content-Type: application/json).
+absl::StatusOr<HttpResponse> HttpPostJson(const std::string& host_port, const std::string& path,
+                                          const std::string& json, absl::Duration timeout);
 
 }  // namespace tandem::launcher

@@ -13,6 +13,7 @@
 #include "deploy/launcher/child_process.h"
 #include "deploy/launcher/http_get.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/deploy/e2e_harness.h"
 
 namespace tandem::e2e {
@@ -55,6 +56,27 @@ TEST(ServeCommand, DefaultLayoutServesAndDrainsOnSigterm) {
   ASSERT_TRUE(models.ok()) << models.status();
   EXPECT_EQ(models->status, 200);
   EXPECT_NE(models->body.find("tiny"), std::string::npos) << models->body;
+  // Same text as `tandem generate` (one engine, no RPC) for the same prompt, greedy.
+  auto completion = launcher::HttpPostJson(
+      http[1], "/v1/completions",
+      R"({"model": "tiny", "prompt": "Hello world", "max_tokens": 12, "temperature": 0,
+          "ignore_eos": true})",
+      absl::Seconds(30));
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  ASSERT_EQ(completion->status, 200) << completion->body;
+  const nlohmann::json body = nlohmann::json::parse(completion->body, nullptr, false);
+  ASSERT_FALSE(body.is_discarded()) << completion->body;
+  auto generate = launcher::ChildProcess::Start(
+      {bin + "/tandem", "generate", "--model", dir + "/cache/models/tiny", "--prompt",
+       "Hello world", "--max-tokens", "12", "--temperature", "0", "--ignore-eos"},
+      {}, dir + "/generate.out");
+  ASSERT_TRUE(generate.ok());
+  ASSERT_EQ((*generate)->Wait(absl::Seconds(30)), std::optional<int>(0));
+  const std::string generated = ReadFile(dir + "/generate.out");
+  const std::string text = body["choices"][0]["text"].get<std::string>();
+  EXPECT_FALSE(text.empty());
+  EXPECT_NE(generated.find(text), std::string::npos)
+      << "served: '" << text << "' generate: '" << generated << "'";
   // Worker pids printed by serve: they must all be gone after the stop.
   std::vector<int> pids;
   const std::regex pid_re("pid ([0-9]+)");
