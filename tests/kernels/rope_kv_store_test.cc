@@ -91,7 +91,9 @@ void Check(int num_tokens, int nq, int nkv, int d, int page_size, bool qk_norm, 
   EXPECT_LT(off_by_one_ulp, static_cast<int>(got_qkv.size() / 20));
   for (size_t i = 0; i < got_qkv.size(); ++i) {
     const bool is_v = static_cast<int>((i / d) % heads) >= nq + nkv;
-    if (is_v) ASSERT_EQ(got_qkv[i], want_qkv[i]) << "V changed at " << i;
+    if (is_v) {
+      ASSERT_EQ(got_qkv[i], want_qkv[i]) << "V changed at " << i;
+    }
   }
   // Cache: poison where the reference left poison; elsewhere exactly the GPU's own K/V rows.
   for (int t = 0; t < num_tokens; ++t) {
