@@ -59,7 +59,11 @@ absl::Status Validate(const Layout& l) {
 
 Layout DefaultLayout() {
   Layout l;
-  l.groups = {GroupSpec{.role = "prefill"}, GroupSpec{.role = "decode"}};
+  GroupSpec prefill;
+  prefill.role = "prefill";
+  GroupSpec decode;
+  decode.role = "decode";
+  l.groups = {prefill, decode};
   return l;
 }
 
