@@ -29,7 +29,9 @@ class OpenAiRequestTest : public ::testing::Test {
     ASSERT_FALSE(result.ok()) << "accepted";
     EXPECT_EQ(HttpStatusFor(result.status()), 400) << result.status();
     EXPECT_THAT(std::string(result.status().message()), HasSubstr(text));
-    if (!param.empty()) EXPECT_EQ(ParamOf(result.status()), param);
+    if (!param.empty()) {
+      EXPECT_EQ(ParamOf(result.status()), param);
+    }
   }
 
   ByteTokenizer tokenizer_;

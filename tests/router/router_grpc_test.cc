@@ -59,7 +59,9 @@ TEST(RouterGrpcTest, StreamsTokensThenOneTerminalMessage) {
   int token_count = 0;
   for (const GenerateResponse& m : r.responses) {
     token_count += m.token_ids_size();
-    if (&m != &last) EXPECT_EQ(m.finish_reason(), tandem::v1::FINISH_REASON_UNSPECIFIED);
+    if (&m != &last) {
+      EXPECT_EQ(m.finish_reason(), tandem::v1::FINISH_REASON_UNSPECIFIED);
+    }
   }
   EXPECT_EQ(token_count, 5);
 
@@ -69,6 +71,31 @@ TEST(RouterGrpcTest, StreamsTokensThenOneTerminalMessage) {
   r = Generate(env.grpc_address(), request);
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.text, "hello");
+}
+
+TEST(RouterGrpcTest, CancellingTheCallAbortsTheWorkers) {
+  RouterTestEnv env;
+  ASSERT_TRUE(env.status().ok()) << env.status();
+  ASSERT_NE(env.AddWorker(Role("p", tandem::v1::WORKER_ROLE_PREFILL, 20)), nullptr);
+  FakeWorker* decode = env.AddWorker(Role("d", tandem::v1::WORKER_ROLE_DECODE, 20));
+  ASSERT_NE(decode, nullptr);
+  auto stub = tandem::v1::Generation::NewStub(
+      grpc::CreateChannel(env.grpc_address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  GenerateRequest request;
+  request.set_prompt("x");
+  request.mutable_sampling()->set_max_tokens(200);
+  auto reader = stub->Generate(&context, request);
+  GenerateResponse response;
+  int read = 0;
+  while (read < 3 && reader->Read(&response)) ++read;
+  ASSERT_EQ(read, 3);
+  context.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(
+      RouterTestEnv::WaitFor([&] { return decode->streams_open() == 0; }, absl::Seconds(1)));
+  EXPECT_TRUE(decode->aborts() > 0 || decode->cancelled_streams() > 0);
+  EXPECT_TRUE(RouterTestEnv::WaitFor([&] { return env.server().service().num_live() == 0; }));
 }
 
 TEST(RouterGrpcTest, ErrorsMapToGrpcCodes) {

@@ -73,7 +73,9 @@ TEST_F(RouterHttpTest, StreamingChatWithUsage) {
     json chunk = json::parse(events[i]);
     EXPECT_EQ(chunk["object"], "chat.completion.chunk");
     EXPECT_TRUE(chunk["usage"].is_null());
-    if (i == 0) EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
+    if (i == 0) {
+      EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
+    }
     content += chunk["choices"][0]["delta"].value("content", "");
     if (i + 3 == events.size()) {
       EXPECT_EQ(chunk["choices"][0]["finish_reason"], "length");
@@ -243,6 +245,17 @@ TEST_F(RouterHttpTest, ClientDisconnectAbortsOnBothWorkers) {
   EXPECT_LT(absl::Now() - closed, absl::Seconds(1));
   ExpectIdle();
   EXPECT_LT(decode_->requests_served(), 2);
+}
+
+TEST_F(RouterHttpTest, NonStreamingClientDisconnectAbortsToo) {
+  StartPair(/*token_delay_ms=*/30);
+  StreamingCall call(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": 200})");
+  ASSERT_TRUE(RouterTestEnv::WaitFor([&] { return decode_->streams_open() == 1; }));
+  call.Close();
+  EXPECT_TRUE(
+      RouterTestEnv::WaitFor([&] { return decode_->streams_open() == 0; }, absl::Seconds(1)));
+  EXPECT_TRUE(decode_->aborts() > 0 || decode_->cancelled_streams() > 0);
+  ExpectIdle();
 }
 
 TEST_F(RouterHttpTest, CancelDuringPrefillReleasesTheReservation) {
