@@ -102,7 +102,8 @@ absl::StatusOr<std::vector<RequestSpec>> RandomDataset(const RandomDatasetOption
     std::vector<std::string> own = source.Pieces(rng, input - shared);
     pieces.insert(pieces.end(), own.begin(), own.end());
     specs[i].prompt = source.Join(pieces);
-    specs[i].prompt_len = static_cast<int>(pieces.size());
+    specs[i].prompt_len =
+        source.CountsExactly() ? source.Count(specs[i].prompt) : static_cast<int>(pieces.size());
   }
   return specs;
 }

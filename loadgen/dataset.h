@@ -32,6 +32,8 @@ class PromptSource {
   virtual std::string Join(const std::vector<std::string>& pieces) const = 0;
   // Token count of arbitrary text (approximate for the word source).
   virtual int Count(const std::string& text) const = 0;
+  // True when Count() is the target tokenizer's exact count (then prompt lengths use it).
+  virtual bool CountsExactly() const { return false; }
 };
 
 // Without a tokenizer: common English words that are one token each in Llama/Qwen/GPT-style

@@ -114,7 +114,7 @@ absl::StatusOr<std::vector<RequestSpec>> MooncakeTraceDataset(const std::string&
     pieces.insert(pieces.end(), tail.begin(), tail.end());
     RequestSpec spec;
     spec.prompt = source.Join(pieces);
-    spec.prompt_len = input;
+    spec.prompt_len = source.CountsExactly() ? source.Count(spec.prompt) : input;
     spec.output_len = std::max(1, j["output_length"].get<int>());
     spec.arrival_s = (ts - first_ms) / 1e3 * options.time_scale;
     spec.has_arrival = true;

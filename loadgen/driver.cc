@@ -18,6 +18,7 @@
 #include "loadgen/metrics.h"
 #include "loadgen/result_io.h"
 #include "loadgen/sweep.h"
+#include "loadgen/tokenizer_prompt_source.h"
 
 namespace tandem::loadgen {
 
@@ -147,6 +148,11 @@ int RunLoadgen(const Config& c) {
   if (!model.ok()) return Fail(model.status());
   plan.model = plan.target.model = plan.grpc_target.model = *model;
   std::unique_ptr<PromptSource> source = MakeWordPromptSource();
+  if (!c.tokenizer.empty()) {
+    auto tokenizer_source = MakeTokenizerPromptSource(c.tokenizer);
+    if (!tokenizer_source.ok()) return Fail(tokenizer_source.status());
+    source = std::move(*tokenizer_source);
+  }
   auto specs = MakeDataset(c, *source);
   if (!specs.ok()) return Fail(specs.status());
   plan.specs = std::move(*specs);

@@ -1,10 +1,13 @@
 #include "loadgen/dataset.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
+#include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "loadgen/tokenizer_prompt_source.h"
 
 namespace tandem::loadgen {
 namespace {
@@ -150,6 +153,29 @@ TEST(DatasetTest, MooncakeTraceKeepsTimestampsLengthsAndSharedBlocks) {
   o.num_prompts = 1;
   EXPECT_EQ(MooncakeTraceDataset(path, o, *source)->size(), 1u);
   EXPECT_FALSE(MooncakeTraceDataset(TempFile("bad.jsonl", "{\"x\":1}\n"), o, *source).ok());
+}
+
+TEST(DatasetTest, WithTheTargetTokenizerRandomPromptsHaveExactTokenLengths) {
+  std::string dir = testing::TempDir() + "/lg_tokenizer";
+  std::filesystem::create_directories(dir);
+  TokenizerSpec spec;
+  spec.vocab_size = 2048;
+  ASSERT_TRUE(WriteTokenizerFiles(dir, TokenizerFamily::kLlama3, spec).ok());
+  auto source = MakeTokenizerPromptSource(dir);
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto tokenizer = Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok());
+  RandomDatasetOptions o;
+  o.num_prompts = 20;
+  o.input_len = 37;
+  o.output_len = 4;
+  auto specs = RandomDataset(o, **source);
+  ASSERT_TRUE(specs.ok());
+  for (const RequestSpec& s : *specs) {
+    EXPECT_EQ((*tokenizer)->Encode(s.prompt, false).size(), 37u) << s.prompt;
+    EXPECT_EQ(s.prompt_len, 37);
+  }
+  EXPECT_FALSE(MakeTokenizerPromptSource(dir + "/missing").ok());
 }
 
 }  // namespace
