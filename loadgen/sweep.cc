@@ -143,6 +143,25 @@ void Save(const std::string& path, const std::string& text) {
   }
 }
 
+// Writes one point's JSON and CSV: vLLM's name for a single --save-result run, or
+// {stem}-{variable}{value} for sweep points; a single run without --save-result writes nothing.
+void SavePoint(const SweepPlan& plan, const RunContext& ctx, const std::filesystem::path& dir,
+               const std::string& stem, const std::string& timestamp, double value,
+               const json& result) {
+  const Config& c = plan.config;
+  std::string name;
+  if (!plan.sweep_variable.empty()) {
+    name = absl::StrFormat("%s-%s%g.json", stem, plan.sweep_variable, value);
+  } else if (c.save_result) {
+    name = c.result_filename.empty() ? DefaultResultFilename(ctx, timestamp) : c.result_filename;
+  } else {
+    return;
+  }
+  Save((dir / name).string(), result.dump(2));
+  Save((dir / std::filesystem::path(name).replace_extension(".csv")).string(),
+       CsvHeader() + CsvRow(result));
+}
+
 }  // namespace
 
 int RunSweep(const SweepPlan& plan) {
@@ -178,17 +197,7 @@ int RunSweep(const SweepPlan& plan) {
       point.result["sweep_value"] = value;
     }
     csv += CsvRow(point.result);
-    if (plan.sweep_variable.empty() && c.save_result) {
-      std::string name =
-          c.result_filename.empty() ? DefaultResultFilename(ctx, timestamp) : c.result_filename;
-      Save((dir / name).string(), point.result.dump(2));
-      Save((dir / std::filesystem::path(name).replace_extension(".csv")).string(),
-           CsvHeader() + CsvRow(point.result));
-    } else if (!plan.sweep_variable.empty()) {
-      std::string name = absl::StrFormat("%s-%s%g", stem, plan.sweep_variable, value);
-      Save((dir / (name + ".json")).string(), point.result.dump(2));
-      Save((dir / (name + ".csv")).string(), CsvHeader() + CsvRow(point.result));
-    }
+    SavePoint(plan, ctx, dir, stem, timestamp, value, point.result);
     if (point.result.contains("itls")) point.result.erase("itls");
     series.points.push_back(std::move(point.result));
     if (point.interrupted) {
