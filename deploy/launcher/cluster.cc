@@ -30,6 +30,16 @@ std::vector<std::string> EngineFlags(const Layout& l) {
           std::to_string(l.engine.max_num_batched_tokens)};
 }
 
+Process MakeProcess(std::string name, std::string role, std::string grpc_address,
+                    std::string metrics_url) {
+  Process p;
+  p.name = std::move(name);
+  p.role = std::move(role);
+  p.grpc_address = std::move(grpc_address);
+  p.metrics_url = std::move(metrics_url);
+  return p;
+}
+
 // Counts healthy workers per role in the router's /metrics (tandem_router_workers gauge).
 std::map<std::string, int> HealthyWorkers(const std::string& metrics_text) {
   std::map<std::string, int> counts;
@@ -84,8 +94,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
   if (!http_port.ok()) return http_port.status();
   if (!grpc_port.ok()) return grpc_port.status();
   c->http_address_ = absl::StrCat(host, ":", *http_port);
-  Process router{"router", "router", absl::StrCat(host, ":", *grpc_port),
-                 absl::StrCat("http://", c->http_address_, "/metrics")};
+  Process router = MakeProcess("router", "router", absl::StrCat(host, ":", *grpc_port),
+                               absl::StrCat("http://", c->http_address_, "/metrics"));
   router.argv = {options.bin_dir + "/tandem-router",
                  "--model-dir",
                  model,
@@ -112,8 +122,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
         return absl::UnavailableError("no free ports");
       }
       const std::string name = absl::StrCat(g.role, "-", per_role[g.role]++);
-      Process w{name, g.role, absl::StrCat(host, ":", *port),
-                absl::StrCat("http://", host, ":", *metrics_port, "/metrics")};
+      Process w = MakeProcess(name, g.role, absl::StrCat(host, ":", *port),
+                              absl::StrCat("http://", host, ":", *metrics_port, "/metrics"));
       const std::string binary =
           g.role == "prefill" ? "/tandem-prefill-worker" : "/tandem-decode-worker";
       w.argv = {options.bin_dir + binary,
