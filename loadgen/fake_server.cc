@@ -39,6 +39,7 @@ FakeRequest ParseFakeRequest(const std::string& target, const std::string& body,
   if (j.contains("stream_options") && j["stream_options"].is_object()) {
     r.include_usage = j["stream_options"].value("include_usage", false);
   }
+  if (j.contains("ignore_eos") && j["ignore_eos"].is_boolean()) r.ignore_eos = j["ignore_eos"];
   if (j.contains("prompt") && j["prompt"].is_string()) r.prompt = j["prompt"].get<std::string>();
   if (j.contains("messages") && j["messages"].is_array() && !j["messages"].empty()) {
     const json& last = j["messages"].back();

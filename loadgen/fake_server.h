@@ -32,6 +32,7 @@ struct FakeRequest {
   bool chat = false;
   int max_tokens = 16;
   bool include_usage = false;
+  bool ignore_eos = false;
   std::string prompt;  // prompt, or the last message's content
 };
 

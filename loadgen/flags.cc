@@ -19,8 +19,12 @@ void TargetFlags(CLI::App& app, Config* c) {
   app.add_option("--header", c->headers, "extra request header KEY=VALUE (repeatable)");
   app.add_option("--temperature", c->temperature);
   app.add_option("--extra-body", c->extra_body, "JSON object merged into every request body");
-  app.add_flag("--ignore-eos,!--no-ignore-eos", c->ignore_eos,
-               "keep generating past EOS (default on for random and trace datasets)");
+  // Two callbacks rather than add_flag on std::optional<bool>: CLI11 2.1 fills the optional with
+  // false when neither flag is given, which silently turned the dataset default off.
+  app.add_flag_callback(
+      "--ignore-eos", [c] { c->ignore_eos = true; },
+      "keep generating past EOS (default on for random and trace datasets)");
+  app.add_flag_callback("--no-ignore-eos", [c] { c->ignore_eos = false; });
   app.add_option("--request-timeout", c->request_timeout_s, "seconds per request (default 6 h)");
 }
 

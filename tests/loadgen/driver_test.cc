@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -92,6 +93,38 @@ TEST(DriverTest, RateSweepWritesPointsSweepCsvAndReportThenCompareMergesThem) {
             0);
   EXPECT_TRUE(fs::exists(report));
   EXPECT_NE(RunCli({"--sweep", "speed=1"}), 0);
+}
+
+// The random dataset asks for exact output lengths, so ignore_eos is on unless switched off.
+TEST(DriverTest, IgnoreEosDefaultsOnForRandomAndCanBeSwitchedOff) {
+  for (const auto& [flag, want] : {std::pair<std::string, bool>{"", true},
+                                   {"--ignore-eos", true},
+                                   {"--no-ignore-eos", false}}) {
+    std::atomic<int> seen{0}, with_ignore_eos{0};
+    FakeServerOptions o;
+    o.script = [&](const FakeRequest& r) {
+      ++seen;
+      if (r.ignore_eos) ++with_ignore_eos;
+      return FakeResponse{};
+    };
+    FakeServer server(o);
+    const int port = *server.Start();
+    std::vector<std::string> args = {"--base-url",
+                                     "http://127.0.0.1:" + std::to_string(port),
+                                     "--model",
+                                     "m",
+                                     "--num-prompts",
+                                     "3",
+                                     "--random-input-len",
+                                     "4",
+                                     "--random-output-len",
+                                     "2",
+                                     "--disable-progress"};
+    if (!flag.empty()) args.push_back(flag);
+    ASSERT_EQ(RunCli(args), 0) << flag;
+    EXPECT_EQ(seen.load(), 3) << flag;
+    EXPECT_EQ(with_ignore_eos.load(), want ? 3 : 0) << flag;
+  }
 }
 
 TEST(DriverTest, CtrlCStopsTheRunAndSavesWhatWasMeasured) {
