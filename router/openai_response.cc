@@ -87,10 +87,22 @@ json FinishChunk(const ResponseMeta& meta, tandem::v1::FinishReason reason) {
   return out;
 }
 
+json TimingsJson(const tandem::v1::PhaseTimings& t) {
+  return {{"queue_s", t.queue_s()},
+          {"prefill_queue_s", t.prefill_queue_s()},
+          {"prefill_s", t.prefill_s()},
+          {"kv_transfer_s", t.kv_transfer_s()},
+          {"kv_transfer_bytes", t.kv_transfer_bytes()},
+          {"first_decode_step_s", t.first_decode_step_s()},
+          {"ttft_s", t.ttft_s()},
+          {"e2e_s", t.e2e_s()}};
+}
+
 json UsageChunk(const ResponseMeta& meta, const FinishInfo& info) {
   json out = Envelope(meta, /*chunk=*/true);
   out["choices"] = json::array();
   out["usage"] = UsageJson(info);
+  out["timings"] = TimingsJson(info.timings);  // tandem extension: the server's TTFT phases
   return out;
 }
 
@@ -106,6 +118,7 @@ json FullResponse(const ResponseMeta& meta, const std::string& text, const Finis
   }
   out["choices"] = json::array({choice});
   out["usage"] = UsageJson(info);
+  out["timings"] = TimingsJson(info.timings);
   return out;
 }
 

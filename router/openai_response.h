@@ -23,6 +23,9 @@ inline constexpr char kSseDone[] = "data: [DONE]\n\n";
 // "stop", "length", "abort" (null for an unfinished choice).
 nlohmann::json FinishReasonJson(tandem::v1::FinishReason reason);
 nlohmann::json UsageJson(const FinishInfo& info);
+// Per-request phase timings (a tandem extension to the OpenAI body, read by tandem-loadgen):
+// tandem.v1.PhaseTimings with its proto field names, in seconds.
+nlohmann::json TimingsJson(const tandem::v1::PhaseTimings& timings);
 
 // Identity shared by every chunk of one response.
 struct ResponseMeta {

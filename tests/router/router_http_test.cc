@@ -87,6 +87,10 @@ TEST_F(RouterHttpTest, StreamingChatWithUsage) {
   json usage_chunk = json::parse(events[events.size() - 2]);
   EXPECT_TRUE(usage_chunk["choices"].empty());
   EXPECT_EQ(usage_chunk["usage"]["completion_tokens"], 9);
+  // The server's TTFT phases ride along (the fake workers report these two).
+  EXPECT_DOUBLE_EQ(usage_chunk["timings"]["kv_transfer_s"].get<double>(), 0.002);
+  EXPECT_DOUBLE_EQ(usage_chunk["timings"]["first_decode_step_s"].get<double>(), 0.003);
+  EXPECT_GT(usage_chunk["timings"]["ttft_s"].get<double>(), 0.0);
   ExpectIdle();
 }
 
