@@ -12,5 +12,5 @@ cd "$(dirname "$0")"
 BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)" \
-  --target tandem tandem-router tandem-prefill-worker tandem-decode-worker
+  --target tandem tandem-router tandem-prefill-worker tandem-decode-worker tandem-loadgen
 exec "$BUILD_DIR/bin/tandem" serve "$@"
