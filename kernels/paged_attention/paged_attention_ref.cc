@@ -11,25 +11,13 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "kernels/common/host_elem.h"
 #include "kernels/paged_attention/paged_attention.h"
 
 namespace tandem {
 namespace {
 
 constexpr int64_t kQueryBlock = 16;
-
-float LoadElem(const void* base, int64_t i, DType t) {
-  if (t == DType::kF32) return static_cast<const float*>(base)[i];
-  return Bf16ToF32(static_cast<const uint16_t*>(base)[i]);
-}
-
-void StoreElem(void* base, int64_t i, DType t, float v) {
-  if (t == DType::kF32) {
-    static_cast<float*>(base)[i] = v;
-  } else {
-    static_cast<uint16_t*>(base)[i] = F32ToBf16(v);
-  }
-}
 
 struct WorkItem {
   int seq;
@@ -52,8 +40,8 @@ void GatherKv(const PagedAttentionArgs& a, int seq, int kv_head, int64_t len, fl
     float* kd = k + pos0 * a.head_dim;
     float* vd = v + pos0 * a.head_dim;
     for (int64_t i = 0; i < n; ++i) {
-      kd[i] = LoadElem(a.kv_layer, k_base + i, a.kv_dtype);
-      vd[i] = LoadElem(a.kv_layer, v_base + i, a.kv_dtype);
+      kd[i] = LoadElem(a.kv_layer, a.kv_dtype, k_base + i);
+      vd[i] = LoadElem(a.kv_layer, a.kv_dtype, v_base + i);
     }
   }
 }
@@ -97,10 +85,10 @@ void RunItem(const PagedAttentionArgs& a, const WorkItem& item) {
     for (int g = 0; g < group; ++g) {
       const int h = item.kv_head * group + g;
       const int64_t q_off = t * q_stride + int64_t{h} * a.head_dim;
-      for (int d = 0; d < a.head_dim; ++d) q[d] = LoadElem(a.q, q_off + d, a.dtype);
+      for (int d = 0; d < a.head_dim; ++d) q[d] = LoadElem(a.q, a.dtype, q_off + d);
       AttendRow(q.data(), k.data(), v.data(), len, a.head_dim, a.scale, scores.data(), out.data());
       const int64_t o_off = (t * a.num_q_heads + h) * int64_t{a.head_dim};
-      for (int d = 0; d < a.head_dim; ++d) StoreElem(a.out, o_off + d, a.dtype, out[d]);
+      for (int d = 0; d < a.head_dim; ++d) StoreElem(a.out, a.dtype, o_off + d, out[d]);
     }
   }
 }

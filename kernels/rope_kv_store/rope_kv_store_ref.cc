@@ -10,23 +10,11 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "kernels/common/host_elem.h"
 #include "kernels/rope_kv_store/rope_kv_store.h"
 
 namespace tandem {
 namespace {
-
-float LoadElem(const void* base, int64_t i, DType t) {
-  if (t == DType::kF32) return static_cast<const float*>(base)[i];
-  return Bf16ToF32(static_cast<const uint16_t*>(base)[i]);
-}
-
-void StoreElem(void* base, int64_t i, DType t, float v) {
-  if (t == DType::kF32) {
-    static_cast<float*>(base)[i] = v;
-  } else {
-    static_cast<uint16_t*>(base)[i] = F32ToBf16(v);
-  }
-}
 
 float RoundTo(float v, DType t) { return t == DType::kF32 ? v : RoundToBf16(v); }
 
@@ -38,7 +26,7 @@ void NormAndRotate(const RopeKvStoreArgs& a, const void* weight, const float* co
     float sum_sq = 0.0f;
     for (int d = 0; d < a.head_dim; ++d) sum_sq += x[d] * x[d];
     const float inv_rms = 1.0f / std::sqrt(sum_sq / static_cast<float>(a.head_dim) + a.norm_eps);
-    for (int d = 0; d < a.head_dim; ++d) x[d] = x[d] * inv_rms * LoadElem(weight, d, a.dtype);
+    for (int d = 0; d < a.head_dim; ++d) x[d] = x[d] * inv_rms * LoadElem(weight, a.dtype, d);
   }
   for (int i = 0; i < half; ++i) {
     const float lo = x[i];
@@ -65,12 +53,12 @@ void RunToken(const RopeKvStoreArgs& a, int64_t t, float* x, float* cos_v, float
     const bool is_q = h < a.num_q_heads;
     const bool is_v = h >= a.num_q_heads + a.num_kv_heads;
     const int64_t off = row + int64_t{h} * a.head_dim;
-    for (int d = 0; d < a.head_dim; ++d) x[d] = LoadElem(a.qkv, off + d, a.dtype);
+    for (int d = 0; d < a.head_dim; ++d) x[d] = LoadElem(a.qkv, a.dtype, off + d);
     if (!is_v) {
       NormAndRotate(a, is_q ? a.q_norm_weight : a.k_norm_weight, cos_v, sin_v, x);
       for (int d = 0; d < a.head_dim; ++d) {
         x[d] = RoundTo(x[d], a.dtype);
-        StoreElem(a.qkv, off + d, a.dtype, x[d]);
+        StoreElem(a.qkv, a.dtype, off + d, x[d]);
       }
     }
     if (is_q || slot < 0) continue;
@@ -79,7 +67,7 @@ void RunToken(const RopeKvStoreArgs& a, int64_t t, float* x, float* cos_v, float
     const int64_t dst =
         (slot / a.page_size) * page_elems +
         ((int64_t{kv} * a.num_kv_heads + kv_head) * a.page_size + slot % a.page_size) * a.head_dim;
-    for (int d = 0; d < a.head_dim; ++d) StoreElem(a.kv_layer, dst + d, a.kv_dtype, x[d]);
+    for (int d = 0; d < a.head_dim; ++d) StoreElem(a.kv_layer, a.kv_dtype, dst + d, x[d]);
   }
 }
 
