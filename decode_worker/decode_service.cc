@@ -252,7 +252,7 @@ void DecodeService::OnOutput(Engine& engine, const RequestOutput& out, absl::Tim
     if (!out.new_tokens.empty()) r.channel->Push(std::move(ev));
     return;
   }
-  if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonLabel(out.finish_reason));
+  if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonName(out.finish_reason));
   if (out.finish_reason == FinishReason::kAbort) {
     Finish(out.id, absl::AbortedError("request aborted"));
     return;

@@ -35,6 +35,8 @@ struct SamplingParams {
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kPrefillDone, kError };
+// "stop", "length", "abort", "prefill_done", "error" or "none": logs and metric labels.
+const char* FinishReasonName(FinishReason reason);
 
 struct EngineRequest {
   std::string id;  // unique among live requests

@@ -117,7 +117,7 @@ void PrefillService::OnOutput(Engine& engine, const RequestOutput& out, absl::Ti
       Finish(out.id, absl::InternalError(out.error));
       break;
   }
-  if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonLabel(out.finish_reason));
+  if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonName(out.finish_reason));
 }
 
 void PrefillService::StartTransfer(Engine& engine, const std::string& id, Request& r) {

@@ -32,22 +32,4 @@ tandem::v1::FinishReason FinishReasonToProto(FinishReason r) {
   return tandem::v1::FINISH_REASON_UNSPECIFIED;
 }
 
-const char* FinishReasonLabel(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-    case FinishReason::kPrefillDone:
-      return "prefill_done";
-    case FinishReason::kNone:
-      break;
-  }
-  return "none";
-}
-
 }  // namespace tandem

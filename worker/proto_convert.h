@@ -11,7 +11,5 @@ SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p);
 // kNone -> UNSPECIFIED, kStop -> STOP, kLength -> LENGTH, kAbort -> ABORT, kError -> ERROR
 // (kPrefillDone is not a client-visible reason: UNSPECIFIED).
 tandem::v1::FinishReason FinishReasonToProto(FinishReason r);
-// Metric label for a finish reason ("stop", "length", "abort", "error", "prefill_done").
-const char* FinishReasonLabel(FinishReason r);
 
 }  // namespace tandem

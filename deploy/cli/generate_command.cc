@@ -42,21 +42,6 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(const GenerateOptions& opts,
   return tokenizer.Encode(*text, /*add_special_tokens=*/false);
 }
 
-const char* FinishName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-    default:
-      return "none";
-  }
-}
-
 int Generate(const GenerateOptions& opts) {
   EngineOptions options;
   options.model_dir = opts.model_dir;
@@ -111,7 +96,7 @@ int Generate(const GenerateOptions& opts) {
   std::cerr << absl::StrFormat(
       "\n[%d prompt tokens, %d generated, finish: %s] load %.2f s, prefill %.3f s, "
       "%.1f tokens/s overall, %.1f tokens/s decode\n",
-      num_prompt_tokens, num_generated, FinishName(reason),
+      num_prompt_tokens, num_generated, FinishReasonName(reason),
       absl::ToDoubleSeconds(start - load_start), absl::ToDoubleSeconds(first_token - start),
       num_generated / std::max(absl::ToDoubleSeconds(end - start), 1e-9),
       num_generated > 1 ? (num_generated - 1) / std::max(decode_s, 1e-9) : 0.0);
