@@ -125,7 +125,8 @@ groups:
   r = Generate(cluster->router().grpc_address, args);
   EXPECT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.tokens.size(), 5u);
-  EXPECT_TRUE(cluster->Shutdown(absl::Seconds(20)).ok());
+  const absl::Status shutdown = cluster->Shutdown(absl::Seconds(20));
+  EXPECT_TRUE(shutdown.ok()) << shutdown;
 }
 
 }  // namespace
