@@ -80,8 +80,11 @@ class GenerateReactor : public grpc::ServerWriteReactor<GenerateResponse>,
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
+      // The client is gone. OnDone comes only after Finish, so finish now if the request has
+      // already ended; otherwise OnCancel cancels the flow, whose OnError finishes the call.
       queue_.clear();
-      return;  // the client is gone; OnCancel / OnDone follow
+      MaybeFinishLocked();
+      return;
     }
     queue_.pop_front();
     WriteNextLocked();
