@@ -227,8 +227,10 @@ void BenchPrefill(int len, int page_size, double gemm_tflops, AttentionPlan& pla
   const double us = MedianUs([&](int) { CHECK_OK(PagedAttentionPrefill(a, plan, nullptr)); }, 3, 7);
   // Causal FLOPs as FlashAttention counts them: 4 * L^2 * D * heads / 2.
   const double flops = 4.0 * len * double(len) * kD * kNq / 2.0;
-  std::printf("RESULT kernel=prefill L=%d page=%d us=%.1f TFLOPs=%.1f frac_gemm=%.3f\n", len,
-              page_size, us, flops / us * 1e-6, flops / us * 1e-6 / gemm_tflops);
+  const char* path = std::getenv("TANDEM_PREFILL_KERNEL");  // unset: the default dispatch
+  std::printf("RESULT kernel=prefill L=%d page=%d us=%.1f TFLOPs=%.1f frac_gemm=%.3f path=%s\n",
+              len, page_size, us, flops / us * 1e-6, flops / us * 1e-6 / gemm_tflops,
+              path != nullptr ? path : "default");
   for (void* p : {kv, q, out}) CK(cudaFree(p));
   for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
 }
@@ -291,6 +293,27 @@ int main(int argc, char** argv) {
     auto plan = AttentionPlan::Create({});
     CHECK_OK(plan.status());
     BenchDecode(32, 4096, 16, 4.27, **plan);
+    BenchPrefill(16384, 64, 790.0, **plan);
+    return 0;
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "prefill") {
+    // Prefill only, both kernels in one run (gpu_run_prefill.sh): the default dispatch (the
+    // Hopper kernel) and TANDEM_PREFILL_KERNEL=fa2, page sizes 16 and 64.
+    const double gemm = GemmTflops();
+    std::printf("RESULT kernel=ceiling copy_TBps=%.3f gemm_TFLOPs=%.1f\n", CopyTbs(), gemm);
+    auto plan = AttentionPlan::Create({});
+    CHECK_OK(plan.status());
+    for (const char* path : {"sm90", "fa2"}) {
+      setenv("TANDEM_PREFILL_KERNEL", path, 1);
+      for (int len : {4096, 16384}) BenchPrefill(len, 64, gemm, **plan);
+      BenchPrefill(16384, 16, gemm, **plan);
+    }
+    unsetenv("TANDEM_PREFILL_KERNEL");
+    return 0;
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "prefill_ncu") {  // one 16k prefill, for ncu
+    auto plan = AttentionPlan::Create({});
+    CHECK_OK(plan.status());
     BenchPrefill(16384, 64, 790.0, **plan);
     return 0;
   }

@@ -5,6 +5,8 @@ several K/V copies (>= 256 MB) so L2 does not serve them. Prefill: causal, 32 he
 expanded to 32 heads), flash and cuDNN backends. Prints "PEER key=value ..." lines.
 Runs on the GPU machine with its own python3 (torch there); not part of the test suite.
 """
+import sys
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -62,6 +64,10 @@ def prefill(length):
 
 
 def main():
+    if sys.argv[1:] == ["prefill"]:  # gpu_run_prefill.sh: the prefill shapes only
+        for length in (4096, 16384):
+            prefill(length)
+        return
     for batch, length in DECODE:
         decode(batch, length)
     for length in (4096, 16384):

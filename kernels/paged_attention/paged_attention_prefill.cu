@@ -5,11 +5,14 @@
 #include <cuda_bf16.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
 #include "kernels/paged_attention/attention_common.cuh"
 #include "kernels/paged_attention/paged_attention.h"
+#include "kernels/paged_attention/prefill_sm90.h"
 #include "kernels/paged_attention/prefill_tile.cuh"
 
 namespace tandem::attention {
@@ -135,6 +138,13 @@ absl::Status PagedAttentionPrefill(const PagedAttentionArgs& args, const Attenti
                                    cudaStream_t stream) {
   if (args.num_seqs == 0) return absl::OkStatus();
   RETURN_IF_ERROR(attention::CheckArgs(args, plan));
+  // The Hopper path (wgmma + TMA) where it applies; TANDEM_PREFILL_KERNEL=fa2 forces this
+  // file's mma.sync kernel (benchmarks time both).
+  const char* forced = std::getenv("TANDEM_PREFILL_KERNEL");
+  const bool fa2 = forced != nullptr && std::string_view(forced) == "fa2";
+  if (!fa2 && attention::Sm90PrefillSupported(args)) {
+    return attention::LaunchPrefillSm90(args, plan, stream);
+  }
   switch (args.head_dim) {
     case 64:
       return attention::LaunchPrefill<64>(args, plan, stream);
