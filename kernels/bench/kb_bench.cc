@@ -3,6 +3,7 @@
 // shape: median time, achieved TB/s or TFLOP/s, and the fraction of the ceiling measured in the
 // same run. Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling]
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "kernels/gemm/gemm_variants.h"
 #include "kernels/rmsnorm/rmsnorm.h"
 #include "kernels/sampling/sampling.h"
+#include "kernels/sampling/sampling_variants.h"
 #include "kernels/silu_mul/silu_mul.h"
 
 namespace tandem::bench {
@@ -144,7 +146,9 @@ void BenchElementwise(const Ceilings& c) {
 }
 
 // Sampling: the ceiling column is the time to read the logits once at the read bandwidth;
-// "x read" = time / that (target <= 2).
+// "x read" = time / that (target <= 2). "sampling.*" is the default dispatch (the cluster kernel
+// for this vocab); "sampling_1blk.*" the one-block-per-row kernel, timed in the same run at
+// B = 256. TANDEM_BENCH_SAMPLING_BATCH=<b> times only that batch (for ncu).
 void BenchSampling(const Ceilings& c) {
   const int64_t vocab = 152064;
   struct Mode {
@@ -157,7 +161,9 @@ void BenchSampling(const Ceilings& c) {
                         {"temp0.7", 0.7f, 0, 1},
                         {"topk50_topp0.9", 0.7f, 50, 0.9f},
                         {"topp0.95", 1.0f, 0, 0.95f}};
+  const char* only_batch = std::getenv("TANDEM_BENCH_SAMPLING_BATCH");
   for (int64_t batch : {1, 32, 256}) {
+    if (only_batch != nullptr && std::atoll(only_batch) != batch) continue;
     const size_t bytes = batch * vocab * 4;
     const int copies = RotationCopies(bytes);
     std::vector<float*> logits(copies);
@@ -187,16 +193,20 @@ void BenchSampling(const Ceilings& c) {
                         .out_tokens = out,
                         .batch = batch,
                         .vocab_size = vocab};
-      const double us = MedianMicros(
-          [&](int it) {
-            SamplingArgs x = args;
-            x.logits = logits[it % copies];
-            Ok(Sampling(x, nullptr));
-          },
-          nullptr);
       const double read_us = bytes / (c.read_tbps * 1e6);
-      Report(absl::StrCat("sampling.", m.name), absl::StrCat("B=", batch, " V=", vocab), us,
-             "x read", us / read_us, 2.0 * 1e300);
+      auto time = [&](const char* prefix, absl::Status (*fn)(const SamplingArgs&, cudaStream_t)) {
+        const double us = MedianMicros(
+            [&](int it) {
+              SamplingArgs x = args;
+              x.logits = logits[it % copies];
+              Ok(fn(x, nullptr));
+            },
+            nullptr);
+        Report(absl::StrCat(prefix, m.name), absl::StrCat("B=", batch, " V=", vocab), us, "x read",
+               us / read_us, 2.0 * 1e300);
+      };
+      time("sampling.", &Sampling);
+      if (batch == 256) time("sampling_1blk.", &SamplingOneBlockPerRow);
     }
     for (float* l : logits) cudaFree(l);
     cudaFree(temp), cudaFree(top_p), cudaFree(top_k), cudaFree(seeds), cudaFree(steps),

@@ -6,6 +6,8 @@ import sys
 
 import torch
 
+import peer_sampling  # the sampling rows (HF warpers)
+
 L2 = 60 * 2**20
 dev = "cuda"
 
@@ -71,28 +73,4 @@ for t in [1, 32, 16384]:
     del table, gu, x, res
 
 
-def hf_sample(logits, temperature, top_k, top_p):
-    """Hugging Face's warpers (temperature, top-k, top-p with a full sort) + multinomial."""
-    if temperature == 0:
-        return logits.argmax(-1)
-    s = logits / temperature
-    if top_k > 0:
-        kth = torch.topk(s, top_k, dim=-1).values[..., -1, None]
-        s = s.masked_fill(s < kth, -float("inf"))
-    if top_p < 1:
-        sorted_logits, idx = torch.sort(s, descending=False, dim=-1)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        remove = cum <= (1 - top_p)
-        remove[..., -1:] = False
-        s = s.masked_fill(remove.scatter(-1, idx, remove), -float("inf"))
-    return torch.multinomial(s.softmax(-1), 1)
-
-
-modes = [("greedy", 0, 0, 1.0), ("temp0.7", 0.7, 0, 1.0), ("topk50_topp0.9", 0.7, 50, 0.9),
-         ("topp0.95", 1.0, 0, 0.95)]
-for b in [1, 32, 256]:
-    ls = [torch.randn(b, V, device=dev) * 3 for _ in range(copies(b * V * 4))]
-    for name, t, k, p in modes:
-        emit(f"sampling.{name}", f"B={b} V={V}",
-             median_us(lambda i: hf_sample(ls[i % len(ls)], t, k, p)))
-    del ls
+peer_sampling.run(emit, median_us, copies, V)

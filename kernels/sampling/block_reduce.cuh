@@ -1,5 +1,6 @@
-// Block-wide reductions for the sampling kernel (blockDim.x == kSampleThreads, 32 warps). Each
-// call ends with a barrier, so results are valid in every thread and scratch may be reused.
+// Block-wide reductions for the sampling kernels (blockDim.x == 32 * kWarps: kSampleWarps for the
+// one-block-per-row kernel, the default). Each call ends with a barrier, so results are valid in
+// every thread and scratch may be reused.
 // Integer sums make the results independent of thread order (deterministic).
 #pragma once
 
@@ -21,6 +22,7 @@ __device__ __forceinline__ ArgMaxPair Better(ArgMaxPair a, ArgMaxPair b) {
   return a;
 }
 
+template <int kWarps = kSampleWarps>
 __device__ __forceinline__ ArgMaxPair BlockArgMax(ArgMaxPair p, ArgMaxPair* scratch) {
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) {
@@ -31,7 +33,7 @@ __device__ __forceinline__ ArgMaxPair BlockArgMax(ArgMaxPair p, ArgMaxPair* scra
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = p;
   __syncthreads();
   ArgMaxPair r = scratch[0];
-  for (int i = 1; i < kSampleWarps; ++i) r = Better(r, scratch[i]);
+  for (int i = 1; i < kWarps; ++i) r = Better(r, scratch[i]);
   __syncthreads();
   return r;
 }
@@ -42,12 +44,13 @@ __device__ __forceinline__ uint64_t WarpSum(uint64_t x) {
   return x;
 }
 
+template <int kWarps = kSampleWarps>
 __device__ __forceinline__ uint64_t BlockSum(uint64_t x, uint64_t* scratch) {
   x = WarpSum(x);
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
   __syncthreads();
   uint64_t r = 0;
-  for (int i = 0; i < kSampleWarps; ++i) r += scratch[i];
+  for (int i = 0; i < kWarps; ++i) r += scratch[i];
   __syncthreads();
   return r;
 }

@@ -1,0 +1,62 @@
+"""PyTorch peer for the sampling rows of kb_bench: Hugging Face's warpers (temperature, top-k via
+torch.topk, top-p via a full torch.sort + cumsum) then torch.multinomial, timed with CUDA events
+(median after warm-up, inputs rotated beyond L2). Used by peer_kb.py; run alone it times only
+sampling: peer_sampling.py out.jsonl (JSON lines {"kernel", "shape", "us"})."""
+import json
+import sys
+
+import torch
+
+MODES = [("greedy", 0, 0, 1.0), ("temp0.7", 0.7, 0, 1.0), ("topk50_topp0.9", 0.7, 50, 0.9),
+         ("topp0.95", 1.0, 0, 0.95)]
+
+
+def hf_sample(logits, temperature, top_k, top_p):
+    """Hugging Face's warpers (temperature, top-k, top-p with a full sort) + multinomial."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    s = logits / temperature
+    if top_k > 0:
+        kth = torch.topk(s, top_k, dim=-1).values[..., -1, None]
+        s = s.masked_fill(s < kth, -float("inf"))
+    if top_p < 1:
+        sorted_logits, idx = torch.sort(s, descending=False, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        remove = cum <= (1 - top_p)
+        remove[..., -1:] = False
+        s = s.masked_fill(remove.scatter(-1, idx, remove), -float("inf"))
+    return torch.multinomial(s.softmax(-1), 1)
+
+
+def run(emit, median_us, copies, vocab=152064, batches=(1, 32, 256)):
+    for b in batches:
+        ls = [torch.randn(b, vocab, device="cuda") * 3 for _ in range(copies(b * vocab * 4))]
+        for name, t, k, p in MODES:
+            emit(f"sampling.{name}", f"B={b} V={vocab}",
+                 median_us(lambda i: hf_sample(ls[i % len(ls)], t, k, p)))
+        del ls
+
+
+def _median_us(fn, iters=30, warmup=5):
+    for i in range(warmup):
+        fn(i)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        fn(warmup + i)
+        ends[i].record()
+    torch.cuda.synchronize()
+    t = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return t[iters // 2] * 1e3
+
+
+if __name__ == "__main__":
+    out = open(sys.argv[1], "w")
+
+    def emit(kernel, shape, us):
+        out.write(json.dumps({"kernel": kernel, "shape": shape, "us": us}) + "\n")
+        out.flush()
+        print(f"peer {kernel:28s} {shape:34s} {us:10.2f} us")
+
+    run(emit, _median_us, lambda nbytes: max(1, -(-3 * 60 * 2**20 // nbytes)))
