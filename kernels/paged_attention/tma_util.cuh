@@ -71,6 +71,11 @@ __device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrives at barrier `id` without waiting (the producer side of a NamedBarrierSync).
+__device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Register reallocation between warpgroups; needs a register cap at entry
 // (__launch_bounds__(threads, 1)) and every warp of the warpgroup executing it.
 template <int kRegs>

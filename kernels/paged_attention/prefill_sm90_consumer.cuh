@@ -1,0 +1,267 @@
+// The consumer warpgroups of the Hopper prefill kernel (paged_attention_prefill_sm90.cu): each
+// owns 64 of an item's 128 packed rows, computes S = Q K^T and O += P V with wgmma and keeps the
+// online softmax (fp32, exp2) in registers. Internal to kernels/paged_attention.
+//
+// Schedule (FlashAttention-3's intra-warpgroup overlap): round j issues S_j = Q K_j^T and then
+// O += P_{j-1} V_{j-1}, waits for S_j only, runs the softmax of S_j while the P V wgmma is still
+// in flight, then waits for it, rescales O by the new row maxima and packs P_j. Optional
+// ping-pong (kPingPong): the two warpgroups take turns issuing their wgmma (named barriers 3 and
+// 4), so one warpgroup's softmax runs while the other's matrix work holds the tensor cores.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/paged_attention/prefill_sm90_pipeline.cuh"
+
+namespace tandem::attention::sm90 {
+
+constexpr int kTurnBarrier = 3;  // + warpgroup: "this warpgroup may issue its wgmma"
+
+// Copies the warpgroup's 64 packed query rows into its swizzled Q tile (rows past the item: 0).
+__device__ __forceinline__ void LoadQuery(const PagedAttentionArgs& a, const AttentionWorkItem& it,
+                                          int row0, uint8_t (&q_s)[2][kQHalfBytes], int tid) {
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const int64_t q_stride = a.q_stride != 0 ? a.q_stride : int64_t{a.num_q_heads} * kD;
+  const auto* q = static_cast<const __nv_bfloat16*>(a.q);
+  uint4 v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int c = tid + i * 128, r = c >> 4, ch = c & 15;
+    v[i] = make_uint4(0, 0, 0, 0);
+    if (row0 + r < it.num_rows) {
+      const int packed = it.row_begin + row0 + r;
+      const int64_t token = it.token_begin + packed / group;
+      const int head = it.kv_head * group + packed % group;
+      v[i] = *reinterpret_cast<const uint4*>(q + token * q_stride + int64_t{head} * kD + ch * 8);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int c = tid + i * 128, r = c >> 4, ch = c & 15;
+    reinterpret_cast<uint4*>(q_s[ch >> 3] + r * kRowBytes)[(ch & 7) ^ (r & 7)] = v[i];
+  }
+}
+
+// Online softmax of one 64 x 128 score tile (raw Q K^T in s; this thread's rows g and g + 8 of
+// its warp): s becomes exp2(s * scale_log2 - m_new), m and l move to the new maxima; returns in
+// corr the factor the previous output rows must be scaled by.
+__device__ __forceinline__ void SoftmaxTile(float (&s)[64], float (&m)[2], float (&l)[2],
+                                            float (&corr)[2], int key0, const int (&limit)[2],
+                                            bool masked, float scale_log2, int quad) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    if (masked && key0 + (i >> 2) * 8 + 2 * quad + (i & 1) >= limit[(i >> 1) & 1]) {
+      s[i] = -INFINITY;
+    }
+    mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+  }
+  float base[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(m[r], mx[r] * scale_log2);
+    base[r] = m_new == -INFINITY ? 0.0f : m_new;  // no visible key yet: no NaN
+    corr[r] = exp2f(m[r] - base[r]);
+    m[r] = m_new;
+    l[r] *= corr[r];
+  }
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    s[i] = exp2f(fmaf(s[i], scale_log2, -base[(i >> 1) & 1]));
+    l[(i >> 1) & 1] += s[i];
+  }
+}
+
+// P as the A fragments of the P V wgmma, one per 16-key step (prefill_wgmma.cuh layouts).
+__device__ __forceinline__ void PackP(const float (&s)[64], uint32_t (&p)[8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[kk][i] = PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+  }
+}
+
+template <int kStages>
+__device__ __forceinline__ void IssueS(float (&s)[64], Smem<kStages>& sm, int wg, int stage) {
+  WgmmaFence();
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int h = ks >> 2, off = (ks & 3) * 32;
+    WgmmaSs(s, SmemDesc(sm.q[wg][h] + off, 16, kSwizzleAtomBytes),
+            SmemDesc(sm.k[stage][h] + off, 16, kSwizzleAtomBytes), ks);
+  }
+  WgmmaCommit();
+}
+
+template <int kStages>
+__device__ __forceinline__ void IssuePv(float (&o)[64], const uint32_t (&p)[8][4],
+                                        Smem<kStages>& sm, int stage) {
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    WgmmaRsTransB(o, p[kk],
+                  SmemDesc(sm.v[stage][0] + kk * 16 * kRowBytes, kKvHalfBytes, kSwizzleAtomBytes));
+  }
+  WgmmaCommit();
+}
+
+// Which rows of the item this warpgroup and this thread own, and the keys they see.
+struct RowLimits {
+  bool active;    // the warpgroup has a row of the item
+  int min_limit;  // keys < min_limit are visible to every row of the warpgroup
+  int tiles;      // key tiles the warpgroup computes (a prefix of the item's tiles)
+  int limit[2];   // keys < limit[r] are visible to this thread's row g + 8 r
+};
+
+__device__ __forceinline__ RowLimits LimitsOf(const AttentionWorkItem& it, int group, int row0,
+                                              int warp, int g) {
+  RowLimits r;
+  const auto limit_of = [&](int row) {
+    return min(it.first_pos + (it.row_begin + row) / group + 1, it.key_end);
+  };
+  r.active = row0 < it.num_rows;
+  r.min_limit = limit_of(row0);
+  const int max_limit = r.active ? limit_of(min(row0 + kWgRows, it.num_rows) - 1) : it.key_begin;
+  r.tiles = CeilDiv(max_limit - it.key_begin, kKeys);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = row0 + warp * 16 + g + 8 * i;
+    r.limit[i] = row < it.num_rows ? limit_of(row) : it.key_end;
+  }
+  return r;
+}
+
+// Normalises and writes this thread's two rows of O (bf16 pairs) to out.
+__device__ __forceinline__ void StoreRows(const PagedAttentionArgs& a, const AttentionWorkItem& it,
+                                          int row0, const float (&o)[64], float (&l)[2], int lane) {
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const int warp_row = row0 + ((threadIdx.x & 127) >> 5) * 16 + (lane >> 2);
+  auto* out = static_cast<__nv_bfloat16*>(a.out);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int row = warp_row + 8 * r;
+    if (row >= it.num_rows) continue;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    const int packed = it.row_begin + row;
+    const int64_t token = it.token_begin + packed / group;
+    const int head = it.kv_head * group + packed % group;
+    auto* dst = reinterpret_cast<uint32_t*>(out + (token * a.num_q_heads + head) * kD);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      dst[j * 4 + (lane & 3)] = PackBf16(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+  }
+}
+
+// Ping-pong turns of the two consumer warpgroups (named barriers kTurnBarrier + wg): Begin()
+// waits for this warpgroup's turn, End() hands the turn to the other one, except after the
+// very last turn of warpgroup 1 (no one would wait for it). No-ops without kPingPong.
+template <bool kPingPong>
+struct Turns {
+  int wg;
+  bool last_item;
+  __device__ __forceinline__ void Begin() const {
+    if (kPingPong) NamedBarrierSync(kTurnBarrier + wg, 256);
+  }
+  __device__ __forceinline__ void End(bool last_turn) const {
+    if (kPingPong && !(wg == 1 && last_item && last_turn)) {
+      NamedBarrierArrive(kTurnBarrier + 1 - wg, 256);
+    }
+  }
+};
+
+// One consumer warpgroup `wg` (0, 1): rows [64 wg, 64 wg + 64) of every item of this CTA.
+template <int kStages, bool kPingPong>
+__device__ void Consume(const PagedAttentionArgs& a, const AttentionWorkItem* items, int num_items,
+                        bool snake, Smem<kStages>& sm, int wg, int tid) {
+  const int warp = tid >> 5, lane = tid & 31;
+  const int group = a.num_q_heads / a.num_kv_heads;
+  const float scale_log2 = a.scale * kLog2e;
+  const int row0 = wg * kWgRows;
+  // Warpgroup 0 takes the first turn: warpgroup 1 opens its barrier once.
+  if (kPingPong && wg == 1 && blockIdx.x < num_items) NamedBarrierArrive(kTurnBarrier, 256);
+  uint32_t cnt = 0;  // tiles consumed before this item (the stage ring position)
+  for (int k = 0, idx = ItemOf(0, snake); idx < num_items; idx = ItemOf(++k, snake)) {
+    const AttentionWorkItem it = items[idx];
+    NamedBarrierSync(1 + wg, 128);  // the previous item's wgmma no longer read q_s
+    LoadQuery(a, it, row0, sm.q[wg], tid);
+    FenceProxyAsync();
+    NamedBarrierSync(1 + wg, 128);
+    const RowLimits rl = LimitsOf(it, group, row0, warp, lane >> 2);
+    const int tiles = CeilDiv(it.key_end - it.key_begin, kKeys);
+    const bool last_item = ItemOf(k + 1, snake) >= num_items;
+    float o[64], s[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, corr[2];
+    uint32_t p[8][4];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+    Turns<kPingPong> turns{wg, last_item};
+    const auto stage = [&](int j) { return (cnt + j) % kStages; };
+    const auto parity = [&](int j) { return ((cnt + j) / kStages) & 1; };
+    const auto release = [&](uint64_t* empty, int j) {
+      __syncwarp();
+      if (lane == 0) MbarArrive(&empty[stage(j)]);
+    };
+    const auto softmax = [&](int j) {
+      FenceRegs(s);
+      const int key0 = it.key_begin + j * kKeys;
+      SoftmaxTile(s, m, l, corr, key0, rl.limit, key0 + kKeys > rl.min_limit, scale_log2, lane & 3);
+    };
+    // Rounds: S_0; then S_j with P_{j-1} V_{j-1}; then the last P V; then the tiles past this
+    // warpgroup's rows (waited for and released only). Every warpgroup takes tiles + 1 turns.
+    if (rl.tiles > 0) {
+      MbarWait(&sm.full_k[stage(0)], parity(0));
+      turns.Begin();
+      IssueS(s, sm, wg, stage(0));
+      turns.End(false);
+      WgmmaWait<0>();
+      release(sm.empty_k, 0);
+      softmax(0);
+      PackP(s, p);
+    }
+    for (int j = 1; j < rl.tiles; ++j) {
+      MbarWait(&sm.full_k[stage(j)], parity(j));
+      MbarWait(&sm.full_v[stage(j - 1)], parity(j - 1));
+      turns.Begin();
+      IssueS(s, sm, wg, stage(j));
+      IssuePv(o, p, sm, stage(j - 1));
+      turns.End(false);
+      WgmmaWait<1>();
+      release(sm.empty_k, j);
+      softmax(j);
+      WgmmaWait<0>();
+      FenceRegs(o);
+      release(sm.empty_v, j - 1);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
+      PackP(s, p);
+    }
+    if (rl.tiles > 0) {
+      MbarWait(&sm.full_v[stage(rl.tiles - 1)], parity(rl.tiles - 1));
+      turns.Begin();
+      IssuePv(o, p, sm, stage(rl.tiles - 1));
+      turns.End(rl.tiles == tiles);
+      WgmmaWait<0>();
+      FenceRegs(o);
+      release(sm.empty_v, rl.tiles - 1);
+    } else {
+      turns.Begin();
+      turns.End(rl.tiles == tiles);
+    }
+    for (int j = rl.tiles; j < tiles; ++j) {
+      MbarWait(&sm.full_k[stage(j)], parity(j));
+      release(sm.empty_k, j);
+      MbarWait(&sm.full_v[stage(j)], parity(j));
+      release(sm.empty_v, j);
+      turns.Begin();
+      turns.End(j == tiles - 1);
+    }
+    cnt += tiles;
+    if (rl.active) StoreRows(a, it, row0, o, l, lane);
+  }
+}
+
+}  // namespace tandem::attention::sm90
