@@ -1,12 +1,14 @@
 // Fused QK-norm + rotary + KV-cache store (rope_kv_store.h), CUDA, bf16 qkv and cache.
 //
-// One CTA per token at a time. Its cos/sin are computed once into shared memory; the token's
-// qkv row ((num_q_heads + 2 num_kv_heads) heads of D bf16) is read as 16-byte chunks, one per
-// thread, kChunksPerThread of them in flight per thread. A head is D / 8 consecutive threads
-// (inside one warp): the QK-norm sum of squares is a shuffle reduction over them, and the
-// rotate-half partner of a chunk sits D / 16 threads away (one shuffle). The numerics follow
-// RopeKvStoreRef: fp32 math, angle = float(position) * inv_freq[i] with an accurate sincosf
-// (angles reach 10^5 rad), one rounding to bf16; the cache gets the rounded value.
+// One CTA per token at a time. A thread owns rotate-half pairs of 16-byte chunks: chunk p of a
+// head (dims [8p, 8p + 8)) together with chunk p + D/16 (dims D/2 + [8p, 8p + 8)), so the
+// rotation needs no data from other threads. A head is D / 16 consecutive threads (inside one
+// warp): the QK-norm sum of squares is a shuffle reduction over them. kPairsPerThread pairs
+// (2 x 16 bytes each) are in flight per thread. cos/sin of the token's angles are computed into
+// one of two shared buffers while the previous token is processed, so a token costs one barrier.
+// The numerics follow RopeKvStoreRef: fp32 math, angle = float(position) * inv_freq[i] with an
+// accurate sincosf (angles reach 10^5 rad), one rounding to bf16; the cache gets the rounded
+// value.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -18,7 +20,7 @@ namespace tandem {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kChunksPerThread = 4;
+constexpr int kPairsPerThread = 2;  // 48 heads x 8 pairs (D = 128) = 384 pairs per token
 
 __device__ __forceinline__ void Unpack(const uint4& u, float (&v)[8]) {
   const auto* h = reinterpret_cast<const __nv_bfloat162*>(&u);
@@ -38,46 +40,50 @@ __device__ __forceinline__ uint4 Pack(const float (&v)[8]) {
   return u;
 }
 
-// Normalises (optionally) and rotates one 16-byte chunk `c` of the token's row; stores it back
-// and into the cache. Every lane must call this (shuffles), valid or not.
+// Normalises (optionally) and rotates pair q of the token's row (head q / (D/16), chunks
+// part = q % (D/16) and part + D/16: lo, hi); stores them back and, for K and V, into the cache.
+// Every lane must call this (the QK-norm shuffles), valid or not. norm_w: [2][D] fp32, q then k.
 template <int D>
-__device__ __forceinline__ void RotateChunk(const RopeKvStoreArgs& a, int64_t t, int c, bool valid,
-                                            const uint4& raw, int32_t slot, const float* cos_s,
-                                            const float* sin_s, const float (&wq)[8],
-                                            const float (&wk)[8]) {
-  constexpr int kPerHead = D / 8;
+__device__ __forceinline__ void RotatePair(const RopeKvStoreArgs& a, int64_t t, int q, bool valid,
+                                           const uint4& lo_raw, const uint4& hi_raw, int32_t slot,
+                                           const float* cos_s, const float* sin_s,
+                                           const float* norm_w) {
+  constexpr int kPerHead = D / 8, kHalf = D / 16;
   const int heads = a.num_q_heads + 2 * a.num_kv_heads;
-  const int h = c / kPerHead, part = c % kPerHead;
+  const int h = q / kHalf, part = q % kHalf;
   const bool is_q = h < a.num_q_heads;
   const bool is_v = h >= a.num_q_heads + a.num_kv_heads;
-  float v[8];
-  Unpack(raw, v);
+  float lo[8], hi[8];
+  Unpack(lo_raw, lo);
+  Unpack(hi_raw, hi);
   if (a.q_norm_weight != nullptr) {
     float sum_sq = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) sum_sq += v[j] * v[j];
+    for (int j = 0; j < 8; ++j) sum_sq += lo[j] * lo[j] + hi[j] * hi[j];
 #pragma unroll
-    for (int o = 1; o < kPerHead; o <<= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
+    for (int o = 1; o < kHalf; o <<= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
     if (!is_v && valid) {
       const float inv_rms = rsqrtf(sum_sq / static_cast<float>(D) + a.norm_eps);
+      const float* w = norm_w + (is_q ? 0 : D) + part * 8;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = v[j] * inv_rms * (is_q ? wq[j] : wk[j]);
+      for (int j = 0; j < 8; ++j) {
+        lo[j] = lo[j] * inv_rms * w[j];
+        hi[j] = hi[j] * inv_rms * w[D / 2 + j];
+      }
     }
   }
-  float partner[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) partner[j] = __shfl_xor_sync(0xffffffffu, v[j], kPerHead / 2);
   if (!valid) return;
   auto* row = static_cast<uint4*>(a.qkv) + (t * heads + h) * kPerHead;
   if (!is_v) {
-    const bool low = part < kPerHead / 2;
-    const int i0 = (part % (kPerHead / 2)) * 8;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float cs = cos_s[i0 + j], sn = sin_s[i0 + j];
-      v[j] = low ? v[j] * cs - partner[j] * sn : v[j] * cs + partner[j] * sn;
+      const float cs = cos_s[part * 8 + j], sn = sin_s[part * 8 + j];
+      const float x = lo[j], y = hi[j];
+      lo[j] = x * cs - y * sn;
+      hi[j] = y * cs + x * sn;
     }
-    row[part] = Pack(v);
+    row[part] = Pack(lo);
+    row[part + kHalf] = Pack(hi);
   }
   if (is_q || slot < 0) return;
   const int kv = is_v ? 1 : 0;
@@ -85,47 +91,77 @@ __device__ __forceinline__ void RotateChunk(const RopeKvStoreArgs& a, int64_t t,
   const int64_t dst_row =
       ((int64_t{slot / a.page_size} * 2 + kv) * a.num_kv_heads + kv_head) * a.page_size +
       slot % a.page_size;
-  static_cast<uint4*>(a.kv_layer)[dst_row * kPerHead + part] = Pack(v);
+  auto* dst = static_cast<uint4*>(a.kv_layer) + dst_row * kPerHead;
+  dst[part] = Pack(lo);
+  dst[part + kHalf] = Pack(hi);
 }
 
+// Loads pairs q = q0 + j * kThreads + threadIdx.x of one token's row (zeros past `pairs`).
 template <int D>
-__global__ void __launch_bounds__(kThreads)
-    RopeKvStoreKernel(const __grid_constant__ RopeKvStoreArgs a) {
-  constexpr int kPerHead = D / 8;
-  __shared__ float cos_s[D / 2], sin_s[D / 2];
-  const int heads = a.num_q_heads + 2 * a.num_kv_heads;
-  const int chunks = heads * kPerHead;
-  // Every chunk this thread touches is part threadIdx.x % kPerHead of its head (kThreads is a
-  // multiple of kPerHead), so its slice of the norm weights is loaded once.
-  float wq[8] = {}, wk[8] = {};
-  if (a.q_norm_weight != nullptr) {
-    Unpack(static_cast<const uint4*>(a.q_norm_weight)[threadIdx.x % kPerHead], wq);
-    Unpack(static_cast<const uint4*>(a.k_norm_weight)[threadIdx.x % kPerHead], wk);
+__device__ __forceinline__ void LoadPairs(const uint4* row, int q0, int pairs,
+                                          uint4 (&lo)[kPairsPerThread],
+                                          uint4 (&hi)[kPairsPerThread]) {
+  constexpr int kPerHead = D / 8, kHalf = D / 16;
+#pragma unroll
+  for (int j = 0; j < kPairsPerThread; ++j) {
+    const int q = q0 + j * kThreads + threadIdx.x;
+    const int c = (q / kHalf) * kPerHead + q % kHalf;
+    lo[j] = q < pairs ? row[c] : make_uint4(0, 0, 0, 0);
+    hi[j] = q < pairs ? row[c + kHalf] : make_uint4(0, 0, 0, 0);
   }
-  for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
-    __syncthreads();  // the previous token's cos/sin are no longer read
-    if (threadIdx.x < D / 2) {
-      float sn, cs;
-      sincosf(static_cast<float>(a.positions[t]) * a.inv_freq[threadIdx.x], &sn, &cs);
-      cos_s[threadIdx.x] = cs;
-      sin_s[threadIdx.x] = sn;
-    }
+}
+
+// cos/sin of the rotary angles of `position` into cos_s / sin_s (threads < D / 2).
+template <int D>
+__device__ __forceinline__ void Angles(const RopeKvStoreArgs& a, int32_t position, float* cos_s,
+                                       float* sin_s) {
+  if (threadIdx.x < D / 2) {
+    float sn, cs;
+    sincosf(static_cast<float>(position) * a.inv_freq[threadIdx.x], &sn, &cs);
+    cos_s[threadIdx.x] = cs;
+    sin_s[threadIdx.x] = sn;
+  }
+}
+
+// At most 64 registers: 4 CTAs (1024 threads) per SM.
+template <int D>
+__global__ void __launch_bounds__(kThreads, 4)
+    RopeKvStoreKernel(const __grid_constant__ RopeKvStoreArgs a) {
+  __shared__ float cos_s[2][D / 2], sin_s[2][D / 2];
+  // QK-norm weights (q then k, fp32), read per pair from shared memory rather than held in
+  // registers (4 CTAs per SM fit in 64 registers only without them).
+  __shared__ __align__(16) float norm_w[2 * D];
+  const int heads = a.num_q_heads + 2 * a.num_kv_heads;
+  const int pairs = heads * (D / 16);
+  if (a.q_norm_weight != nullptr && threadIdx.x < 2 * D / 8) {
+    const int part = threadIdx.x % (D / 8);
+    const void* wp = threadIdx.x < D / 8 ? a.q_norm_weight : a.k_norm_weight;
+    float w[8];
+    Unpack(static_cast<const uint4*>(wp)[part], w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) norm_w[threadIdx.x * 8 + j] = w[j];
+  }
+  if (blockIdx.x < a.num_tokens) Angles<D>(a, a.positions[blockIdx.x], cos_s[0], sin_s[0]);
+  int buf = 0;
+  for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x, buf ^= 1) {
+    const auto* row = static_cast<const uint4*>(a.qkv) + t * heads * (D / 8);
     const int32_t slot = a.slot_mapping[t];
-    const auto* row = static_cast<const uint4*>(a.qkv) + t * chunks;
+    const int64_t next = t + gridDim.x;
+    const int32_t next_position = next < a.num_tokens ? a.positions[next] : 0;
+    uint4 lo[kPairsPerThread], hi[kPairsPerThread];
+    LoadPairs<D>(row, 0, pairs, lo, hi);  // in flight across the barrier
+    // cos_s[buf] (and, at the first token, norm_w) is written; cos_s[buf ^ 1] is no longer
+    // read (the previous token's).
     __syncthreads();
-    for (int c0 = 0; c0 < chunks; c0 += kThreads * kChunksPerThread) {
-      uint4 raw[kChunksPerThread];
+    for (int q0 = 0; q0 < pairs; q0 += kThreads * kPairsPerThread) {
+      if (q0 > 0) LoadPairs<D>(row, q0, pairs, lo, hi);
 #pragma unroll
-      for (int j = 0; j < kChunksPerThread; ++j) {
-        const int c = c0 + j * kThreads + threadIdx.x;
-        raw[j] = c < chunks ? row[c] : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int j = 0; j < kChunksPerThread; ++j) {
-        const int c = c0 + j * kThreads + threadIdx.x;
-        RotateChunk<D>(a, t, c, c < chunks, raw[j], slot, cos_s, sin_s, wq, wk);
+      for (int j = 0; j < kPairsPerThread; ++j) {
+        const int q = q0 + j * kThreads + threadIdx.x;
+        RotatePair<D>(a, t, q, q < pairs, lo[j], hi[j], slot, cos_s[buf], sin_s[buf], norm_w);
       }
     }
+    if (next < a.num_tokens) Angles<D>(a, next_position, cos_s[buf ^ 1], sin_s[buf ^ 1]);
   }
 }
 

@@ -122,6 +122,8 @@ TEST(RopeKvStoreGpuTest, Qwen3QkNorm) {
   SKIP_WITHOUT_GPU();
   Check(255, 32, 8, 128, 128, true, 4);
   Check(17, 16, 2, 64, 32, true, 5);
+  // head_dim 256 (16 lanes per head) and a head count whose pairs do not fill the CTA.
+  Check(33, 7, 1, 256, 16, true, 6);
 }
 
 TEST(RopeKvStoreGpuTest, EmptyAndRejected) {
