@@ -54,6 +54,23 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
                "r"(bytes));
 }
+// The same copy with an L2 cache-eviction policy (EvictFirstPolicy).
+__device__ __forceinline__ void CpAsync16Hinted(void* smem, const void* gmem, bool valid,
+                                                uint64_t policy) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(addr),
+               "l"(gmem), "r"(bytes), "l"(policy));
+}
+
+// L2 evict-first policy for a stream read once per launch (K/V in small-batch decode, so the
+// small data that every launch re-reads stays in L2).
+__device__ __forceinline__ uint64_t EvictFirstPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
@@ -82,10 +99,12 @@ __host__ __device__ inline int PageShift(int page_size) {
 }
 
 // Copies keys [key0, key0 + kKeys) of K and V (rows >= key_end zero-filled) into k_s / v_s
-// ([kKeys][D + kRowPad]), spread over kThreads threads starting at `tid`.
-template <int D, int kKeys, int kThreads>
+// ([kKeys][D + kRowPad]), spread over kThreads threads starting at `tid`. kHinted: the copies
+// carry the L2 policy `policy` (EvictFirstPolicy); otherwise it is ignored.
+template <int D, int kKeys, int kThreads, bool kHinted = false>
 __device__ __forceinline__ void LoadKvTile(const KvView& view, int key0, int key_end,
-                                           __nv_bfloat16* k_s, __nv_bfloat16* v_s, int tid) {
+                                           __nv_bfloat16* k_s, __nv_bfloat16* v_s, int tid,
+                                           uint64_t policy = 0) {
   constexpr int kChunksPerRow = D / 8;  // 16-byte chunks
   constexpr int kChunks = kKeys * kChunksPerRow;
   static_assert(kChunks % kThreads == 0, "tile must split evenly over the threads");
@@ -108,8 +127,13 @@ __device__ __forceinline__ void LoadKvTile(const KvView& view, int key0, int key
     }
     const __nv_bfloat16* v_src =
         valid ? k_src + int64_t{view.num_kv_heads} * view.page_size * D : view.kv;
-    CpAsync16(k_s + row * (D + kRowPad) + col, k_src, valid);
-    CpAsync16(v_s + row * (D + kRowPad) + col, v_src, valid);
+    if constexpr (kHinted) {
+      CpAsync16Hinted(k_s + row * (D + kRowPad) + col, k_src, valid, policy);
+      CpAsync16Hinted(v_s + row * (D + kRowPad) + col, v_src, valid, policy);
+    } else {
+      CpAsync16(k_s + row * (D + kRowPad) + col, k_src, valid);
+      CpAsync16(v_s + row * (D + kRowPad) + col, v_src, valid);
+    }
   }
 }
 

@@ -87,24 +87,51 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
   }
 }
 
+// Issues the K/V copies of one decode tile into `buf` (K, then V at + one tile): kEvictFirst
+// with the evict-first L2 policy `policy`, else as plain copies (copies carrying an
+// evict-normal policy measured ~10% slower than plain ones at batch 32-256: WORKLOG.md step 5).
+template <int D, bool kEvictFirst>
+__device__ __forceinline__ void LoadDecodeTile(const KvView& view, int key0, int key_end,
+                                               __nv_bfloat16* buf, uint64_t policy) {
+  constexpr int kTile = TileElems<D, kDecodeKeys>();
+  attention::LoadKvTile<D, kDecodeKeys, kDecodeWarps * 32, kEvictFirst>(
+      view, key0, key_end, buf, buf + kTile, threadIdx.x, policy);
+}
+
 // One CTA per work item at a time: the four warps share a kDecodeStages-deep cp.async pipeline
 // of kDecodeKeys-key tiles; warp w computes keys [16 w, 16 w + 16) of every tile with its own
 // online softmax, and the states are merged at the end of the item.
-template <int D>
+// kSplit: the variant for plans with split merges (small batches, a few tiles per item, where
+// start-up and tail latency dominate): the CTA's first item is read speculatively together
+// with the item count (slot blockIdx.x exists up to max_items) and the next one while the K/V
+// stream, the merge item is read ahead (no dependent load before the arrival counter), and the
+// K/V copies are evict-first, so the plan, block tables, queries and partials stay in L2. For
+// plans without merges (large batches) none of this pays, and the hint costs bandwidth.
+template <int D, bool kSplit>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     DecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
                  const AttentionMergeItem* merges, const int32_t* counts, int32_t* counters,
-                 float* partial_out, float* partial_lse) {
+                 float* partial_out, float* partial_lse, int max_items) {
   extern __shared__ uint4 smem_raw[];
   constexpr int kTile = TileElems<D, kDecodeKeys>();
-  constexpr int kThreads = kDecodeWarps * 32;
   constexpr int kSub = kDecodeWarpKeys * (D + kRowPad);  // one warp's quarter of a tile
   auto* base = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float scale_log2 = a.scale * attention::kLog2e;
+  AttentionWorkItem next_it{};
+  uint64_t policy = 0;
+  if constexpr (kSplit) {
+    if (static_cast<int>(blockIdx.x) < max_items) next_it = items[blockIdx.x];
+    policy = attention::EvictFirstPolicy();
+  }
   const int num_items = counts[0];
   for (int idx = blockIdx.x; idx < num_items; idx += gridDim.x) {
-    const AttentionWorkItem it = items[idx];
+    if constexpr (!kSplit) next_it = items[idx];
+    const AttentionWorkItem it = next_it;
+    AttentionMergeItem mi{};
+    if constexpr (kSplit) {
+      if (it.merge >= 0) mi = merges[it.merge];
+    }
     const KvView view{static_cast<const __nv_bfloat16*>(a.kv_layer),
                       a.block_tables + int64_t{it.seq} * a.max_pages_per_seq,
                       a.num_kv_heads,
@@ -116,11 +143,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     // K/V loads first: they are the long pole; the queries load while they fly.
     for (int s = 0; s < kDecodeStages - 1; ++s) {
       if (s < tiles) {
-        __nv_bfloat16* buf = base + s * 2 * kTile;
-        attention::LoadKvTile<D, kDecodeKeys, kThreads>(view, it.key_begin + s * kDecodeKeys,
-                                                        it.key_end, buf, buf + kTile, threadIdx.x);
+        LoadDecodeTile<D, kSplit>(view, it.key_begin + s * kDecodeKeys, it.key_end,
+                                  base + s * 2 * kTile, policy);
       }
       attention::CpAsyncCommit();
+    }
+    if constexpr (kSplit) {
+      if (idx + static_cast<int>(gridDim.x) < num_items) next_it = items[idx + gridDim.x];
     }
     const WarpRows<D> w = SliceRows<D>(a, it, it.row_begin, lane);
     WarpAccum<D> acc;
@@ -129,9 +158,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     for (int i = 0; i < tiles; ++i) {
       const int next = i + kDecodeStages - 1;
       if (next < tiles) {
-        __nv_bfloat16* buf = base + (next % kDecodeStages) * 2 * kTile;
-        attention::LoadKvTile<D, kDecodeKeys, kThreads>(view, it.key_begin + next * kDecodeKeys,
-                                                        it.key_end, buf, buf + kTile, threadIdx.x);
+        LoadDecodeTile<D, kSplit>(view, it.key_begin + next * kDecodeKeys, it.key_end,
+                                  base + (next % kDecodeStages) * 2 * kTile, policy);
       }
       attention::CpAsyncCommit();
       attention::CpAsyncWait<kDecodeStages - 1>();
@@ -147,25 +175,37 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     }
     MergeWarpsAndStore(a, it, acc, reinterpret_cast<float*>(smem_raw), partial_out, partial_lse);
     if (it.merge >= 0) {
-      attention::ArriveAndMaybeCombine<D, kDecodeWarps * 32>(a, it, merges, counters, partial_out,
+      if constexpr (!kSplit) mi = merges[it.merge];
+      attention::ArriveAndMaybeCombine<D, kDecodeWarps * 32>(a, it, mi, counters, partial_out,
                                                              partial_lse);
     }
   }
 }
 
-template <int D>
-absl::Status LaunchDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
-                          cudaStream_t stream) {
+template <int D, bool kSplit>
+absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan& plan,
+                                cudaStream_t stream) {
   constexpr int kPipe = kDecodeStages * 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
   constexpr int kMerge = kDecodeWarps * kDecodeRows * (D + 2) * sizeof(float);
   constexpr int kSmem = kPipe > kMerge ? kPipe : kMerge;
   static std::atomic<int> cache[kMaxDevices];
-  ASSIGN_OR_RETURN(const int per_sm, BlocksPerSm(DecodeKernel<D>, kDecodeWarps * 32, kSmem, cache));
-  DecodeKernel<D><<<NumSms() * per_sm, kDecodeWarps * 32, kSmem, stream>>>(
+  ASSIGN_OR_RETURN(const int per_sm,
+                   BlocksPerSm(DecodeKernel<D, kSplit>, kDecodeWarps * 32, kSmem, cache));
+  DecodeKernel<D, kSplit><<<NumSms() * per_sm, kDecodeWarps * 32, kSmem, stream>>>(
       a, plan.items(), plan.merges(), plan.counts(), plan.merge_counters(), plan.partial_out(),
-      plan.partial_lse());
+      plan.partial_lse(), plan.capacity().max_items);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
+}
+
+// The variant follows the plan's last build (host copy of its merge count). Both variants
+// compute the same function for any plan, so a graph captured with one plan and replayed with
+// a rebuilt one stays correct; only the choice of variant is the captured one.
+template <int D>
+absl::Status LaunchDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
+                          cudaStream_t stream) {
+  if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true>(a, plan, stream);
+  return LaunchDecodeKernel<D, false>(a, plan, stream);
 }
 
 }  // namespace

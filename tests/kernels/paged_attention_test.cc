@@ -184,6 +184,17 @@ TEST(PagedAttentionGpuTest, DecodeLongContext32k) {
   Check({32768, 20000}, {1, 1}, 32, 8, 128, 64, 8, Path::kDecode);
 }
 
+// The small-batch decode shapes of the benchmark (many splits per KV head, merged by the last
+// CTA): batch 1 at 8k and 32k keys, batch 8 at 4k, pages of 16 and 64.
+TEST(PagedAttentionGpuTest, DecodeSmallBatchManySplits) {
+  SKIP_WITHOUT_GPU();
+  Check({8192}, {1}, 32, 8, 128, 16, 51, Path::kDecode);
+  Check({8192}, {1}, 32, 8, 128, 64, 52, Path::kDecode);
+  Check({32768}, {1}, 32, 8, 128, 16, 53, Path::kDecode);
+  Check(std::vector<int>(8, 4096), std::vector<int>(8, 1), 32, 8, 128, 16, 54, Path::kDecode);
+  Check({8191}, {1}, 8, 1, 64, 32, 55, Path::kDecode);
+}
+
 TEST(PagedAttentionGpuTest, DecodeSeveralQueriesPerSequence) {
   // Speculative-decoding shape: a few new tokens per sequence, causal among themselves.
   SKIP_WITHOUT_GPU();
