@@ -20,6 +20,7 @@
 #include "base/cuda_check.h"
 #include "kernels/common/vec_util.cuh"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_stream.h"
 #include "kernels/gemm/gemm_variants.h"
 
 namespace tandem {
@@ -169,6 +170,11 @@ absl::Status LaunchVariant(const GemmArgs& args, int variant, cudaStream_t strea
       return LaunchSkinny<kM, 8, Bf16, 1>(args, stream);
     case 3:
       return LaunchSkinny<kM, 4, Bf16, 4>(args, stream);
+    case 4:
+      return gemm_internal::LaunchSkinnyStream(args, gemm_internal::SkinnyStream::kPipelined4,
+                                               stream);
+    case 5:
+      return gemm_internal::LaunchSkinnyStream(args, gemm_internal::SkinnyStream::kBulk8, stream);
   }
   return absl::InvalidArgumentError("GemmSkinnyVariant: no such variant");
 }

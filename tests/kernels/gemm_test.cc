@@ -5,6 +5,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/gemm/gemm_variants.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -16,17 +17,20 @@ using testing::DeviceBuffer;
 using testing::HostTensor;
 using testing::RandomTensor;
 
-enum class Path { kDispatch, kSkinny, kCublasLt, kFallback };
+enum class Path { kDispatch, kSkinny, kCublasLt, kFallback, kVariant };
 
 struct Case {
   int64_t m, n, k;
   DType a = DType::kBF16, w = DType::kBF16, c = DType::kBF16;
   bool bias = false;
   Path path = Path::kDispatch;
+  int variant = 0;  // for Path::kVariant: GemmSkinnyVariant's variant
 };
 
-absl::Status Run(Path p, const GemmArgs& args) {
+absl::Status Run(Path p, const GemmArgs& args, int variant) {
   switch (p) {
+    case Path::kVariant:
+      return GemmSkinnyVariant(args, variant, nullptr);
     case Path::kDispatch:
       return Gemm(args, nullptr);
     case Path::kSkinny:
@@ -65,7 +69,7 @@ void CheckCase(const Case& cs, uint64_t seed) {
   dc.Poison();
   args.a = da.get(), args.w = dw.get(), args.c = dc.get();
   args.bias = cs.bias ? dbias.get() : nullptr;
-  ASSERT_TRUE(Run(cs.path, args).ok());
+  ASSERT_TRUE(Run(cs.path, args, cs.variant).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   dc.Download(got.data());
   for (int64_t i = 0; i < cs.m * cs.n; ++i) {
@@ -104,6 +108,24 @@ TEST(GemmCudaTest, SkinnyEveryRowTileAndBothRowsPerBlock) {
   // Long rows (k >= 8192) take 8 rows per block for m <= 2.
   for (int64_t m : {1, 2}) {
     CheckCase({.m = m, .n = 2200, .k = 8200, .path = Path::kSkinny}, seed++);
+  }
+}
+
+// Every skinny variant (the continuous-stream kernels of gemm_stream.h too) on long and awkward
+// rows: k not a multiple of the 1024-column stage or of 256 threads x 8, n not a multiple of
+// the rows per block, k shorter than one stage, and the 12288 -> 4096 decode shape.
+TEST(GemmCudaTest, SkinnyVariantsOnLongAndAwkwardRows) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  uint64_t seed = 300;
+  for (int v = 0; v < kNumSkinnyVariants; ++v) {
+    for (int64_t m : {1, 2, 3, 4}) {
+      for (auto [n, k] :
+           {std::pair<int64_t, int64_t>{2203, 8200}, {37, 1032}, {9, 8}, {13, 3080}}) {
+        CheckCase({.m = m, .n = n, .k = k, .bias = m == 3, .path = Path::kVariant, .variant = v},
+                  seed++);
+      }
+    }
+    CheckCase({.m = 1, .n = 4096, .k = 12288, .path = Path::kVariant, .variant = v}, seed++);
   }
 }
 
