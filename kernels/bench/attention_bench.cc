@@ -317,6 +317,28 @@ int main(int argc, char** argv) {
     BenchPrefill(16384, 64, 790.0, **plan);
     return 0;
   }
+  if (argc > 1 && std::string_view(argv[1]) == "decode_rope") {
+    // Decode and RoPE/KV-store only, with the copy ceiling (gpu_run_bw.sh; run twice with the
+    // old and new kernels in one call). Small batches first, then batch >= 32.
+    const double copy = CopyTbs();
+    std::printf("RESULT kernel=ceiling copy_TBps=%.3f gemm_TFLOPs=0\n", copy);
+    auto plan = AttentionPlan::Create({});
+    CHECK_OK(plan.status());
+    for (const auto& c : {std::array{1, 1024, 16},
+                          {1, 8192, 16},
+                          {1, 8192, 64},
+                          {1, 32768, 16},
+                          {8, 4096, 16},
+                          {32, 4096, 16},
+                          {32, 4096, 64},
+                          {64, 4096, 16},
+                          {256, 1024, 128}}) {
+      BenchDecode(c[0], c[1], c[2], copy, **plan);
+    }
+    BenchRope(16384, false, copy);
+    BenchRope(16384, true, copy);
+    return 0;
+  }
   if (argc > 1 && std::string_view(argv[1]) == "small") {
     // Small-batch decode only (to compare plan settings, e.g. TANDEM_DECODE_ITEMS_PER_SLOT).
     auto plan = AttentionPlan::Create({});
