@@ -7,7 +7,11 @@
 # contiguous KV, torch.matmul), ncu of one launch of the changed kernels; logs under $OUT and a
 # short table last.
 # Carried: .gpu-bw/ = attention_gpu_test, attention_bench, kernels_kb_gpu_test, kb_bench,
-# base/attention_bench (the previous kernels, same bench modes), _libs (bundle-libs.sh).
+# base/attention_bench, _libs. Staged here: cmake --build build-bw --target attention_gpu_test
+# attention_bench kernels_kb_gpu_test kb_bench; base/attention_bench = attention_bench built
+# from the commit before the kernel changes under test (runs 1-3: f62b290) with this commit's
+# attention_bench.cc (for the decode_rope mode); then /work/shared/gpu/bundle-libs.sh
+# .gpu-bw/_libs <the five binaries>.
 # First argument: "quick" (no sanitizers, no ncu), "full" (more profiles: decode stall
 # reasons, the old decode kernel, the bulk-copy GEMM), default: tests, sanitizers, benchmarks,
 # peers and ncu of the default paths.
