@@ -115,15 +115,15 @@ bool Sm90PrefillSupported(const PagedAttentionArgs& a) {
 
 absl::Status LaunchPrefillSm90(const PagedAttentionArgs& a, const AttentionPlan& plan,
                                cudaStream_t stream) {
-  // 3 stages of 64 KB (K and V of 128 keys) fit beside the 32 KB of queries in 227 KB.
-  // Benchmark switches: TANDEM_PREFILL_STAGES=2, TANDEM_PREFILL_PINGPONG=0.
-  const char* stages = std::getenv("TANDEM_PREFILL_STAGES");
+  // 3 stages of 32 KB for each of K and V (128 keys) fit beside the 32 KB of queries in 227 KB.
+  // Ping-pong of the consumer warpgroups measured slower at 16k with page 16 (495-497 vs
+  // 526-528 TFLOP/s) and within noise at page 64 (WORKLOG step 6): off unless
+  // TANDEM_PREFILL_PINGPONG=1 (benchmarks).
   const char* pingpong = std::getenv("TANDEM_PREFILL_PINGPONG");
-  if (stages != nullptr && std::atoi(stages) == 2) return sm90::Launch<2, true>(a, plan, stream);
-  if (pingpong != nullptr && std::atoi(pingpong) == 0) {
-    return sm90::Launch<3, false>(a, plan, stream);
+  if (pingpong != nullptr && std::atoi(pingpong) == 1) {
+    return sm90::Launch<3, true>(a, plan, stream);
   }
-  return sm90::Launch<3, true>(a, plan, stream);
+  return sm90::Launch<3, false>(a, plan, stream);
 }
 
 }  // namespace tandem::attention

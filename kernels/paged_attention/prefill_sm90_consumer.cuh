@@ -11,6 +11,8 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "kernels/paged_attention/prefill_sm90_pipeline.cuh"
 
 namespace tandem::attention::sm90 {
@@ -42,16 +44,27 @@ __device__ __forceinline__ void LoadQuery(const PagedAttentionArgs& a, const Att
   }
 }
 
+// 2^x on the SFU (ex2.approx.ftz): exp2f adds a range check and two multiplies per element for
+// results below 2^-126, which a softmax weight rounds to 0 in bf16 anyway. 2^-inf = 0.
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Online softmax of one 64 x 128 score tile (raw Q K^T in s; this thread's rows g and g + 8 of
 // its warp): s becomes exp2(s * scale_log2 - m_new), m and l move to the new maxima; returns in
-// corr the factor the previous output rows must be scaled by.
+// corr the factor the previous output rows must be scaled by. kMasked: some key of the tile is
+// past some row's limit (the diagonal tiles; a separate instantiation keeps the compares out of
+// the other tiles).
+template <bool kMasked>
 __device__ __forceinline__ void SoftmaxTile(float (&s)[64], float (&m)[2], float (&l)[2],
                                             float (&corr)[2], int key0, const int (&limit)[2],
-                                            bool masked, float scale_log2, int quad) {
+                                            float scale_log2, int quad) {
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
-    if (masked && key0 + (i >> 2) * 8 + 2 * quad + (i & 1) >= limit[(i >> 1) & 1]) {
+    if (kMasked && key0 + (i >> 2) * 8 + 2 * quad + (i & 1) >= limit[(i >> 1) & 1]) {
       s[i] = -INFINITY;
     }
     mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
@@ -63,13 +76,13 @@ __device__ __forceinline__ void SoftmaxTile(float (&s)[64], float (&m)[2], float
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     const float m_new = fmaxf(m[r], mx[r] * scale_log2);
     base[r] = m_new == -INFINITY ? 0.0f : m_new;  // no visible key yet: no NaN
-    corr[r] = exp2f(m[r] - base[r]);
+    corr[r] = FastExp2(m[r] - base[r]);
     m[r] = m_new;
     l[r] *= corr[r];
   }
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
-    s[i] = exp2f(fmaf(s[i], scale_log2, -base[(i >> 1) & 1]));
+    s[i] = FastExp2(fmaf(s[i], scale_log2, -base[(i >> 1) & 1]));
     l[(i >> 1) & 1] += s[i];
   }
 }
@@ -83,27 +96,39 @@ __device__ __forceinline__ void PackP(const float (&s)[64], uint32_t (&p)[8][4])
   }
 }
 
-template <int kStages>
-__device__ __forceinline__ void IssueS(float (&s)[64], Smem<kStages>& sm, int wg, int stage) {
+// Descriptor address words of this warpgroup's Q tile and of stage 0 of the K and V rings
+// (prefill_wgmma.cuh: K-major Q and K, MN-major V with the second head_dim half at LBO).
+struct TileDescs {
+  uint32_t q, k, v;
+  static constexpr uint32_t kStage = 2 * kKvHalfBytes >> 4;  // one stage of K or V
+  template <int kStages>
+  __device__ __forceinline__ TileDescs(Smem<kStages>& sm, int wg)
+      : q(DescLo(sm.q[wg][0], 16)),
+        k(DescLo(sm.k[0][0], 16)),
+        v(DescLo(sm.v[0][0], kKvHalfBytes)) {}
+};
+
+// S = Q K^T of one stage: 8 k16 steps, 4 per head_dim half (32-byte steps inside the rows).
+__device__ __forceinline__ void IssueS(float (&s)[64], const TileDescs& d, int stage) {
   WgmmaFence();
+  const uint32_t k = d.k + stage * TileDescs::kStage;
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
-    const int h = ks >> 2, off = (ks & 3) * 32;
-    WgmmaSs(s, SmemDesc(sm.q[wg][h] + off, 16, kSwizzleAtomBytes),
-            SmemDesc(sm.k[stage][h] + off, 16, kSwizzleAtomBytes), ks);
+    const uint32_t off = (ks >> 2) * (kQHalfBytes >> 4) + (ks & 3) * 2;
+    const uint32_t k_off = (ks >> 2) * (kKvHalfBytes >> 4) + (ks & 3) * 2;
+    WgmmaSs(s, Desc(d.q + off), Desc(k + k_off), ks);
   }
   WgmmaCommit();
 }
 
-template <int kStages>
+// O += P V of one stage: 8 k16 steps of 16 keys (16 rows of 128 bytes each).
 __device__ __forceinline__ void IssuePv(float (&o)[64], const uint32_t (&p)[8][4],
-                                        Smem<kStages>& sm, int stage) {
+                                        const TileDescs& d, int stage) {
   WgmmaFence();
+  const uint32_t v = d.v + stage * TileDescs::kStage;
 #pragma unroll
-  for (int kk = 0; kk < kKeys / 16; ++kk) {
-    WgmmaRsTransB(o, p[kk],
-                  SmemDesc(sm.v[stage][0] + kk * 16 * kRowBytes, kKvHalfBytes, kSwizzleAtomBytes));
-  }
+  for (int kk = 0; kk < kKeys / 16; ++kk)
+    WgmmaRsTransB(o, p[kk], Desc(v + kk * (16 * kRowBytes >> 4)));
   WgmmaCommit();
 }
 
@@ -184,6 +209,7 @@ __device__ void Consume(const PagedAttentionArgs& a, const AttentionWorkItem* it
   const int row0 = wg * kWgRows;
   // Warpgroup 0 takes the first turn: warpgroup 1 opens its barrier once.
   if (kPingPong && wg == 1 && blockIdx.x < num_items) NamedBarrierArrive(kTurnBarrier, 256);
+  const TileDescs descs(sm, wg);
   uint32_t cnt = 0;  // tiles consumed before this item (the stage ring position)
   for (int k = 0, idx = ItemOf(0, snake); idx < num_items; idx = ItemOf(++k, snake)) {
     const AttentionWorkItem it = items[idx];
@@ -205,44 +231,49 @@ __device__ void Consume(const PagedAttentionArgs& a, const AttentionWorkItem* it
       __syncwarp();
       if (lane == 0) MbarArrive(&empty[stage(j)]);
     };
-    const auto softmax = [&](int j) {
+    const auto softmax = [&](auto masked, int j) {
       FenceRegs(s);
-      const int key0 = it.key_begin + j * kKeys;
-      SoftmaxTile(s, m, l, corr, key0, rl.limit, key0 + kKeys > rl.min_limit, scale_log2, lane & 3);
+      SoftmaxTile<decltype(masked)::value>(s, m, l, corr, it.key_begin + j * kKeys, rl.limit,
+                                           scale_log2, lane & 3);
     };
-    // Rounds: S_0; then S_j with P_{j-1} V_{j-1}; then the last P V; then the tiles past this
-    // warpgroup's rows (waited for and released only). Every warpgroup takes tiles + 1 turns.
-    if (rl.tiles > 0) {
-      MbarWait(&sm.full_k[stage(0)], parity(0));
-      turns.Begin();
-      IssueS(s, sm, wg, stage(0));
-      turns.End(false);
-      WgmmaWait<0>();
-      release(sm.empty_k, 0);
-      softmax(0);
-      PackP(s, p);
-    }
-    for (int j = 1; j < rl.tiles; ++j) {
+    // One steady round: S_j and P_{j-1} V_{j-1} in flight, the softmax of S_j under the latter.
+    const auto round = [&](auto masked, int j) {
       MbarWait(&sm.full_k[stage(j)], parity(j));
       MbarWait(&sm.full_v[stage(j - 1)], parity(j - 1));
       turns.Begin();
-      IssueS(s, sm, wg, stage(j));
-      IssuePv(o, p, sm, stage(j - 1));
+      IssueS(s, descs, stage(j));
+      IssuePv(o, p, descs, stage(j - 1));
       turns.End(false);
       WgmmaWait<1>();
       release(sm.empty_k, j);
-      softmax(j);
+      softmax(masked, j);
       WgmmaWait<0>();
       FenceRegs(o);
       release(sm.empty_v, j - 1);
 #pragma unroll
       for (int i = 0; i < 64; ++i) o[i] *= corr[(i >> 1) & 1];
       PackP(s, p);
+    };
+    // Tiles [0, unmasked) lie below every row's limit.
+    const int unmasked = (rl.min_limit - it.key_begin) / kKeys;
+    // Rounds: S_0; then S_j with P_{j-1} V_{j-1}; then the last P V; then the tiles past this
+    // warpgroup's rows (waited for and released only). Every warpgroup takes tiles + 1 turns.
+    if (rl.tiles > 0) {
+      MbarWait(&sm.full_k[stage(0)], parity(0));
+      turns.Begin();
+      IssueS(s, descs, stage(0));
+      turns.End(false);
+      WgmmaWait<0>();
+      release(sm.empty_k, 0);
+      softmax(std::true_type{}, 0);
+      PackP(s, p);
     }
+    for (int j = 1; j < min(unmasked, rl.tiles); ++j) round(std::false_type{}, j);
+    for (int j = max(unmasked, 1); j < rl.tiles; ++j) round(std::true_type{}, j);
     if (rl.tiles > 0) {
       MbarWait(&sm.full_v[stage(rl.tiles - 1)], parity(rl.tiles - 1));
       turns.Begin();
-      IssuePv(o, p, sm, stage(rl.tiles - 1));
+      IssuePv(o, p, descs, stage(rl.tiles - 1));
       turns.End(rl.tiles == tiles);
       WgmmaWait<0>();
       FenceRegs(o);

@@ -40,6 +40,15 @@ __device__ __forceinline__ uint64_t SmemDesc(const void* tile, uint32_t lbo_byte
   return desc;
 }
 
+// A descriptor split into its two 32-bit words, so that a kernel computes the address word of a
+// tile once and reaches its sub-tiles by adding (byte offset >> 4) to it: shared addresses are
+// below 2^18, so the 14-bit address field never carries into the LBO field.
+__device__ __forceinline__ uint32_t DescLo(const void* tile, uint32_t lbo_bytes) {
+  return ((CvtaShared(tile) & 0x3FFFF) >> 4) | (((lbo_bytes >> 4) & 0x3FFF) << 16);
+}
+constexpr uint32_t kDescHi128B = (kSwizzleAtomBytes >> 4) | (1u << 30);  // SBO 1024, 128B swizzle
+__device__ __forceinline__ uint64_t Desc(uint32_t lo) { return (uint64_t{kDescHi128B} << 32) | lo; }
+
 // Orders register writes before the wgmma that read them (accumulators, A fragments).
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
