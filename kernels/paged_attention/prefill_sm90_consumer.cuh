@@ -19,29 +19,28 @@ namespace tandem::attention::sm90 {
 
 constexpr int kTurnBarrier = 3;  // + warpgroup: "this warpgroup may issue its wgmma"
 
-// Copies the warpgroup's 64 packed query rows into its swizzled Q tile (rows past the item: 0).
-__device__ __forceinline__ void LoadQuery(const PagedAttentionArgs& a, const AttentionWorkItem& it,
-                                          int row0, uint8_t (&q_s)[2][kQHalfBytes], int tid) {
+// Starts the copy (cp.async, 16 bytes a thread at a time) of the warpgroup's 64 packed query
+// rows of `it` into its swizzled Q tile; rows past the item are zero-filled. The caller waits
+// (CpAsyncWait<0>), fences the async proxy and syncs the warpgroup before the wgmma read it.
+__device__ __forceinline__ void IssueQuery(const PagedAttentionArgs& a, const AttentionWorkItem& it,
+                                           int row0, uint8_t (&q_s)[2][kQHalfBytes], int tid) {
   const int group = a.num_q_heads / a.num_kv_heads;
   const int64_t q_stride = a.q_stride != 0 ? a.q_stride : int64_t{a.num_q_heads} * kD;
   const auto* q = static_cast<const __nv_bfloat16*>(a.q);
-  uint4 v[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int c = tid + i * 128, r = c >> 4, ch = c & 15;
-    v[i] = make_uint4(0, 0, 0, 0);
-    if (row0 + r < it.num_rows) {
+    const bool valid = row0 + r < it.num_rows;
+    const __nv_bfloat16* src = q;
+    if (valid) {
       const int packed = it.row_begin + row0 + r;
       const int64_t token = it.token_begin + packed / group;
       const int head = it.kv_head * group + packed % group;
-      v[i] = *reinterpret_cast<const uint4*>(q + token * q_stride + int64_t{head} * kD + ch * 8);
+      src = q + token * q_stride + int64_t{head} * kD + ch * 8;
     }
+    CpAsync16(q_s[ch >> 3] + r * kRowBytes + ((ch & 7) ^ (r & 7)) * 16, src, valid);
   }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int c = tid + i * 128, r = c >> 4, ch = c & 15;
-    reinterpret_cast<uint4*>(q_s[ch >> 3] + r * kRowBytes)[(ch & 7) ^ (r & 7)] = v[i];
-  }
+  CpAsyncCommit();
 }
 
 // 2^x on the SFU (ex2.approx.ftz): exp2f adds a range check and two multiplies per element for
@@ -211,12 +210,14 @@ __device__ void Consume(const PagedAttentionArgs& a, const AttentionWorkItem* it
   if (kPingPong && wg == 1 && blockIdx.x < num_items) NamedBarrierArrive(kTurnBarrier, 256);
   const TileDescs descs(sm, wg);
   uint32_t cnt = 0;  // tiles consumed before this item (the stage ring position)
+  // Q of the first item now; Q of item k + 1 once the last S = Q K^T of item k is done (below),
+  // so its load runs under item k's last P V and output stores.
+  if (ItemOf(0, snake) < num_items) IssueQuery(a, items[ItemOf(0, snake)], row0, sm.q[wg], tid);
   for (int k = 0, idx = ItemOf(0, snake); idx < num_items; idx = ItemOf(++k, snake)) {
     const AttentionWorkItem it = items[idx];
-    NamedBarrierSync(1 + wg, 128);  // the previous item's wgmma no longer read q_s
-    LoadQuery(a, it, row0, sm.q[wg], tid);
+    CpAsyncWait<0>();
     FenceProxyAsync();
-    NamedBarrierSync(1 + wg, 128);
+    NamedBarrierSync(1 + wg, 128);  // the warpgroup's Q tile landed
     const RowLimits rl = LimitsOf(it, group, row0, warp, lane >> 2);
     const int tiles = CeilDiv(it.key_end - it.key_begin, kKeys);
     const bool last_item = ItemOf(k + 1, snake) >= num_items;
@@ -270,6 +271,11 @@ __device__ void Consume(const PagedAttentionArgs& a, const AttentionWorkItem* it
     }
     for (int j = 1; j < min(unmasked, rl.tiles); ++j) round(std::false_type{}, j);
     for (int j = max(unmasked, 1); j < rl.tiles; ++j) round(std::true_type{}, j);
+    // Every S wgmma of this item has completed in each warp: the Q tile is free.
+    NamedBarrierSync(1 + wg, 128);
+    if (ItemOf(k + 1, snake) < num_items) {
+      IssueQuery(a, items[ItemOf(k + 1, snake)], row0, sm.q[wg], tid);
+    }
     if (rl.tiles > 0) {
       MbarWait(&sm.full_v[stage(rl.tiles - 1)], parity(rl.tiles - 1));
       turns.Begin();

@@ -83,12 +83,29 @@ __device__ __forceinline__ void LoadTile(const KvSource& src, int key0, int key_
 // Producer (one warp): per item, K_0, then K_{t+1} and V_t for each tile t, each once its stage
 // is free. A V tile that reaches past key_end lands on `landed`; the warp then zeroes its rows
 // >= key_end (unwritten cache slots may hold NaN, and 0 * NaN is NaN in P V) and arrives on
-// full_v itself. K needs no fix-up: those keys are masked to -inf before the softmax.
+// full_v itself — after issuing the next item's K_0, so that the two copies' latencies overlap.
+// K needs no fix-up: those keys are masked to -inf before the softmax.
 template <int kStages>
 __device__ void Produce(const PagedAttentionArgs& a, const CUtensorMap* map,
                         const AttentionWorkItem* items, int num_items, bool snake,
                         Smem<kStages>& sm, int lane) {
   uint32_t cnt = 0, landed_parity = 0;
+  int fix_stage = -1, fix_valid = 0;  // a tail V tile in flight on landed[fix_stage]
+  const auto finish_fix = [&] {
+    if (fix_stage < 0) return;
+    MbarWait(&sm.landed[fix_stage], (landed_parity >> fix_stage) & 1);
+    landed_parity ^= 1u << fix_stage;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int p = fix_valid * 16 + lane; p < kKeys * 16; p += 32) {
+      // Whole 128-byte rows: the swizzle only permutes chunks inside a row.
+      const int row = p >> 4, h = (p >> 3) & 1, c = p & 7;
+      reinterpret_cast<uint4*>(sm.v[fix_stage][h] + row * kRowBytes)[c] = zero;
+    }
+    FenceProxyAsync();
+    __syncwarp();
+    if (lane == 0) MbarArrive(&sm.full_v[fix_stage]);
+    fix_stage = -1;
+  };
   for (int k = 0, idx = ItemOf(0, snake); idx < num_items; idx = ItemOf(++k, snake)) {
     const AttentionWorkItem it = items[idx];
     const KvSource src{map,
@@ -105,6 +122,7 @@ __device__ void Produce(const PagedAttentionArgs& a, const CUtensorMap* map,
       LoadTile(src, it.key_begin + t * kKeys, it.key_end, 0, sm.k[stage], &sm.full_k[stage], lane);
     };
     load_k(0);
+    finish_fix();
     for (int t = 0; t < tiles; ++t) {
       if (t + 1 < tiles) load_k(t + 1);
       const int stage = (cnt + t) % kStages;
@@ -113,22 +131,14 @@ __device__ void Produce(const PagedAttentionArgs& a, const CUtensorMap* map,
       const int valid = min(it.key_end - key0, kKeys);
       uint64_t* bar = valid < kKeys ? &sm.landed[stage] : &sm.full_v[stage];
       LoadTile(src, key0, it.key_end, 1, sm.v[stage], bar, lane);
-      if (valid < kKeys) {
-        MbarWait(bar, (landed_parity >> stage) & 1);
-        landed_parity ^= 1u << stage;
-        const uint4 zero = make_uint4(0, 0, 0, 0);
-        for (int p = valid * 16 + lane; p < kKeys * 16; p += 32) {
-          // Whole 128-byte rows: the swizzle only permutes chunks inside a row.
-          const int row = p >> 4, h = (p >> 3) & 1, c = p & 7;
-          reinterpret_cast<uint4*>(sm.v[stage][h] + row * kRowBytes)[c] = zero;
-        }
-        FenceProxyAsync();
-        __syncwarp();
-        if (lane == 0) MbarArrive(&sm.full_v[stage]);
+      if (valid < kKeys) {  // only the last tile; finished after the next item's K_0
+        fix_stage = stage;
+        fix_valid = valid;
       }
     }
     cnt += tiles;
   }
+  finish_fix();
 }
 
 }  // namespace tandem::attention::sm90
