@@ -41,8 +41,10 @@ void PagedAttentionRef(const PagedAttentionArgs& args);
 // CUDA (sm_90a), bf16 q/out/cache, head_dim 64 or 128, any page_size. `plan` must have been
 // built for this batch (AttentionPlan::BuildDecode / BuildPrefill) on the same stream or before
 // it; num_seqs == 0 launches nothing. Both compute the same function as PagedAttentionRef:
-// Decode is FlashDecoding (split-KV + merge), fastest when q_len * group <= 16; Prefill is
-// FlashAttention-2 style, for prompt chunks (any q_len, chunked-prefill positions).
+// Decode is FlashDecoding (split-KV + merge), fastest when q_len * group <= 16; Prefill is for
+// prompt chunks (any q_len, chunked-prefill positions): FlashAttention-3 style (wgmma + TMA) for
+// head_dim 128 with a power-of-two page size >= 8 and 16-byte aligned q / cache, FlashAttention-2
+// style otherwise (or with TANDEM_PREFILL_KERNEL=fa2).
 absl::Status PagedAttentionDecode(const PagedAttentionArgs& args, const AttentionPlan& plan,
                                   cudaStream_t stream);
 absl::Status PagedAttentionPrefill(const PagedAttentionArgs& args, const AttentionPlan& plan,

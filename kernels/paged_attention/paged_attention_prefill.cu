@@ -1,3 +1,5 @@
+// PagedAttentionPrefill: dispatches to the Hopper kernel (paged_attention_prefill_sm90.cu) where
+// it applies (prefill_sm90.h), else runs this file's kernel.
 // Paged prefill attention on sm_90a, FlashAttention-2 style (mma.sync), for chunked prefill:
 // ragged prompt chunks attend causally to their own tokens and to the pages already cached.
 // A 4-warp CTA takes items of 128 packed rows with the queries staged in shared memory; the
