@@ -146,9 +146,11 @@ void BenchElementwise(const Ceilings& c) {
 }
 
 // Sampling: the ceiling column is the time to read the logits once at the read bandwidth;
-// "x read" = time / that (target <= 2). "sampling.*" is the default dispatch (the cluster kernel
-// for this vocab); "sampling_1blk.*" the one-block-per-row kernel, timed in the same run at
-// B = 256. TANDEM_BENCH_SAMPLING_BATCH=<b> times only that batch (for ncu).
+// "x read" = time / that (target <= 2). "sampling.*" is the default dispatch (for this vocab the
+// streaming and the resident cluster kernels, each skipping the other's rows); the one-block-per-
+// row kernel ("sampling_1blk.*") and, at B = 256, the resident cluster kernel on every row
+// ("sampling_resident.*") are timed in the same run. TANDEM_BENCH_SAMPLING_BATCH=<b> times only
+// the default dispatch at that batch (for ncu).
 void BenchSampling(const Ceilings& c) {
   const int64_t vocab = 152064;
   struct Mode {
@@ -206,7 +208,8 @@ void BenchSampling(const Ceilings& c) {
                us / read_us, 2.0 * 1e300);
       };
       time("sampling.", &Sampling);
-      if (batch == 256) time("sampling_1blk.", &SamplingOneBlockPerRow);
+      if (only_batch == nullptr) time("sampling_1blk.", &SamplingOneBlockPerRow);
+      if (batch == 256 && only_batch == nullptr) time("sampling_resident.", &SamplingCluster);
     }
     for (float* l : logits) cudaFree(l);
     cudaFree(temp), cudaFree(top_p), cudaFree(top_k), cudaFree(seeds), cudaFree(steps),

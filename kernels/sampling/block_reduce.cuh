@@ -79,6 +79,7 @@ __device__ __forceinline__ int32_t BlockMaxInt(int32_t x, uint64_t* scratch) {
 }
 
 // Exclusive prefix sum over threads in thread order; *total gets the block total.
+template <int kWarps = kSampleWarps>
 __device__ __forceinline__ uint64_t BlockExclusiveScan(uint64_t x, uint64_t* scratch,
                                                        uint64_t* total) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -91,7 +92,7 @@ __device__ __forceinline__ uint64_t BlockExclusiveScan(uint64_t x, uint64_t* scr
   if (lane == 31) scratch[warp] = incl;
   __syncthreads();
   uint64_t warp_offset = 0, sum = 0;
-  for (int i = 0; i < kSampleWarps; ++i) {
+  for (int i = 0; i < kWarps; ++i) {
     if (i < warp) warp_offset += scratch[i];
     sum += scratch[i];
   }

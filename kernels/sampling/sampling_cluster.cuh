@@ -22,16 +22,16 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kTileElems = 4 * kThreads;  // a tile: 4 consecutive logits per thread
 constexpr int kSliceCap = 19456;          // logits per CTA (76 KiB): vocab <= 155648
 constexpr int kSliceTiles = (kSliceCap + kTileElems - 1) / kTileElems;  // 10
-constexpr int kEntries = kSliceTiles * kWarps;   // draw entries: (tile, warp), in id order
-constexpr int kBins = 1024;                      // bracketing bins over (max - x) / T
-constexpr float kBinsPerUnit = 32.0f;            //   a bin spans a weight ratio of e^(1/32)
-constexpr int kRadixBins = 256;                  // 8-bit digits of the exact selects
-constexpr int kCandCap = 3072;                   // candidates gathered in rank 0
-constexpr int kMassLoBits = 28;                  // cluster bin mass = lo + (hi << 28), both u32
+constexpr int kEntries = kSliceTiles * kWarps;  // draw entries: (tile, warp), in id order
+constexpr int kBins = 1024;                     // bracketing bins over (max - x) / T
+constexpr float kBinsPerUnit = 32.0f;           //   a bin spans a weight ratio of e^(1/32)
+constexpr int kRadixBins = 256;                 // 8-bit digits of the exact selects
+constexpr int kCandCap = 1920;                  // candidates gathered in rank 0
+constexpr int kDirectDrawMax = 128;  // rank 0 draws itself from <= this many candidates (top-k)
 constexpr float kFixedScale = 1099511627776.0f;  // 2^40: masses are integers, order-free sums
 constexpr int64_t kMaxVocab = int64_t{kCluster} * kSliceCap;
 
-// Shared memory of one CTA (~102 KiB, so two CTAs fit an SM). Unions hold buffers whose lifetimes
+// Shared memory of one CTA (~108 KiB, so two CTAs fit an SM). Unions hold buffers whose lifetimes
 // do not overlap; the phase each one lives in is named.
 struct ClusterShared {
   float x[kSliceCap];  // this CTA's slice of the row, NaN and padding as -inf
@@ -43,26 +43,49 @@ struct ClusterShared {
       uint32_t count[kRadixBins], lo[kRadixBins], hi[kRadixBins];
     } radix;
   } a;
-  union {
-    struct {  // rank 0, bracketing: the cluster's counts and masses, summed by the peers
-      uint32_t count[kBins], mass_lo[kBins], mass_hi[kBins];
-    } merged;
-    float cand[kCandCap];  // rank 0, selects: the candidates' logits
-  } b;
-  uint64_t entry_mass[kEntries];   // kept mass of each (tile, warp) entry
-  uint64_t peer_total[kCluster];   // pushed by each CTA: its kept mass
-  ArgMaxPair peer_best[kCluster];  // pushed by each CTA: its (max, id)
+  float cand[kCandCap];             // rank 0, selects: the candidates' logits (pushed by every CTA)
+  int32_t cand_id[kCandCap];        //   and their token ids
+  uint64_t cand_w[kDirectDrawMax];  // rank 0, direct draw: the kept candidates' masses
+  uint64_t entry_mass[kEntries];    // kept mass of each (tile, warp) entry
+  uint64_t peer_total[kCluster];    // pushed by each CTA: its kept mass
+  ArgMaxPair peer_best[2][kCluster];  // pushed by each CTA: its (max, id); by row parity
   uint64_t scratch[kWarps];
   ArgMaxPair argmax_scratch[kWarps];
-  uint32_t cand_count;  // rank 0: candidates pushed (may exceed kCandCap)
-  int b_lo, b_hi;       // pushed by rank 0: candidate bins
-  uint32_t tau;         // pushed by rank 0: kept <=> KeyOf(x) >= tau
+  int row_flags[kThreads];  // ForEachRow
+  uint32_t cand_count;      // rank 0: candidates pushed (may exceed kCandCap)
+  int b_lo, b_hi;           // pushed by rank 0: candidate bins
+  uint32_t tau;             // pushed by rank 0: kept <=> KeyOf(x) >= tau
+  int direct;               // pushed by rank 0: it draws the row from the candidates itself
   // Rank 0 only.
   uint64_t cnt_sure, mass_sure, z;  // elements / mass in bins < b_lo; the row's mass (top-p)
+  int bk, bp;                       // the top-k bin; the top-p bin (without top-k)
+  uint64_t cnt_bk;                  // logits in bins <= bk
   uint32_t key_and, key_or, digit;
   int found;
   uint64_t remaining;
 };
+
+template <typename T>
+__device__ __forceinline__ T* Peer(T* p, int rank) {
+  return cg::this_cluster().map_shared_rank(p, rank);
+}
+
+// Persistent grids: calls f(r) for the rows r = first, first + stride, ... below batch for which
+// keep(r) holds, in order (the row parameters are read kThreads rows at a time, in parallel).
+// Every thread of the CTA calls it; f must end with a block barrier.
+template <int kThreads, typename Keep, typename F>
+__device__ void ForEachRow(int* flags, int64_t first, int64_t stride, int64_t batch, Keep&& keep,
+                           F&& f) {
+  for (int64_t r0 = first; r0 < batch; r0 += stride * kThreads) {
+    const int64_t mine = r0 + threadIdx.x * stride;
+    flags[threadIdx.x] = mine < batch && keep(mine);
+    __syncthreads();
+    for (int i = 0; i < kThreads && r0 + i * stride < batch; ++i) {
+      if (flags[i]) f(r0 + i * stride);
+    }
+    __syncthreads();
+  }
+}
 
 // Logits in the slice of CTA `rank` (slices of slice_len, the last one shorter or empty).
 __host__ __device__ inline int SliceLength(int slice_len, int64_t vocab, int rank) {
@@ -90,12 +113,12 @@ struct RowMath {
   }
 };
 
-// Calls f(x) for every candidate gathered in this (rank 0) CTA.
+// Calls f(x) for every candidate gathered in this (rank 0) CTA, spread over kGroup threads.
 struct CandidateView {
   uint32_t n;
-  template <typename F>
+  template <int kGroup, typename F>
   __device__ void ForEach(ClusterShared& s, F&& f) const {
-    for (uint32_t i = threadIdx.x; i < n; i += kThreads) f(s.b.cand[i]);
+    for (uint32_t i = threadIdx.x; i < n; i += kGroup) f(s.cand[i]);
   }
 };
 
@@ -104,8 +127,9 @@ struct CandidateView {
 struct DistributedView {
   int slice_len;
   int64_t vocab;
-  template <typename F>
+  template <int kGroup, typename F>
   __device__ void ForEach(ClusterShared& s, F&& f) const {
+    static_assert(kGroup == kThreads);
     for (int r = 0; r < kCluster; ++r) {
       const float* x = cg::this_cluster().map_shared_rank(s.x, r);
       const int n = SliceLength(slice_len, vocab, r);

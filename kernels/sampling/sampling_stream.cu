@@ -1,0 +1,295 @@
+// Streaming cluster kernel for the rows without top-k or top-p (greedy and temperature only): a
+// cluster of kCluster small CTAs per row streams the row from HBM once with many loads in flight
+// (no shared-memory copy of the row, so many rows are in flight), keeping per (tile, warp) entry of
+// 128 logits its max m_e and S_e = sum 2^((x - m_e) * scale) (online softmax). After the cluster's
+// max M is exchanged, entry masses are S_e * 2^((m_e - M) * scale) in fixed point; the CTA holding
+// u * (total) finds the entry and re-reads its 128 logits (512 bytes, usually from L2) to draw
+// with the exact weights 2^((x - M) * scale) of sampling.h. Rows with top-k or top-p are left to
+// the resident cluster kernel (sampling_cluster.cu). Persistent: as many clusters as fit loop over
+// the rows, so rows left to the other kernel cost little.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "base/cuda_check.h"
+#include "kernels/sampling/sampling.h"
+#include "kernels/sampling/sampling_cluster.cuh"
+#include "kernels/sampling/sampling_rng.h"
+#include "kernels/sampling/sampling_variants.h"
+
+namespace tandem {
+namespace {
+
+using sampling_cluster::ForEachRow;
+using sampling_cluster::kCluster;
+using sampling_cluster::kSliceCap;
+using sampling_cluster::Peer;
+using sampling_cluster::RowMath;
+using sampling_cluster::SliceLength;
+using sampling_internal::ArgMaxPair;
+using sampling_internal::Better;
+using sampling_internal::KeyOf;
+
+__device__ __forceinline__ float KeyToFloat(uint32_t key) {  // inverse of KeyOf
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTileElems = 4 * kThreads;                                // 4 logits per thread
+constexpr int kSliceTiles = (kSliceCap + kTileElems - 1) / kTileElems;  // 19
+constexpr int kEntries = kSliceTiles * kWarps;                          // 152
+constexpr int kEntrySlots = (kEntries + 31) / 32 * 32;                  // 160: 5 per lane
+constexpr int kGroup = 8;  // tiles loaded together: 8 x 16 bytes in flight per thread
+
+struct StreamShared {
+  float entry_max[kEntrySlots];  // m_e (-inf: no weight)
+  float entry_sum[kEntrySlots];  // S_e
+  uint64_t entry_mass[kEntrySlots];
+  uint64_t peer_total[kCluster];      // pushed by each CTA: its mass
+  ArgMaxPair peer_best[2][kCluster];  // pushed by each CTA: its (max, id); by row parity
+  uint64_t scratch[kWarps];
+  ArgMaxPair argmax_scratch[kWarps];
+  int row_flags[kThreads];
+};
+
+struct Slice {
+  const float* logits;  // the slice in global memory, n logits
+  int n;
+  int32_t base;  // id of the first logit
+};
+
+// The 4 logits at `local` (a multiple of 4) of the slice; NaN and beyond the slice: -inf.
+__device__ __forceinline__ void Load4(const Slice& sl, bool vec_ok, int local, float (&q)[4]) {
+  if (vec_ok && local + 3 < sl.n) {
+    const float4 v = __ldcs(reinterpret_cast<const float4*>(sl.logits + local));
+    q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) q[e] = local + e < sl.n ? sl.logits[local + e] : -INFINITY;
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) ? -INFINITY : q[e];
+}
+
+// One pass over the slice: this CTA's (max, lowest id), and (with_sums) each entry's m_e, S_e.
+__device__ ArgMaxPair StreamPass(StreamShared& s, const Slice& sl, bool vec_ok, float scale,
+                                 bool with_sums) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // Ids grow within a thread, so the first strict maximum is its lowest id (-inf rows included).
+  ArgMaxPair best{-INFINITY, 4 * static_cast<int>(threadIdx.x) < sl.n
+                                 ? sl.base + 4 * static_cast<int32_t>(threadIdx.x)
+                                 : INT32_MAX};
+  for (int t0 = 0; t0 < kSliceTiles; t0 += kGroup) {
+    if (t0 * kTileElems >= sl.n) break;  // uniform
+    // Every 16-byte load of the group first, into its own registers (then kGroup are in flight);
+    // the rare scalar logits (unaligned rows, the row's last partial float4) after.
+    float q[kGroup][4];
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const int local = (t0 + g) * kTileElems + 4 * threadIdx.x;
+      float4 v = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      if (t0 + g < kSliceTiles && vec_ok && local + 3 < sl.n) {
+        v = __ldcs(reinterpret_cast<const float4*>(sl.logits + local));
+      }
+      q[g][0] = v.x, q[g][1] = v.y, q[g][2] = v.z, q[g][3] = v.w;
+    }
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const int local = (t0 + g) * kTileElems + 4 * threadIdx.x;
+      if (t0 + g < kSliceTiles && !(vec_ok && local + 3 < sl.n) && local < sl.n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q[g][e] = local + e < sl.n ? sl.logits[local + e] : -INFINITY;
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) q[g][e] = isnan(q[g][e]) ? -INFINITY : q[g][e];
+    }
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const int tile = t0 + g;
+      if (tile >= kSliceTiles) break;
+      const int local = tile * kTileElems + 4 * threadIdx.x;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (local + e < sl.n && q[g][e] > best.value) {
+          best = ArgMaxPair{q[g][e], sl.base + local + e};
+        }
+      }
+      if (!with_sums) continue;
+      // Warp max through the order-preserving keys: one REDUX instead of five shuffles.
+      const float m = KeyToFloat(__reduce_max_sync(
+          0xffffffffu, KeyOf(fmaxf(fmaxf(q[g][0], q[g][1]), fmaxf(q[g][2], q[g][3])))));
+      float sum = 0.0f;
+      if (m != -INFINITY) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum += exp2f((q[g][e] - m) * scale);
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      if (lane == 0) s.entry_max[tile * kWarps + warp] = m, s.entry_sum[tile * kWarps + warp] = sum;
+    }
+  }
+  return sampling_internal::BlockArgMax<kWarps>(best, s.argmax_scratch);
+}
+
+// Warp 0 of the CTA holding `rest` (< its mass): the entry holding it, then the draw over its 128
+// logits re-read from global memory with the exact weights. -1 if none has weight.
+__device__ int32_t DrawInEntry(const StreamShared& s, const Slice& sl, bool vec_ok,
+                               const RowMath& row, uint64_t rest) {
+  constexpr int kPerLane = kEntrySlots / 32;
+  const int lane = threadIdx.x;
+  uint64_t mine = 0;
+  for (int i = 0; i < kPerLane; ++i) mine += s.entry_mass[kPerLane * lane + i];
+  uint64_t incl = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const uint64_t y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  const uint32_t hits = __ballot_sync(0xffffffffu, incl > rest);
+  if (hits == 0) return -1;
+  const int owner = __ffs(hits) - 1;
+  int entry = 0;
+  uint64_t in_entry = 0;
+  if (lane == owner) {
+    uint64_t cum = incl - mine;
+    for (int i = 0; i < kPerLane; ++i) {
+      const uint64_t m = s.entry_mass[kPerLane * lane + i];
+      if (cum + m > rest) {
+        entry = kPerLane * lane + i, in_entry = rest - cum;
+        break;
+      }
+      cum += m;
+    }
+  }
+  entry = __shfl_sync(0xffffffffu, entry, owner);
+  in_entry = __shfl_sync(0xffffffffu, in_entry, owner);
+  // Lane l holds logits 4l..4l+3 of the entry (tile entry / kWarps, warp entry % kWarps).
+  const int tile = entry / kWarps, local = tile * kTileElems + (entry % kWarps) * 128 + 4 * lane;
+  float q[4];
+  Load4(sl, vec_ok, local, q);
+  float w[4], sum = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) sum += w[e] = row.WeightF(q[e]);
+  const uint64_t m = RowMath::Fixed(sum);
+  uint64_t excl = m;
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const uint64_t y = __shfl_up_sync(0xffffffffu, excl, off);
+    if (lane >= off) excl += y;
+  }
+  excl -= m;
+  const uint64_t entry_total = __shfl_sync(0xffffffffu, excl + m, 31);
+  // Rounding can leave rest at or past the exact total: then the entry's last weighted logit.
+  if (in_entry >= entry_total) in_entry = entry_total == 0 ? 0 : entry_total - 1;
+  int32_t token = -1;
+  if (excl <= in_entry && in_entry < excl + m) {
+    float cum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      cum += w[e];
+      if (token < 0 && RowMath::Fixed(cum) > in_entry - excl) token = sl.base + local + e;
+    }
+  }
+  const uint32_t found = __ballot_sync(0xffffffffu, token >= 0);
+  return found ? __shfl_sync(0xffffffffu, token, __ffs(found) - 1) : -1;
+}
+
+// One row (greedy or temperature only); every CTA of the cluster calls it with the same row.
+__device__ void StreamRow(StreamShared& s, const SamplingArgs& args, int64_t r, int parity,
+                          bool vec_ok, int slice_len) {
+  const float temperature = args.temperature[r];
+  const bool greedy = !(temperature > 0.0f);
+  const int rank = static_cast<int>(cg::this_cluster().block_rank());
+  const int64_t begin = int64_t{rank} * slice_len;
+  const Slice sl{args.logits + r * args.vocab_size + begin,
+                 SliceLength(slice_len, args.vocab_size, rank), static_cast<int32_t>(begin)};
+  const float scale = greedy ? 0.0f : kSamplingLog2e / temperature;
+  ArgMaxPair best = StreamPass(s, sl, vec_ok, scale, !greedy);
+  if (threadIdx.x < kCluster) *Peer(&s.peer_best[parity][rank], threadIdx.x) = best;
+  cg::this_cluster().sync();
+  for (int i = 0; i < kCluster; ++i) best = Better(best, s.peer_best[parity][i]);
+  if (greedy || best.value == -INFINITY) {
+    if (rank == 0 && threadIdx.x == 0) args.out_tokens[r] = best.id;
+    return;
+  }
+  const RowMath row{best.value, scale, 0.0f};
+  uint64_t mass = 0;
+  if (threadIdx.x < kEntrySlots) {
+    const int e = threadIdx.x;
+    const bool live = e < kEntries && e * 128 < sl.n && s.entry_max[e] != -INFINITY;
+    mass = live ? RowMath::Fixed(s.entry_sum[e] * row.WeightF(s.entry_max[e])) : 0;
+    s.entry_mass[e] = mass;
+  }
+  mass = sampling_internal::BlockSum<kWarps>(mass, s.scratch);
+  if (threadIdx.x < kCluster) *Peer(&s.peer_total[rank], threadIdx.x) = mass;
+  cg::this_cluster().sync();
+  uint64_t total = 0, before = 0;
+  for (int i = 0; i < kCluster; ++i) {
+    total += s.peer_total[i];
+    before += i < rank ? s.peer_total[i] : 0;
+  }
+  if (total == 0) {  // cannot happen (the max has weight 1): keep the argmax
+    if (rank == 0 && threadIdx.x == 0) args.out_tokens[r] = best.id;
+    return;
+  }
+  const double u = SamplingUniformImpl(args.seeds[r], args.steps[r]);
+  const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
+  if (threadIdx.x >= 32 || target < before || target >= before + s.peer_total[rank]) return;
+  const int32_t token = DrawInEntry(s, sl, vec_ok, row, target - before);
+  if (threadIdx.x == 0) args.out_tokens[r] = token >= 0 ? token : best.id;
+}
+
+// Persistent: cluster c takes the rows c, c + clusters, ... without top-k or top-p.
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 4)
+    SamplingStreamKernel(const __grid_constant__ SamplingArgs args, bool vec_ok, int slice_len) {
+  __shared__ StreamShared s;
+  // Peers may push only once every CTA of the cluster runs.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  int parity = 0;
+  ForEachRow<kThreads>(
+      s.row_flags, blockIdx.x / kCluster, gridDim.x / kCluster, args.batch,
+      [&](int64_t r) {
+        const int64_t k = args.top_k[r];
+        return !(args.temperature[r] > 0.0f) ||
+               (!(k > 0 && k < args.vocab_size) && !(args.top_p[r] < 1.0f));
+      },
+      [&](int64_t r) {
+        StreamRow(s, args, r, parity, vec_ok, slice_len);
+        parity ^= 1;
+        __syncthreads();
+      });
+}
+
+}  // namespace
+
+absl::Status SamplingStream(const SamplingArgs& args, cudaStream_t stream) {
+  if (args.batch < 0 || args.vocab_size <= 0 || !SamplingClusterSupports(args.vocab_size)) {
+    return absl::InvalidArgumentError("SamplingStream: needs batch >= 0, 0 < vocab <= 155648");
+  }
+  if (args.batch == 0) return absl::OkStatus();
+  const bool vec_ok =
+      args.vocab_size % 4 == 0 && (reinterpret_cast<uintptr_t>(args.logits) & 15u) == 0;
+  const int slice_len = static_cast<int>((args.vocab_size + 4 * kCluster - 1) / (4 * kCluster) * 4);
+  // How many clusters fit at once (the persistent grid), once per device.
+  static std::atomic<int> max_clusters[64] = {};
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  int fit = max_clusters[device & 63].load(std::memory_order_acquire);
+  if (fit <= 0) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(kCluster * 256);
+    config.blockDim = dim3(kThreads);
+    CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(&fit, SamplingStreamKernel, &config));
+    if (fit <= 0) return absl::InternalError("SamplingStream: no cluster fits the device");
+    max_clusters[device & 63].store(fit, std::memory_order_release);
+  }
+  const int64_t clusters = std::min<int64_t>(args.batch, fit);
+  SamplingStreamKernel<<<clusters * kCluster, kThreads, 0, stream>>>(args, vec_ok, slice_len);
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+}  // namespace tandem
