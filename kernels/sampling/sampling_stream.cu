@@ -73,7 +73,16 @@ __device__ __forceinline__ void Load4(const Slice& sl, bool vec_ok, int local, f
   for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) ? -INFINITY : q[e];
 }
 
-// One pass over the slice: this CTA's (max, lowest id), and (with_sums) each entry's m_e, S_e.
+// 2^x in one MUFU.EX2 (flushes results below 2^-126 to 0): for the entry sums, which only pick
+// the entry; the draw inside it uses the exact weights of sampling.h.
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// One pass over the slice: greedy, this CTA's (max, lowest id); with_sums, its max (the id is
+// then only the first of an entry holding it: a fallback) and each entry's m_e, S_e.
 __device__ ArgMaxPair StreamPass(StreamShared& s, const Slice& sl, bool vec_ok, float scale,
                                  bool with_sums) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -110,20 +119,24 @@ __device__ ArgMaxPair StreamPass(StreamShared& s, const Slice& sl, bool vec_ok, 
       const int tile = t0 + g;
       if (tile >= kSliceTiles) break;
       const int local = tile * kTileElems + 4 * threadIdx.x;
+      if (!with_sums) {  // greedy: the exact argmax
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (local + e < sl.n && q[g][e] > best.value) {
-          best = ArgMaxPair{q[g][e], sl.base + local + e};
+        for (int e = 0; e < 4; ++e) {
+          if (local + e < sl.n && q[g][e] > best.value) {
+            best = ArgMaxPair{q[g][e], sl.base + local + e};
+          }
         }
+        continue;
       }
-      if (!with_sums) continue;
-      // Warp max through the order-preserving keys: one REDUX instead of five shuffles.
+      // Temperature: only the max is needed (the draw picks the token); warp max through the
+      // order-preserving keys (one REDUX instead of five shuffles).
       const float m = KeyToFloat(__reduce_max_sync(
           0xffffffffu, KeyOf(fmaxf(fmaxf(q[g][0], q[g][1]), fmaxf(q[g][2], q[g][3])))));
+      if (m > best.value) best = ArgMaxPair{m, sl.base + tile * kTileElems + warp * 128};
       float sum = 0.0f;
       if (m != -INFINITY) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sum += exp2f((q[g][e] - m) * scale);
+        for (int e = 0; e < 4; ++e) sum += FastExp2((q[g][e] - m) * scale);
       }
 #pragma unroll
       for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
