@@ -339,7 +339,7 @@ absl::Status SamplingOneBlockPerRow(const SamplingArgs& args, cudaStream_t strea
 
 // Vocabularies that fit the cluster kernels: rows without top-k / top-p stream through
 // SamplingStream, the others through the resident cluster kernel (each launch skips the other's
-// rows; kernels/sampling/WORKLOG.md, steps 6-9). Longer rows: the one-block-per-row kernel.
+// rows; kernels/sampling/WORKLOG.md, steps 6-11). Longer rows: the one-block-per-row kernel.
 absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream) {
   if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
     if (absl::Status st = SamplingStream(args, stream); !st.ok()) return st;
