@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One GPU-machine call that checks every kernel: all GPU tests (attention decode/prefill/RoPE,
+# GEMM, norms, SiLU, embedding, sampling) against the CPU references, compute-sanitizer memcheck
+# and racecheck on small attention shapes, both benchmarks with the ceilings measured in the same
+# run, and the PyTorch peers; full logs under $OUT, the short tables last.
+# Staged here by kernels/bench/stage_gpu.sh into .gpu-all/ (carry: [".gpu-all"]).
+# Usage there: kernels/bench/gpu_run_all.sh [test]   ("test": correctness only, no benchmarks)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+B=.gpu-all
+export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/all-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv >"$OUT/smi.txt"
+fail=0
+for t in attention_gpu_test attention_prefill_gpu_test kernels_kb_gpu_test; do
+  timeout 240 $B/$t >"$OUT/test_$t.log" 2>&1
+  rc=$?
+  [ $rc -ne 0 ] && fail=1
+  echo "$t exit=$rc: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_$t.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure" "$OUT/test_$t.log" | head -10
+done
+for tool in memcheck racecheck; do
+  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/attention_gpu_test \
+    --gtest_filter='PagedAttentionGpuTest.SmallBothPaths:RopeKvStoreGpuTest.Qwen3QkNorm' \
+    >"$OUT/sanitizer.log" 2>&1
+  rc1=$?
+  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/attention_prefill_gpu_test \
+    --gtest_filter=PrefillGpuTest.SmallForSanitizer >>"$OUT/sanitizer.log" 2>&1
+  rc2=$?
+  [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ] && fail=1
+  echo "compute-sanitizer $tool exit=$rc1/$rc2"
+done
+[ "${1:-}" = test ] && exit $fail
+timeout 240 $B/attention_bench >"$OUT/attention_bench.log" 2>&1 || tail -3 "$OUT/attention_bench.log"
+timeout 150 python3 kernels/bench/attention_peer.py >>"$OUT/attention_bench.log" 2>&1
+timeout 240 $B/kb_bench "$OUT/kb_bench.jsonl" >"$OUT/kb_bench.log" 2>&1 || tail -3 "$OUT/kb_bench.log"
+timeout 150 python3 kernels/bench/peer_kb.py "$OUT/kb_peer.jsonl" >/dev/null 2>&1
+timeout 150 python3 kernels/bench/peer_sampling.py "$OUT/kb_peer_sampling.jsonl" >/dev/null 2>&1
+cat "$OUT/kb_peer_sampling.jsonl" >>"$OUT/kb_peer.jsonl" 2>/dev/null
+echo "== attention (32 q heads, 8 KV heads, D=128) =="
+python3 kernels/bench/attention_table.py "$OUT/attention_bench.log"
+echo "== GEMM, elementwise, sampling =="
+python3 kernels/bench/report_kb.py "$OUT/kb_bench.jsonl" "$OUT/kb_peer.jsonl"
+exit $fail

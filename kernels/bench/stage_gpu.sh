@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds every GPU test and benchmark binary here (nvcc, sm_90a; no GPU needed) and stages them
+# with their shared libraries in .gpu-all/ for kernels/bench/gpu_run_all.sh on the GPU machine
+# (carry: [".gpu-all"]; keep it under the 64 MiB a call can carry).
+# Usage: kernels/bench/stage_gpu.sh [build dir, default build-gpu]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dir=${1:-build-gpu}
+bins=(attention_gpu_test attention_prefill_gpu_test kernels_kb_gpu_test attention_bench kb_bench)
+[ -f "$dir/build.ninja" ] ||
+  cmake -S . -B "$dir" -G Ninja -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON
+cmake --build "$dir" --target "${bins[@]}" -j"$(nproc)"
+rm -rf .gpu-all && mkdir -p .gpu-all
+for b in "${bins[@]}"; do cp "$(find "$dir" -name "$b" -type f -perm -u+x | head -1)" .gpu-all/; done
+/work/shared/gpu/bundle-libs.sh .gpu-all/_libs .gpu-all/* >/dev/null
+grep -qx '/.gpu-\*/' .git/info/exclude || echo '/.gpu-*/' >>.git/info/exclude
+du -sh .gpu-all
