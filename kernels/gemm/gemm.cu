@@ -12,6 +12,8 @@
 //     and reads the matching vector of each a row through L1 (a is tiny and shared by all blocks);
 //   - fp32 accumulators acc[kRows][kM], reduced by warp shuffles then across warps in shared
 //     memory, in a fixed order (deterministic).
+// With GemmArgs::overlap_launch the same kernel is launched with programmatic dependent launch
+// (kPdl): see the comment at PdlWaitThenRelease.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -29,7 +31,36 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-template <int kM, int kRows>
+// Programmatic dependent launch (PDL, sm_90). A kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start while the kernel before it in the
+// stream is still running. griddepcontrol.wait blocks the calling thread until that kernel has
+// completed and its writes are visible (a no-op without a programmatic edge); only w, which no
+// kernel writes, may be touched before it. launch_dependents then lets the next kernel's blocks be
+// scheduled as SMs free up (it orders no memory: that kernel waits on our completion in turn).
+// Every thread calls this exactly once, before its first read of a or bias and its write of c.
+__device__ __forceinline__ void PdlWaitThenRelease() {
+  cudaGridDependencySynchronize();            // griddepcontrol.wait (memory clobber)
+  cudaTriggerProgrammaticLaunchCompletion();  // griddepcontrol.launch_dependents
+}
+
+// One 16-byte vector of a row of a. The default path reads a through the non-coherent cache
+// (ld.global.nc, whose contract is that the data does not change while the kernel runs); a PDL
+// launch starts before the producer of a has finished, so it reads a with a plain (weak,
+// L1-cached) ld.global, written as volatile asm so that it stays after the dependency wait.
+template <bool kPdl>
+__device__ __forceinline__ uint4 LoadActivation16(const uint4* p) {
+  if constexpr (kPdl) {
+    uint4 r;
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+  } else {
+    return __ldg(p);
+  }
+}
+
+template <int kM, int kRows, bool kPdl>
 __device__ __forceinline__ void AccumulateVector(const GemmArgs& args, const uint4 (&wv)[kRows],
                                                  int64_t v, int64_t kvec, float (&acc)[kRows][kM]) {
   const uint4* a = static_cast<const uint4*>(args.a);
@@ -37,7 +68,7 @@ __device__ __forceinline__ void AccumulateVector(const GemmArgs& args, const uin
   for (int m = 0; m < kM; ++m) {
     if (m < args.m) {
       float af[8];
-      UnpackBf16x8(__ldg(a + m * kvec + v), af);
+      UnpackBf16x8(LoadActivation16<kPdl>(a + m * kvec + v), af);
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         float wf[8];
@@ -49,7 +80,10 @@ __device__ __forceinline__ void AccumulateVector(const GemmArgs& args, const uin
   }
 }
 
-template <int kM, int kRows, int kUnroll, typename OutT>
+// kPdl: launched with programmatic dependent launch. The first batch of weight loads is issued
+// before the dependency wait (in the loop's first iteration; threads with no k slice wait after
+// the loop), so it overlaps the previous kernel's drain; a, bias and c are touched only after it.
+template <int kM, int kRows, int kUnroll, typename OutT, bool kPdl>
 __global__ void __launch_bounds__(kThreads)
     SkinnyGemmKernel(const __grid_constant__ GemmArgs args) {
   const int64_t kvec = args.k / 8;
@@ -67,11 +101,17 @@ __global__ void __launch_bounds__(kThreads)
                                                  : make_uint4(0, 0, 0, 0);
       }
     }
+    if constexpr (kPdl) {
+      if (v0 == threadIdx.x) PdlWaitThenRelease();
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = v0 + u * kThreads;
-      if (v < kvec) AccumulateVector<kM, kRows>(args, wv[u], v, kvec, acc);
+      if (v < kvec) AccumulateVector<kM, kRows, kPdl>(args, wv[u], v, kvec, acc);
     }
+  }
+  if constexpr (kPdl) {
+    if (threadIdx.x >= kvec) PdlWaitThenRelease();
   }
   // Block reduction: warp shuffles, then warp partials summed in warp order by one thread each.
   __shared__ float partial[kWarps][kRows * kM];
@@ -116,11 +156,29 @@ __global__ void FallbackGemmKernel(const __grid_constant__ GemmArgs args) {
   StoreAny(args.c, c16, out, sum);
 }
 
+// args.overlap_launch: the kPdl kernel through cudaLaunchKernelEx with the programmatic
+// stream-serialization attribute (gemm.h); otherwise the plain launch of the kernel without any
+// griddepcontrol instruction.
 template <int kM, int kRows, typename OutT, int kUnroll = 2>
 absl::Status LaunchSkinny(const GemmArgs& args, cudaStream_t stream) {
   const int64_t blocks = (args.n + kRows - 1) / kRows;
-  SkinnyGemmKernel<kM, kRows, kUnroll, OutT><<<blocks, kThreads, 0, stream>>>(args);
-  CUDA_RETURN_IF_LAUNCH_ERROR();
+  if (!args.overlap_launch) {
+    SkinnyGemmKernel<kM, kRows, kUnroll, OutT, false><<<blocks, kThreads, 0, stream>>>(args);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  CUDA_RETURN_IF_ERROR(
+      cudaLaunchKernelEx(&config, SkinnyGemmKernel<kM, kRows, kUnroll, OutT, true>, args));
   return absl::OkStatus();
 }
 

@@ -2,7 +2,9 @@
 #include "kernels/gemm/gemm.h"
 
 #include <cmath>
+#include <memory>
 #include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/gemm/gemm_variants.h"
@@ -17,7 +19,8 @@ using testing::DeviceBuffer;
 using testing::HostTensor;
 using testing::RandomTensor;
 
-enum class Path { kDispatch, kSkinny, kCublasLt, kFallback, kVariant };
+// k*Pdl: the same entry point with GemmArgs::overlap_launch (programmatic dependent launch).
+enum class Path { kDispatch, kSkinny, kCublasLt, kFallback, kVariant, kDispatchPdl, kSkinnyPdl };
 
 struct Case {
   int64_t m, n, k;
@@ -27,13 +30,18 @@ struct Case {
   int variant = 0;  // for Path::kVariant: GemmSkinnyVariant's variant
 };
 
-absl::Status Run(Path p, const GemmArgs& args, int variant) {
+// Sets GemmArgs::overlap_launch explicitly on every path, whatever its default.
+absl::Status Run(Path p, const GemmArgs& in, int variant) {
+  GemmArgs args = in;
+  args.overlap_launch = p == Path::kDispatchPdl || p == Path::kSkinnyPdl;
   switch (p) {
     case Path::kVariant:
       return GemmSkinnyVariant(args, variant, nullptr);
     case Path::kDispatch:
+    case Path::kDispatchPdl:
       return Gemm(args, nullptr);
     case Path::kSkinny:
+    case Path::kSkinnyPdl:
       return GemmSkinny(args, nullptr);
     case Path::kCublasLt:
       return GemmCublasLt(args, nullptr);
@@ -129,6 +137,30 @@ TEST(GemmCudaTest, SkinnyVariantsOnLongAndAwkwardRows) {
   }
 }
 
+// The PDL launch of the skinny kernel on the skinny tests' awkward shapes: every row tile (8 / 2
+// / 1 rows per block) and m = 1..16, k not a multiple of 256 threads x 8 (8200, 1032, 3080), k = 8
+// (one vector: all threads but one reach the dependency wait after the loop), odd n, bias, the
+// 12288 -> 4096 decode shape; and through Gemm() (skinny at m = 1; cuBLASLt and the fallback
+// ignore the flag).
+TEST(GemmCudaTest, SkinnyPdlOnAwkwardShapes) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  uint64_t seed = 500;
+  for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 16}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{2200, 1032}, {40, 1032}, {9, 8}, {13, 3080}}) {
+      CheckCase({.m = m, .n = n, .k = k, .bias = m % 2 == 1, .path = Path::kSkinnyPdl}, seed++);
+    }
+  }
+  for (int64_t m : {1, 2}) {
+    CheckCase({.m = m, .n = 2203, .k = 8200, .bias = m == 1, .path = Path::kSkinnyPdl}, seed++);
+  }
+  CheckCase({.m = 1, .n = 4096, .k = 12288, .path = Path::kSkinnyPdl}, seed++);
+  CheckCase({.m = 1, .n = 4096, .k = 12288, .c = DType::kF32, .path = Path::kSkinnyPdl}, seed++);
+  for (int64_t m : {1, 3, 17}) {
+    CheckCase({.m = m, .n = 1000, .k = 4104, .bias = true, .path = Path::kDispatchPdl}, seed++);
+    CheckCase({.m = m, .n = 33, .k = 37, .path = Path::kDispatchPdl}, seed++);
+  }
+}
+
 TEST(GemmCudaTest, CublasLtAndFallbackPaths) {
   TANDEM_SKIP_WITHOUT_GPU();
   CheckCase({.m = 3, .n = 64, .k = 128, .bias = true, .path = Path::kCublasLt}, 7);
@@ -150,6 +182,122 @@ TEST(GemmCudaTest, AlignedPathsRejectMisalignedShapes) {
   EXPECT_EQ(GemmCublasLt(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
   args.m = 17;
   EXPECT_EQ(GemmSkinny(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A chain of dependent GEMMs with k == n, as in a decode step: step i reads step i-1's output
+// (step 0 reads a). PDL launches (every step but each third, so PDL follows plain and plain
+// follows PDL) may start while the previous step still runs; a step that read its input or wrote
+// its output before the dependency wait would see the poisoned (NaN) buffer or partial results.
+// Run in stream order and as a replayed CUDA graph (where capture turns PDL into programmatic
+// edges); each step is checked against GemmRef applied to the previous step's actual output.
+class PdlChain {
+ public:
+  PdlChain(int64_t m, int64_t k, int steps, uint64_t seed) : m_(m), k_(k), steps_(steps) {
+    std::mt19937_64 rng(seed);
+    const float s = std::sqrt(3.0f / static_cast<float>(k));  // keeps |c| ~ |a| along the chain
+    a_host_ = RandomTensor(DType::kBF16, m * k, rng);
+    for (int i = 0; i < steps; ++i) {
+      w_.push_back(RandomTensor(DType::kBF16, k * k, rng, -s, s));
+      bias_.push_back(RandomTensor(DType::kBF16, k, rng));
+      dw_.push_back(std::make_unique<DeviceBuffer>(w_.back().bytes));
+      dbias_.push_back(std::make_unique<DeviceBuffer>(bias_.back().bytes));
+    }
+    for (int i = 0; i <= steps; ++i) dc_.push_back(std::make_unique<DeviceBuffer>(m * k * 2));
+    dc_[0]->Upload(a_host_.data());
+  }
+
+  // Enqueues the chain on `stream` (plain launches or captured).
+  void Enqueue(cudaStream_t stream) const {
+    for (int i = 0; i < steps_; ++i) {
+      const GemmArgs args{.a = dc_[i]->get(),
+                          .w = dw_[i]->get(),
+                          .bias = i % 2 == 0 ? dbias_[i]->get() : nullptr,
+                          .c = dc_[i + 1]->get(),
+                          .m = m_,
+                          .n = k_,
+                          .k = k_,
+                          .overlap_launch = i % 3 != 2};
+      ASSERT_TRUE(GemmSkinny(args, stream).ok()) << "step " << i;
+    }
+  }
+
+  void PoisonOutputs() const {
+    for (int i = 1; i <= steps_; ++i) dc_[i]->Poison();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+
+  void CheckSteps() const {
+    for (int i = 0; i < steps_; ++i) {
+      SCOPED_TRACE(::testing::Message() << "m=" << m_ << " k=n=" << k_ << " step " << i);
+      HostTensor in(DType::kBF16, m_ * k_), got(DType::kBF16, m_ * k_), want(DType::kBF16, m_ * k_);
+      dc_[i]->Download(in.data());
+      dc_[i + 1]->Download(got.data());
+      GemmArgs ref{.a = in.data(),
+                   .w = w_[i].data(),
+                   .bias = i % 2 == 0 ? bias_[i].data() : nullptr,
+                   .c = want.data(),
+                   .m = m_,
+                   .n = k_,
+                   .k = k_};
+      GemmRef(ref);
+      const double w_max = std::sqrt(3.0 / static_cast<double>(k_));
+      for (int64_t row = 0; row < m_; ++row) {
+        double sum_abs_a = 0;  // sum |a| max |w| bounds the summation-order difference
+        for (int64_t kk = 0; kk < k_; ++kk) sum_abs_a += std::abs(in.at(row * k_ + kk));
+        ASSERT_FALSE(std::isnan(sum_abs_a)) << "input of step " << i << " row " << row;
+        for (int64_t col = 0; col < k_; ++col) {
+          const double x = got.at(row * k_ + col), r = want.at(row * k_ + col);
+          ASSERT_FALSE(std::isnan(x)) << "at (" << row << "," << col << ")";
+          ASSERT_NEAR(x, r, 1e-5 * w_max * sum_abs_a + Bf16Ulp(r))
+              << "at (" << row << "," << col << ")";
+        }
+      }
+    }
+  }
+
+ private:
+  int64_t m_, k_;
+  int steps_;
+  HostTensor a_host_{DType::kBF16, 0};
+  std::vector<HostTensor> w_, bias_;
+  std::vector<std::unique_ptr<DeviceBuffer>> dw_, dbias_, dc_;  // dc_[0] = a, dc_[i] = step i-1's c
+};
+
+TEST(GemmCudaTest, PdlChainReadsPreviousOutput) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  struct Shape {
+    int64_t m, k;
+    int steps;
+  };
+  // 4096: 2 rows per block, ~4 waves; 8200: 8 rows per block (long rows); 264: 1 row per block;
+  // k = 8: one vector per row (threads past it wait after the loop); m = 3 and 16: wider tiles.
+  const Shape shapes[] = {{1, 4096, 6}, {1, 8200, 3}, {1, 264, 6}, {3, 8, 6}, {16, 1032, 3}};
+  uint64_t seed = 900;
+  for (const Shape& sh : shapes) {
+    PdlChain chain(sh.m, sh.k, sh.steps, seed++);
+    ASSERT_NO_FATAL_FAILURE(chain.PoisonOutputs());
+    ASSERT_NO_FATAL_FAILURE(chain.Enqueue(stream));
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(chain.CheckSteps());
+
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(chain.Enqueue(stream));
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 2; ++replay) {
+      ASSERT_NO_FATAL_FAILURE(chain.PoisonOutputs());
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      ASSERT_NO_FATAL_FAILURE(chain.CheckSteps()) << "graph replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace
