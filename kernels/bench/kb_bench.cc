@@ -2,8 +2,10 @@
 // Llama-3-8B: hidden 4096, intermediate 12288, vocab 152064). Prints one row per kernel and
 // shape: median time, achieved TB/s or TFLOP/s, and the fraction of the ceiling measured in the
 // same run. Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,15 +35,114 @@ void* Alloc(size_t bytes) {
   return p;
 }
 
-// Weight-bandwidth of the decode GEMMs: tandem's dispatch, the skinny kernel and cuBLASLt.
+// GEMMs per CUDA graph in the chain rows (a decode step of Llama-3-8B has 4 per layer).
+constexpr int kChainLength = 32;
+
+// Time per launch(i, stream) call (GEMM i, or a pair of kernels) of kChainLength calls captured
+// once into a CUDA graph and replayed (median over replays, each bracketed by events, divided by
+// kChainLength).
+double ChainMicrosPerLaunch(const std::function<void(int, cudaStream_t)>& launch,
+                            cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kChainLength; ++i) launch(i, stream);
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const double us =
+      MedianMicros([&](int) { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, 5, 30);
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  return us / kChainLength;
+}
+
+// The launches a chain row times: the skinny kernel plain and with PDL (GemmArgs::overlap_launch),
+// and cuBLASLt.
+struct ChainKind {
+  const char* name;
+  absl::Status (*fn)(const GemmArgs&, cudaStream_t);
+  bool pdl;
+};
+constexpr ChainKind kChainKinds[] = {{"skinny", &GemmSkinny, false},
+                                     {"skinny_pdl", &GemmSkinny, true},
+                                     {"cublaslt", &GemmCublasLt, false}};
+
+// Times every ChainKind twice, interleaved (so the two rows of a kind show the run-to-run
+// spread), in a graph of kChainLength launch(i, kind, stream) calls; rows "<prefix>.<kind>",
+// time per launch() call, TB/s of one weight copy.
+void TimeChainKinds(const Ceilings& c, const std::string& prefix, const std::string& shape,
+                    size_t w_bytes,
+                    const std::function<void(int, const ChainKind&, cudaStream_t)>& launch) {
+  cudaStream_t stream = nullptr;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int round = 0; round < 2; ++round) {
+    for (const ChainKind& kind : kChainKinds) {
+      const double us =
+          ChainMicrosPerLaunch([&](int i, cudaStream_t s) { launch(i, kind, s); }, stream);
+      Report(absl::StrCat(prefix, ".", kind.name), shape, us, "TB/s",
+             static_cast<double>(w_bytes) * 1e-6 / us, c.read_tbps);
+    }
+  }
+  BENCH_CUDA(cudaStreamDestroy(stream));
+}
+
+// The decode-step view of the M=1 GEMMs: kChainLength back-to-back GEMMs in one graph, GEMM i
+// reading weight copy i % ws.size() (ws.size() >= 2 and >= 3x L2), the same a and c. Rows
+// gemm.chain.{skinny, skinny_pdl, cublaslt}. The peer (peer_kb.py) times torch.matmul in the same
+// chain through torch.cuda.CUDAGraph (row gemm.chain).
+void BenchGemmChain(const Ceilings& c, int64_t k, int64_t n, const std::vector<void*>& ws, void* a,
+                    void* out) {
+  TimeChainKinds(c, "gemm.chain", absl::StrCat("M=1 K=", k, " N=", n), n * k * 2,
+                 [&](int i, const ChainKind& kind, cudaStream_t s) {
+                   const GemmArgs x{.a = a,
+                                    .w = ws[i % ws.size()],
+                                    .c = out,
+                                    .m = 1,
+                                    .n = n,
+                                    .k = k,
+                                    .overlap_launch = kind.pdl};
+                   Ok(kind.fn(x, s));
+                 });
+}
+
+// The down projection as a decode step runs it today: SiluMul (T = 1, a plain launch) then the
+// 12288 -> 4096 GEMM reading its output, kChainLength pairs per graph, time per pair (rows
+// gemm.silu_chain.*). A PDL GEMM can then overlap only SiluMul's completion, not its tail, and
+// the next SiluMul waits for the whole GEMM: the gain before the other kernels are PDL-aware.
+void BenchSiluGemmChain(const Ceilings& c, const std::vector<void*>& ws) {
+  const int64_t k = 12288, n = 4096;
+  void* gate_up = Alloc(2 * k * 2);
+  void* act = Alloc(k * 2);
+  void* out = Alloc(n * 2);
+  FillUniformBf16(gate_up, 2 * k, 11, -4, 4);
+  TimeChainKinds(
+      c, "gemm.silu_chain", absl::StrCat("M=1 K=", k, " N=", n), n * k * 2,
+      [&](int i, const ChainKind& kind, cudaStream_t s) {
+        Ok(SiluMul({.gate_up = gate_up, .out = act, .num_tokens = 1, .intermediate = k}, s));
+        const GemmArgs x{.a = act,
+                         .w = ws[i % ws.size()],
+                         .c = out,
+                         .m = 1,
+                         .n = n,
+                         .k = k,
+                         .overlap_launch = kind.pdl};
+        Ok(kind.fn(x, s));
+      });
+  cudaFree(gate_up), cudaFree(act), cudaFree(out);
+}
+
+// Weight-bandwidth of the decode GEMMs: tandem's dispatch, the skinny kernel (plain and PDL
+// launch) and cuBLASLt, one launch per event pair; then the graph chains (BenchGemmChain).
 void BenchGemm(const Ceilings& c) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {4096, 24576}, {12288, 4096}, {4096, 6144}, {4096, 4096}};
   for (auto [k, n] : shapes) {
     const size_t w_bytes = n * k * 2;
     const int copies = RotationCopies(w_bytes);
-    std::vector<void*> ws(copies);
-    for (int i = 0; i < copies; ++i) {
+    // One extra copy where a single one already exceeds 3x L2: the chain never reads the same
+    // weights twice in a row.
+    std::vector<void*> ws(std::max(copies, 2));
+    for (int i = 0; i < static_cast<int>(ws.size()); ++i) {
       ws[i] = Alloc(w_bytes);
       FillUniformBf16(ws[i], n * k, 10 + i, -0.05f, 0.05f);
     }
@@ -59,11 +160,12 @@ void BenchGemm(const Ceilings& c) {
     for (int64_t m : {1, 4, 8, 16, 32}) {
       GemmArgs args{.a = a, .c = out, .m = m, .n = n, .k = k};
       const std::string shape = absl::StrCat("M=", m, " K=", k, " N=", n);
-      auto run = [&](absl::Status (*fn)(const GemmArgs&, cudaStream_t)) {
+      auto run = [&](absl::Status (*fn)(const GemmArgs&, cudaStream_t), bool pdl = false) {
         return MedianMicros(
             [&](int it) {
               GemmArgs x = args;
               x.w = ws[it % copies];
+              x.overlap_launch = pdl;
               Ok(fn(x, nullptr));
             },
             nullptr, 5, 50);
@@ -74,13 +176,18 @@ void BenchGemm(const Ceilings& c) {
       if (m <= 16) {
         us = run(&GemmSkinny);
         Report("gemm.skinny", shape, us, "TB/s", tb / us, c.read_tbps);
+        // The PDL launch alone (an event between launches: nothing to overlap): its cost.
+        us = run(&GemmSkinny, true);
+        Report("gemm.skinny_pdl", shape, us, "TB/s", tb / us, c.read_tbps);
       }
       us = run(&GemmCublasLt);
       Report("gemm.cublaslt", shape, us, "TB/s", tb / us, c.read_tbps);
     }
+    BenchGemmChain(c, k, n, ws, a, out);
+    if (k == 12288 && n == 4096) BenchSiluGemmChain(c, ws);
     for (int64_t m : {1, 4}) {  // the skinny kernel's variants side by side
       for (int v = 0; v < kNumSkinnyVariants; ++v) {
-        GemmArgs args{.a = a, .c = out, .m = m, .n = n, .k = k};
+        GemmArgs args{.a = a, .c = out, .m = m, .n = n, .k = k, .overlap_launch = false};
         const double us = MedianMicros(
             [&](int it) {
               GemmArgs x = args;

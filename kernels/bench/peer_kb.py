@@ -39,13 +39,38 @@ def emit(kernel, shape, us):
     print(f"peer {kernel:28s} {shape:34s} {us:10.2f} us")
 
 
+CHAIN = 32  # GEMMs per graph, as kb_bench's kChainLength
+
+
+def chain_us(fn):
+    """Time per call of fn(0..CHAIN-1) captured once into a torch.cuda.CUDAGraph and replayed
+    (median over replays / CHAIN), as kb_bench's gemm.chain rows."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside capture (cuBLAS handle and workspace)
+        for i in range(3):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(CHAIN):
+            fn(i)
+    return median_us(lambda i: g.replay()) / CHAIN
+
+
 for k, n in [(4096, 24576), (12288, 4096), (4096, 6144), (4096, 4096)]:
+    # The per-call rows rotate nc copies (>= 3x L2); the chain at least two, so that it never
+    # reads the same weights twice in a row.
+    nc = copies(n * k * 2)
     ws = [torch.empty(n, k, device=dev, dtype=torch.bfloat16).uniform_(-0.05, 0.05)
-          for _ in range(copies(n * k * 2))]
+          for _ in range(max(2, nc))]
     for m in [1, 4, 8, 16, 32]:
         a = torch.empty(m, k, device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
         emit("gemm", f"M={m} K={k} N={n}",
-             median_us(lambda i: torch.matmul(a, ws[i % len(ws)].t()), iters=50))
+             median_us(lambda i: torch.matmul(a, ws[i % nc].t()), iters=50))
+    a = torch.empty(1, k, device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
+    emit("gemm.chain", f"M=1 K={k} N={n}",
+         chain_us(lambda i: torch.matmul(a, ws[i % len(ws)].t())))
     del ws
 
 H, I, V = 4096, 12288, 152064
