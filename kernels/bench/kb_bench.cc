@@ -40,15 +40,26 @@ constexpr int kChainLength = 32;
 
 // Time per launch(i, stream) call (GEMM i, or a pair of kernels) of kChainLength calls captured
 // once into a CUDA graph and replayed (median over replays, each bracketed by events, divided by
-// kChainLength).
-double ChainMicrosPerLaunch(const std::function<void(int, cudaStream_t)>& launch,
+// kChainLength). A launch or capture that fails (e.g. a driver refusing PDL in capture) is
+// printed and returns a negative time instead of aborting the benchmark: the rows after it (and
+// the other sections of the same single GPU call) still run.
+double ChainMicrosPerLaunch(const std::function<absl::Status(int, cudaStream_t)>& launch,
                             cudaStream_t stream) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kChainLength; ++i) launch(i, stream);
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  absl::Status st;
+  for (int i = 0; i < kChainLength && st.ok(); ++i) st = launch(i, stream);
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  cudaError_t inst = cudaErrorUnknown;
+  if (st.ok() && end == cudaSuccess) inst = cudaGraphInstantiate(&exec, graph, 0);
+  if (!st.ok() || end != cudaSuccess || inst != cudaSuccess) {
+    std::fprintf(stderr, "chain capture failed: %s / %s / %s\n", std::string(st.message()).c_str(),
+                 cudaGetErrorString(end), cudaGetErrorString(inst));
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();  // capture errors are not sticky; clear the last-error state
+    return -1;
+  }
   const double us =
       MedianMicros([&](int) { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, 5, 30);
   BENCH_CUDA(cudaGraphExecDestroy(exec));
@@ -70,15 +81,20 @@ constexpr ChainKind kChainKinds[] = {{"skinny", &GemmSkinny, false},
 // Times every ChainKind twice, interleaved (so the two rows of a kind show the run-to-run
 // spread), in a graph of kChainLength launch(i, kind, stream) calls; rows "<prefix>.<kind>",
 // time per launch() call, TB/s of one weight copy.
-void TimeChainKinds(const Ceilings& c, const std::string& prefix, const std::string& shape,
-                    size_t w_bytes,
-                    const std::function<void(int, const ChainKind&, cudaStream_t)>& launch) {
+void TimeChainKinds(
+    const Ceilings& c, const std::string& prefix, const std::string& shape, size_t w_bytes,
+    const std::function<absl::Status(int, const ChainKind&, cudaStream_t)>& launch) {
   cudaStream_t stream = nullptr;
   BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (int round = 0; round < 2; ++round) {
     for (const ChainKind& kind : kChainKinds) {
       const double us =
-          ChainMicrosPerLaunch([&](int i, cudaStream_t s) { launch(i, kind, s); }, stream);
+          ChainMicrosPerLaunch([&](int i, cudaStream_t s) { return launch(i, kind, s); }, stream);
+      if (us < 0) {
+        std::printf("%s.%s %s: not timed (capture failed, see stderr)\n", prefix.c_str(), kind.name,
+                    shape.c_str());
+        continue;
+      }
       Report(absl::StrCat(prefix, ".", kind.name), shape, us, "TB/s",
              static_cast<double>(w_bytes) * 1e-6 / us, c.read_tbps);
     }
@@ -101,7 +117,7 @@ void BenchGemmChain(const Ceilings& c, int64_t k, int64_t n, const std::vector<v
                                     .n = n,
                                     .k = k,
                                     .overlap_launch = kind.pdl};
-                   Ok(kind.fn(x, s));
+                   return kind.fn(x, s);
                  });
 }
 
@@ -115,19 +131,20 @@ void BenchSiluGemmChain(const Ceilings& c, const std::vector<void*>& ws) {
   void* act = Alloc(k * 2);
   void* out = Alloc(n * 2);
   FillUniformBf16(gate_up, 2 * k, 11, -4, 4);
-  TimeChainKinds(
-      c, "gemm.silu_chain", absl::StrCat("M=1 K=", k, " N=", n), n * k * 2,
-      [&](int i, const ChainKind& kind, cudaStream_t s) {
-        Ok(SiluMul({.gate_up = gate_up, .out = act, .num_tokens = 1, .intermediate = k}, s));
-        const GemmArgs x{.a = act,
-                         .w = ws[i % ws.size()],
-                         .c = out,
-                         .m = 1,
-                         .n = n,
-                         .k = k,
-                         .overlap_launch = kind.pdl};
-        Ok(kind.fn(x, s));
-      });
+  TimeChainKinds(c, "gemm.silu_chain", absl::StrCat("M=1 K=", k, " N=", n), n * k * 2,
+                 [&](int i, const ChainKind& kind, cudaStream_t s) {
+                   const absl::Status st = SiluMul(
+                       {.gate_up = gate_up, .out = act, .num_tokens = 1, .intermediate = k}, s);
+                   if (!st.ok()) return st;
+                   const GemmArgs x{.a = act,
+                                    .w = ws[i % ws.size()],
+                                    .c = out,
+                                    .m = 1,
+                                    .n = n,
+                                    .k = k,
+                                    .overlap_launch = kind.pdl};
+                   return kind.fn(x, s);
+                 });
   cudaFree(gate_up), cudaFree(act), cudaFree(out);
 }
 
@@ -176,9 +193,18 @@ void BenchGemm(const Ceilings& c) {
       if (m <= 16) {
         us = run(&GemmSkinny);
         Report("gemm.skinny", shape, us, "TB/s", tb / us, c.read_tbps);
-        // The PDL launch alone (an event between launches: nothing to overlap): its cost.
-        us = run(&GemmSkinny, true);
-        Report("gemm.skinny_pdl", shape, us, "TB/s", tb / us, c.read_tbps);
+        // The PDL launch alone (an event between launches: nothing to overlap): its cost. One
+        // probe launch first, so that a refused PDL launch skips the row instead of aborting.
+        GemmArgs probe = args;
+        probe.w = ws[0];
+        probe.overlap_launch = true;
+        if (const absl::Status st = GemmSkinny(probe, nullptr); st.ok()) {
+          us = run(&GemmSkinny, true);
+          Report("gemm.skinny_pdl", shape, us, "TB/s", tb / us, c.read_tbps);
+        } else {
+          std::printf("gemm.skinny_pdl %s: not timed: %s\n", shape.c_str(),
+                      std::string(st.message()).c_str());
+        }
       }
       us = run(&GemmCublasLt);
       Report("gemm.cublaslt", shape, us, "TB/s", tb / us, c.read_tbps);
