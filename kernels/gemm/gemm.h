@@ -29,9 +29,9 @@ struct GemmArgs {
   // Gemm() where it picks that kernel; cuBLASLt and the fallback ignore it). The kernel may then
   // start while the previous kernel in the stream is still running: it issues its first weight
   // loads at once, waits for that kernel to complete before it reads a or bias or writes c, and
-  // lets the next kernel start early in turn. In a chain of kernels (a CUDA graph of a decode
-  // step) this overlaps each launch's ramp-up with the previous kernel's drain. Contract: w is
-  // not written by any kernel that may still be running (weights are written once at load time);
+  // lets the next kernel, if PDL-launched too, start early in turn. In a chain (a CUDA graph of a
+  // decode step) this overlaps each launch's ramp-up with the previous kernel's drain. Contract: w
+  // is not written by any kernel that may still be running (weights are written once at load time);
   // a, bias and c have the usual stream-order semantics. Off by default: adopted only once a GPU
   // run shows a chain of GEMMs faster with it (kernels/gemm/WORKLOG.md, step 5).
   bool overlap_launch = false;
