@@ -13,5 +13,4 @@ cmake --build "$dir" --target "${bins[@]}" -j"$(nproc)"
 rm -rf .gpu-all && mkdir -p .gpu-all
 for b in "${bins[@]}"; do cp "$(find "$dir" -name "$b" -type f -perm -u+x | head -1)" .gpu-all/; done
 /work/shared/gpu/bundle-libs.sh .gpu-all/_libs .gpu-all/* >/dev/null
-grep -qx '/.gpu-\*/' .git/info/exclude || echo '/.gpu-*/' >>.git/info/exclude
 du -sh .gpu-all
