@@ -7,29 +7,9 @@ import sys
 import torch
 
 import peer_sampling  # the sampling rows (HF warpers)
+from peer_timing import copies, median_us
 
-L2 = 60 * 2**20
 dev = "cuda"
-
-
-def median_us(fn, iters=30, warmup=5):
-    for i in range(warmup):
-        fn(i)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        fn(warmup + i)
-        ends[i].record()
-    torch.cuda.synchronize()
-    t = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return t[iters // 2] * 1e3
-
-
-def copies(nbytes):
-    return max(1, -(-3 * L2 // nbytes))
-
-
 out = open(sys.argv[1], "w")
 
 

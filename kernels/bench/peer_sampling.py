@@ -7,6 +7,8 @@ import sys
 
 import torch
 
+import peer_timing
+
 MODES = [("greedy", 0, 0, 1.0), ("temp0.7", 0.7, 0, 1.0), ("topk50_topp0.9", 0.7, 50, 0.9),
          ("topp0.95", 1.0, 0, 0.95)]
 
@@ -37,20 +39,6 @@ def run(emit, median_us, copies, vocab=152064, batches=(1, 32, 256)):
         del ls
 
 
-def _median_us(fn, iters=30, warmup=5):
-    for i in range(warmup):
-        fn(i)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        fn(warmup + i)
-        ends[i].record()
-    torch.cuda.synchronize()
-    t = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return t[iters // 2] * 1e3
-
-
 if __name__ == "__main__":
     out = open(sys.argv[1], "w")
 
@@ -59,4 +47,4 @@ if __name__ == "__main__":
         out.flush()
         print(f"peer {kernel:28s} {shape:34s} {us:10.2f} us")
 
-    run(emit, _median_us, lambda nbytes: max(1, -(-3 * 60 * 2**20 // nbytes)))
+    run(emit, peer_timing.median_us, peer_timing.copies)
