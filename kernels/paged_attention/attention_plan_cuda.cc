@@ -98,10 +98,11 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
   for (int s = 0; s < b.num_seqs; ++s) {
     total_keys += int64_t{b.num_kv_heads} * CeilDiv(RowsOf(b, s), tile_rows) * b.seq_lens[s];
   }
-  int per_slot = kItemsPerSlot;
-  if (const char* env = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT")) {
-    per_slot = std::max(1, std::atoi(env));
-  }
+  // Benchmark switch, read once per process (BuildDecode runs every step).
+  static const int per_slot = [] {
+    const char* env = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
+    return env != nullptr ? std::max(1, std::atoi(env)) : kItemsPerSlot;
+  }();
   const int64_t target = int64_t{per_slot} * DecodeSlots();
   int chunk = std::max<int>(kMinSplitKeys, CeilDiv(total_keys, std::max<int64_t>(target, 1)));
   chunk = CeilDiv(chunk, kSplitGranule) * kSplitGranule;

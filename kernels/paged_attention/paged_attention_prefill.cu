@@ -141,7 +141,8 @@ absl::Status PagedAttentionPrefill(const PagedAttentionArgs& args, const Attenti
   if (args.num_seqs == 0) return absl::OkStatus();
   RETURN_IF_ERROR(attention::CheckArgs(args, plan));
   // The Hopper path (wgmma + TMA) where it applies; TANDEM_PREFILL_KERNEL=fa2 forces this
-  // file's mma.sync kernel (benchmarks time both).
+  // file's mma.sync kernel (benchmarks time both). Read on every call: the prefill GPU test
+  // switches kernels inside one process.
   const char* forced = std::getenv("TANDEM_PREFILL_KERNEL");
   const bool fa2 = forced != nullptr && std::string_view(forced) == "fa2";
   if (!fa2 && attention::Sm90PrefillSupported(args)) {

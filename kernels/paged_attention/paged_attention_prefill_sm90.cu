@@ -88,8 +88,11 @@ absl::StatusOr<CUtensorMap> KvTensorMap(const PagedAttentionArgs& a) {
 template <int kStages, bool kPingPong>
 absl::Status Launch(const PagedAttentionArgs& a, const AttentionPlan& plan, cudaStream_t stream) {
   // Snake item order by default; TANDEM_PREFILL_ORDER=strided (benchmarks) for plain waves.
-  const char* order = std::getenv("TANDEM_PREFILL_ORDER");
-  const bool snake = order == nullptr || std::string_view(order) != "strided";
+  // Read once per process: this runs for every layer of every step.
+  static const bool snake = [] {
+    const char* order = std::getenv("TANDEM_PREFILL_ORDER");
+    return order == nullptr || std::string_view(order) != "strided";
+  }();
   ASSIGN_OR_RETURN(const CUtensorMap map, KvTensorMap(a));
   constexpr int kSmem = sizeof(Smem<kStages>) + kSwizzleAtomBytes;
   static std::atomic<int> cache[kMaxDevices];
@@ -119,8 +122,11 @@ absl::Status LaunchPrefillSm90(const PagedAttentionArgs& a, const AttentionPlan&
   // Ping-pong of the consumer warpgroups measured slower at 16k with page 16 (495-497 vs
   // 526-528 TFLOP/s) and within noise at page 64 (WORKLOG step 6): off unless
   // TANDEM_PREFILL_PINGPONG=1 (benchmarks).
-  const char* pingpong = std::getenv("TANDEM_PREFILL_PINGPONG");
-  if (pingpong != nullptr && std::atoi(pingpong) == 1) {
+  static const bool pingpong = [] {
+    const char* env = std::getenv("TANDEM_PREFILL_PINGPONG");
+    return env != nullptr && std::atoi(env) == 1;
+  }();
+  if (pingpong) {
     return sm90::Launch<3, true>(a, plan, stream);
   }
   return sm90::Launch<3, false>(a, plan, stream);
