@@ -18,19 +18,19 @@ for t in attention_gpu_test attention_prefill_gpu_test kernels_kb_gpu_test; do
   timeout 240 $B/$t >"$OUT/test_$t.log" 2>&1
   rc=$?
   [ $rc -ne 0 ] && fail=1
-  echo "$t exit=$rc: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_$t.log" | tr '\n' ' ')"
+  echo "[${SECONDS}s] $t exit=$rc: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_$t.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure" "$OUT/test_$t.log" | head -10
 done
 for tool in memcheck racecheck; do
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/attention_gpu_test \
     --gtest_filter='PagedAttentionGpuTest.SmallBothPaths:RopeKvStoreGpuTest.Qwen3QkNorm' \
-    >"$OUT/sanitizer.log" 2>&1
+    >"$OUT/sanitizer_$tool.log" 2>&1
   rc1=$?
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/attention_prefill_gpu_test \
-    --gtest_filter=PrefillGpuTest.SmallForSanitizer >>"$OUT/sanitizer.log" 2>&1
+    --gtest_filter=PrefillGpuTest.SmallForSanitizer >>"$OUT/sanitizer_$tool.log" 2>&1
   rc2=$?
   [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ] && fail=1
-  echo "compute-sanitizer $tool exit=$rc1/$rc2"
+  echo "[${SECONDS}s] compute-sanitizer $tool exit=$rc1/$rc2: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | sort | uniq -c | tr '\n' ' ')"
 done
 [ "${1:-}" = test ] && exit $fail
 timeout 240 $B/attention_bench >"$OUT/attention_bench.log" 2>&1 || tail -3 "$OUT/attention_bench.log"
@@ -39,6 +39,7 @@ timeout 240 $B/kb_bench "$OUT/kb_bench.jsonl" >"$OUT/kb_bench.log" 2>&1 || tail 
 timeout 150 python3 kernels/bench/peer_kb.py "$OUT/kb_peer.jsonl" >/dev/null 2>&1
 timeout 150 python3 kernels/bench/peer_sampling.py "$OUT/kb_peer_sampling.jsonl" >/dev/null 2>&1
 cat "$OUT/kb_peer_sampling.jsonl" >>"$OUT/kb_peer.jsonl" 2>/dev/null
+echo "[${SECONDS}s] benchmarks done"
 echo "== attention (32 q heads, 8 KV heads, D=128) =="
 python3 kernels/bench/attention_table.py "$OUT/attention_bench.log"
 echo "== GEMM, elementwise, sampling =="

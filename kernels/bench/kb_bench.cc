@@ -121,10 +121,14 @@ void BenchGemmChain(const Ceilings& c, int64_t k, int64_t n, const std::vector<v
                  });
 }
 
-// The down projection as a decode step runs it today: SiluMul (T = 1, a plain launch) then the
-// 12288 -> 4096 GEMM reading its output, kChainLength pairs per graph, time per pair (rows
-// gemm.silu_chain.*). A PDL GEMM can then overlap only SiluMul's completion, not its tail, and
-// the next SiluMul waits for the whole GEMM: the gain before the other kernels are PDL-aware.
+// The GEMMs as a decode step runs them: a small kernel writing the GEMM's input, then the GEMM
+// reading it, kChainLength pairs per graph, time per pair. The producer calls
+// AllowDependentLaunch() at its start (kernels/common/pdl.cuh), so a PDL GEMM can stream its
+// first weights while the producer runs and wait only for its completion; the next producer
+// (a plain launch) waits for the whole GEMM.
+//   gemm.silu_chain.*: SiluMul (T = 1) then the 12288 -> 4096 down projection;
+//   gemm.norm_chain.*: fused residual-add RMSNorm (T = 1, hidden 4096) then a 4096 -> n GEMM
+//   (the QKV and gate-up projections).
 void BenchSiluGemmChain(const Ceilings& c, const std::vector<void*>& ws) {
   const int64_t k = 12288, n = 4096;
   void* gate_up = Alloc(2 * k * 2);
@@ -146,6 +150,38 @@ void BenchSiluGemmChain(const Ceilings& c, const std::vector<void*>& ws) {
                    return kind.fn(x, s);
                  });
   cudaFree(gate_up), cudaFree(act), cudaFree(out);
+}
+
+void BenchNormGemmChain(const Ceilings& c, int64_t n, const std::vector<void*>& ws) {
+  const int64_t k = 4096;
+  void* input = Alloc(k * 2);
+  void* residual = Alloc(k * 2);
+  void* weight = Alloc(k * 2);
+  void* normed = Alloc(k * 2);
+  void* out = Alloc(n * 2);
+  FillUniformBf16(input, k, 12, -1, 1);
+  FillUniformBf16(residual, k, 13, -1, 1);
+  FillUniformBf16(weight, k, 14, 0.5f, 1.5f);
+  TimeChainKinds(c, "gemm.norm_chain", absl::StrCat("M=1 K=", k, " N=", n), n * k * 2,
+                 [&](int i, const ChainKind& kind, cudaStream_t s) {
+                   const absl::Status st = RmsNorm({.input = input,
+                                                    .residual = residual,
+                                                    .weight = weight,
+                                                    .out = normed,
+                                                    .num_rows = 1,
+                                                    .hidden = k},
+                                                   s);
+                   if (!st.ok()) return st;
+                   const GemmArgs x{.a = normed,
+                                    .w = ws[i % ws.size()],
+                                    .c = out,
+                                    .m = 1,
+                                    .n = n,
+                                    .k = k,
+                                    .overlap_launch = kind.pdl};
+                   return kind.fn(x, s);
+                 });
+  cudaFree(input), cudaFree(residual), cudaFree(weight), cudaFree(normed), cudaFree(out);
 }
 
 // Weight-bandwidth of the decode GEMMs: tandem's dispatch, the skinny kernel (plain and PDL
@@ -211,6 +247,7 @@ void BenchGemm(const Ceilings& c) {
     }
     BenchGemmChain(c, k, n, ws, a, out);
     if (k == 12288 && n == 4096) BenchSiluGemmChain(c, ws);
+    if (k == 4096 && (n == 6144 || n == 24576)) BenchNormGemmChain(c, n, ws);
     for (int64_t m : {1, 4}) {  // the skinny kernel's variants side by side
       for (int v = 0; v < kNumSkinnyVariants; ++v) {
         GemmArgs args{.a = a, .c = out, .m = m, .n = n, .k = k, .overlap_launch = false};

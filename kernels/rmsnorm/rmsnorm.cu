@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 
 #include "base/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/vec_util.cuh"
 #include "kernels/rmsnorm/rmsnorm.h"
 
@@ -37,6 +38,7 @@ template <int kRowThreads>
 __global__ void __launch_bounds__(kBlockThreads)
     RmsNormBf16Kernel(const __grid_constant__ RmsNormArgs args, int64_t in_stride,
                       int64_t out_stride) {
+  AllowDependentLaunch();  // a PDL GEMM after us may start streaming its weights (pdl.cuh)
   constexpr int kRowsPerBlock = kBlockThreads / kRowThreads;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kRowThreads;
   const int t = threadIdx.x % kRowThreads;

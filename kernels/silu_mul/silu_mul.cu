@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include "base/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/vec_util.cuh"
 #include "kernels/silu_mul/silu_mul.h"
 
@@ -16,6 +17,7 @@ __device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
 
 __global__ void __launch_bounds__(kThreads)
     SiluMulBf16Kernel(const __grid_constant__ SiluMulArgs args) {
+  AllowDependentLaunch();  // a PDL GEMM after us may start streaming its weights (pdl.cuh)
   const int64_t vec_per_row = args.intermediate / 8;
   const int64_t total = args.num_tokens * vec_per_row;
   const uint4* in = static_cast<const uint4*>(args.gate_up);

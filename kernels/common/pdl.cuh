@@ -1,0 +1,24 @@
+// Programmatic dependent launch (PDL, sm_90): the producer side. CUDA only.
+//
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization (the skinny GEMM, see
+// GemmArgs::overlap_launch) may be scheduled before the kernel ahead of it in the stream has
+// finished, as soon as every block of that kernel has called AllowDependentLaunch() or exited; it
+// then runs only what does not depend on that kernel (the GEMM: its first weight loads) and waits
+// in griddepcontrol.wait for that kernel's completion and memory flush before it reads anything
+// the kernel wrote. So calling this early is always safe: it orders no memory and changes nothing
+// for dependents launched without the attribute; it only lets a PDL dependent start its
+// independent prologue sooner. Kernels that sit in front of a decode GEMM (RMSNorm, SiLU-and-mul)
+// call it at their start.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace tandem {
+
+__device__ __forceinline__ void AllowDependentLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();  // griddepcontrol.launch_dependents
+#endif
+}
+
+}  // namespace tandem
