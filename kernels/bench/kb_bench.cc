@@ -78,6 +78,12 @@ constexpr ChainKind kChainKinds[] = {{"skinny", &GemmSkinny, false},
                                      {"skinny_pdl", &GemmSkinny, true},
                                      {"cublaslt", &GemmCublasLt, false}};
 
+// One M = 1 GEMM of a chain, launched as `kind` says.
+absl::Status ChainGemm(const ChainKind& kind, const void* a, const void* w, void* c, int64_t n,
+                       int64_t k, cudaStream_t s) {
+  return kind.fn({.a = a, .w = w, .c = c, .m = 1, .n = n, .k = k, .overlap_launch = kind.pdl}, s);
+}
+
 // Times every ChainKind twice, interleaved (so the two rows of a kind show the run-to-run
 // spread), in a graph of kChainLength launch(i, kind, stream) calls; rows "<prefix>.<kind>",
 // time per launch() call, TB/s of one weight copy.
@@ -110,14 +116,7 @@ void BenchGemmChain(const Ceilings& c, int64_t k, int64_t n, const std::vector<v
                     void* out) {
   TimeChainKinds(c, "gemm.chain", absl::StrCat("M=1 K=", k, " N=", n), n * k * 2,
                  [&](int i, const ChainKind& kind, cudaStream_t s) {
-                   const GemmArgs x{.a = a,
-                                    .w = ws[i % ws.size()],
-                                    .c = out,
-                                    .m = 1,
-                                    .n = n,
-                                    .k = k,
-                                    .overlap_launch = kind.pdl};
-                   return kind.fn(x, s);
+                   return ChainGemm(kind, a, ws[i % ws.size()], out, n, k, s);
                  });
 }
 
@@ -140,14 +139,7 @@ void BenchSiluGemmChain(const Ceilings& c, const std::vector<void*>& ws) {
                    const absl::Status st = SiluMul(
                        {.gate_up = gate_up, .out = act, .num_tokens = 1, .intermediate = k}, s);
                    if (!st.ok()) return st;
-                   const GemmArgs x{.a = act,
-                                    .w = ws[i % ws.size()],
-                                    .c = out,
-                                    .m = 1,
-                                    .n = n,
-                                    .k = k,
-                                    .overlap_launch = kind.pdl};
-                   return kind.fn(x, s);
+                   return ChainGemm(kind, act, ws[i % ws.size()], out, n, k, s);
                  });
   cudaFree(gate_up), cudaFree(act), cudaFree(out);
 }
@@ -172,14 +164,7 @@ void BenchNormGemmChain(const Ceilings& c, int64_t n, const std::vector<void*>& 
                                                     .hidden = k},
                                                    s);
                    if (!st.ok()) return st;
-                   const GemmArgs x{.a = normed,
-                                    .w = ws[i % ws.size()],
-                                    .c = out,
-                                    .m = 1,
-                                    .n = n,
-                                    .k = k,
-                                    .overlap_launch = kind.pdl};
-                   return kind.fn(x, s);
+                   return ChainGemm(kind, normed, ws[i % ws.size()], out, n, k, s);
                  });
   cudaFree(input), cudaFree(residual), cudaFree(weight), cudaFree(normed), cudaFree(out);
 }

@@ -52,4 +52,30 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Runs `enqueue(stream)` in stream order, then captured into a CUDA graph and replayed `replays`
+// times; `reset()` before and `check(label)` after every run. For kernels whose ordering (e.g.
+// programmatic dependent launch) differs between plain launches and graph edges.
+template <typename Reset, typename Enqueue, typename Check>
+void RunInStreamAndGraph(cudaStream_t stream, const Reset& reset, const Enqueue& enqueue,
+                         const Check& check, int replays = 2) {
+  ASSERT_NO_FATAL_FAILURE(reset());
+  ASSERT_NO_FATAL_FAILURE(enqueue(stream));
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(check("stream"));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(enqueue(stream));
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < replays; ++replay) {
+    ASSERT_NO_FATAL_FAILURE(reset());
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(check("graph replay"));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 }  // namespace tandem::testing

@@ -176,25 +176,12 @@ TEST(PdlChainTest, ProducersReleaseEarlyAndPdlGemmsWait) {
   uint64_t seed = 1200;
   for (const Shape& sh : shapes) {
     ProducerGemmChain chain(sh.p, sh.m, sh.k, sh.steps, seed++);
-    ASSERT_NO_FATAL_FAILURE(chain.Reset());
-    ASSERT_NO_FATAL_FAILURE(chain.Enqueue(stream));
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    ASSERT_NO_FATAL_FAILURE(chain.CheckSteps());
-
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    ASSERT_NO_FATAL_FAILURE(chain.Enqueue(stream));
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int replay = 0; replay < 2; ++replay) {
-      ASSERT_NO_FATAL_FAILURE(chain.Reset());
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      ASSERT_NO_FATAL_FAILURE(chain.CheckSteps()) << "graph replay " << replay;
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    ASSERT_NO_FATAL_FAILURE(testing::RunInStreamAndGraph(
+        stream, [&] { chain.Reset(); }, [&](cudaStream_t s) { chain.Enqueue(s); },
+        [&](const char* run) {
+          SCOPED_TRACE(run);
+          chain.CheckSteps();
+        }));
   }
   cudaStreamDestroy(stream);
 }
