@@ -302,9 +302,10 @@ void BenchElementwise(const Ceilings& c) {
 
 // Sampling: the ceiling column is the time to read the logits once at the read bandwidth;
 // "x read" = time / that (target <= 2). "sampling.*" is the default dispatch (for this vocab the
-// streaming and the resident cluster kernels, each skipping the other's rows); the one-block-per-
-// row kernel ("sampling_1blk.*") and, at B = 256, the resident cluster kernel on every row
-// ("sampling_resident.*") are timed in the same run. TANDEM_BENCH_SAMPLING_BATCH=<b> times only
+// streaming and the resident cluster kernels, each skipping the other's rows); the dispatch before
+// top-k rows were streamed ("sampling_prev.*"), the one-block-per-row kernel ("sampling_1blk.*")
+// and, at B = 256, the resident cluster kernel on every row ("sampling_resident.*") are timed in
+// the same run. TANDEM_BENCH_SAMPLING_BATCH=<b> times only
 // the default dispatch at that batch (for ncu).
 void BenchSampling(const Ceilings& c) {
   const int64_t vocab = 152064;
@@ -363,6 +364,7 @@ void BenchSampling(const Ceilings& c) {
                us / read_us, 2.0 * 1e300);
       };
       time("sampling.", &Sampling);
+      if (only_batch == nullptr) time("sampling_prev.", &SamplingTopKResident);
       if (only_batch == nullptr) time("sampling_1blk.", &SamplingOneBlockPerRow);
       if (batch == 256 && only_batch == nullptr) time("sampling_resident.", &SamplingCluster);
     }

@@ -337,13 +337,26 @@ absl::Status SamplingOneBlockPerRow(const SamplingArgs& args, cudaStream_t strea
   return absl::OkStatus();
 }
 
-// Vocabularies that fit the cluster kernels: rows without top-k / top-p stream through
-// SamplingStream, the others through the resident cluster kernel (each launch skips the other's
-// rows; kernels/sampling/WORKLOG.md, steps 6-11). Longer rows: the one-block-per-row kernel.
+// Vocabularies that fit the cluster kernels: rows without top-k / top-p and top-k rows with
+// k <= 128 stream through the streaming kernel, the others (and its overflowing top-k rows) through
+// the resident cluster kernel (each launch skips the other's rows; kernels/sampling/WORKLOG.md,
+// steps 6-12). Longer rows: the one-block-per-row kernel.
 absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream) {
   if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
-    if (absl::Status st = SamplingStream(args, stream); !st.ok()) return st;
-    return SamplingClusterLaunch(args, /*only_filtered=*/true, stream);
+    if (absl::Status st = SamplingStreamLaunch(args, /*with_top_k=*/true, stream); !st.ok()) {
+      return st;
+    }
+    return SamplingClusterLaunch(args, ClusterRows::kLeftByStream, stream);
+  }
+  return SamplingOneBlockPerRow(args, stream);
+}
+
+absl::Status SamplingTopKResident(const SamplingArgs& args, cudaStream_t stream) {
+  if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
+    if (absl::Status st = SamplingStreamLaunch(args, /*with_top_k=*/false, stream); !st.ok()) {
+      return st;
+    }
+    return SamplingClusterLaunch(args, ClusterRows::kFiltered, stream);
   }
   return SamplingOneBlockPerRow(args, stream);
 }

@@ -229,10 +229,10 @@ __device__ __forceinline__ bool Filtered(const SamplingArgs& args, int64_t r) {
   return args.temperature[r] > 0.0f && ((k > 0 && k < args.vocab_size) || args.top_p[r] < 1.0f);
 }
 
-// Cluster c takes rows c, c + clusters, ...; with only_filtered, only those with top-k or top-p.
+// Cluster c takes rows c, c + clusters, ... of the set `rows` (a ClusterRows).
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
     SamplingClusterKernel(const __grid_constant__ SamplingArgs args, bool vec_ok, int slice_len,
-                          bool only_filtered) {
+                          ClusterRows rows) {
   extern __shared__ __align__(16) unsigned char smem[];
   ClusterShared& s = *reinterpret_cast<ClusterShared*>(smem);
   // Peers may push only once every CTA of the cluster runs: arrive now, wait before a first push.
@@ -241,7 +241,11 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   int parity = 0;
   ForEachRow<kThreads>(
       s.row_flags, blockIdx.x / kCluster, gridDim.x / kCluster, args.batch,
-      [&](int64_t r) { return !only_filtered || Filtered(args, r); },
+      [&](int64_t r) {
+        return rows == ClusterRows::kAll ||
+               (Filtered(args, r) && (rows == ClusterRows::kFiltered || !StreamsTopK(args, r) ||
+                                      args.out_tokens[r] == kFallbackToken));
+      },
       [&](int64_t r) {
         SampleRow(s, args, r, parity, vec_ok, slice_len);
         parity ^= 1;
@@ -279,7 +283,7 @@ absl::StatusOr<int> ConfigureClusterKernel() {
 
 }  // namespace
 
-absl::Status SamplingClusterLaunch(const SamplingArgs& args, bool only_filtered,
+absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows,
                                    cudaStream_t stream) {
   if (args.batch < 0 || args.vocab_size <= 0 || !SamplingClusterSupports(args.vocab_size)) {
     return absl::InvalidArgumentError("SamplingCluster: needs batch >= 0, 0 < vocab <= 155648");
@@ -292,13 +296,13 @@ absl::Status SamplingClusterLaunch(const SamplingArgs& args, bool only_filtered,
   const int slice_len = static_cast<int>((args.vocab_size + 4 * kCluster - 1) / (4 * kCluster) * 4);
   const int64_t clusters = std::min<int64_t>(args.batch, *max_clusters);
   SamplingClusterKernel<<<clusters * kCluster, kThreads, sizeof(ClusterShared), stream>>>(
-      args, vec_ok, slice_len, only_filtered);
+      args, vec_ok, slice_len, rows);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
 
 absl::Status SamplingCluster(const SamplingArgs& args, cudaStream_t stream) {
-  return SamplingClusterLaunch(args, /*only_filtered=*/false, stream);
+  return SamplingClusterLaunch(args, ClusterRows::kAll, stream);
 }
 
 }  // namespace tandem

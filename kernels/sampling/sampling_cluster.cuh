@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/sampling/block_reduce.cuh"
+#include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_internal.cuh"
 
 namespace tandem::sampling_cluster {
@@ -91,6 +92,17 @@ __device__ void ForEachRow(int* flags, int64_t first, int64_t stride, int64_t ba
 __host__ __device__ inline int SliceLength(int slice_len, int64_t vocab, int rank) {
   const int64_t rest = vocab - int64_t{rank} * slice_len;
   return rest <= 0 ? 0 : (rest < slice_len ? static_cast<int>(rest) : slice_len);
+}
+
+// Top-k rows (temperature > 0, 0 < k < vocab, k <= kStreamTopKMax, any top-p) that the streaming
+// kernel samples in its single pass when Sampling() runs it with top-k (sampling_stream_topk.cuh).
+// Such a row whose candidates overflow its buffers gets kFallbackToken there, and the resident
+// kernel, launched after it on the same stream, samples it (ClusterRows::kLeftByStream).
+constexpr int kStreamTopKMax = 128;
+constexpr int32_t kFallbackToken = -2;
+__device__ __forceinline__ bool StreamsTopK(const SamplingArgs& args, int64_t r) {
+  const int64_t k = args.top_k[r];
+  return args.temperature[r] > 0.0f && k > 0 && k < args.vocab_size && k <= kStreamTopKMax;
 }
 
 static_assert(sizeof(ClusterShared) <= 110 * 1024, "two CTAs per SM: <= 113 KiB each");

@@ -4,9 +4,10 @@
 // 128 logits its max m_e and S_e = sum 2^((x - m_e) * scale) (online softmax). After the cluster's
 // max M is exchanged, entry masses are S_e * 2^((m_e - M) * scale) in fixed point; the CTA holding
 // u * (total) finds the entry and re-reads its 128 logits (512 bytes, usually from L2) to draw
-// with the exact weights 2^((x - M) * scale) of sampling.h. Rows with top-k or top-p are left to
-// the resident cluster kernel (sampling_cluster.cu). Persistent: as many clusters as fit loop over
-// the rows, so rows left to the other kernel cost little.
+// with the exact weights 2^((x - M) * scale) of sampling.h. With top-k (Sampling()'s dispatch),
+// top-k rows with k <= kStreamTopKMax are streamed too (sampling_stream_topk.cuh); other rows with
+// top-k or top-p are left to the resident cluster kernel (sampling_cluster.cu). Persistent: as many
+// clusters as fit loop over the rows, so rows left to the other kernel cost little.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -15,63 +16,20 @@
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
 #include "kernels/sampling/sampling_rng.h"
+#include "kernels/sampling/sampling_stream.cuh"
+#include "kernels/sampling/sampling_stream_topk.cuh"
 #include "kernels/sampling/sampling_variants.h"
 
 namespace tandem {
 namespace {
 
+using namespace sampling_stream;  // NOLINT: this kernel's own helpers
 using sampling_cluster::ForEachRow;
-using sampling_cluster::kCluster;
-using sampling_cluster::kSliceCap;
 using sampling_cluster::Peer;
 using sampling_cluster::RowMath;
 using sampling_cluster::SliceLength;
-using sampling_internal::ArgMaxPair;
 using sampling_internal::Better;
-using sampling_internal::KeyOf;
-
-__device__ __forceinline__ float KeyToFloat(uint32_t key) {  // inverse of KeyOf
-  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
 namespace cg = cooperative_groups;
-
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kTileElems = 4 * kThreads;                                // 4 logits per thread
-constexpr int kSliceTiles = (kSliceCap + kTileElems - 1) / kTileElems;  // 19
-constexpr int kEntries = kSliceTiles * kWarps;                          // 152
-constexpr int kEntrySlots = (kEntries + 31) / 32 * 32;                  // 160: 5 per lane
-constexpr int kGroup = 8;  // tiles loaded together: 8 x 16 bytes in flight per thread
-
-struct StreamShared {
-  float entry_max[kEntrySlots];  // m_e (-inf: no weight)
-  float entry_sum[kEntrySlots];  // S_e
-  uint64_t entry_mass[kEntrySlots];
-  uint64_t peer_total[kCluster];      // pushed by each CTA: its mass
-  ArgMaxPair peer_best[2][kCluster];  // pushed by each CTA: its (max, id); by row parity
-  uint64_t scratch[kWarps];
-  ArgMaxPair argmax_scratch[kWarps];
-  int row_flags[kThreads];
-};
-
-struct Slice {
-  const float* logits;  // the slice in global memory, n logits
-  int n;
-  int32_t base;  // id of the first logit
-};
-
-// The 4 logits at `local` (a multiple of 4) of the slice; NaN and beyond the slice: -inf.
-__device__ __forceinline__ void Load4(const Slice& sl, bool vec_ok, int local, float (&q)[4]) {
-  if (vec_ok && local + 3 < sl.n) {
-    const float4 v = __ldcs(reinterpret_cast<const float4*>(sl.logits + local));
-    q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
-  } else {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) q[e] = local + e < sl.n ? sl.logits[local + e] : -INFINITY;
-  }
-#pragma unroll
-  for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) ? -INFINITY : q[e];
-}
 
 // 2^x in one MUFU.EX2 (flushes results below 2^-126 to 0): for the entry sums, which only pick
 // the entry; the draw inside it uses the exact weights of sampling.h.
@@ -92,28 +50,8 @@ __device__ ArgMaxPair StreamPass(StreamShared& s, const Slice& sl, bool vec_ok, 
                                  : INT32_MAX};
   for (int t0 = 0; t0 < kSliceTiles; t0 += kGroup) {
     if (t0 * kTileElems >= sl.n) break;  // uniform
-    // Every 16-byte load of the group first, into its own registers (then kGroup are in flight);
-    // the rare scalar logits (unaligned rows, the row's last partial float4) after.
     float q[kGroup][4];
-#pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      const int local = (t0 + g) * kTileElems + 4 * threadIdx.x;
-      float4 v = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-      if (t0 + g < kSliceTiles && vec_ok && local + 3 < sl.n) {
-        v = __ldcs(reinterpret_cast<const float4*>(sl.logits + local));
-      }
-      q[g][0] = v.x, q[g][1] = v.y, q[g][2] = v.z, q[g][3] = v.w;
-    }
-#pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      const int local = (t0 + g) * kTileElems + 4 * threadIdx.x;
-      if (t0 + g < kSliceTiles && !(vec_ok && local + 3 < sl.n) && local < sl.n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) q[g][e] = local + e < sl.n ? sl.logits[local + e] : -INFINITY;
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) q[g][e] = isnan(q[g][e]) ? -INFINITY : q[g][e];
-    }
+    LoadGroup(sl, vec_ok, t0, q);
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       const int tile = t0 + g;
@@ -254,31 +192,42 @@ __device__ void StreamRow(StreamShared& s, const SamplingArgs& args, int64_t r, 
   if (threadIdx.x == 0) args.out_tokens[r] = token >= 0 ? token : best.id;
 }
 
-// Persistent: cluster c takes the rows c, c + clusters, ... without top-k or top-p.
+// Persistent: cluster c takes the rows c, c + clusters, ... without top-k or top-p, and with
+// with_top_k the top-k rows of StreamsTopK (their leader CTA rotating over the cluster).
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 4)
-    SamplingStreamKernel(const __grid_constant__ SamplingArgs args, bool vec_ok, int slice_len) {
-  __shared__ StreamShared s;
-  // Peers may push only once every CTA of the cluster runs.
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-  int parity = 0;
+    SamplingStreamKernel(const __grid_constant__ SamplingArgs args, bool vec_ok, int slice_len,
+                         bool with_top_k) {
+  StreamShared& s = stream_shared;
+  InitTopK(s.topk);
+  __syncthreads();
+  // Peers may push only once every CTA of the cluster runs and has initialised its buffers.
+  cg::this_cluster().sync();
+  int parity = 0, top_k_rows = 0;
   ForEachRow<kThreads>(
       s.row_flags, blockIdx.x / kCluster, gridDim.x / kCluster, args.batch,
       [&](int64_t r) {
         const int64_t k = args.top_k[r];
         return !(args.temperature[r] > 0.0f) ||
-               (!(k > 0 && k < args.vocab_size) && !(args.top_p[r] < 1.0f));
+               (!(k > 0 && k < args.vocab_size) && !(args.top_p[r] < 1.0f)) ||
+               (with_top_k && sampling_cluster::StreamsTopK(args, r));
       },
       [&](int64_t r) {
-        StreamRow(s, args, r, parity, vec_ok, slice_len);
-        parity ^= 1;
+        if (with_top_k && sampling_cluster::StreamsTopK(args, r)) {
+          TopKRow(args, r, top_k_rows, vec_ok, slice_len);
+          ++top_k_rows;
+        } else {
+          StreamRow(s, args, r, parity, vec_ok, slice_len);
+          parity ^= 1;
+        }
         __syncthreads();
       });
+  // No CTA leaves while a peer may still push into its shared memory or arrive on its mbarrier.
+  cg::this_cluster().sync();
 }
 
 }  // namespace
 
-absl::Status SamplingStream(const SamplingArgs& args, cudaStream_t stream) {
+absl::Status SamplingStreamLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream) {
   if (args.batch < 0 || args.vocab_size <= 0 || !SamplingClusterSupports(args.vocab_size)) {
     return absl::InvalidArgumentError("SamplingStream: needs batch >= 0, 0 < vocab <= 155648");
   }
@@ -300,7 +249,8 @@ absl::Status SamplingStream(const SamplingArgs& args, cudaStream_t stream) {
     max_clusters[device & 63].store(fit, std::memory_order_release);
   }
   const int64_t clusters = std::min<int64_t>(args.batch, fit);
-  SamplingStreamKernel<<<clusters * kCluster, kThreads, 0, stream>>>(args, vec_ok, slice_len);
+  SamplingStreamKernel<<<clusters * kCluster, kThreads, 0, stream>>>(args, vec_ok, slice_len,
+                                                                     with_top_k);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }

@@ -19,12 +19,20 @@ absl::Status SamplingOneBlockPerRow(const SamplingArgs& args, cudaStream_t strea
 // (SamplingClusterSupports).
 absl::Status SamplingCluster(const SamplingArgs& args, cudaStream_t stream);
 bool SamplingClusterSupports(int64_t vocab_size);
-// Rows without top-k or top-p only (greedy, temperature): a cluster of 8 small CTAs per row
-// streams it once (sampling_stream.cu); rows with top-k or top-p are skipped.
-absl::Status SamplingStream(const SamplingArgs& args, cudaStream_t stream);
-// The resident cluster kernel, skipping (cheaply: a persistent grid) rows without top-k or top-p
-// when only_filtered.
-absl::Status SamplingClusterLaunch(const SamplingArgs& args, bool only_filtered,
-                                   cudaStream_t stream);
+// The streaming cluster kernel (sampling_stream.cu): a cluster of 8 small CTAs per row streams it
+// once. It samples the rows without top-k or top-p (greedy, temperature) and, with_top_k, the top-k
+// rows with k <= 128 (any top-p), writing kFallbackToken (-2) for those whose candidates overflow;
+// it skips the other rows.
+absl::Status SamplingStreamLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream);
+// The rows the resident cluster kernel samples (others are skipped cheaply: a persistent grid).
+enum class ClusterRows {
+  kAll,
+  kFiltered,     // rows with top-k or top-p
+  kLeftByStream  // those the streaming kernel with top-k, launched before, did not sample
+};
+absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows, cudaStream_t stream);
+// Sampling()'s dispatch before top-k rows were streamed (the streaming kernel without top-k, the
+// resident kernel for every row with top-k or top-p): kb_bench's same-run baseline.
+absl::Status SamplingTopKResident(const SamplingArgs& args, cudaStream_t stream);
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
 // CUDA Sampling against SamplingRef, for each kernel (the default dispatch, the one-block-per-row
-// kernel and the cluster kernel): greedy rows must match exactly; sampled rows must match except
+// kernel, the cluster kernel on every row, and the dispatch before top-k rows were streamed):
+// greedy rows must match exactly; sampled rows must match except
 // at rounding boundaries (fixed-point weights on the GPU, float/double on the CPU), which the test
 // bounds to 1% of rows, and every GPU token must lie in the row's top-k set.
 #include "kernels/sampling/sampling.h"
@@ -27,7 +28,9 @@ struct Variant {
 };
 const Variant kVariants[] = {{"Sampling", &Sampling, 262144},
                              {"OneBlockPerRow", &SamplingOneBlockPerRow, 262144},
-                             {"Cluster", &SamplingCluster, 155648}};
+                             {"Cluster", &SamplingCluster, 155648},
+                             {"TopKResident", &SamplingTopKResident, 155648}};
+constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 struct Batch {
   std::vector<float> logits, temperature, top_p;
@@ -96,10 +99,10 @@ std::vector<int32_t> RunGpu(SampleFn fn, const Batch& b, int64_t batch, int64_t 
 
 // Mismatching sampled rows and all sampled rows, per variant.
 struct Tally {
-  int mismatches[3] = {0, 0, 0};
+  int mismatches[kNumVariants] = {};
   int rows = 0;
   void ExpectWithin(double fraction) const {
-    for (int v = 0; v < 3; ++v) {
+    for (int v = 0; v < kNumVariants; ++v) {
       EXPECT_LE(mismatches[v], rows * fraction)
           << kVariants[v].name << ": " << mismatches[v] << " of " << rows << " rows differ";
     }
@@ -110,7 +113,7 @@ void CheckRows(const Batch& b, int64_t batch, int64_t vocab, Tally* tally) {
   SCOPED_TRACE(::testing::Message() << "batch=" << batch << " vocab=" << vocab);
   const std::vector<int32_t> want = RunRef(b, batch, vocab);
   for (int64_t r = 0; r < batch; ++r) tally->rows += b.temperature[r] > 0.0f;
-  for (int v = 0; v < 3; ++v) {
+  for (int v = 0; v < kNumVariants; ++v) {
     if (vocab > kVariants[v].max_vocab) continue;
     SCOPED_TRACE(kVariants[v].name);
     const std::vector<int32_t> got = RunGpu(kVariants[v].fn, b, batch, vocab);
@@ -231,19 +234,22 @@ TEST(SamplingCudaTest, SpecialLogits) {
   tally.ExpectWithin(0.02);
 }
 
-// A small batch through every path (greedy, temperature, top-k, top-p, both, and the whole-row
-// fallback of the cluster kernel): small enough for compute-sanitizer (gpu_run_smp.sh).
+// A small batch through every path (greedy, temperature, top-k, top-p, both, the whole-row
+// fallback of the cluster kernel, the streaming kernel's top-k rows and its fallback to the
+// resident kernel): small enough for compute-sanitizer (gpu_run_smp2.sh).
 TEST(SamplingCudaTest, SmallBatchAllPaths) {
   TANDEM_SKIP_WITHOUT_GPU();
   Tally tally;
-  const int64_t batch = 8, vocab = 152064;
+  const int64_t batch = 9, vocab = 152064;
   std::mt19937_64 rng(5);
   Batch b = MakeBatch(batch, vocab, 3.0f, rng);
   b.temperature[6] = 50.0f, b.top_k[6] = 40;  // wide bins: candidates overflow
   for (int64_t i = 0; i < vocab; ++i) b.logits[7 * vocab + i] *= 0.003f;  // nearly flat
   b.temperature[7] = 1.0f, b.top_p[7] = 0.9f;
+  std::fill(&b.logits[8 * vocab], &b.logits[9 * vocab], 1.5f);  // all tied: streaming overflows
+  b.top_k[8] = 50;
   CheckRows(b, batch, vocab, &tally);
-  tally.ExpectWithin(0.15);  // at most 1 of the 7 sampled rows
+  tally.ExpectWithin(0.15);  // at most 1 of the 8 sampled rows
 }
 
 TEST(SamplingCudaTest, GreedyTiesAndRejectsHugeVocab) {
@@ -258,6 +264,110 @@ TEST(SamplingCudaTest, GreedyTiesAndRejectsHugeVocab) {
   EXPECT_EQ(SamplingCluster(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
   args.batch = 0, args.vocab_size = 1000;  // empty batch: nothing to do
   for (const Variant& v : kVariants) EXPECT_TRUE(v.fn(args, nullptr).ok()) << v.name;
+}
+
+// The streaming kernel alone, with top-k: it samples every top-k row with k <= 128 (any top-p) of
+// N(0, 3^2) logits itself (no kFallbackToken), as SamplingRef does, samples the greedy and
+// temperature-only rows, and leaves the others (top-p only, k > 128) unwritten for the resident
+// kernel. Batches 1 to 256; vocabularies that are not multiples of the tile, odd (scalar loads),
+// and small (most threads without a logit).
+TEST(SamplingCudaTest, StreamTopKSamplesItsRows) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const SampleFn stream_only = [](const SamplingArgs& a, cudaStream_t s) {
+    return SamplingStreamLaunch(a, /*with_top_k=*/true, s);
+  };
+  const int32_t ks[] = {1, 2, 7, 50, 64, 100, 127, 128, 129, 0};
+  const float ps[] = {1.0f, 0.9f, 0.5f, 1e-6f, 0.99f};
+  int rows = 0, mismatches = 0;
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {1, 152064}, {3, 1000}, {17, 151937}, {255, 50257}, {256, 152064}};
+  for (const auto& [batch, vocab] : shapes) {
+    SCOPED_TRACE(::testing::Message() << "batch=" << batch << " vocab=" << vocab);
+    std::mt19937_64 rng(batch * 7 + vocab);
+    Batch b;
+    for (int64_t r = 0; r < batch; ++r) {
+      b.AddRow(r % 11 == 10 ? 0.0f : 0.3f + 0.2f * (r % 6), ks[(r + batch) % 10],
+               ps[(r + batch) % 5], rng(), r);
+    }
+    b.logits.resize(batch * vocab);
+    std::normal_distribution<float> dist(0.0f, 3.0f);
+    for (float& x : b.logits) x = dist(rng);
+    const std::vector<int32_t> want = RunRef(b, batch, vocab);
+    const std::vector<int32_t> got = RunGpu(stream_only, b, batch, vocab);
+    for (int64_t r = 0; r < batch; ++r) {
+      const int32_t k = b.top_k[r];
+      const bool greedy = !(b.temperature[r] > 0.0f), with_k = k > 0 && k < vocab;
+      if (!greedy && with_k && k <= 128) {
+        ASSERT_GE(got[r], 0) << "top-k row " << r << " not sampled by the streaming kernel";
+        ASSERT_LT(got[r], vocab) << "row " << r;
+        ++rows;
+        mismatches += got[r] != want[r];
+      } else if (greedy || (!with_k && !(b.top_p[r] < 1.0f))) {
+        ASSERT_GE(got[r], 0) << "row " << r;
+        if (greedy) {
+          ASSERT_EQ(got[r], want[r]) << "greedy row " << r;
+        }
+      } else {
+        ASSERT_EQ(got[r], -1) << "row " << r << " is the resident kernel's";
+      }
+    }
+  }
+  EXPECT_LE(mismatches, rows * 0.01) << mismatches << " of " << rows << " top-k rows differ";
+}
+
+// Top-k rows that stress the streaming kernel's candidate buffers, through every variant (the
+// default dispatch falls back to the resident kernel where they overflow): ascending and
+// descending logits (each load group raises the running bound), k = 1 and k at and beyond
+// kStreamTopKMax (128), thousands of ties at the k-th value (integer logits, a constant row: the
+// buffers overflow), -inf everywhere but a few logits (fewer finite logits than k), one 1e30
+// logit among -1e30 ones.
+TEST(SamplingCudaTest, StreamTopKAdversarialRows) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  Tally tally;
+  const int32_t ks[] = {1, 50, 127, 128, 129};
+  for (int64_t vocab : {1000, 151937, 152064}) {
+    std::mt19937_64 rng(vocab + 3);
+    const int64_t batch = 40;
+    Batch b;
+    for (int64_t r = 0; r < batch; ++r) {
+      b.AddRow(0.5f + 0.25f * (r % 3), ks[r % 5], r % 2 == 0 ? 1.0f : 0.9f, rng(), r);
+    }
+    b.logits.resize(batch * vocab);
+    std::normal_distribution<float> dist(0.0f, 3.0f);
+    for (float& x : b.logits) x = dist(rng);
+    for (int64_t r = 0; r < batch; ++r) {
+      float* row = &b.logits[r * vocab];
+      const float step = 12.0f / static_cast<float>(vocab);
+      switch ((r / 5) % 8) {
+        case 0:  // ascending: every later load group beats the earlier ones
+          for (int64_t i = 0; i < vocab; ++i) row[i] = -6.0f + step * i;
+          break;
+        case 1:  // descending
+          for (int64_t i = 0; i < vocab; ++i) row[i] = 6.0f - step * i;
+          break;
+        case 2:  // integer logits: thousands of ties at the k-th value
+          for (int64_t i = 0; i < vocab; ++i) row[i] = std::round(row[i]);
+          break;
+        case 3:  // constant: every logit ties
+          std::fill(row, row + vocab, 0.25f);
+          break;
+        case 4:  // -inf but for 20 logits: fewer finite logits than k
+          for (int64_t i = 0; i < vocab; ++i) row[i] = i % (vocab / 20) == 3 ? row[i] : -INFINITY;
+          break;
+        case 5:  // one huge logit among hugely negative ones
+          for (int64_t i = 1; i < vocab; i += 3) row[i] = -1e30f;
+          row[(r * 7919) % vocab] = 1e30f;
+          break;
+        case 6:  // ties of the maximum: 300 logits at 20
+          for (int64_t i = 0; i < 300; ++i) row[(i * 7877 + r) % vocab] = 20.0f;
+          break;
+        default:  // plain N(0, 3^2)
+          break;
+      }
+    }
+    CheckRows(b, batch, vocab, &tally);
+  }
+  tally.ExpectWithin(0.02);
 }
 
 }  // namespace
