@@ -25,6 +25,10 @@
 #include "kernels/rope_kv_store/rope_kv_store.h"
 
 namespace tandem {
+#ifdef TANDEM_DECODE_TRACE
+void DecodeTraceClear();  // paged_attention.cu, diagnostic builds only
+void DecodeTracePrint(const char* label);
+#endif
 namespace {
 
 #define CK(expr) CHECK((expr) == cudaSuccess) << cudaGetErrorString(cudaGetLastError())
@@ -175,6 +179,19 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
   CK(cudaStreamDestroy(stream));
+#ifdef TANDEM_DECODE_TRACE
+  // Diagnostic builds: phase stamps of single launches (after a synchronize, so no overlap
+  // with a previous launch), two of them per shape.
+  for (int rep = 0; rep < 2; ++rep) {
+    a.block_tables = tables + int64_t{rep % sets} * batch * pages_per_seq;
+    DecodeTraceClear();
+    CHECK_OK(PagedAttentionDecode(a, plan, nullptr));
+    CK(cudaDeviceSynchronize());
+    char label[64];
+    std::snprintf(label, sizeof(label), "B=%d L=%d page=%d", batch, len, page_size);
+    DecodeTracePrint(label);
+  }
+#endif
   const double bytes = double(batch) * len * kNkv * kD * 2 * 2;
   const char* per_slot = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
   std::printf(

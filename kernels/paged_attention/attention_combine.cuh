@@ -5,26 +5,56 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "kernels/paged_attention/attention_plan.h"
 #include "kernels/paged_attention/attention_tile.cuh"
 #include "kernels/paged_attention/paged_attention.h"
 
 namespace tandem::attention {
 
+// The D / 32 partial values of one lane (dims lane * kPer ..), bf16, read from L2.
+template <int kPer>
+struct PartialVec;
+template <>
+struct PartialVec<4> {
+  uint2 bits;
+  __device__ __forceinline__ void Load(const uint16_t* p) {
+    bits = __ldcg(reinterpret_cast<const uint2*>(p));
+  }
+  __device__ __forceinline__ void Fma(float w, float (&acc)[4]) const {
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.x));
+    const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.y));
+    acc[0] += w * lo.x, acc[1] += w * lo.y, acc[2] += w * hi.x, acc[3] += w * hi.y;
+  }
+};
+template <>
+struct PartialVec<2> {
+  uint32_t bits;
+  __device__ __forceinline__ void Load(const uint16_t* p) {
+    bits = __ldcg(reinterpret_cast<const unsigned int*>(p));
+  }
+  __device__ __forceinline__ void Fma(float w, float (&acc)[2]) const {
+    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+    acc[0] += w * v.x, acc[1] += w * v.y;
+  }
+};
+
 // Combines the splits of one merge item (run by the CTA whose split finished last): for each
 // row, out = sum_k w_k O_k / sum_k w_k with w_k = 2^(lse_k - max lse). One warp per row (the
-// rows of a GQA group in parallel). Splits are taken kBatch at a time: lane j reads the log-sum
-// of split k0 + j while every lane reads its D / 32 dims of all kBatch partial rows (independent
-// loads, one round trip per batch; kBatch * D / 32 registers), and the running maximum rescales
-// what was summed before (the online-softmax update), so the weights need no earlier pass over
-// the log-sums.
+// rows of a GQA group in parallel). Splits are taken 32 at a time: lane j reads the log-sum of
+// split k0 + j while every lane reads its D / 32 dims of all 32 partial rows (independent
+// loads, one round trip per 32 splits: all of them at batch 1 L = 8k), and a running maximum
+// rescales what was summed before (the online-softmax update), so the weights need no earlier
+// pass over the log-sums. The partial rows are bf16 (as vLLM's split-KV partials): the combining
+// CTA's reads are the merge's long pole (one SM pulls every split's rows), and bf16 halves them.
 // Partials are read with ld.global.cg: other CTAs wrote them, and L1 is not coherent.
 template <int D, int kCombineThreads>
 __device__ void CombineSplits(const PagedAttentionArgs& a, const AttentionMergeItem& mi,
-                              const float* partial_out, const float* partial_lse) {
+                              const uint16_t* partial_out, const float* partial_lse) {
   constexpr int kWarps = kCombineThreads / 32;
   constexpr int kPer = D / 32;  // dims per lane
-  constexpr int kBatch = 64 / kPer < 32 ? 64 / kPer : 32;
+  constexpr int kBatch = 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = a.num_q_heads / a.num_kv_heads;
   for (int r = warp; r < mi.num_rows; r += kWarps) {
@@ -34,22 +64,12 @@ __device__ void CombineSplits(const PagedAttentionArgs& a, const AttentionMergeI
     for (int k0 = 0; k0 < mi.num_splits; k0 += kBatch) {
       const int count = min(kBatch, mi.num_splits - k0);  // uniform over the warp
       const float l = lane < count ? __ldcg(lse + (k0 + lane) * kDecodeRows) : -INFINITY;
-      const float* src =
+      const uint16_t* src =
           partial_out + ((int64_t{mi.first_partial} + k0) * kDecodeRows + r) * D + lane * kPer;
-      float v[kBatch][kPer];
+      PartialVec<kPer> v[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
-        if (j < count) {
-          if constexpr (kPer == 4) {
-            const float4 x =
-                __ldcg(reinterpret_cast<const float4*>(src + int64_t{j} * kDecodeRows * D));
-            v[j][0] = x.x, v[j][1] = x.y, v[j][2] = x.z, v[j][3] = x.w;
-          } else {
-            const float2 x =
-                __ldcg(reinterpret_cast<const float2*>(src + int64_t{j} * kDecodeRows * D));
-            v[j][0] = x.x, v[j][1] = x.y;
-          }
-        }
+        if (j < count) v[j].Load(src + int64_t{j} * kDecodeRows * D);
       }
       float m_new = l;
       for (int o = 16; o > 0; o >>= 1) m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, o));
@@ -65,10 +85,7 @@ __device__ void CombineSplits(const PagedAttentionArgs& a, const AttentionMergeI
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const float w = __shfl_sync(0xffffffffu, wl, j);
-        if (j < count) {
-#pragma unroll
-          for (int d = 0; d < kPer; ++d) acc[d] += w * v[j][d];
-        }
+        if (j < count) v[j].Fma(w, acc);
       }
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -83,26 +100,27 @@ __device__ void CombineSplits(const PagedAttentionArgs& a, const AttentionMergeI
   }
 }
 
-// After a split's partial rows are written: counts the arrival; the last split's CTA combines.
-// `mi` is the split's merge item, read by the caller ahead of time. Thread 0's fence after the
-// barrier publishes the whole CTA's partial rows (the barrier orders the other threads' stores
-// before it, and the fence is cumulative); the last CTA's fence orders its reads after every
-// other split's arrival.
-template <int D, int kCombineThreads>
-__device__ void ArriveAndMaybeCombine(const PagedAttentionArgs& a, const AttentionWorkItem& it,
-                                      const AttentionMergeItem& mi, int32_t* counters,
-                                      const float* partial_out, const float* partial_lse) {
+// Counts a split's arrival after its partial rows are written; true (in every thread) in the
+// CTA of the last split, which then combines. One thread bumps the counter with a gpu-scope
+// acq_rel atomic: the barrier before it orders the other threads' partial stores before its
+// release, and its acquire orders the last CTA's reads (after the second barrier) after every
+// other split's release — one fence.acq_rel instead of two fence.sc (__threadfence) around a
+// relaxed atomic. The last CTA resets the counter for the next launch (kernel boundaries order
+// it before the next launch's atomics).
+__device__ __forceinline__ bool ArriveLast(int32_t* counter, int num_splits) {
   __shared__ int last;
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(counters + it.merge, 1) == mi.num_splits - 1;
-    if (last) counters[it.merge] = 0;  // every split has arrived: ready for the next launch
-    __threadfence();
+    int prev;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n"
+                 : "=r"(prev)
+                 : "l"(counter)
+                 : "memory");
+    last = prev == num_splits - 1;
+    if (last) *counter = 0;
   }
   __syncthreads();
-  if (!last) return;
-  CombineSplits<D, kCombineThreads>(a, mi, partial_out, partial_lse);
+  return last;
 }
 
 }  // namespace tandem::attention

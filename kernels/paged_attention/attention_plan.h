@@ -9,8 +9,8 @@
 // Work items. A work item is (sequence, KV head, a run of packed rows, a range of keys). Decode
 // items hold up to kDecodeRows rows and one split of the key range (FlashDecoding, split-KV);
 // prefill items hold up to kPrefillRows rows and every key their rows can see (causal). An item
-// whose key range is one of several splits writes a partial result (fp32 output normalised by
-// its own softmax sum, plus the log2-sum-exp of each row) to the workspace and bumps its merge
+// whose key range is one of several splits writes a partial result (bf16 output normalised by
+// its own softmax sum, plus the fp32 log2-sum-exp of each row) to the workspace and bumps its merge
 // item's arrival counter; the CTA that arrives last combines the splits of that (sequence, KV
 // head, rows) and resets the counter to zero for the next launch. An item that covers all keys
 // writes the output directly.
@@ -68,7 +68,7 @@ struct AttentionBatchShape {
 class AttentionPlan {
  public:
   // Capacities: work items, merge items and partial slots. The workspace holds
-  // max_partials x kDecodeRows x max_head_dim fp32 plus the row log-sums.
+  // max_partials x kDecodeRows x max_head_dim bf16 plus the fp32 row log-sums.
   struct Capacity {
     int max_items = 1 << 16;
     int max_merges = 1 << 14;
@@ -92,7 +92,7 @@ class AttentionPlan {
   const AttentionMergeItem* merges() const { return merges_; }
   const int32_t* counts() const { return counts_; }            // device [2]: items, merges
   int32_t* merge_counters() const { return merge_counters_; }  // device [max_merges], zero at rest
-  float* partial_out() const { return partial_out_; }
+  uint16_t* partial_out() const { return partial_out_; }       // bf16 bits
   float* partial_lse() const { return partial_lse_; }
   const Capacity& capacity() const { return capacity_; }
   // Host copies of the counts of the last build (for tests and benchmarks).
@@ -112,7 +112,7 @@ class AttentionPlan {
   AttentionMergeItem* merges_ = nullptr;  // device [max_merges]
   int32_t* counts_ = nullptr;             // device [2]
   int32_t* merge_counters_ = nullptr;     // device [max_merges]
-  float* partial_out_ = nullptr;          // device [max_partials][kDecodeRows][max_head_dim]
+  uint16_t* partial_out_ = nullptr;       // device [max_partials][kDecodeRows][max_head_dim] bf16
   float* partial_lse_ = nullptr;          // device [max_partials][kDecodeRows], log2 domain
   // Pinned staging: items, then merges, then counts. Reused after `uploaded_` completes.
   uint8_t* staging_ = nullptr;

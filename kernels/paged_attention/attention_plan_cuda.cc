@@ -62,8 +62,8 @@ absl::StatusOr<std::unique_ptr<AttentionPlan>> AttentionPlan::Create(const Capac
   CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->counts_, sizeof(int32_t) * 2));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->merge_counters_, sizeof(int32_t) * c.max_merges));
   CUDA_RETURN_IF_ERROR(cudaMemset(plan->merge_counters_, 0, sizeof(int32_t) * c.max_merges));
-  CUDA_RETURN_IF_ERROR(cudaMalloc(
-      &plan->partial_out_, sizeof(float) * int64_t{c.max_partials} * kDecodeRows * c.max_head_dim));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->partial_out_, sizeof(uint16_t) * int64_t{c.max_partials} *
+                                                           kDecodeRows * c.max_head_dim));
   CUDA_RETURN_IF_ERROR(
       cudaMalloc(&plan->partial_lse_, sizeof(float) * int64_t{c.max_partials} * kDecodeRows));
   const size_t staging = sizeof(AttentionWorkItem) * c.max_items +

@@ -1,6 +1,7 @@
 // Paged decode attention on sm_90a (FlashDecoding). Numerics: bf16 q/K/V, fp32 scores and
 // softmax (log2 domain), P rounded to bf16 for the P.V mma (as FlashAttention does), fp32
-// output accumulators.
+// output accumulators; a split's partial output is stored in bf16 with an fp32 log-sum (as
+// vLLM's split-KV partials) and combined in fp32.
 //
 // A 4-warp CTA takes work items (attention_plan.h) of 16 packed rows x one key split through a
 // kDecodeStages-deep cp.async pipeline of kDecodeKeys-key tiles; each warp computes a quarter
@@ -16,19 +17,67 @@
 #include "kernels/paged_attention/attention_common.cuh"
 #include "kernels/paged_attention/paged_attention.h"
 
+#ifdef TANDEM_DECODE_TRACE
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "base/check.h"
+#endif
+
 namespace tandem::attention {
 namespace {
 
+#ifdef TANDEM_DECODE_TRACE
+// Diagnostic builds only (-DTANDEM_DECODE_TRACE, kernels/bench/gpu_run_dec.sh): thread 0 of
+// each CTA stamps the phases of its item with %globaltimer (ns, [e]) and clock64 ([8 + e]);
+// `dep` makes the stamp wait for a value of the phase. Read by DecodeTracePrint.
+constexpr int kTraceCtas = 1024, kTraceEvents = 7;
+__device__ unsigned long long g_decode_trace[kTraceCtas][16];
+__device__ __forceinline__ void DecodeTrace(int e, float dep) {
+  if (threadIdx.x == 0 && blockIdx.x < kTraceCtas) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t) : "f"(dep) : "memory");
+    g_decode_trace[blockIdx.x][e] = t;
+    g_decode_trace[blockIdx.x][8 + e] = clock64();
+  }
+}
+#define DECODE_TRACE(e, dep) DecodeTrace(e, static_cast<float>(dep))
+#else
+#define DECODE_TRACE(e, dep)
+#endif
+
+// Row stride (floats) of the warp merge's output rows: rows 8 banks apart, so the float2
+// stores of a half-warp (4 rows x 4 threads) hit 32 distinct banks (rows D floats apart all
+// started in bank 0: 8-way conflicts).
+template <int D>
+constexpr int MergeStride() {
+  return D + 8;
+}
+
+// Dynamic shared memory of the decode kernel: the K/V pipeline, reused by the warp merge.
+template <int D>
+constexpr int DecodeSmemBytes() {
+  constexpr int kPipe = kDecodeStages * 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
+  constexpr int kMerge =
+      kDecodeWarps * kDecodeRows * (MergeStride<D>() + 2) * static_cast<int>(sizeof(float));
+  return kPipe > kMerge ? kPipe : kMerge;
+}
+
 // Merges the four warps' softmax states of one decode item (each warp saw a quarter of every
-// tile) through shared memory and writes the output rows, or the partial rows and their
-// log2-sum-exp. `smem` holds [4][16][D] fp32 outputs, then [4][16] maxima and [4][16] sums.
+// tile) through shared memory and writes the output rows, or the bf16 partial rows and their
+// log2-sum-exp. `smem` holds [4][16][MergeStride] fp32 outputs, then [4][16] maxima and [4][16]
+// sums. Thread i then owns row i / 8 and the float4 columns 4 (i % 8) + 32 j: eight threads
+// read 128 contiguous bytes of a row (conflict-free).
 template <int D>
 __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionWorkItem& it,
-                                   WarpAccum<D>& acc, float* smem, float* partial_out,
+                                   WarpAccum<D>& acc, float* smem, uint16_t* partial_out,
                                    float* partial_lse) {
+  constexpr int kStride = MergeStride<D>();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   float* o_s = smem;
-  float* m_s = o_s + kDecodeWarps * kDecodeRows * D;
+  float* m_s = o_s + kDecodeWarps * kDecodeRows * kStride;
   float* l_s = m_s + kDecodeWarps * kDecodeRows;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -37,7 +86,7 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
     const int row = warp * kDecodeRows + g + 8 * i;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      reinterpret_cast<float2*>(o_s + row * D)[n * 4 + t] =
+      reinterpret_cast<float2*>(o_s + row * kStride)[n * 4 + t] =
           make_float2(acc.o[n][2 * i], acc.o[n][2 * i + 1]);
     }
     if (t == 0) {
@@ -46,9 +95,10 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
     }
   }
   __syncthreads();
-  constexpr int kPerThread = D * kDecodeRows / (kDecodeWarps * 32);
-  const int r = threadIdx.x * kPerThread / D;
-  const int d0 = threadIdx.x * kPerThread % D;
+  static_assert(kDecodeRows * 8 == kDecodeWarps * 32, "8 threads per row");
+  constexpr int kVecs = D / 32;  // float4 columns per thread
+  const int r = threadIdx.x >> 3;
+  const int c = (threadIdx.x & 7) * 4;
   if (r < it.num_rows) {
     float mx = -INFINITY;
     for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, m_s[w * kDecodeRows + r]);
@@ -59,31 +109,33 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
       sum += e[w] * l_s[w * kDecodeRows + r];
     }
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    float v[kPerThread];
+    uint2 packed[kVecs];  // 4 bf16 per float4 column
 #pragma unroll
-    for (int d = 0; d < kPerThread; ++d) {
-      float x = 0.0f;
-      for (int w = 0; w < kDecodeWarps; ++w) x += e[w] * o_s[(w * kDecodeRows + r) * D + d0 + d];
-      v[d] = x * inv;
+    for (int j = 0; j < kVecs; ++j) {
+      float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float4 o =
+            *reinterpret_cast<const float4*>(o_s + (w * kDecodeRows + r) * kStride + c + 32 * j);
+        x.x += e[w] * o.x, x.y += e[w] * o.y, x.z += e[w] * o.z, x.w += e[w] * o.w;
+      }
+      packed[j] = make_uint2(attention::PackBf16(x.x * inv, x.y * inv),
+                             attention::PackBf16(x.z * inv, x.w * inv));
     }
+    uint16_t* dst;
     if (it.partial < 0) {
       const int group = a.num_q_heads / a.num_kv_heads;
-      const int packed = it.row_begin + r;
-      const int64_t token = it.token_begin + packed / group;
-      const int head = it.kv_head * group + packed % group;
-      auto* dst = reinterpret_cast<uint32_t*>(static_cast<__nv_bfloat16*>(a.out) +
-                                              (token * a.num_q_heads + head) * D + d0);
-#pragma unroll
-      for (int d = 0; d < kPerThread; d += 2) dst[d / 2] = attention::PackBf16(v[d], v[d + 1]);
+      const int row = it.row_begin + r;
+      const int64_t token = it.token_begin + row / group;
+      const int head = it.kv_head * group + row % group;
+      dst = static_cast<uint16_t*>(a.out) + (token * a.num_q_heads + head) * D;
     } else {
       const int64_t slot = int64_t{it.partial} * kDecodeRows + r;
-      auto* dst = reinterpret_cast<float4*>(partial_out + slot * D + d0);
-#pragma unroll
-      for (int d = 0; d < kPerThread; d += 4) {
-        dst[d / 4] = make_float4(v[d], v[d + 1], v[d + 2], v[d + 3]);
-      }
-      if (d0 == 0) partial_lse[slot] = sum > 0.0f ? mx + log2f(sum) : -INFINITY;
+      dst = partial_out + slot * D;
+      if (c == 0) partial_lse[slot] = sum > 0.0f ? mx + log2f(sum) : -INFINITY;
     }
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) *reinterpret_cast<uint2*>(dst + c + 32 * j) = packed[j];
   }
 }
 
@@ -111,7 +163,7 @@ template <int D, bool kSplit>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     DecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
                  const AttentionMergeItem* merges, const int32_t* counts, int32_t* counters,
-                 float* partial_out, float* partial_lse, int max_items) {
+                 uint16_t* partial_out, float* partial_lse, int max_items) {
   extern __shared__ uint4 smem_raw[];
   constexpr int kTile = TileElems<D, kDecodeKeys>();
   constexpr int kSub = kDecodeWarpKeys * (D + kRowPad);  // one warp's quarter of a tile
@@ -124,6 +176,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     if (static_cast<int>(blockIdx.x) < max_items) next_it = items[blockIdx.x];
     policy = attention::EvictFirstPolicy();
   }
+  DECODE_TRACE(0, 0);
   const int num_items = counts[0];
   for (int idx = blockIdx.x; idx < num_items; idx += gridDim.x) {
     if constexpr (!kSplit) next_it = items[idx];
@@ -139,6 +192,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
                       attention::PageShift(a.page_size),
                       it.kv_head};
     const int tiles = (it.key_end - it.key_begin + kDecodeKeys - 1) / kDecodeKeys;
+    DECODE_TRACE(1, tiles);
     __syncthreads();  // the previous item's merge no longer reads shared memory
     // K/V loads first: they are the long pole; the queries load while they fly.
     for (int s = 0; s < kDecodeStages - 1; ++s) {
@@ -164,6 +218,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
       attention::CpAsyncCommit();
       attention::CpAsyncWait<kDecodeStages - 1>();
       __syncthreads();
+      if (i == 0) DECODE_TRACE(2, 0);
       const __nv_bfloat16* buf = base + (i % kDecodeStages) * 2 * kTile + warp * kSub;
       const int key0 = it.key_begin + i * kDecodeKeys + warp * kDecodeWarpKeys;
       if (key0 < w.max_limit) {
@@ -173,11 +228,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
       }
       __syncthreads();
     }
+    DECODE_TRACE(3, acc.m[0]);
     MergeWarpsAndStore(a, it, acc, reinterpret_cast<float*>(smem_raw), partial_out, partial_lse);
+    DECODE_TRACE(4, 0);
     if (it.merge >= 0) {
       if constexpr (!kSplit) mi = merges[it.merge];
-      attention::ArriveAndMaybeCombine<D, kDecodeWarps * 32>(a, it, mi, counters, partial_out,
-                                                             partial_lse);
+      const bool last = attention::ArriveLast(counters + it.merge, mi.num_splits);
+      DECODE_TRACE(5, last);
+      if (last) {
+        attention::CombineSplits<D, kDecodeWarps * 32>(a, mi, partial_out, partial_lse);
+        DECODE_TRACE(6, 0);
+      }
     }
   }
 }
@@ -185,9 +246,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
 template <int D, bool kSplit>
 absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan& plan,
                                 cudaStream_t stream) {
-  constexpr int kPipe = kDecodeStages * 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
-  constexpr int kMerge = kDecodeWarps * kDecodeRows * (D + 2) * sizeof(float);
-  constexpr int kSmem = kPipe > kMerge ? kPipe : kMerge;
+  constexpr int kSmem = DecodeSmemBytes<D>();
   static std::atomic<int> cache[kMaxDevices];
   ASSIGN_OR_RETURN(const int per_sm,
                    BlocksPerSm(DecodeKernel<D, kSplit>, kDecodeWarps * 32, kSmem, cache));
@@ -212,6 +271,51 @@ absl::Status LaunchDecode(const PagedAttentionArgs& a, const AttentionPlan& plan
 }  // namespace tandem::attention
 
 namespace tandem {
+
+#ifdef TANDEM_DECODE_TRACE
+void DecodeTraceClear() {
+  static unsigned long long zeros[attention::kTraceCtas][16] = {};
+  CHECK_EQ(cudaMemcpyToSymbol(attention::g_decode_trace, zeros, sizeof(zeros)), cudaSuccess);
+}
+
+// Prints the phase stamps of the last launch (after DecodeTraceClear): per event, over the CTAs
+// that stamped it, min / p50 / p90 / max in us after the earliest kernel entry; then per-CTA
+// phase lengths from clock64 (p50 / max, cycles / 1.98 GHz).
+void DecodeTracePrint(const char* label) {
+  static unsigned long long t[attention::kTraceCtas][16];
+  CHECK_EQ(cudaMemcpyFromSymbol(t, attention::g_decode_trace, sizeof(t)), cudaSuccess);
+  unsigned long long t0 = ~0ull;
+  for (const auto& c : t) {
+    if (c[1] != 0) t0 = std::min(t0, c[0]);
+  }
+  auto stats = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    if (v.empty()) return std::string("-");
+    const auto at = [&](double f) { return v[static_cast<size_t>(f * (v.size() - 1))]; };
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "n=%zu %.2f/%.2f/%.2f/%.2f", v.size(), v.front(), at(0.5),
+                  at(0.9), v.back());
+    return std::string(buf);
+  };
+  std::string line = std::string("TRACE ") + label + " abs(us min/p50/p90/max):";
+  for (int e = 0; e < attention::kTraceEvents; ++e) {
+    std::vector<double> v;
+    for (const auto& c : t) {
+      if (c[1] != 0 && c[e] != 0) v.push_back((c[e] - t0) * 1e-3);
+    }
+    line += " e" + std::to_string(e) + "[" + stats(v) + "]";
+  }
+  line += " | phase(us min/p50/p90/max):";
+  for (int e = 1; e < attention::kTraceEvents; ++e) {
+    std::vector<double> v;
+    for (const auto& c : t) {
+      if (c[1] != 0 && c[e] != 0 && c[e - 1] != 0) v.push_back((c[8 + e] - c[8 + e - 1]) / 1980.0);
+    }
+    line += " " + std::to_string(e - 1) + "-" + std::to_string(e) + "[" + stats(v) + "]";
+  }
+  std::printf("%s\n", line.c_str());
+}
+#endif
 
 absl::Status PagedAttentionDecode(const PagedAttentionArgs& args, const AttentionPlan& plan,
                                   cudaStream_t stream) {

@@ -193,6 +193,18 @@ TEST(PagedAttentionGpuTest, DecodeSmallBatchManySplits) {
   Check({32768}, {1}, 32, 8, 128, 16, 53, Path::kDecode);
   Check(std::vector<int>(8, 4096), std::vector<int>(8, 1), 32, 8, 128, 16, 54, Path::kDecode);
   Check({8191}, {1}, 8, 1, 64, 32, 55, Path::kDecode);
+  Check({32768}, {1}, 32, 2, 128, 16, 56, Path::kDecode);  // group 16: 128 splits
+}
+
+// The split combine reads 32 splits per round: 16-row merge items with more splits than that
+// take several rounds, rescaled by a running maximum (40 splits of 256 keys here; the 32k
+// group-16 shape above takes 4); q_len 4 x group 4 also gives rows whose causal limit ends a
+// split early. Small enough for compute-sanitizer.
+TEST(PagedAttentionGpuTest, DecodeCombineInBatches) {
+  SKIP_WITHOUT_GPU();
+  Check({10200}, {1}, 16, 1, 128, 16, 61, Path::kDecode);
+  Check({10200}, {1}, 16, 1, 64, 32, 62, Path::kDecode);
+  Check({5000, 3000}, {4, 2}, 32, 8, 128, 16, 63, Path::kDecode);
 }
 
 TEST(PagedAttentionGpuTest, DecodeSeveralQueriesPerSequence) {
