@@ -35,13 +35,14 @@ constexpr int kLocalCap = 1024;
 constexpr int kRegion = 256;
 constexpr int kKeptCap = 512;
 static_assert(kStreamTopKMax <= 32 * kWarps && kStreamTopKMax <= kRegion);
-static_assert(kKeptCap % kThreads == 0 && kLocalCap % 4 == 0);
+static_assert(kKeptCap % kThreads == 0 && kLocalCap % 4 == 0 && kRegion % 4 == 0);
 
 struct TopKShared {
   // This CTA's candidates (logit, id), `count` of them (may exceed kLocalCap: overflow).
   alignas(16) float x[kLocalCap];
   int32_t id[kLocalCap];
-  float lx[kRegion];  // this CTA's local top-k set, `len` of them (may exceed kRegion: overflow)
+  // This CTA's local top-k set, `len` of them (may exceed kRegion: overflow).
+  alignas(16) float lx[kRegion];
   int32_t lid[kRegion];
   uint32_t lidx[kRegion];  //   and their candidate indices (ties are ordered by them)
   // Leader: CTA c's local top-k set in region c, in descending (logit, candidate index) order,
@@ -53,13 +54,13 @@ struct TopKShared {
   uint64_t kw[kKeptCap];
   uint64_t full;  // leader: mbarrier, kCluster * kThreads arrivals per row it leads
   uint32_t g_len[kCluster];
-  uint32_t proposal[2][kWarps];  // per load group, by group % 2: each warp's bound key
-  uint32_t votes[2][kWarps];     //   and how many lanes' maxima are >= each
-  uint32_t count;                // candidates appended to x / id
-  uint32_t len;                  // this CTA's local top-k set size
-  uint32_t g_overflow;           // leader: a CTA's candidates or local top-k set overflowed
-  uint32_t k_count;              // leader: the top-k set's size (may exceed kKeptCap)
-  int32_t token;                 // leader: the drawn token, kFallbackToken until found
+  uint32_t proposal[kWarps];  // first load group: each warp's bound key
+  uint32_t votes[kWarps];     //   and how many lanes' maxima are >= each
+  uint32_t count;             // candidates appended to x / id
+  uint32_t len;               // this CTA's local top-k set size
+  uint32_t g_overflow;        // leader: a CTA's candidates or local top-k set overflowed
+  uint32_t k_count;           // leader: the top-k set's size (may exceed kKeptCap)
+  int32_t token;              // leader: the drawn token, kFallbackToken until found
 };
 
 struct StreamShared {

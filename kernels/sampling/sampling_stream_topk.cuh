@@ -1,17 +1,18 @@
 // Top-k rows in the streaming kernel (sampling_stream.cu): one pass over HBM, no copy of the row
 // on chip. A row with top-k needs only its top-k set (the max is in it), never the whole row's
 // mass, so per row:
-//   every CTA streams its slice in groups of kGroup tiles; per group each warp proposes the
-//     ceil(k / kWarps)-th largest of its lanes' maxima, every warp counts its lanes' maxima at or
-//     above each proposal, and the largest proposal with >= k of them (the smallest one always has)
-//     is a lower bound of the row's k-th largest logit (that many logits of the CTA reach it); the
-//     running threshold (the max of the groups' bounds) never drops a logit of the top-k set, and
-//     logits >= it are appended to the CTA's candidates (~0.7% of the slice at k = 50),
+//   every CTA streams its slice in groups of kGroup tiles; in the first group each warp proposes
+//     the ceil(k / kWarps)-th largest of its lanes' maxima, every warp counts its lanes' maxima at
+//     or above each proposal, and the largest proposal with >= k of them (the smallest one always
+//     has) is a lower bound of the row's k-th largest logit (that many logits of the CTA reach it);
+//     that threshold never drops a logit of the top-k set, and logits >= it, in every group, are
+//     appended to the CTA's candidates (~0.75% of the slice at k = 50); the later groups have no
+//     block barrier (a bound per group raised the threshold little and cost two barriers each),
 //   every CTA ranks its candidates (a logit is in the local top-k set iff fewer than k candidates
-//     are larger; ties kept), then orders that set (larger first, ties by candidate index),
-//     pushes it, sorted, into its region of the row's leader CTA (DSMEM) and arrives on the
-//     leader's mbarrier (release, cluster scope); only the leader waits on it, so the other CTAs go
-//     on to their next row at once,
+//     are larger; ties kept), then orders that set (larger first, ties by candidate index; float4
+//     comparisons, a loop over the set only for a tied logit), pushes it, sorted, into its region
+//     of the row's leader CTA (DSMEM) and arrives on the leader's mbarrier (release, cluster
+//     scope); only the leader waits on it, so the other CTAs go on to their next row at once,
 //   the leader (rank = the cluster's top-k row count mod kCluster, so each CTA does the tail of
 //     one row in kCluster, overlapped with the others' streaming) counts, for each
 //     gathered logit, the larger ones in every sorted region (binary searches): fewer than k
@@ -19,8 +20,8 @@
 //     than one of the set is in its CTA's local top-k set. Then fixed-point weights, top-p over
 //     that set, and the draw in id order; all as the resident kernel computes them
 //     (sampling_cluster_select.cuh, sampling_cluster_draw.cuh).
-// Buffers that overflow (flat or tied rows, adversarial orders) give kFallbackToken: the resident
-// kernel, launched next, samples those rows.
+// Buffers that overflow (flat or tied rows, adversarial orders such as logits ascending within a
+// slice) give kFallbackToken: the resident kernel, launched next, samples those rows.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -59,14 +60,30 @@ __device__ __forceinline__ uint32_t CountAbove(const float* xs, uint32_t n, floa
   return a[0] + a[1] + a[2] + a[3];
 }
 
-// Pass over this CTA's slice: appends the logits >= the running lower bound of the row's k-th
-// largest to s.topk.x / id (count may exceed kLocalCap: overflow). Ends with a block barrier.
+// How many of the first n logits of xs (16-byte aligned) are larger than x, and how many equal it
+// (broadcast float4 loads as in CountAbove).
+__device__ __forceinline__ uint2 CountAboveEqual(const float* xs, uint32_t n, float x) {
+  uint32_t a[4] = {0, 0, 0, 0}, e = 0;
+  const uint32_t n4 = n / 4;
+#pragma unroll 4
+  for (uint32_t c = 0; c < n4; ++c) {
+    const float4 v = reinterpret_cast<const float4*>(xs)[c];
+    a[0] += v.x > x ? 1u : 0u, a[1] += v.y > x ? 1u : 0u;
+    a[2] += v.z > x ? 1u : 0u, a[3] += v.w > x ? 1u : 0u;
+    e += (v.x == x ? 1u : 0u) + (v.y == x ? 1u : 0u) + (v.z == x ? 1u : 0u) + (v.w == x ? 1u : 0u);
+  }
+  for (uint32_t j = 4 * n4; j < n; ++j) a[0] += xs[j] > x ? 1u : 0u, e += xs[j] == x ? 1u : 0u;
+  return make_uint2(a[0] + a[1] + a[2] + a[3], e);
+}
+
+// Pass over this CTA's slice: appends the logits >= a lower bound of the row's k-th largest (from
+// the first load group) to s.topk.x / id (count may exceed kLocalCap: overflow). Ends with a block
+// barrier.
 __device__ void TopKStreamPass(StreamShared& s, const Slice& sl, bool vec_ok, int k) {
   TopKShared& t = s.topk;
   const int per_warp = (k + kWarps - 1) / kWarps;  // kWarps warps x per_warp >= k logits
   float thr = -INFINITY;
-  int g = 0;
-  for (int t0 = 0; t0 < kSliceTiles; t0 += kGroup, ++g) {
+  for (int t0 = 0; t0 < kSliceTiles; t0 += kGroup) {
     if (t0 * kTileElems >= sl.n) break;  // uniform
     float q[kGroup][4];
     LoadGroup(sl, vec_ok, t0, q);
@@ -75,31 +92,28 @@ __device__ void TopKStreamPass(StreamShared& s, const Slice& sl, bool vec_ok, in
     for (int i = 0; i < kGroup; ++i) {
       tmax = fmaxf(fmaxf(fmaxf(tmax, q[i][0]), fmaxf(q[i][1], q[i][2])), q[i][3]);
     }
-    // Each warp proposes a bound; the largest one that >= k lanes' maxima reach is the group's.
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, b = g % 2;
-    const uint32_t key = KeyOf(tmax);
-    const uint32_t proposal = WarpJthLargestKey(key, per_warp);
-    if (lane == 0) t.proposal[b][warp] = proposal;
-    __syncthreads();
-    // votes[1 - b] was last read in group g - 1 (before the barrier above) and is next added to
-    // in group g + 1 (after the next one).
-    if (threadIdx.x == 0) {
-      for (int w = 0; w < kWarps; ++w) t.votes[1 - b][w] = 0;
-    }
-    uint32_t votes = 0;
+    if (t0 == 0) {  // uniform
+      // Each warp proposes a bound; the largest one that >= k lanes' maxima reach is the row's.
+      const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+      const uint32_t key = KeyOf(tmax);
+      const uint32_t proposal = WarpJthLargestKey(key, per_warp);
+      if (lane == 0) t.proposal[warp] = proposal;
+      __syncthreads();
+      uint32_t votes = 0;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const uint32_t c = __popc(__ballot_sync(0xffffffffu, key >= t.proposal[b][w]));
-      votes = lane == w ? c : votes;
-    }
-    if (lane < kWarps) atomicAdd(&t.votes[b][lane], votes);
-    __syncthreads();
-    uint32_t bound = 0;
+      for (int w = 0; w < kWarps; ++w) {
+        const uint32_t c = __popc(__ballot_sync(0xffffffffu, key >= t.proposal[w]));
+        votes = lane == w ? c : votes;
+      }
+      if (lane < kWarps) atomicAdd(&t.votes[lane], votes);  // zero (reset at the pass's end)
+      __syncthreads();
+      uint32_t bound = 0;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      if (t.votes[b][w] >= static_cast<uint32_t>(k)) bound = max(bound, t.proposal[b][w]);
+      for (int w = 0; w < kWarps; ++w) {
+        if (t.votes[w] >= static_cast<uint32_t>(k)) bound = max(bound, t.proposal[w]);
+      }
+      thr = fmaxf(thr, KeyToFloat(bound));  // NaN (fewer logits than k) keeps -inf
     }
-    thr = fmaxf(thr, KeyToFloat(bound));
     if (tmax >= thr) {
 #pragma unroll
       for (int i = 0; i < kGroup; ++i) {
@@ -114,8 +128,8 @@ __device__ void TopKStreamPass(StreamShared& s, const Slice& sl, bool vec_ok, in
       }
     }
   }
-  __syncthreads();
-  if (threadIdx.x < 2 * kWarps) t.votes[threadIdx.x / kWarps][threadIdx.x % kWarps] = 0;
+  __syncthreads();  // every read of votes and proposal before the reset
+  if (threadIdx.x < kWarps) t.votes[threadIdx.x] = 0;
 }
 
 // Ranks this CTA's candidates: its top-k set (with ties) into lx / lid / lidx, then each one's
@@ -148,11 +162,11 @@ __device__ void PushLocalTopK(StreamShared& s, int k, int leader, int rank) {
     int32_t* gid = sampling_cluster::Peer(t.gid[rank], leader);
     for (uint32_t i = threadIdx.x; i < len; i += kThreads) {
       const float x = t.lx[i];
-      const uint32_t idx = t.lidx[i];
-      uint32_t pos = 0;
-      for (uint32_t j = 0; j < len; ++j) {
-        const float y = t.lx[j];
-        pos += y > x || (y == x && t.lidx[j] < idx) ? 1u : 0u;
+      const uint2 above_equal = CountAboveEqual(t.lx, len, x);
+      uint32_t pos = above_equal.x;
+      if (above_equal.y > 1) {  // tied with another one: those with a lower candidate index first
+        const uint32_t idx = t.lidx[i];
+        for (uint32_t j = 0; j < len; ++j) pos += t.lx[j] == x && t.lidx[j] < idx ? 1u : 0u;
       }
       gx[pos] = x, gid[pos] = t.lid[i];
     }
@@ -298,7 +312,7 @@ __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
 // Initial state of the top-k buffers and the mbarrier (before the kernel's first cluster barrier).
 __device__ __forceinline__ void InitTopK(TopKShared& t) {
   if (threadIdx.x == 0) {
-    for (int w = 0; w < kWarps; ++w) t.votes[0][w] = t.votes[1][w] = 0;
+    for (int w = 0; w < kWarps; ++w) t.votes[w] = 0;
     t.count = 0, t.len = 0, t.g_overflow = 0, t.k_count = 0, t.token = kFallbackToken;
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(&t.full)),
                  "r"(kCluster * kThreads)

@@ -316,8 +316,9 @@ TEST(SamplingCudaTest, StreamTopKSamplesItsRows) {
 }
 
 // Top-k rows that stress the streaming kernel's candidate buffers, through every variant (the
-// default dispatch falls back to the resident kernel where they overflow): ascending and
-// descending logits (each load group raises the running bound), k = 1 and k at and beyond
+// default dispatch falls back to the resident kernel where they overflow): ascending logits (the
+// bound comes from the first load group: the later ones overflow the candidates) and descending
+// ones, k = 1 and k at and beyond
 // kStreamTopKMax (128), thousands of ties at the k-th value (integer logits, a constant row: the
 // buffers overflow), -inf everywhere but a few logits (fewer finite logits than k), one 1e30
 // logit among -1e30 ones.
