@@ -1,53 +1,115 @@
-// Shared by the GPU tests of paged attention and RoPE/KV-store: device buffers, skip-if-no-GPU.
+// Shared by the GPU tests of paged attention (decode and prefill paths): random paged batches,
+// their launch arguments, the fp32 reference and the error check.
 #pragma once
 
-#include <cuda_runtime.h>
-
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
-#include <cstring>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/dtype.h"
+#include "kernels/paged_attention/paged_attention.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace tandem::testing {
 
-inline bool HasCudaDevice() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+constexpr uint16_t kNanBf16 = 0x7fc0;
+
+// A paged batch in bf16 bits: sequence s has seq_lens[s] keys in the cache and query tokens
+// [query_start[s], query_start[s + 1]) (the last positions of the sequence).
+struct AttentionBatch {
+  std::vector<int32_t> seq_lens, query_start, tables;
+  std::vector<uint16_t> q, kv;
+  int num_q_heads, num_kv_heads, head_dim, page_size, max_pages;
+  int64_t num_tokens() const { return query_start.back(); }
+};
+
+// Random queries and cache on shuffled pages (a few spare pages nobody references). The cache
+// rows of each sequence's last page past its length hold NaN: an unwritten cache slot must not
+// leak into the output (e.g. through 0 * NaN).
+inline AttentionBatch MakeBatch(const std::vector<int>& lens, const std::vector<int>& q_lens,
+                                int nq, int nkv, int d, int page_size, std::mt19937& rng) {
+  AttentionBatch b{{}, {0}, {}, {}, {}, nq, nkv, d, page_size, 1};
+  int total_pages = 0;
+  for (int len : lens) {
+    b.max_pages = std::max(b.max_pages, (len + page_size - 1) / page_size);
+    total_pages += (len + page_size - 1) / page_size;
+  }
+  const int num_pages = total_pages + 3;
+  std::vector<int32_t> ids(num_pages);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  b.kv.resize(int64_t{num_pages} * 2 * nkv * page_size * d);
+  for (auto& x : b.kv) x = F32ToBf16(uni(rng));
+  b.tables.assign(lens.size() * b.max_pages, 0);
+  int next = 0;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    b.seq_lens.push_back(lens[s]);
+    b.query_start.push_back(b.query_start.back() + q_lens[s]);
+    for (int p = 0; p * page_size < lens[s]; ++p) b.tables[s * b.max_pages + p] = ids[next++];
+    const int64_t last = b.tables[s * b.max_pages + (lens[s] - 1) / page_size];
+    for (int slot = lens[s] % page_size; slot != 0 && slot < page_size; ++slot) {
+      for (int kv_head = 0; kv_head < 2 * nkv; ++kv_head) {  // K and V of every head
+        auto* row = &b.kv[((last * 2 * nkv + kv_head) * page_size + slot) * d];
+        std::fill(row, row + d, kNanBf16);
+      }
+    }
+  }
+  b.q.resize(b.num_tokens() * nq * d);
+  for (auto& x : b.q) x = F32ToBf16(2.0f * uni(rng));
+  return b;
 }
 
-#define SKIP_WITHOUT_GPU()                                             \
-  do {                                                                 \
-    if (!::tandem::testing::HasCudaDevice()) GTEST_SKIP() << "no GPU"; \
-  } while (0)
+// The shape fields of the batch's PagedAttentionArgs (the pointers are the caller's).
+inline PagedAttentionArgs ArgsFor(const AttentionBatch& b) {
+  PagedAttentionArgs a;
+  a.num_seqs = static_cast<int>(b.seq_lens.size());
+  a.num_tokens = b.num_tokens();
+  a.num_q_heads = b.num_q_heads;
+  a.num_kv_heads = b.num_kv_heads;
+  a.head_dim = b.head_dim;
+  a.page_size = b.page_size;
+  a.max_pages_per_seq = b.max_pages;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(b.head_dim));
+  return a;
+}
 
-// A device copy of a host vector (RAII); Download() copies it back.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(const std::vector<T>& host) : n_(host.size()) {
-    EXPECT_EQ(cudaMalloc(&ptr_, bytes()), cudaSuccess);
-    if (n_ > 0) {
-      EXPECT_EQ(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    }
+// fp32 oracle: PagedAttentionRef on the same bf16 inputs, fp32 output.
+inline std::vector<float> Reference(const AttentionBatch& b) {
+  std::vector<float> q(b.q.size()), out(b.q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = Bf16ToF32(b.q[i]);
+  PagedAttentionArgs a = ArgsFor(b);
+  a.q = q.data();
+  a.out = out.data();
+  a.kv_layer = b.kv.data();
+  a.block_tables = b.tables.data();
+  a.seq_lens = b.seq_lens.data();
+  a.query_start = b.query_start.data();
+  a.dtype = DType::kF32;
+  a.kv_dtype = DType::kBF16;
+  PagedAttentionRef(a);
+  return out;
+}
+
+// bf16 output against the fp32 oracle: relative RMS error < 8e-3 and max error < 2e-2 (bf16
+// P and output rounding); a NaN (unwritten or leaked) fails.
+inline void ExpectClose(const std::vector<uint16_t>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  double err2 = 0.0, ref2 = 0.0, max_err = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float g = Bf16ToF32(got[i]);
+    ASSERT_FALSE(std::isnan(g)) << "element " << i << " unwritten or NaN";
+    const double e = std::fabs(g - want[i]);
+    err2 += e * e;
+    ref2 += double{want[i]} * want[i];
+    max_err = std::max(max_err, e);
   }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return ptr_; }
-  size_t bytes() const { return std::max<size_t>(n_, 1) * sizeof(T); }
-  std::vector<T> Download() const {
-    std::vector<T> host(n_);
-    if (n_ > 0) {
-      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    }
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* ptr_ = nullptr;
-};
+  EXPECT_LT(std::sqrt(err2 / std::max(ref2, 1e-30)), 8e-3);
+  EXPECT_LT(max_err, 2e-2);
+}
 
 }  // namespace tandem::testing

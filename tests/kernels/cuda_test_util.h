@@ -1,9 +1,11 @@
-// Helpers for the GPU kernel tests: device detection (tests skip cleanly without a GPU) and a
-// small RAII device buffer that copies host tensors in and out.
+// Helpers for the GPU kernel tests: device detection (tests skip cleanly without a GPU), RAII
+// device buffers (DeviceBuffer: bytes, for host tensors; DeviceVector<T>: a typed copy of a host
+// vector), and a stream-then-graph runner.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -50,6 +52,35 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// A device copy of a host vector (RAII); Download() copies it back.
+template <typename T>
+class DeviceVector {
+ public:
+  explicit DeviceVector(const std::vector<T>& host) : n_(host.size()) {
+    EXPECT_EQ(cudaMalloc(&ptr_, bytes()), cudaSuccess);
+    if (n_ > 0) {
+      EXPECT_EQ(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  }
+  ~DeviceVector() { cudaFree(ptr_); }
+  DeviceVector(const DeviceVector&) = delete;
+  DeviceVector& operator=(const DeviceVector&) = delete;
+
+  T* get() const { return ptr_; }
+  size_t bytes() const { return std::max<size_t>(n_, 1) * sizeof(T); }
+  std::vector<T> Download() const {
+    std::vector<T> host(n_);
+    if (n_ > 0) {
+      EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* ptr_ = nullptr;
 };
 
 // Runs `enqueue(stream)` in stream order, then captured into a CUDA graph and replayed `replays`

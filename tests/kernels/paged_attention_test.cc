@@ -1,12 +1,10 @@
 // CUDA paged attention (decode and prefill) against PagedAttentionRef on awkward batches:
 // batch 1, 3, 17, 255; lengths 1, 15, 16, 17, 1000, 32k; ragged; chunked-prefill positions;
 // page sizes 16..128; head_dim 64 and 128; GQA groups 1..8; empty batch; CUDA-graph replay of
-// a rebuilt plan. The output is poisoned with NaN first, so an unwritten element fails.
+// a rebuilt plan. The output is poisoned with NaN first, so an unwritten element fails, and the
+// cache slots past each sequence hold NaN, so a key read beyond a sequence fails too.
 #include "kernels/paged_attention/paged_attention.h"
 
-#include <algorithm>
-#include <cmath>
-#include <numeric>
 #include <random>
 #include <vector>
 
@@ -15,79 +13,19 @@
 namespace tandem {
 namespace {
 
-using testing::DeviceBuffer;
-
-constexpr uint16_t kNanBf16 = 0x7fc0;
-
-struct Batch {
-  std::vector<int32_t> seq_lens, query_start, tables;
-  std::vector<uint16_t> q, kv;  // bf16 bits
-  int num_q_heads, num_kv_heads, head_dim, page_size, max_pages;
-  int64_t num_tokens() const { return query_start.back(); }
-};
-
-Batch MakeBatch(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv,
-                int d, int page_size, std::mt19937& rng) {
-  Batch b{{}, {0}, {}, {}, {}, nq, nkv, d, page_size, 1};
-  int total_pages = 0;
-  for (int len : lens) {
-    b.max_pages = std::max(b.max_pages, (len + page_size - 1) / page_size);
-    total_pages += (len + page_size - 1) / page_size;
-  }
-  const int num_pages = total_pages + 5;
-  std::vector<int32_t> ids(num_pages);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  b.tables.assign(lens.size() * b.max_pages, 0);
-  int next = 0;
-  for (size_t s = 0; s < lens.size(); ++s) {
-    b.seq_lens.push_back(lens[s]);
-    b.query_start.push_back(b.query_start.back() + q_lens[s]);
-    for (int p = 0; p * page_size < lens[s]; ++p) b.tables[s * b.max_pages + p] = ids[next++];
-  }
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  b.kv.resize(int64_t{num_pages} * 2 * nkv * page_size * d);
-  for (auto& x : b.kv) x = F32ToBf16(uni(rng));
-  b.q.resize(b.num_tokens() * nq * d);
-  for (auto& x : b.q) x = F32ToBf16(2.0f * uni(rng));
-  return b;
-}
-
-PagedAttentionArgs ArgsFor(const Batch& b) {
-  PagedAttentionArgs a;
-  a.num_seqs = static_cast<int>(b.seq_lens.size());
-  a.num_tokens = b.num_tokens();
-  a.num_q_heads = b.num_q_heads;
-  a.num_kv_heads = b.num_kv_heads;
-  a.head_dim = b.head_dim;
-  a.page_size = b.page_size;
-  a.max_pages_per_seq = b.max_pages;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(b.head_dim));
-  return a;
-}
-
-// fp32 oracle: the reference on the same bf16 inputs, fp32 output.
-std::vector<float> Reference(const Batch& b) {
-  std::vector<float> q(b.q.size()), out(b.q.size());
-  for (size_t i = 0; i < q.size(); ++i) q[i] = Bf16ToF32(b.q[i]);
-  PagedAttentionArgs a = ArgsFor(b);
-  a.q = q.data();
-  a.out = out.data();
-  a.kv_layer = b.kv.data();
-  a.block_tables = b.tables.data();
-  a.seq_lens = b.seq_lens.data();
-  a.query_start = b.query_start.data();
-  a.dtype = DType::kF32;
-  a.kv_dtype = DType::kBF16;
-  PagedAttentionRef(a);
-  return out;
-}
+using testing::ArgsFor;
+using testing::AttentionBatch;
+using testing::DeviceVector;
+using testing::ExpectClose;
+using testing::kNanBf16;
+using testing::MakeBatch;
+using testing::Reference;
 
 enum class Path { kDecode, kPrefill };
 
-std::vector<uint16_t> RunGpu(const Batch& b, Path path) {
-  DeviceBuffer<uint16_t> q(b.q), kv(b.kv), out(std::vector<uint16_t>(b.q.size(), kNanBf16));
-  DeviceBuffer<int32_t> tables(b.tables), lens(b.seq_lens), starts(b.query_start);
+std::vector<uint16_t> RunGpu(const AttentionBatch& b, Path path) {
+  DeviceVector<uint16_t> q(b.q), kv(b.kv), out(std::vector<uint16_t>(b.q.size(), kNanBf16));
+  DeviceVector<int32_t> tables(b.tables), lens(b.seq_lens), starts(b.query_start);
   PagedAttentionArgs a = ArgsFor(b);
   a.q = q.get();
   a.out = out.get();
@@ -111,25 +49,10 @@ std::vector<uint16_t> RunGpu(const Batch& b, Path path) {
 }
 
 // bf16 operands and a bf16 output: relative L2 error well under 1e-2, every element written.
-void ExpectClose(const std::vector<uint16_t>& got, const std::vector<float>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  double err2 = 0.0, ref2 = 0.0, max_err = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float g = Bf16ToF32(got[i]);
-    ASSERT_FALSE(std::isnan(g)) << "element " << i << " unwritten or NaN";
-    const double e = std::fabs(g - want[i]);
-    err2 += e * e;
-    ref2 += double{want[i]} * want[i];
-    max_err = std::max(max_err, e);
-  }
-  EXPECT_LT(std::sqrt(err2 / std::max(ref2, 1e-30)), 8e-3);
-  EXPECT_LT(max_err, 2e-2);
-}
-
 void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv, int d,
            int page_size, uint32_t seed, Path path) {
   std::mt19937 rng(seed);
-  const Batch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
+  const AttentionBatch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
   ExpectClose(RunGpu(b, path), Reference(b));
 }
 
@@ -141,7 +64,7 @@ std::vector<int> RandomLens(int n, int max_len, std::mt19937& rng) {
 
 // Small shapes for compute-sanitizer (memcheck, racecheck) runs: both paths, both head dims.
 TEST(PagedAttentionGpuTest, SmallBothPaths) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   for (Path path : {Path::kDecode, Path::kPrefill}) {
     Check({1, 17, 300}, {1, 5, 70}, 8, 2, 128, 16, 31, path);
     Check({40, 9}, {40, 2}, 4, 1, 64, 32, 32, path);
@@ -149,7 +72,7 @@ TEST(PagedAttentionGpuTest, SmallBothPaths) {
 }
 
 TEST(PagedAttentionGpuTest, DecodeAwkwardLengths) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   for (int len : {1, 15, 16, 17, 1000}) {
     SCOPED_TRACE(len);
     Check({len}, {1}, 32, 8, 128, 16, len, Path::kDecode);
@@ -157,7 +80,7 @@ TEST(PagedAttentionGpuTest, DecodeAwkwardLengths) {
 }
 
 TEST(PagedAttentionGpuTest, DecodeRaggedBatches) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   std::mt19937 rng(7);
   Check({1, 17, 1000}, {1, 1, 1}, 32, 8, 128, 32, 1, Path::kDecode);
   Check(RandomLens(17, 3000, rng), std::vector<int>(17, 1), 32, 8, 128, 64, 2, Path::kDecode);
@@ -169,7 +92,7 @@ TEST(PagedAttentionGpuTest, DecodeRaggedBatches) {
 TEST(PagedAttentionGpuTest, OddAndWideGqaGroups) {
   // Group 7 (Qwen2.5-7B: 28 q / 4 KV heads) puts token boundaries inside the 16-row tiles;
   // groups 16 and 32 fill one and two tiles per token.
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   std::mt19937 rng(41);
   for (Path path : {Path::kDecode, Path::kPrefill}) {
     Check(RandomLens(9, 1500, rng), std::vector<int>(9, 1), 28, 4, 128, 16, 42, path);
@@ -180,14 +103,14 @@ TEST(PagedAttentionGpuTest, OddAndWideGqaGroups) {
 }
 
 TEST(PagedAttentionGpuTest, DecodeLongContext32k) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   Check({32768, 20000}, {1, 1}, 32, 8, 128, 64, 8, Path::kDecode);
 }
 
 // The small-batch decode shapes of the benchmark (many splits per KV head, merged by the last
 // CTA): batch 1 at 8k and 32k keys, batch 8 at 4k, pages of 16 and 64.
 TEST(PagedAttentionGpuTest, DecodeSmallBatchManySplits) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   Check({8192}, {1}, 32, 8, 128, 16, 51, Path::kDecode);
   Check({8192}, {1}, 32, 8, 128, 64, 52, Path::kDecode);
   Check({32768}, {1}, 32, 8, 128, 16, 53, Path::kDecode);
@@ -201,7 +124,7 @@ TEST(PagedAttentionGpuTest, DecodeSmallBatchManySplits) {
 // group-16 shape above takes 4); q_len 4 x group 4 also gives rows whose causal limit ends a
 // split early. Small enough for compute-sanitizer.
 TEST(PagedAttentionGpuTest, DecodeCombineInBatches) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   Check({10200}, {1}, 16, 1, 128, 16, 61, Path::kDecode);
   Check({10200}, {1}, 16, 1, 64, 32, 62, Path::kDecode);
   Check({5000, 3000}, {4, 2}, 32, 8, 128, 16, 63, Path::kDecode);
@@ -209,12 +132,12 @@ TEST(PagedAttentionGpuTest, DecodeCombineInBatches) {
 
 TEST(PagedAttentionGpuTest, DecodeSeveralQueriesPerSequence) {
   // Speculative-decoding shape: a few new tokens per sequence, causal among themselves.
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   Check({40, 900, 5}, {3, 4, 5}, 32, 8, 128, 16, 9, Path::kDecode);
 }
 
 TEST(PagedAttentionGpuTest, PrefillChunks) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   // Whole prompts, chunks over cached pages (q_len < seq_len), single tokens.
   Check({1000, 1500, 17, 5}, {1000, 100, 17, 1}, 32, 8, 128, 16, 10, Path::kPrefill);
   Check({333, 64, 129}, {200, 64, 129}, 16, 2, 64, 64, 11, Path::kPrefill);
@@ -223,18 +146,18 @@ TEST(PagedAttentionGpuTest, PrefillChunks) {
 }
 
 TEST(PagedAttentionGpuTest, DecodePathHandlesPrefillBatches) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   Check({300, 45}, {300, 20}, 32, 8, 128, 16, 14, Path::kDecode);
 }
 
 TEST(PagedAttentionGpuTest, GraphReplaysARebuiltPlan) {
   // Capture the decode launch once, then change the lengths, rebuild the plan and replay: the
   // replay must compute the new batch (the graph reads the plan from its fixed buffers).
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   std::mt19937 rng(21);
-  Batch b = MakeBatch({1200, 37, 500}, {1, 1, 1}, 32, 8, 128, 16, rng);
-  DeviceBuffer<uint16_t> q(b.q), kv(b.kv), out(std::vector<uint16_t>(b.q.size(), kNanBf16));
-  DeviceBuffer<int32_t> tables(b.tables), lens(b.seq_lens), starts(b.query_start);
+  AttentionBatch b = MakeBatch({1200, 37, 500}, {1, 1, 1}, 32, 8, 128, 16, rng);
+  DeviceVector<uint16_t> q(b.q), kv(b.kv), out(std::vector<uint16_t>(b.q.size(), kNanBf16));
+  DeviceVector<int32_t> tables(b.tables), lens(b.seq_lens), starts(b.query_start);
   PagedAttentionArgs a = ArgsFor(b);
   a.q = q.get();
   a.out = out.get();
@@ -272,7 +195,7 @@ TEST(PagedAttentionGpuTest, GraphReplaysARebuiltPlan) {
 }
 
 TEST(PagedAttentionGpuTest, EmptyBatchLaunchesNothing) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   auto plan = AttentionPlan::Create({});
   ASSERT_TRUE(plan.ok());
   PagedAttentionArgs a;
@@ -284,7 +207,7 @@ TEST(PagedAttentionGpuTest, EmptyBatchLaunchesNothing) {
 }
 
 TEST(PagedAttentionGpuTest, RejectsUnsupportedShapes) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   auto plan = AttentionPlan::Create({});
   ASSERT_TRUE(plan.ok());
   PagedAttentionArgs a;

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "kernels/common/kv_layout.h"
-#include "tests/kernels/attention_gpu_util.h"
+#include "tests/kernels/cuda_test_util.h"
 
 namespace tandem {
 namespace {
 
-using testing::DeviceBuffer;
+using testing::DeviceVector;
 
 constexpr uint16_t kPoison = 0xc444;  // -784 in bf16
 
@@ -64,9 +64,9 @@ void Check(int num_tokens, int nq, int nkv, int d, int page_size, bool qk_norm, 
   r.k_norm_weight = qk_norm ? wk.data() : nullptr;
   RopeKvStoreRef(r);
 
-  DeviceBuffer<uint16_t> d_qkv(qkv), d_cache(cache), d_wq(wq), d_wk(wk);
-  DeviceBuffer<int32_t> d_pos(positions), d_slots(slots);
-  DeviceBuffer<float> d_freq(inv_freq);
+  DeviceVector<uint16_t> d_qkv(qkv), d_cache(cache), d_wq(wq), d_wk(wk);
+  DeviceVector<int32_t> d_pos(positions), d_slots(slots);
+  DeviceVector<float> d_freq(inv_freq);
   a.qkv = d_qkv.get();
   a.positions = d_pos.get();
   a.slot_mapping = d_slots.get();
@@ -112,14 +112,14 @@ void Check(int num_tokens, int nq, int nkv, int d, int page_size, bool qk_norm, 
 }
 
 TEST(RopeKvStoreGpuTest, LlamaShapes) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   Check(1, 32, 8, 128, 16, false, 1);
   Check(1000, 32, 8, 128, 16, false, 2);
   Check(77, 8, 8, 64, 64, false, 3);
 }
 
 TEST(RopeKvStoreGpuTest, Qwen3QkNorm) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   Check(255, 32, 8, 128, 128, true, 4);
   Check(17, 16, 2, 64, 32, true, 5);
   // head_dim 256 (16 lanes per head) and a head count whose pairs do not fill the CTA.
@@ -127,7 +127,7 @@ TEST(RopeKvStoreGpuTest, Qwen3QkNorm) {
 }
 
 TEST(RopeKvStoreGpuTest, EmptyAndRejected) {
-  SKIP_WITHOUT_GPU();
+  TANDEM_SKIP_WITHOUT_GPU();
   RopeKvStoreArgs a;
   EXPECT_TRUE(RopeKvStore(a, nullptr).ok());
   a.num_tokens = 1;
