@@ -55,27 +55,61 @@ __device__ __forceinline__ uint64_t BlockSum(uint64_t x, uint64_t* scratch) {
   return r;
 }
 
-// Float sum in a fixed tree order (deterministic for a given thread assignment).
-__device__ __forceinline__ float BlockSumF(float x, float* scratch) {
+// Inclusive prefix sum over the lanes of a warp, in lane order.
+__device__ __forceinline__ uint64_t WarpInclusiveScan(uint64_t x) {
+  const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
-  __syncthreads();
-  float r = 0.0f;
-  for (int i = 0; i < kSampleWarps; ++i) r += scratch[i];
-  __syncthreads();
-  return r;
+  for (int off = 1; off < 32; off *= 2) {
+    const uint64_t y = __shfl_up_sync(0xffffffffu, x, off);
+    if (lane >= off) x += y;
+  }
+  return x;
 }
 
-__device__ __forceinline__ int32_t BlockMaxInt(int32_t x, uint64_t* scratch) {
+// Warp-wide inverse CDF over 32 * kPerLane counts or masses in lane-major order (lane l holds
+// elements kPerLane * l .. kPerLane * l + kPerLane - 1 in v): the first element whose inclusive
+// prefix sum reaches target (>= 1), and target minus the sum before it (1 .. its value). In every
+// lane; index -1 when the total falls short.
+struct WarpPick {
+  int index;
+  uint64_t rest;
+};
+template <int kPerLane>
+__device__ __forceinline__ WarpPick WarpFirstReaching(const uint64_t (&v)[kPerLane],
+                                                      uint64_t target) {
+  uint64_t mine = 0;
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) x = max(x, __shfl_xor_sync(0xffffffffu, x, off));
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = static_cast<uint64_t>(x + 1);
-  __syncthreads();
-  int32_t r = -1;
-  for (int i = 0; i < kSampleWarps; ++i) r = max(r, static_cast<int32_t>(scratch[i]) - 1);
-  __syncthreads();
-  return r;
+  for (int j = 0; j < kPerLane; ++j) mine += v[j];
+  const uint64_t incl = WarpInclusiveScan(mine);
+  const uint32_t hits = __ballot_sync(0xffffffffu, incl >= target);
+  if (hits == 0) return WarpPick{-1, 0};
+  const int owner = __ffs(hits) - 1;
+  int index = 0;
+  uint64_t rest = 0;
+  if (static_cast<int>(threadIdx.x % 32) == owner) {
+    rest = target - (incl - mine);
+    for (int j = 0; j < kPerLane; ++j) {
+      if (v[j] >= rest) {
+        index = kPerLane * owner + j;
+        break;
+      }
+      rest -= v[j];
+    }
+  }
+  return WarpPick{__shfl_sync(0xffffffffu, index, owner), __shfl_sync(0xffffffffu, rest, owner)};
+}
+
+// Warp: of the 32 * kPerLane intervals [before_i, before_i + v_i) laid end to end (v in shared
+// memory, lane-major as above), the one holding rest, and rest - before_i; index -1 when rest is
+// at or past the total.
+template <int kPerLane>
+__device__ __forceinline__ WarpPick WarpFindInterval(const uint64_t* v, uint64_t rest) {
+  uint64_t mine[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) mine[j] = v[kPerLane * (threadIdx.x % 32) + j];
+  WarpPick pick = WarpFirstReaching(mine, rest + 1);  // the first prefix that exceeds rest
+  pick.rest -= 1;
+  return pick;
 }
 
 // Exclusive prefix sum over threads in thread order; *total gets the block total.
@@ -83,12 +117,7 @@ template <int kWarps = kSampleWarps>
 __device__ __forceinline__ uint64_t BlockExclusiveScan(uint64_t x, uint64_t* scratch,
                                                        uint64_t* total) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  uint64_t incl = x;
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const uint64_t y = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += y;
-  }
+  const uint64_t incl = WarpInclusiveScan(x);
   if (lane == 31) scratch[warp] = incl;
   __syncthreads();
   uint64_t warp_offset = 0, sum = 0;

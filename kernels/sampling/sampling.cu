@@ -160,7 +160,7 @@ __device__ void CompactPass(Shared& s, const RowView& row, bool need_z) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float w = row.WeightF(q[e]);
-      const int bin = row.Bin(q[e]);
+      const int bin = static_cast<int>(row.Bin(q[e]));
       if (bin < b_lo) {
         tile_sure += RowView::Fixed(w);
       } else {
@@ -279,12 +279,11 @@ __global__ void __launch_bounds__(kSampleThreads, 1)
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& s = *reinterpret_cast<Shared*>(smem);
   const int64_t r = blockIdx.x;
-  RowView row{args.logits + r * args.vocab_size,
+  RowView row{{0.0f, 1.0f, 0.0f},
+              args.logits + r * args.vocab_size,
               args.vocab_size,
               vec_ok,
-              static_cast<int>((args.vocab_size + kTile - 1) / kTile),
-              0.0f,
-              1.0f};
+              static_cast<int>((args.vocab_size + kTile - 1) / kTile)};
   const ArgMaxPair best = MaxPass(s, row);
   const float temperature = args.temperature[r];
   if (!(temperature > 0.0f) || best.value == -INFINITY) {
@@ -337,16 +336,18 @@ absl::Status SamplingOneBlockPerRow(const SamplingArgs& args, cudaStream_t strea
   return absl::OkStatus();
 }
 
-// Vocabularies that fit the cluster kernels: rows without top-k / top-p and top-k rows with
-// k <= 128 stream through the streaming kernel, the others (and its overflowing top-k rows) through
-// the resident cluster kernel (each launch skips the other's rows; kernels/sampling/WORKLOG.md,
-// steps 6-12). Longer rows: the one-block-per-row kernel.
+// Vocabularies that fit the cluster kernels: rows without top-k / top-p and, unless the caller
+// says no row uses top-k (SamplingArgs::rows_may_use_top_k), top-k rows with k <= 128 stream
+// through the streaming kernel; the others (and its overflowing top-k rows) through the resident
+// cluster kernel (each launch skips the other's rows; kernels/sampling/WORKLOG.md, steps 6-12 and
+// session 5). Longer rows: the one-block-per-row kernel.
 absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream) {
   if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
-    if (absl::Status st = SamplingStreamLaunch(args, /*with_top_k=*/true, stream); !st.ok()) {
-      return st;
-    }
-    return SamplingClusterLaunch(args, ClusterRows::kLeftByStream, stream);
+    const bool top_k = args.rows_may_use_top_k;
+    const StreamBuild build = top_k ? StreamBuild::kWithTopK : StreamBuild::kNoTopK;
+    if (absl::Status st = SamplingStreamLaunch(args, top_k, stream, build); !st.ok()) return st;
+    return SamplingClusterLaunch(args, top_k ? ClusterRows::kLeftByStream : ClusterRows::kFiltered,
+                                 stream);
   }
   return SamplingOneBlockPerRow(args, stream);
 }

@@ -207,20 +207,14 @@ __device__ void SampleRow(ClusterShared& s, const SamplingArgs& args, int64_t r,
     tau = s.tau;
   }
   EntryMassPass(s, sl, row, tau);
-  uint64_t total = 0, before = 0;
-  for (int i = 0; i < kCluster; ++i) {
-    total += s.peer_total[i];
-    before += i < rank ? s.peer_total[i] : 0;
-  }
-  if (total == 0) {  // cannot happen (the max has weight 1): keep the argmax
+  uint64_t rest = 0;
+  const DrawOwner owner = FindDrawTarget(s.peer_total, rank, args, r, &rest);
+  if (owner == DrawOwner::kNoMass) {  // keep the argmax
     if (rank == 0 && threadIdx.x == 0) args.out_tokens[r] = best.id;
     return;
   }
-  const double u = SamplingUniformImpl(args.seeds[r], args.steps[r]);
-  const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
-  const uint64_t mine = s.peer_total[rank];
-  if (threadIdx.x >= 32 || target < before || target >= before + mine) return;
-  const int32_t token = DrawInSlice(s, sl, row, tau, target - before);
+  if (threadIdx.x >= 32 || owner != DrawOwner::kThis) return;
+  const int32_t token = DrawInSlice(s, sl, row, tau, rest);
   if (threadIdx.x == 0) args.out_tokens[r] = token >= 0 ? token : best.id;
 }
 

@@ -6,10 +6,12 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/sampling/block_reduce.cuh"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_internal.cuh"
+#include "kernels/sampling/sampling_rng.h"
 
 namespace tandem::sampling_cluster {
 
@@ -24,12 +26,13 @@ constexpr int kTileElems = 4 * kThreads;  // a tile: 4 consecutive logits per th
 constexpr int kSliceCap = 19456;          // logits per CTA (76 KiB): vocab <= 155648
 constexpr int kSliceTiles = (kSliceCap + kTileElems - 1) / kTileElems;  // 10
 constexpr int kEntries = kSliceTiles * kWarps;  // draw entries: (tile, warp), in id order
-constexpr int kBins = 1024;                     // bracketing bins over (max - x) / T
-constexpr float kBinsPerUnit = 32.0f;           //   a bin spans a weight ratio of e^(1/32)
-constexpr int kRadixBins = 256;                 // 8-bit digits of the exact selects
+using sampling_internal::kBins;                 // bracketing bins over (max - x) / T,
+using sampling_internal::kBinsPerUnit;          //   each spanning a weight ratio of e^(1/32)
+using sampling_internal::kFixedScale;           // 2^40: masses are integers, order-free sums
+using sampling_internal::kRadixBins;            // 8-bit digits of the exact selects
+using sampling_internal::RowMath;               // the weights and bins of one row
 constexpr int kCandCap = 1920;                  // candidates gathered in rank 0
 constexpr int kDirectDrawMax = 128;  // rank 0 draws itself from <= this many candidates (top-k)
-constexpr float kFixedScale = 1099511627776.0f;  // 2^40: masses are integers, order-free sums
 constexpr int64_t kMaxVocab = int64_t{kCluster} * kSliceCap;
 
 // Shared memory of one CTA (~108 KiB, so two CTAs fit an SM). Unions hold buffers whose lifetimes
@@ -72,17 +75,24 @@ __device__ __forceinline__ T* Peer(T* p, int rank) {
 }
 
 // Persistent grids: calls f(r) for the rows r = first, first + stride, ... below batch for which
-// keep(r) holds, in order (the row parameters are read kThreads rows at a time, in parallel).
-// Every thread of the CTA calls it; f must end with a block barrier.
+// keep(r) is non-zero, in order (the row parameters are read kThreads rows at a time, in
+// parallel); f(r, keep(r)) if f takes the value too (a row kind). Every thread of the CTA calls
+// it; f must end with a block barrier.
 template <int kThreads, typename Keep, typename F>
 __device__ void ForEachRow(int* flags, int64_t first, int64_t stride, int64_t batch, Keep&& keep,
                            F&& f) {
   for (int64_t r0 = first; r0 < batch; r0 += stride * kThreads) {
     const int64_t mine = r0 + threadIdx.x * stride;
-    flags[threadIdx.x] = mine < batch && keep(mine);
+    flags[threadIdx.x] = mine < batch ? static_cast<int>(keep(mine)) : 0;
     __syncthreads();
     for (int i = 0; i < kThreads && r0 + i * stride < batch; ++i) {
-      if (flags[i]) f(r0 + i * stride);
+      if (const int flag = flags[i]; flag != 0) {
+        if constexpr (std::is_invocable_v<F, int64_t, int>) {
+          f(r0 + i * stride, flag);
+        } else {
+          f(r0 + i * stride);
+        }
+      }
     }
     __syncthreads();
   }
@@ -105,25 +115,29 @@ __device__ __forceinline__ bool StreamsTopK(const SamplingArgs& args, int64_t r)
   return args.temperature[r] > 0.0f && k > 0 && k < args.vocab_size && k <= kStreamTopKMax;
 }
 
+// After the cluster barrier that published every CTA's mass (peer_total[i] of CTA i, in id
+// order): the draw's target u * total over the row. kThis when CTA `rank` holds it (*rest: the
+// target less the masses of the CTAs below it), kOther when another one does, kNoMass when the
+// total is 0 (cannot happen: the max has weight 1; the caller keeps the argmax).
+enum class DrawOwner { kNoMass, kOther, kThis };
+__device__ __forceinline__ DrawOwner FindDrawTarget(const uint64_t* peer_total, int rank,
+                                                    const SamplingArgs& args, int64_t r,
+                                                    uint64_t* rest) {
+  uint64_t total = 0, before = 0;
+  for (int i = 0; i < kCluster; ++i) {
+    total += peer_total[i];
+    before += i < rank ? peer_total[i] : 0;
+  }
+  if (total == 0) return DrawOwner::kNoMass;
+  const double u = SamplingUniformImpl(args.seeds[r], args.steps[r]);
+  const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
+  if (target < before || target >= before + peer_total[rank]) return DrawOwner::kOther;
+  *rest = target - before;
+  return DrawOwner::kThis;
+}
+
 static_assert(sizeof(ClusterShared) <= 110 * 1024, "two CTAs per SM: <= 113 KiB each");
 static_assert(kSliceCap % 4 == 0 && kBins % 32 == 0);
-
-// The weights and bins of one row (the same arithmetic in every CTA of its cluster).
-struct RowMath {
-  float max_logit;
-  float scale;      // log2(e) / temperature: w = 2^((x - max) * scale), as SamplingRef
-  float bin_scale;  // kBinsPerUnit / temperature
-
-  __device__ float WeightF(float x) const { return exp2f((x - max_logit) * scale); }
-  __device__ uint64_t Weight(float x) const { return Fixed(WeightF(x)); }
-  static __device__ uint64_t Fixed(float w) { return static_cast<uint64_t>(w * kFixedScale); }
-  // floor of the distance in bins, capped at kBins - 1 (-inf lands there): 2^23 + d rounded
-  // toward zero holds floor(d) in its low mantissa bits (full-rate FADD, no conversion).
-  __device__ uint32_t Bin(float x) const {
-    const float d = fminf((max_logit - x) * bin_scale, kBins - 1.0f);
-    return __float_as_uint(__fadd_rz(d, 8388608.0f)) - 0x4b000000u;
-  }
-};
 
 // Calls f(x) for every candidate gathered in this (rank 0) CTA, spread over kGroup threads.
 struct CandidateView {

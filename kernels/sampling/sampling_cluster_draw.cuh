@@ -70,43 +70,16 @@ __device__ int32_t DrawInSlice(const ClusterShared& s, const Slice& sl, const Ro
   constexpr int kPerLane = kEntries / 32;
   static_assert(kEntries % 32 == 0);
   const int lane = threadIdx.x;
-  uint64_t mine = 0;
-  for (int i = 0; i < kPerLane; ++i) mine += s.entry_mass[kPerLane * lane + i];
-  uint64_t incl = mine;
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const uint64_t y = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += y;
-  }
-  const uint32_t hits = __ballot_sync(0xffffffffu, incl > rest);
-  if (hits == 0) return -1;
-  const int owner = __ffs(hits) - 1;
-  int entry = 0;
-  uint64_t in_entry = 0;
-  if (lane == owner) {
-    uint64_t cum = incl - mine;
-    for (int i = 0; i < kPerLane; ++i) {
-      const uint64_t m = s.entry_mass[kPerLane * lane + i];
-      if (cum + m > rest) {
-        entry = kPerLane * lane + i, in_entry = rest - cum;
-        break;
-      }
-      cum += m;
-    }
-  }
-  entry = __shfl_sync(0xffffffffu, entry, owner);
-  in_entry = __shfl_sync(0xffffffffu, in_entry, owner);
+  const sampling_internal::WarpPick pick =
+      sampling_internal::WarpFindInterval<kPerLane>(s.entry_mass, rest);
+  if (pick.index < 0) return -1;
+  const int entry = pick.index;
+  const uint64_t in_entry = pick.rest;
   // The entry's 128 logits: 4 per lane, as EntryMassPass summed them.
   const int local = (entry / kWarps) * kTileElems + (entry % kWarps) * 128 + 4 * lane;
   const float4 v = LoadLocal(s, sl, local);
   const uint64_t m = RowMath::Fixed(KeptSum4(row, v, tau));
-  uint64_t excl = m;
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const uint64_t y = __shfl_up_sync(0xffffffffu, excl, off);
-    if (lane >= off) excl += y;
-  }
-  excl -= m;
+  const uint64_t excl = sampling_internal::WarpInclusiveScan(m) - m;
   int32_t token = -1;
   if (excl <= in_entry && in_entry < excl + m) {
     const float q[4] = {v.x, v.y, v.z, v.w};

@@ -78,33 +78,18 @@ __device__ uint32_t RadixSelect(ClusterShared& s, const RowMath& row, const View
       }
     });
     GroupSync<kGroup>();
-    if (threadIdx.x < 32) {
-      const int lane = threadIdx.x;
-      uint64_t bins[8], lane_sum = 0;
+    if (threadIdx.x < 32) {  // the digit, from the largest down: bins in descending order
+      uint64_t bins[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const int d = 255 - 8 * lane - j;
-        lane_sum += bins[j] =
-            kMass ? Split64(s.a.radix.lo[d], s.a.radix.hi[d]) : s.a.radix.count[d];
+        const int d = 255 - 8 * static_cast<int>(threadIdx.x) - j;
+        bins[j] = kMass ? Split64(s.a.radix.lo[d], s.a.radix.hi[d]) : s.a.radix.count[d];
       }
-      uint64_t incl = lane_sum;
-#pragma unroll
-      for (int off = 1; off < 32; off *= 2) {
-        const uint64_t y = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl += y;
-      }
-      const uint32_t hits = __ballot_sync(0xffffffffu, incl >= remaining);
-      if (lane == 0) s.found = hits != 0;
-      if (hits != 0 && lane == __ffs(hits) - 1) {
-        uint64_t rest = remaining - (incl - lane_sum);
-        for (int j = 0; j < 8; ++j) {
-          if (bins[j] >= rest) {
-            s.digit = 255 - 8 * lane - j;
-            s.remaining = rest;
-            break;
-          }
-          rest -= bins[j];
-        }
+      const sampling_internal::WarpPick pick =
+          sampling_internal::WarpFirstReaching(bins, remaining);
+      if (threadIdx.x == 0) {
+        s.found = pick.index >= 0;
+        if (pick.index >= 0) s.digit = 255 - pick.index, s.remaining = pick.rest;
       }
     }
     GroupSync<kGroup>();

@@ -1,5 +1,6 @@
-// Internals of the sampling kernel: shared-memory layout, the row and candidate views, and the
-// exact radix selects. Included only by sampling.cu.
+// Internals of the one-block-per-row sampling kernel (sampling.cu): shared-memory layout, the row
+// and candidate views, and the exact radix selects; RowMath, KeyOf and the fixed-point constants
+// are shared with the cluster kernels (sampling_cluster.cuh).
 #pragma once
 
 #include <cstdint>
@@ -62,11 +63,9 @@ __device__ __forceinline__ uint32_t KeyOf(float x) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-struct RowView {
-  const float* logits;  // this row
-  int64_t vocab;
-  bool vec_ok;  // vocab % 4 == 0 and 16-byte aligned rows
-  int tiles;
+// The weights and bins of one row (every sampling kernel; the same arithmetic in every CTA of a
+// cluster).
+struct RowMath {
   float max_logit;
   float scale;      // log2(e) / temperature: w = 2^((x - max) * scale), as SamplingRef
   float bin_scale;  // kBinsPerUnit / temperature
@@ -74,10 +73,21 @@ struct RowView {
   __device__ float WeightF(float x) const { return exp2f((x - max_logit) * scale); }
   __device__ uint64_t Weight(float x) const { return Fixed(WeightF(x)); }
   static __device__ uint64_t Fixed(float w) { return static_cast<uint64_t>(w * kFixedScale); }
-  __device__ int Bin(float x) const {
-    const float d = (max_logit - x) * bin_scale;
-    return d < kBins - 1 ? static_cast<int>(d) : kBins - 1;
+  // floor of the distance in bins, capped at kBins - 1 (-inf and NaN distances land there):
+  // 2^23 + d rounded toward zero holds floor(d) in its low mantissa bits (full-rate FADD, no
+  // conversion).
+  __device__ uint32_t Bin(float x) const {
+    const float d = fminf((max_logit - x) * bin_scale, kBins - 1.0f);
+    return __float_as_uint(__fadd_rz(d, 8388608.0f)) - 0x4b000000u;
   }
+};
+
+struct RowView : RowMath {
+  const float* logits;  // this row
+  int64_t vocab;
+  bool vec_ok;  // vocab % 4 == 0 and 16-byte aligned rows
+  int tiles;
+
   // The 4 logits of thread t in tile `tile` from global memory; NaN and padding read as -inf.
   __device__ void LoadGlobal(int tile, float (&q)[4]) const {
     const int64_t base = static_cast<int64_t>(tile) * kTile + 4 * threadIdx.x;
@@ -163,32 +173,17 @@ __device__ uint32_t RadixSelect(Shared& s, const RowView& row, const View& view,
       }
     });
     __syncthreads();
-    if (threadIdx.x < 32) {
-      const int lane = threadIdx.x;
-      uint64_t bins[8], lane_sum = 0;
+    if (threadIdx.x < 32) {  // the digit, from the largest down: bins in descending order
+      uint64_t bins[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const int d = 255 - 8 * lane - j;
-        lane_sum += bins[j] = kMass ? Split64(s.radix_lo[d], s.radix_hi[d]) : s.radix_count[d];
+        const int d = 255 - 8 * static_cast<int>(threadIdx.x) - j;
+        bins[j] = kMass ? Split64(s.radix_lo[d], s.radix_hi[d]) : s.radix_count[d];
       }
-      uint64_t incl = lane_sum;
-#pragma unroll
-      for (int off = 1; off < 32; off *= 2) {
-        const uint64_t y = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl += y;
-      }
-      const uint32_t hits = __ballot_sync(0xffffffffu, incl >= remaining);
-      if (lane == 0) s.found = hits != 0;
-      if (hits != 0 && lane == __ffs(hits) - 1) {
-        uint64_t rest = remaining - (incl - lane_sum);
-        for (int j = 0; j < 8; ++j) {
-          if (bins[j] >= rest) {
-            s.digit = 255 - 8 * lane - j;
-            s.remaining = rest;
-            break;
-          }
-          rest -= bins[j];
-        }
+      const WarpPick pick = WarpFirstReaching(bins, remaining);
+      if (threadIdx.x == 0) {
+        s.found = pick.index >= 0;
+        if (pick.index >= 0) s.digit = 255 - pick.index, s.remaining = pick.rest;
       }
     }
     __syncthreads();

@@ -7,11 +7,17 @@
 // with the exact weights 2^((x - M) * scale) of sampling.h. With top-k (Sampling()'s dispatch),
 // top-k rows with k <= kStreamTopKMax are streamed too (sampling_stream_topk.cuh); other rows with
 // top-k or top-p are left to the resident cluster kernel (sampling_cluster.cu). Persistent: as many
-// clusters as fit loop over the rows, so rows left to the other kernel cost little.
+// clusters as fit loop over the rows, so rows left to the other kernel cost little. Two builds
+// (StreamBuild, sampling_variants.h): with the top-k row code, and without it for callers whose
+// rows never use top-k (its registers, spills and shared memory cost greedy and temperature rows
+// ~3 us at batch 256: WORKLOG.md session 5).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
+#include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
@@ -24,6 +30,7 @@ namespace tandem {
 namespace {
 
 using namespace sampling_stream;  // NOLINT: this kernel's own helpers
+using sampling_cluster::DrawOwner;
 using sampling_cluster::ForEachRow;
 using sampling_cluster::Peer;
 using sampling_cluster::RowMath;
@@ -41,8 +48,8 @@ __device__ __forceinline__ float FastExp2(float x) {
 
 // One pass over the slice: greedy, this CTA's (max, lowest id); with_sums, its max (the id is
 // then only the first of an entry holding it: a fallback) and each entry's m_e, S_e.
-__device__ ArgMaxPair StreamPass(StreamShared& s, const Slice& sl, bool vec_ok, float scale,
-                                 bool with_sums) {
+template <typename S>
+__device__ ArgMaxPair StreamPass(S& s, const Slice& sl, bool vec_ok, float scale, bool with_sums) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   // Ids grow within a thread, so the first strict maximum is its lowest id (-inf rows included).
   ArgMaxPair best{-INFINITY, 4 * static_cast<int>(threadIdx.x) < sl.n
@@ -78,7 +85,10 @@ __device__ ArgMaxPair StreamPass(StreamShared& s, const Slice& sl, bool vec_ok, 
       }
 #pragma unroll
       for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      if (lane == 0) s.entry_max[tile * kWarps + warp] = m, s.entry_sum[tile * kWarps + warp] = sum;
+      if (lane == 0) {
+        s.entry_max[tile * kWarps + warp] = m;
+        s.entry_sum[tile * kWarps + warp] = sum;
+      }
     }
   }
   return sampling_internal::BlockArgMax<kWarps>(best, s.argmax_scratch);
@@ -86,36 +96,16 @@ __device__ ArgMaxPair StreamPass(StreamShared& s, const Slice& sl, bool vec_ok, 
 
 // Warp 0 of the CTA holding `rest` (< its mass): the entry holding it, then the draw over its 128
 // logits re-read from global memory with the exact weights. -1 if none has weight.
-__device__ int32_t DrawInEntry(const StreamShared& s, const Slice& sl, bool vec_ok,
-                               const RowMath& row, uint64_t rest) {
+template <typename E>
+__device__ int32_t DrawInEntry(const E& s, const Slice& sl, bool vec_ok, const RowMath& row,
+                               uint64_t rest) {
   constexpr int kPerLane = kEntrySlots / 32;
   const int lane = threadIdx.x;
-  uint64_t mine = 0;
-  for (int i = 0; i < kPerLane; ++i) mine += s.entry_mass[kPerLane * lane + i];
-  uint64_t incl = mine;
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const uint64_t y = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += y;
-  }
-  const uint32_t hits = __ballot_sync(0xffffffffu, incl > rest);
-  if (hits == 0) return -1;
-  const int owner = __ffs(hits) - 1;
-  int entry = 0;
-  uint64_t in_entry = 0;
-  if (lane == owner) {
-    uint64_t cum = incl - mine;
-    for (int i = 0; i < kPerLane; ++i) {
-      const uint64_t m = s.entry_mass[kPerLane * lane + i];
-      if (cum + m > rest) {
-        entry = kPerLane * lane + i, in_entry = rest - cum;
-        break;
-      }
-      cum += m;
-    }
-  }
-  entry = __shfl_sync(0xffffffffu, entry, owner);
-  in_entry = __shfl_sync(0xffffffffu, in_entry, owner);
+  const sampling_internal::WarpPick pick =
+      sampling_internal::WarpFindInterval<kPerLane>(s.entry_mass, rest);
+  if (pick.index < 0) return -1;
+  const int entry = pick.index;
+  uint64_t in_entry = pick.rest;
   // Lane l holds logits 4l..4l+3 of the entry (tile entry / kWarps, warp entry % kWarps).
   const int tile = entry / kWarps, local = tile * kTileElems + (entry % kWarps) * 128 + 4 * lane;
   float q[4];
@@ -124,13 +114,7 @@ __device__ int32_t DrawInEntry(const StreamShared& s, const Slice& sl, bool vec_
 #pragma unroll
   for (int e = 0; e < 4; ++e) sum += w[e] = row.WeightF(q[e]);
   const uint64_t m = RowMath::Fixed(sum);
-  uint64_t excl = m;
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const uint64_t y = __shfl_up_sync(0xffffffffu, excl, off);
-    if (lane >= off) excl += y;
-  }
-  excl -= m;
+  const uint64_t excl = sampling_internal::WarpInclusiveScan(m) - m;
   const uint64_t entry_total = __shfl_sync(0xffffffffu, excl + m, 31);
   // Rounding can leave rest at or past the exact total: then the entry's last weighted logit.
   if (in_entry >= entry_total) in_entry = entry_total == 0 ? 0 : entry_total - 1;
@@ -148,8 +132,9 @@ __device__ int32_t DrawInEntry(const StreamShared& s, const Slice& sl, bool vec_
 }
 
 // One row (greedy or temperature only); every CTA of the cluster calls it with the same row.
-__device__ void StreamRow(StreamShared& s, const SamplingArgs& args, int64_t r, int parity,
-                          bool vec_ok, int slice_len) {
+template <typename S>
+__device__ void StreamRow(S& s, const SamplingArgs& args, int64_t r, int parity, bool vec_ok,
+                          int slice_len) {
   const float temperature = args.temperature[r];
   const bool greedy = !(temperature > 0.0f);
   const int rank = static_cast<int>(cg::this_cluster().block_rank());
@@ -176,45 +161,53 @@ __device__ void StreamRow(StreamShared& s, const SamplingArgs& args, int64_t r, 
   mass = sampling_internal::BlockSum<kWarps>(mass, s.scratch);
   if (threadIdx.x < kCluster) *Peer(&s.peer_total[rank], threadIdx.x) = mass;
   cg::this_cluster().sync();
-  uint64_t total = 0, before = 0;
-  for (int i = 0; i < kCluster; ++i) {
-    total += s.peer_total[i];
-    before += i < rank ? s.peer_total[i] : 0;
-  }
-  if (total == 0) {  // cannot happen (the max has weight 1): keep the argmax
+  uint64_t rest = 0;
+  const DrawOwner owner = sampling_cluster::FindDrawTarget(s.peer_total, rank, args, r, &rest);
+  if (owner == DrawOwner::kNoMass) {  // keep the argmax
     if (rank == 0 && threadIdx.x == 0) args.out_tokens[r] = best.id;
     return;
   }
-  const double u = SamplingUniformImpl(args.seeds[r], args.steps[r]);
-  const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
-  if (threadIdx.x >= 32 || target < before || target >= before + s.peer_total[rank]) return;
-  const int32_t token = DrawInEntry(s, sl, vec_ok, row, target - before);
+  if (threadIdx.x >= 32 || owner != DrawOwner::kThis) return;
+  const int32_t token = DrawInEntry(s, sl, vec_ok, row, rest);
   if (threadIdx.x == 0) args.out_tokens[r] = token >= 0 ? token : best.id;
 }
 
 // Persistent: cluster c takes the rows c, c + clusters, ... without top-k or top-p, and with
-// with_top_k the top-k rows of StreamsTopK (their leader CTA rotating over the cluster).
+// kTopK && with_top_k the top-k rows of StreamsTopK (their leader CTA rotating over the cluster).
+template <bool kTopK>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 4)
     SamplingStreamKernel(const __grid_constant__ SamplingArgs args, bool vec_ok, int slice_len,
                          bool with_top_k) {
-  StreamShared& s = stream_shared;
-  InitTopK(s.topk);
-  __syncthreads();
-  // Peers may push only once every CTA of the cluster runs and has initialised its buffers.
-  cg::this_cluster().sync();
+  using S = std::conditional_t<kTopK, StreamShared, StreamSharedLean>;
+  S& s = SharedOf<S>();
+  if constexpr (kTopK) {
+    InitTopK(s.topk);
+    __syncthreads();
+    // Peers may push only once every CTA of the cluster runs and has initialised its buffers.
+    cg::this_cluster().sync();
+  } else {  // nothing to initialise: peers may push once every CTA of the cluster runs
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  }
   int parity = 0, top_k_rows = 0;
+  const int64_t first = blockIdx.x / kCluster, stride = gridDim.x / kCluster;
   ForEachRow<kThreads>(
-      s.row_flags, blockIdx.x / kCluster, gridDim.x / kCluster, args.batch,
+      s.row_flags, first, stride, args.batch,
       [&](int64_t r) {
         const int64_t k = args.top_k[r];
         return !(args.temperature[r] > 0.0f) ||
                (!(k > 0 && k < args.vocab_size) && !(args.top_p[r] < 1.0f)) ||
-               (with_top_k && sampling_cluster::StreamsTopK(args, r));
+               (kTopK && with_top_k && sampling_cluster::StreamsTopK(args, r));
       },
       [&](int64_t r) {
-        if (with_top_k && sampling_cluster::StreamsTopK(args, r)) {
-          TopKRow(args, r, top_k_rows, vec_ok, slice_len);
-          ++top_k_rows;
+        if constexpr (kTopK) {
+          if (with_top_k && sampling_cluster::StreamsTopK(args, r)) {
+            TopKRow<S>(args, r, top_k_rows, vec_ok, slice_len);
+            ++top_k_rows;
+          } else {
+            StreamRow(s, args, r, parity, vec_ok, slice_len);
+            parity ^= 1;
+          }
         } else {
           StreamRow(s, args, r, parity, vec_ok, slice_len);
           parity ^= 1;
@@ -222,37 +215,69 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 4)
         __syncthreads();
       });
   // No CTA leaves while a peer may still push into its shared memory or arrive on its mbarrier.
-  cg::this_cluster().sync();
+  if constexpr (kTopK) cg::this_cluster().sync();
+}
+
+// How many clusters of a build fit at once (the persistent grid), once per device.
+template <bool kTopK>
+absl::Status FitClusters(int* fit) {
+  static std::atomic<int> max_clusters[64] = {};
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  *fit = max_clusters[device & 63].load(std::memory_order_acquire);
+  if (*fit > 0) return absl::OkStatus();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(kCluster * 256);
+  config.blockDim = dim3(kThreads);
+  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(fit, SamplingStreamKernel<kTopK>, &config));
+  if (*fit <= 0) return absl::InternalError("SamplingStream: no cluster fits the device");
+  max_clusters[device & 63].store(*fit, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+template <bool kTopK>
+absl::Status Launch(const SamplingArgs& args, bool vec_ok, int slice_len, bool with_top_k,
+                    cudaStream_t stream) {
+  int fit = 0;
+  if (absl::Status st = FitClusters<kTopK>(&fit); !st.ok()) return st;
+  const int64_t clusters = std::min<int64_t>(args.batch, fit);
+  SamplingStreamKernel<kTopK>
+      <<<clusters * kCluster, kThreads, 0, stream>>>(args, vec_ok, slice_len, with_top_k);
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+template <bool kTopK>
+std::string Describe() {
+  int fit = 0;
+  if (absl::Status st = FitClusters<kTopK>(&fit); !st.ok()) return std::string(st.message());
+  cudaFuncAttributes a = {};
+  if (cudaFuncGetAttributes(&a, SamplingStreamKernel<kTopK>) != cudaSuccess) return "no attrs";
+  return absl::StrCat("clusters=", fit, " regs=", a.numRegs, " local_bytes=", a.localSizeBytes,
+                      " static_smem=", a.sharedSizeBytes,
+                      " carveout_pref=", a.preferredShmemCarveout);
 }
 
 }  // namespace
 
-absl::Status SamplingStreamLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream) {
+absl::Status SamplingStreamLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream,
+                                  StreamBuild build) {
   if (args.batch < 0 || args.vocab_size <= 0 || !SamplingClusterSupports(args.vocab_size)) {
     return absl::InvalidArgumentError("SamplingStream: needs batch >= 0, 0 < vocab <= 155648");
+  }
+  if (with_top_k && build == StreamBuild::kNoTopK) {
+    return absl::InvalidArgumentError("SamplingStream: the kNoTopK build has no top-k rows");
   }
   if (args.batch == 0) return absl::OkStatus();
   const bool vec_ok =
       args.vocab_size % 4 == 0 && (reinterpret_cast<uintptr_t>(args.logits) & 15u) == 0;
   const int slice_len = static_cast<int>((args.vocab_size + 4 * kCluster - 1) / (4 * kCluster) * 4);
-  // How many clusters fit at once (the persistent grid), once per device.
-  static std::atomic<int> max_clusters[64] = {};
-  int device = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  int fit = max_clusters[device & 63].load(std::memory_order_acquire);
-  if (fit <= 0) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(kCluster * 256);
-    config.blockDim = dim3(kThreads);
-    CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(&fit, SamplingStreamKernel, &config));
-    if (fit <= 0) return absl::InternalError("SamplingStream: no cluster fits the device");
-    max_clusters[device & 63].store(fit, std::memory_order_release);
-  }
-  const int64_t clusters = std::min<int64_t>(args.batch, fit);
-  SamplingStreamKernel<<<clusters * kCluster, kThreads, 0, stream>>>(args, vec_ok, slice_len,
-                                                                     with_top_k);
-  CUDA_RETURN_IF_LAUNCH_ERROR();
-  return absl::OkStatus();
+  return build == StreamBuild::kNoTopK ? Launch<false>(args, vec_ok, slice_len, with_top_k, stream)
+                                       : Launch<true>(args, vec_ok, slice_len, with_top_k, stream);
+}
+
+std::string SamplingStreamDescribe(StreamBuild build) {
+  return build == StreamBuild::kNoTopK ? Describe<false>() : Describe<true>();
 }
 
 }  // namespace tandem

@@ -63,6 +63,8 @@ struct TopKShared {
   int32_t token;              // leader: the drawn token, kFallbackToken until found
 };
 
+// The layouts are flat structs: a member reached through a base class of a __shared__ object
+// cost the kernel 8 registers and spills (ptxas: 56 -> 64 registers, 0 -> 40 bytes of stack).
 struct StreamShared {
   float entry_max[kEntrySlots];  // m_e (-inf: no weight)
   float entry_sum[kEntrySlots];  // S_e
@@ -76,9 +78,33 @@ struct StreamShared {
 };
 static_assert(sizeof(StreamShared) <= 48 * 1024, "static shared memory; 4 CTAs per SM");
 
+// StreamBuild::kNoTopK: StreamShared without the top-k buffers (4.9 KiB per CTA).
+struct StreamSharedLean {
+  float entry_max[kEntrySlots];
+  float entry_sum[kEntrySlots];
+  uint64_t entry_mass[kEntrySlots];
+  uint64_t peer_total[kCluster];
+  ArgMaxPair peer_best[2][kCluster];
+  uint64_t scratch[kWarps];
+  ArgMaxPair argmax_scratch[kWarps];
+  int row_flags[kThreads];
+};
+
 // The kernel's shared memory, at namespace scope so that functions not inlined into the kernel
-// (TopKRow) still address it as shared memory (LDS/STS, not generic loads).
+// (TopKRow) still address it as shared memory (LDS/STS, not generic loads); one per layout (a
+// kernel's static shared memory holds only the one it uses).
 static __shared__ StreamShared stream_shared;
+static __shared__ StreamSharedLean stream_shared_lean;
+template <typename S>
+__device__ __forceinline__ S& SharedOf();
+template <>
+__device__ __forceinline__ StreamShared& SharedOf<StreamShared>() {
+  return stream_shared;
+}
+template <>
+__device__ __forceinline__ StreamSharedLean& SharedOf<StreamSharedLean>() {
+  return stream_shared_lean;
+}
 
 struct Slice {
   const float* logits;  // the slice in global memory, n logits

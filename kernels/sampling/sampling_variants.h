@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "kernels/sampling/sampling.h"
@@ -19,11 +20,20 @@ absl::Status SamplingOneBlockPerRow(const SamplingArgs& args, cudaStream_t strea
 // (SamplingClusterSupports).
 absl::Status SamplingCluster(const SamplingArgs& args, cudaStream_t stream);
 bool SamplingClusterSupports(int64_t vocab_size);
+// The two builds of the streaming kernel (kernels/sampling/WORKLOG.md, session 5): with the
+// top-k row code (k <= 128 streamed once), and without it (greedy and temperature rows only; 55
+// registers, no spills, ~4 KB of shared memory per CTA). Sampling() picks by
+// SamplingArgs::rows_may_use_top_k.
+enum class StreamBuild { kWithTopK, kNoTopK };
 // The streaming cluster kernel (sampling_stream.cu): a cluster of 8 small CTAs per row streams it
-// once. It samples the rows without top-k or top-p (greedy, temperature) and, with_top_k, the top-k
-// rows with k <= 128 (any top-p), writing kFallbackToken (-2) for those whose candidates overflow;
-// it skips the other rows.
-absl::Status SamplingStreamLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream);
+// once. It samples the rows without top-k or top-p (greedy, temperature) and, with_top_k (build
+// kWithTopK only), the top-k rows with k <= 128 (any top-p), writing kFallbackToken (-2) for those
+// whose candidates overflow; it skips the other rows.
+absl::Status SamplingStreamLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream,
+                                  StreamBuild build = StreamBuild::kWithTopK);
+// One line on a build of the streaming kernel on the current device: clusters that fit at once,
+// registers, local memory (spills / call stack) and static shared memory per thread / CTA.
+std::string SamplingStreamDescribe(StreamBuild build);
 // The rows the resident cluster kernel samples (others are skipped cheaply: a persistent grid).
 enum class ClusterRows {
   kAll,

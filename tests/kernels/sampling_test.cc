@@ -26,7 +26,17 @@ struct Variant {
   SampleFn fn;
   int64_t max_vocab;
 };
+// Sampling() with the caller's hint that no row uses top-k (SamplingArgs::rows_may_use_top_k):
+// the streaming kernel's build without top-k code, every row with top-k or top-p resident. The
+// tests give it rows with top-k too: the hint may only change the speed, never the token.
+absl::Status SamplingNoTopKHint(const SamplingArgs& args, cudaStream_t stream) {
+  SamplingArgs hinted = args;
+  hinted.rows_may_use_top_k = false;
+  return Sampling(hinted, stream);
+}
+
 const Variant kVariants[] = {{"Sampling", &Sampling, 262144},
+                             {"Sampling/no-top-k hint", &SamplingNoTopKHint, 262144},
                              {"OneBlockPerRow", &SamplingOneBlockPerRow, 262144},
                              {"Cluster", &SamplingCluster, 155648},
                              {"TopKResident", &SamplingTopKResident, 155648}};
