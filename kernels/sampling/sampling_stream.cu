@@ -202,7 +202,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 4)
       [&](int64_t r) {
         if constexpr (kTopK) {
           if (with_top_k && sampling_cluster::StreamsTopK(args, r)) {
-            TopKRow<S>(args, r, top_k_rows, vec_ok, slice_len);
+            TopKRow(args, r, top_k_rows, vec_ok, slice_len);
             ++top_k_rows;
           } else {
             StreamRow(s, args, r, parity, vec_ok, slice_len);

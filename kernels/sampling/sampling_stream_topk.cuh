@@ -79,8 +79,7 @@ __device__ __forceinline__ uint2 CountAboveEqual(const float* xs, uint32_t n, fl
 // Pass over this CTA's slice: appends the logits >= a lower bound of the row's k-th largest (from
 // the first load group) to s.topk.x / id (count may exceed kLocalCap: overflow). Ends with a block
 // barrier.
-template <typename S>
-__device__ void TopKStreamPass(S& s, const Slice& sl, bool vec_ok, int k) {
+__device__ void TopKStreamPass(StreamShared& s, const Slice& sl, bool vec_ok, int k) {
   auto& t = s.topk;
   const int per_warp = (k + kWarps - 1) / kWarps;  // kWarps warps x per_warp >= k logits
   float thr = -INFINITY;
@@ -137,8 +136,7 @@ __device__ void TopKStreamPass(S& s, const Slice& sl, bool vec_ok, int k) {
 // position in it (larger first, ties by candidate index) and there into its region of the leader,
 // with its size; flags the leader when the candidates or the set overflowed. Resets the candidate
 // count for the next row.
-template <typename S>
-__device__ void PushLocalTopK(S& s, int k, int leader, int rank) {
+__device__ void PushLocalTopK(StreamShared& s, int k, int leader, int rank) {
   auto& t = s.topk;
   const uint32_t count = t.count;
   const uint32_t n = count < kLocalCap ? count : kLocalCap;
@@ -194,8 +192,7 @@ __device__ __forceinline__ uint32_t CountAboveSorted(const float* a, uint32_t le
 
 // Leader, all threads: from the gathered regions (a superset of the row's top-k set), the top-k
 // set into kx / kid; returns its size (may exceed kKeptCap) and the row max in *max_logit.
-template <typename S>
-__device__ uint32_t SelectTopK(S& s, int k, float* max_logit) {
+__device__ uint32_t SelectTopK(StreamShared& s, int k, float* max_logit) {
   auto& t = s.topk;
   uint32_t len[kCluster], begin[kCluster], n = 0;
   float mx = -INFINITY;
@@ -237,8 +234,7 @@ __device__ uint32_t SelectTopK(S& s, int k, float* max_logit) {
 // those top-p drops (HF: the smallest set, by descending logit, whose mass reaches
 // ceil(top_p * z), ties with its last logit kept): a logit stays iff the mass of the larger ones
 // is below that. The same thresholds as the resident kernel's mass radix select.
-template <typename T>
-__device__ void ApplyTopP(T& t, uint32_t m, uint64_t z, float top_p) {
+__device__ void ApplyTopP(TopKShared& t, uint32_t m, uint64_t z, float top_p) {
   const double need_d = ceil(static_cast<double>(top_p) * static_cast<double>(z));
   const uint64_t need = need_d >= 1.0 ? static_cast<uint64_t>(need_d) : 1;
   bool drop[kKeptCap / kThreads];
@@ -263,8 +259,7 @@ __device__ void ApplyTopP(T& t, uint32_t m, uint64_t z, float top_p) {
 
 // Leader, all threads: the inverse CDF in ascending id order over the m kept logits (weights kw):
 // the one whose interval [before, before + w) holds target writes t.token.
-template <typename T>
-__device__ void DrawKept(T& t, uint32_t m, double u, uint64_t* scratch) {
+__device__ void DrawKept(TopKShared& t, uint32_t m, double u, uint64_t* scratch) {
   uint64_t mine = 0;
   for (uint32_t i = threadIdx.x; i < m; i += kThreads) mine += t.kw[i];
   const uint64_t total = sampling_internal::BlockSum<kWarps>(mine, scratch);
@@ -284,8 +279,7 @@ __device__ void DrawKept(T& t, uint32_t m, double u, uint64_t* scratch) {
 // Leader, all threads, after the cluster barrier that published the pushes: samples row r from
 // the gathered candidates, writes out_tokens[r] (kFallbackToken on overflow) and resets the
 // leader's buffers for its next row as leader.
-template <typename S>
-__device__ void TopKTail(S& s, const SamplingArgs& args, int64_t r, int k) {
+__device__ void TopKTail(StreamShared& s, const SamplingArgs& args, int64_t r, int k) {
   auto& t = s.topk;
   if (t.g_overflow == 0) {  // uniform
     float max_logit;
@@ -316,8 +310,7 @@ __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
 }
 
 // Initial state of the top-k buffers and the mbarrier (before the kernel's first cluster barrier).
-template <typename T>
-__device__ __forceinline__ void InitTopK(T& t) {
+__device__ __forceinline__ void InitTopK(TopKShared& t) {
   if (threadIdx.x == 0) {
     for (int w = 0; w < kWarps; ++w) t.votes[w] = 0;
     t.count = 0, t.len = 0, t.g_overflow = 0, t.k_count = 0, t.token = kFallbackToken;
@@ -357,10 +350,9 @@ __device__ __forceinline__ void WaitParity(const uint64_t* bar, uint32_t parity)
 // a cluster barrier after each kCluster-th top-k row, which the leader reaches after this row's
 // tail (it leads at most one of those rows), so its buffers and its mbarrier's next phase are
 // written only after the tail has read them.
-template <typename S>
 __device__ __noinline__ void TopKRow(const SamplingArgs& args, int64_t r, int index, bool vec_ok,
                                      int slice_len) {
-  S& s = SharedOf<S>();
+  StreamShared& s = SharedOf<StreamShared>();
   const int rank = static_cast<int>(cooperative_groups::this_cluster().block_rank());
   const int leader = index % kCluster;
   const int64_t begin = int64_t{rank} * slice_len;
