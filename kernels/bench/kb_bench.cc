@@ -303,13 +303,13 @@ void BenchElementwise(const Ceilings& c) {
 // Sampling: the ceiling column is the time to read the logits once at the read bandwidth;
 // "x read" = time / that (target <= 2). "sampling.*" is the default dispatch (for this vocab the
 // streaming and the resident cluster kernels, each skipping the other's rows) with
-// SamplingArgs::rows_may_use_top_k set as a serving engine sets it (false unless the batch's rows
-// use top-k); "sampling_nohint.*" the same with the hint left at true (the streaming build with
-// top-k code on rows without top-k). The dispatch before top-k rows were streamed
-// ("sampling_prev.*"), the one-block-per-row kernel ("sampling_1blk.*") and, at B = 256, the
-// resident cluster kernel on every row ("sampling_resident.*") are timed in the same run. Each
-// streaming build's occupancy and resources are printed first. TANDEM_BENCH_SAMPLING_BATCH=<b>
-// times only the default dispatch at that batch (for ncu).
+// SamplingArgs::rows_may_use_top_k set as a serving engine sets it (true only for the top-k
+// mode); "sampling_flipped_hint.*" the same rows with the other hint value: for rows without
+// top-k the streaming build with top-k code, for top-k rows the resident kernel (the dispatch
+// before top-k rows were streamed). The one-block-per-row kernel ("sampling_1blk.*") and, at
+// B = 256, the resident cluster kernel on every row ("sampling_resident.*") are timed in the same
+// run. Each streaming build's occupancy and resources are printed first.
+// TANDEM_BENCH_SAMPLING_BATCH=<b> times only the default dispatch at that batch (for ncu).
 void BenchSampling(const Ceilings& c) {
   const int64_t vocab = 152064;
   for (StreamBuild b : {StreamBuild::kWithTopK, StreamBuild::kNoTopK}) {
@@ -373,12 +373,11 @@ void BenchSampling(const Ceilings& c) {
                us / read_us, 2.0 * 1e300);
       };
       time("sampling.", &Sampling);
-      if (only_batch == nullptr && !args.rows_may_use_top_k) {
-        args.rows_may_use_top_k = true;
-        time("sampling_nohint.", &Sampling);
-        args.rows_may_use_top_k = false;
+      if (only_batch == nullptr) {
+        args.rows_may_use_top_k = !args.rows_may_use_top_k;
+        time("sampling_flipped_hint.", &Sampling);
+        args.rows_may_use_top_k = !args.rows_may_use_top_k;
       }
-      if (only_batch == nullptr) time("sampling_prev.", &SamplingTopKResident);
       if (only_batch == nullptr) time("sampling_1blk.", &SamplingOneBlockPerRow);
       if (batch == 256 && only_batch == nullptr) time("sampling_resident.", &SamplingCluster);
     }

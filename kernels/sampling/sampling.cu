@@ -352,14 +352,4 @@ absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream) {
   return SamplingOneBlockPerRow(args, stream);
 }
 
-absl::Status SamplingTopKResident(const SamplingArgs& args, cudaStream_t stream) {
-  if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
-    if (absl::Status st = SamplingStreamLaunch(args, /*with_top_k=*/false, stream); !st.ok()) {
-      return st;
-    }
-    return SamplingClusterLaunch(args, ClusterRows::kFiltered, stream);
-  }
-  return SamplingOneBlockPerRow(args, stream);
-}
-
 }  // namespace tandem

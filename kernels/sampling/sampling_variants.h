@@ -41,8 +41,5 @@ enum class ClusterRows {
   kLeftByStream  // those the streaming kernel with top-k, launched before, did not sample
 };
 absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows, cudaStream_t stream);
-// Sampling()'s dispatch before top-k rows were streamed (the streaming kernel without top-k, the
-// resident kernel for every row with top-k or top-p): kb_bench's same-run baseline.
-absl::Status SamplingTopKResident(const SamplingArgs& args, cudaStream_t stream);
 
 }  // namespace tandem

@@ -38,8 +38,7 @@ absl::Status SamplingNoTopKHint(const SamplingArgs& args, cudaStream_t stream) {
 const Variant kVariants[] = {{"Sampling", &Sampling, 262144},
                              {"Sampling/no-top-k hint", &SamplingNoTopKHint, 262144},
                              {"OneBlockPerRow", &SamplingOneBlockPerRow, 262144},
-                             {"Cluster", &SamplingCluster, 155648},
-                             {"TopKResident", &SamplingTopKResident, 155648}};
+                             {"Cluster", &SamplingCluster, 155648}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 struct Batch {
