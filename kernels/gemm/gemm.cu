@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/vec_util.cuh"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_stream.h"
@@ -39,8 +40,8 @@ constexpr int kWarps = kThreads / 32;
 // scheduled as SMs free up (it orders no memory: that kernel waits on our completion in turn).
 // Every thread calls this exactly once, before its first read of a or bias and its write of c.
 __device__ __forceinline__ void PdlWaitThenRelease() {
-  cudaGridDependencySynchronize();            // griddepcontrol.wait (memory clobber)
-  cudaTriggerProgrammaticLaunchCompletion();  // griddepcontrol.launch_dependents
+  cudaGridDependencySynchronize();  // griddepcontrol.wait (memory clobber)
+  AllowDependentLaunch();           // griddepcontrol.launch_dependents
 }
 
 // One 16-byte vector of a row of a. The default path reads a through the non-coherent cache

@@ -44,24 +44,10 @@ __device__ __forceinline__ uint32_t WarpJthLargestKey(uint32_t key, int j) {
   }
 }
 
-// How many of the first n logits of xs (16-byte aligned) are larger than x. Every thread of a warp
+// How many of the first n logits of xs (16-byte aligned) are larger than x (.x), and how many equal
+// it (.y; a caller that reads only .x pays nothing for it once inlined). Every thread of a warp
 // loops the same n, so the shared-memory loads are broadcasts; four independent counters keep the
 // loop from being one long dependency chain.
-__device__ __forceinline__ uint32_t CountAbove(const float* xs, uint32_t n, float x) {
-  uint32_t a[4] = {0, 0, 0, 0};
-  const uint32_t n4 = n / 4;
-#pragma unroll 4
-  for (uint32_t c = 0; c < n4; ++c) {
-    const float4 v = reinterpret_cast<const float4*>(xs)[c];
-    a[0] += v.x > x ? 1u : 0u, a[1] += v.y > x ? 1u : 0u;
-    a[2] += v.z > x ? 1u : 0u, a[3] += v.w > x ? 1u : 0u;
-  }
-  for (uint32_t j = 4 * n4; j < n; ++j) a[0] += xs[j] > x ? 1u : 0u;
-  return a[0] + a[1] + a[2] + a[3];
-}
-
-// How many of the first n logits of xs (16-byte aligned) are larger than x, and how many equal it
-// (broadcast float4 loads as in CountAbove).
 __device__ __forceinline__ uint2 CountAboveEqual(const float* xs, uint32_t n, float x) {
   uint32_t a[4] = {0, 0, 0, 0}, e = 0;
   const uint32_t n4 = n / 4;
@@ -145,7 +131,7 @@ __device__ void PushLocalTopK(StreamShared& s, int k, int leader, int rank) {
     for (uint32_t i0 = 0; i0 < n; i0 += kThreads) {  // uniform
       const uint32_t i = i0 + threadIdx.x;
       const float x = i < n ? t.x[i] : 0.0f;
-      const bool want = i < n && CountAbove(t.x, n, x) < static_cast<uint32_t>(k);
+      const bool want = i < n && CountAboveEqual(t.x, n, x).x < static_cast<uint32_t>(k);
       const uint32_t mask = __ballot_sync(0xffffffffu, want);
       if (mask == 0) continue;
       const int first = __ffs(mask) - 1;
