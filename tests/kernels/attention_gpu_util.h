@@ -78,6 +78,51 @@ inline PagedAttentionArgs ArgsFor(const AttentionBatch& b) {
   return a;
 }
 
+// The batch on the device (output poisoned with NaN) and its launch arguments pointing there.
+struct DeviceAttentionBatch {
+  explicit DeviceAttentionBatch(const AttentionBatch& b)
+      : q(b.q),
+        kv(b.kv),
+        out(std::vector<uint16_t>(b.q.size(), kNanBf16)),
+        tables(b.tables),
+        lens(b.seq_lens),
+        starts(b.query_start),
+        args(ArgsFor(b)),
+        shape{b.seq_lens.data(), b.query_start.data(), static_cast<int>(b.seq_lens.size()),
+              b.num_q_heads, b.num_kv_heads} {
+    args.q = q.get();
+    args.out = out.get();
+    args.kv_layer = kv.get();
+    args.block_tables = tables.get();
+    args.seq_lens = lens.get();
+    args.query_start = starts.get();
+  }
+  DeviceVector<uint16_t> q, kv, out;
+  DeviceVector<int32_t> tables, lens, starts;
+  PagedAttentionArgs args;
+  AttentionBatchShape shape;  // the plan's host view of the batch (points into the AttentionBatch)
+};
+
+enum class AttentionPath { kDecode, kPrefill };
+
+// Plans and runs one path on the batch; the bf16 output.
+inline std::vector<uint16_t> RunGpu(const AttentionBatch& b, AttentionPath path) {
+  DeviceAttentionBatch d(b);
+  auto plan = AttentionPlan::Create({});
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  absl::Status st;
+  if (path == AttentionPath::kDecode) {
+    EXPECT_TRUE((*plan)->BuildDecode(d.shape, nullptr).ok());
+    st = PagedAttentionDecode(d.args, **plan, nullptr);
+  } else {
+    EXPECT_TRUE((*plan)->BuildPrefill(d.shape, nullptr).ok());
+    st = PagedAttentionPrefill(d.args, **plan, nullptr);
+  }
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return d.out.Download();
+}
+
 // fp32 oracle: PagedAttentionRef on the same bf16 inputs, fp32 output.
 inline std::vector<float> Reference(const AttentionBatch& b) {
   std::vector<float> q(b.q.size()), out(b.q.size());

@@ -16,34 +16,11 @@
 namespace tandem {
 namespace {
 
-using testing::ArgsFor;
 using testing::AttentionBatch;
-using testing::DeviceVector;
 using testing::ExpectClose;
-using testing::kNanBf16;
 using testing::MakeBatch;
 using testing::Reference;
-
-std::vector<uint16_t> RunPrefill(const AttentionBatch& b) {
-  DeviceVector<uint16_t> q(b.q), kv(b.kv), out(std::vector<uint16_t>(b.q.size(), kNanBf16));
-  DeviceVector<int32_t> tables(b.tables), lens(b.seq_lens), starts(b.query_start);
-  PagedAttentionArgs a = ArgsFor(b);
-  a.q = q.get();
-  a.out = out.get();
-  a.kv_layer = kv.get();
-  a.block_tables = tables.get();
-  a.seq_lens = lens.get();
-  a.query_start = starts.get();
-  auto plan = AttentionPlan::Create({});
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  const AttentionBatchShape shape{b.seq_lens.data(), b.query_start.data(), a.num_seqs,
-                                  b.num_q_heads, b.num_kv_heads};
-  EXPECT_TRUE((*plan)->BuildPrefill(shape, nullptr).ok());
-  const absl::Status st = PagedAttentionPrefill(a, **plan, nullptr);
-  EXPECT_TRUE(st.ok()) << st;
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return out.Download();
-}
+using testing::RunGpu;
 
 // Both prefill kernels on one batch.
 void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv,
@@ -54,7 +31,7 @@ void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq,
   for (const char* kernel : {"sm90", "fa2"}) {
     SCOPED_TRACE(kernel);
     setenv("TANDEM_PREFILL_KERNEL", kernel, 1);
-    ExpectClose(RunPrefill(b), want);
+    ExpectClose(RunGpu(b, testing::AttentionPath::kPrefill), want);
   }
   unsetenv("TANDEM_PREFILL_KERNEL");
 }

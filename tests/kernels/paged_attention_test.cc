@@ -13,40 +13,15 @@
 namespace tandem {
 namespace {
 
-using testing::ArgsFor;
 using testing::AttentionBatch;
-using testing::DeviceVector;
+using testing::DeviceAttentionBatch;
 using testing::ExpectClose;
 using testing::kNanBf16;
 using testing::MakeBatch;
 using testing::Reference;
+using testing::RunGpu;
 
-enum class Path { kDecode, kPrefill };
-
-std::vector<uint16_t> RunGpu(const AttentionBatch& b, Path path) {
-  DeviceVector<uint16_t> q(b.q), kv(b.kv), out(std::vector<uint16_t>(b.q.size(), kNanBf16));
-  DeviceVector<int32_t> tables(b.tables), lens(b.seq_lens), starts(b.query_start);
-  PagedAttentionArgs a = ArgsFor(b);
-  a.q = q.get();
-  a.out = out.get();
-  a.kv_layer = kv.get();
-  a.block_tables = tables.get();
-  a.seq_lens = lens.get();
-  a.query_start = starts.get();
-  auto plan = AttentionPlan::Create({});
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  const AttentionBatchShape shape{b.seq_lens.data(), b.query_start.data(), a.num_seqs,
-                                  b.num_q_heads, b.num_kv_heads};
-  if (path == Path::kDecode) {
-    EXPECT_TRUE((*plan)->BuildDecode(shape, nullptr).ok());
-    EXPECT_TRUE(PagedAttentionDecode(a, **plan, nullptr).ok());
-  } else {
-    EXPECT_TRUE((*plan)->BuildPrefill(shape, nullptr).ok());
-    EXPECT_TRUE(PagedAttentionPrefill(a, **plan, nullptr).ok());
-  }
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  return out.Download();
-}
+using Path = testing::AttentionPath;
 
 // bf16 operands and a bf16 output: relative L2 error well under 1e-2, every element written.
 void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv, int d,
@@ -156,39 +131,31 @@ TEST(PagedAttentionGpuTest, GraphReplaysARebuiltPlan) {
   TANDEM_SKIP_WITHOUT_GPU();
   std::mt19937 rng(21);
   AttentionBatch b = MakeBatch({1200, 37, 500}, {1, 1, 1}, 32, 8, 128, 16, rng);
-  DeviceVector<uint16_t> q(b.q), kv(b.kv), out(std::vector<uint16_t>(b.q.size(), kNanBf16));
-  DeviceVector<int32_t> tables(b.tables), lens(b.seq_lens), starts(b.query_start);
-  PagedAttentionArgs a = ArgsFor(b);
-  a.q = q.get();
-  a.out = out.get();
-  a.kv_layer = kv.get();
-  a.block_tables = tables.get();
-  a.seq_lens = lens.get();
-  a.query_start = starts.get();
+  DeviceAttentionBatch d(b);
   auto plan = AttentionPlan::Create({});
   ASSERT_TRUE(plan.ok());
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  AttentionBatchShape shape{b.seq_lens.data(), b.query_start.data(), 3, 32, 8};
-  ASSERT_TRUE((*plan)->BuildDecode(shape, stream).ok());
-  ASSERT_TRUE(PagedAttentionDecode(a, **plan, stream).ok());  // warm-up: sets kernel attributes
+  ASSERT_TRUE((*plan)->BuildDecode(d.shape, stream).ok());
+  ASSERT_TRUE(PagedAttentionDecode(d.args, **plan, stream).ok());  // warm-up: kernel attributes
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  ASSERT_TRUE(PagedAttentionDecode(a, **plan, stream).ok());
+  ASSERT_TRUE(PagedAttentionDecode(d.args, **plan, stream).ok());
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   b.seq_lens = {77, 37, 499};
-  ASSERT_EQ(cudaMemcpy(lens.get(), b.seq_lens.data(), 3 * sizeof(int32_t), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(out.get(), std::vector<uint16_t>(b.q.size(), kNanBf16).data(),
+  ASSERT_EQ(
+      cudaMemcpy(d.lens.get(), b.seq_lens.data(), 3 * sizeof(int32_t), cudaMemcpyHostToDevice),
+      cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d.out.get(), std::vector<uint16_t>(b.q.size(), kNanBf16).data(),
                        b.q.size() * 2, cudaMemcpyHostToDevice),
             cudaSuccess);
-  shape.seq_lens = b.seq_lens.data();
-  ASSERT_TRUE((*plan)->BuildDecode(shape, stream).ok());
+  d.shape.seq_lens = b.seq_lens.data();
+  ASSERT_TRUE((*plan)->BuildDecode(d.shape, stream).ok());
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  ExpectClose(out.Download(), Reference(b));
+  ExpectClose(d.out.Download(), Reference(b));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
