@@ -4,10 +4,11 @@
 # and racecheck on small attention shapes, both benchmarks with the ceilings measured in the same
 # run, and the PyTorch peers; full logs under $OUT, the short tables last.
 # Staged here by kernels/bench/stage_gpu.sh into .gpu-all/ (carry: [".gpu-all"]).
-# Usage there: kernels/bench/gpu_run_all.sh [test]   ("test": correctness only, no benchmarks)
+# Usage there: [STAGE=.gpu-xyz] kernels/bench/gpu_run_all.sh [test]
+#   ("test": correctness only, no benchmarks; STAGE: the stage dir, default .gpu-all)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-B=.gpu-all
+B=${STAGE:-.gpu-all}
 export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/all-out}
