@@ -37,9 +37,24 @@ void FillUniformF32(float* p, int64_t n, uint64_t seed, float lo, float hi);
 // Approximately normal (sum of 4 uniforms), mean 0 and standard deviation `stddev`.
 void FillNormalF32(float* p, int64_t n, uint64_t seed, float stddev);
 
+// A launch shape of the read-only stream kernel: 16-byte loads in flight per thread (1, 4 or 8)
+// and the grid.
+struct ReadShape {
+  int unroll = 1;
+  int blocks = 132 * 16;
+  int threads = 512;
+};
+inline constexpr ReadShape kReadShapes[] = {
+    {1, 132 * 16, 512}, {4, 132 * 16, 512}, {8, 132 * 8, 512}, {4, 132 * 4, 1024}};
+
+// Reads `bytes` (a multiple of 16) at p once with the read-only stream kernel (on the default
+// stream); sink: a device word per block, written only so the loads cannot be dropped.
+void ReadOnce(const ReadShape& shape, const void* p, size_t bytes, uint32_t* sink);
+
 struct Ceilings {
   double copy_tbps = 0;         // (read + write bytes) / time, 2 GiB device-to-device copy
-  double read_tbps = 0;         // read-only 16-byte stream over 4 GiB
+  double read_tbps = 0;         // read-only 16-byte stream over 4 GiB, best of kReadShapes
+  ReadShape read_shape;         // the shape that reached read_tbps
   double bf16_gemm_tflops = 0;  // cuBLASLt bf16 8192^3
 };
 Ceilings MeasureCeilings();

@@ -345,6 +345,16 @@ void BenchSampling(const Ceilings& c) {
     int32_t* out = static_cast<int32_t*>(Alloc(batch * 4));
     FillUniformF32(reinterpret_cast<float*>(seeds), batch * 2, 7, 0, 1e6f);
     FillUniformF32(reinterpret_cast<float*>(steps), batch * 2, 8, 0, 1e6f);
+    {
+      // The literal "time to read the logits once": the read-ceiling kernel over the same rotated
+      // buffers, one launch per event pair like the sampling rows (so it includes the launch).
+      auto* sink = static_cast<uint32_t*>(Alloc(4096 * sizeof(uint32_t)));
+      const double us = MedianMicros(
+          [&](int it) { ReadOnce(c.read_shape, logits[it % copies], bytes, sink); }, nullptr);
+      Report("sampling.read_logits_once", absl::StrCat("B=", batch, " V=", vocab), us, "x read",
+             us / (bytes / (c.read_tbps * 1e6)), 2.0 * 1e300);
+      cudaFree(sink);
+    }
     for (const Mode& m : modes) {
       std::vector<float> t(batch, m.temperature), p(batch, m.top_p);
       std::vector<int32_t> k(batch, m.top_k);
