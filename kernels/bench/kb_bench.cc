@@ -195,6 +195,16 @@ void BenchGemm(const Ceilings& c) {
           Ok(GemmCublasLt(x, nullptr));
         },
         nullptr, 20, 20);
+    {
+      // What one launch between two events allows at all: the read-ceiling kernel reading these
+      // weights once, timed like the GEMM rows (launch and drain included).
+      auto* sink = static_cast<uint32_t*>(Alloc(4096 * sizeof(uint32_t)));
+      const double us = MedianMicros(
+          [&](int it) { ReadOnce(c.read_shape, ws[it % copies], w_bytes, sink); }, nullptr, 5, 50);
+      Report("gemm.read_weights_once", absl::StrCat("M=1 K=", k, " N=", n), us, "TB/s",
+             static_cast<double>(w_bytes) * 1e-6 / us, c.read_tbps);
+      cudaFree(sink);
+    }
     for (int64_t m : {1, 4, 8, 16, 32}) {
       GemmArgs args{.a = a, .c = out, .m = m, .n = n, .k = k};
       const std::string shape = absl::StrCat("M=", m, " K=", k, " N=", n);
