@@ -35,6 +35,17 @@ void* Alloc(size_t bytes) {
   return p;
 }
 
+// Time of one launch of the read-ceiling kernel over `bytes` at buffer(i) (rotated by the caller),
+// per event pair like the kernel rows: what one isolated launch that only reads its input takes.
+double ReadOnceMicros(const Ceilings& c, const std::function<const void*(int)>& buffer,
+                      size_t bytes) {
+  auto* sink = static_cast<uint32_t*>(Alloc(4096 * sizeof(uint32_t)));
+  const double us = MedianMicros([&](int it) { ReadOnce(c.read_shape, buffer(it), bytes, sink); },
+                                 nullptr, 5, 50);
+  cudaFree(sink);
+  return us;
+}
+
 // GEMMs per CUDA graph in the chain rows (a decode step of Llama-3-8B has 4 per layer).
 constexpr int kChainLength = 32;
 
@@ -195,16 +206,11 @@ void BenchGemm(const Ceilings& c) {
           Ok(GemmCublasLt(x, nullptr));
         },
         nullptr, 20, 20);
-    {
-      // What one launch between two events allows at all: the read-ceiling kernel reading these
-      // weights once, timed like the GEMM rows (launch and drain included).
-      auto* sink = static_cast<uint32_t*>(Alloc(4096 * sizeof(uint32_t)));
-      const double us = MedianMicros(
-          [&](int it) { ReadOnce(c.read_shape, ws[it % copies], w_bytes, sink); }, nullptr, 5, 50);
-      Report("gemm.read_weights_once", absl::StrCat("M=1 K=", k, " N=", n), us, "TB/s",
-             static_cast<double>(w_bytes) * 1e-6 / us, c.read_tbps);
-      cudaFree(sink);
-    }
+    // What one launch between two events allows at all: reading these weights once.
+    const double read_us = ReadOnceMicros(
+        c, [&](int it) { return ws[it % copies]; }, w_bytes);
+    Report("gemm.read_weights_once", absl::StrCat("M=1 K=", k, " N=", n), read_us, "TB/s",
+           static_cast<double>(w_bytes) * 1e-6 / read_us, c.read_tbps);
     for (int64_t m : {1, 4, 8, 16, 32}) {
       GemmArgs args{.a = a, .c = out, .m = m, .n = n, .k = k};
       const std::string shape = absl::StrCat("M=", m, " K=", k, " N=", n);
@@ -355,16 +361,11 @@ void BenchSampling(const Ceilings& c) {
     int32_t* out = static_cast<int32_t*>(Alloc(batch * 4));
     FillUniformF32(reinterpret_cast<float*>(seeds), batch * 2, 7, 0, 1e6f);
     FillUniformF32(reinterpret_cast<float*>(steps), batch * 2, 8, 0, 1e6f);
-    {
-      // The literal "time to read the logits once": the read-ceiling kernel over the same rotated
-      // buffers, one launch per event pair like the sampling rows (so it includes the launch).
-      auto* sink = static_cast<uint32_t*>(Alloc(4096 * sizeof(uint32_t)));
-      const double us = MedianMicros(
-          [&](int it) { ReadOnce(c.read_shape, logits[it % copies], bytes, sink); }, nullptr);
-      Report("sampling.read_logits_once", absl::StrCat("B=", batch, " V=", vocab), us, "x read",
-             us / (bytes / (c.read_tbps * 1e6)), 2.0 * 1e300);
-      cudaFree(sink);
-    }
+    // The literal "time to read the logits once", launch included, like the sampling rows.
+    const double once_us = ReadOnceMicros(
+        c, [&](int it) { return logits[it % copies]; }, bytes);
+    Report("sampling.read_logits_once", absl::StrCat("B=", batch, " V=", vocab), once_us, "x read",
+           once_us / (bytes / (c.read_tbps * 1e6)), 2.0 * 1e300);
     for (const Mode& m : modes) {
       std::vector<float> t(batch, m.temperature), p(batch, m.top_p);
       std::vector<int32_t> k(batch, m.top_k);
