@@ -36,6 +36,12 @@ namespace {
 constexpr int kNq = 32, kNkv = 8, kD = 128;  // Llama-3-8B / Qwen3-8B attention shape
 constexpr int64_t kRotateBytes = int64_t{256} << 20;
 
+// Decode shapes of the full run: {batch, keys per sequence, page size}.
+constexpr int kDecodeShapes[][3] = {
+    {1, 1024, 16},   {1, 8192, 16},   {1, 8192, 64},   {1, 32768, 16}, {8, 4096, 16},
+    {32, 4096, 16},  {32, 4096, 64},  {32, 16384, 16}, {64, 4096, 16}, {64, 16384, 16},
+    {128, 4096, 16}, {256, 2048, 16}, {256, 1024, 128}};
+
 // Median over `reps` of (time of `inner` calls of fn) / inner, in microseconds.
 double MedianUs(const std::function<void(int)>& fn, int inner, int reps,
                 cudaStream_t stream = nullptr) {
@@ -116,7 +122,11 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   const int pages_per_seq = (len + page_size - 1) / page_size;
   const int64_t page_bytes = int64_t{2} * kNkv * page_size * kD * 2;
   const int64_t set_bytes = int64_t{batch} * pages_per_seq * page_bytes;
-  const int sets = static_cast<int>(std::clamp<int64_t>(kRotateBytes / set_bytes + 1, 1, 8));
+  // TANDEM_BENCH_SETS (diagnostic): rotate over that many sets instead (1: K/V reread from L2).
+  const char* sets_env = std::getenv("TANDEM_BENCH_SETS");
+  const int sets = sets_env != nullptr
+                       ? std::max(1, std::atoi(sets_env))
+                       : static_cast<int>(std::clamp<int64_t>(kRotateBytes / set_bytes + 1, 1, 8));
   const int64_t num_pages = int64_t{sets} * batch * pages_per_seq;
   void *kv, *q, *out;
   CK(cudaMalloc(&kv, num_pages * page_bytes));
@@ -124,10 +134,13 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   CK(cudaMalloc(&out, int64_t{batch} * kNq * kD * 2));
   FillRandomBf16(kv, num_pages * page_bytes / 2, 4);
   FillRandomBf16(q, int64_t{batch} * kNq * kD, 5);
-  // Each set's block tables name a random permutation of its own pages.
+  // The block tables name a random permutation of the pool's pages (as an engine's allocator
+  // after a while). TANDEM_BENCH_CONTIGUOUS_PAGES=1 (diagnostic): pages in pool order instead.
   std::vector<int32_t> ids(num_pages);
   std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937(6));
+  if (std::getenv("TANDEM_BENCH_CONTIGUOUS_PAGES") == nullptr) {
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(6));
+  }
   int32_t* tables;
   CK(cudaMalloc(&tables, ids.size() * 4));
   CK(cudaMemcpy(tables, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
@@ -356,6 +369,22 @@ int main(int argc, char** argv) {
     BenchRope(16384, true, copy);
     return 0;
   }
+  if (argc > 1 && std::string_view(argv[1]) == "decode") {
+    // Every decode shape of the full run, with the copy ceiling (A/B of two decode kernels).
+    const double copy = CopyTbs();
+    std::printf("RESULT kernel=ceiling copy_TBps=%.3f gemm_TFLOPs=0\n", copy);
+    auto plan = AttentionPlan::Create({});
+    CHECK_OK(plan.status());
+    for (const auto& c : kDecodeShapes) BenchDecode(c[0], c[1], c[2], copy, **plan);
+    return 0;
+  }
+  if (argc == 5 && std::string_view(argv[1]) == "one") {
+    // One decode shape: `one B L page` (for ncu -k regex:DecodeKernel --launch-skip ...).
+    auto plan = AttentionPlan::Create({});
+    CHECK_OK(plan.status());
+    BenchDecode(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), 4.27, **plan);
+    return 0;
+  }
   if (argc > 1 && std::string_view(argv[1]) == "small") {
     // Small-batch decode only (to compare plan settings, e.g. TANDEM_DECODE_ITEMS_PER_SLOT).
     auto plan = AttentionPlan::Create({});
@@ -370,12 +399,8 @@ int main(int argc, char** argv) {
   std::printf("RESULT kernel=ceiling copy_TBps=%.3f gemm_TFLOPs=%.1f\n", copy, gemm);
   auto plan = AttentionPlan::Create({});
   CHECK_OK(plan.status());
-  const int decode[][3] = {{1, 1024, 16},   {1, 8192, 16},   {1, 8192, 64},   {1, 32768, 16},
-                           {8, 4096, 16},   {32, 4096, 16},  {32, 4096, 64},  {32, 16384, 16},
-                           {64, 4096, 16},  {64, 16384, 16}, {128, 4096, 16}, {256, 2048, 16},
-                           {256, 1024, 128}};
   // TANDEM_DECODE_ITEMS_PER_SLOT (if set) overrides the plan's split target; it is printed.
-  for (const auto& c : decode) BenchDecode(c[0], c[1], c[2], copy, **plan);
+  for (const auto& c : kDecodeShapes) BenchDecode(c[0], c[1], c[2], copy, **plan);
   for (int len : {4096, 16384}) BenchPrefill(len, 64, gemm, **plan);
   BenchRope(16384, false, copy);
   BenchRope(16384, true, copy);

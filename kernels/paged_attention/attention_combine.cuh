@@ -13,14 +13,14 @@
 
 namespace tandem::attention {
 
-// The D / 32 partial values of one lane (dims lane * kPer ..), bf16, read from L2.
+// The D / 32 partial values of one lane (dims lane * kPer ..), bf16, read from shared memory.
 template <int kPer>
 struct PartialVec;
 template <>
 struct PartialVec<4> {
   uint2 bits;
   __device__ __forceinline__ void Load(const uint16_t* p) {
-    bits = __ldcg(reinterpret_cast<const uint2*>(p));
+    bits = *reinterpret_cast<const uint2*>(p);
   }
   __device__ __forceinline__ void Fma(float w, float (&acc)[4]) const {
     const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.x));
@@ -32,7 +32,7 @@ template <>
 struct PartialVec<2> {
   uint32_t bits;
   __device__ __forceinline__ void Load(const uint16_t* p) {
-    bits = __ldcg(reinterpret_cast<const unsigned int*>(p));
+    bits = *reinterpret_cast<const unsigned int*>(p);
   }
   __device__ __forceinline__ void Fma(float w, float (&acc)[2]) const {
     const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
@@ -40,40 +40,55 @@ struct PartialVec<2> {
   }
 };
 
+constexpr int kCombineBatch = 32;  // splits per round: one per lane
+
+// Shared memory CombineSplits stages partial rows in: [warps][kCombineBatch][D] bf16.
+template <int D, int kCombineThreads>
+constexpr int CombineStageBytes() {
+  return kCombineThreads / 32 * kCombineBatch * D * static_cast<int>(sizeof(uint16_t));
+}
+
 // Combines the splits of one merge item (run by the CTA whose split finished last): for each
 // row, out = sum_k w_k O_k / sum_k w_k with w_k = 2^(lse_k - max lse). One warp per row (the
 // rows of a GQA group in parallel). Splits are taken 32 at a time: lane j reads the log-sum of
-// split k0 + j while every lane reads its D / 32 dims of all 32 partial rows (independent
-// loads, one round trip per 32 splits: all of them at batch 1 L = 8k), and a running maximum
-// rescales what was summed before (the online-softmax update), so the weights need no earlier
-// pass over the log-sums. The partial rows are bf16 (as vLLM's split-KV partials): the combining
-// CTA's reads are the merge's long pole (one SM pulls every split's rows), and bf16 halves them.
-// Partials are read with ld.global.cg: other CTAs wrote them, and L1 is not coherent.
+// split k0 + j while the warp copies all 32 partial rows into its part of `stage` (cp.async, one
+// round trip per 32 splits: all of them at batch 1 L = 8k); then every lane sums its D / 32 dims
+// over the rows in a rolled loop, and a running maximum rescales what was summed before (the
+// online-softmax update), so the weights need no earlier pass over the log-sums. The loops are
+// rolled because this code runs once per merge, on whichever SM arrives last, from a cold
+// instruction cache: fully unrolled (~500 instructions) it waited on instruction fetch for most
+// of its ~2 us (WORKLOG.md step 9). The partial rows are bf16 (as vLLM's split-KV partials): one
+// SM pulls every split's rows, and bf16 halves them. The copies bypass L1 (cp.async.cg): other
+// CTAs wrote the partials, and L1 is not coherent.
 template <int D, int kCombineThreads>
 __device__ void CombineSplits(const PagedAttentionArgs& a, const AttentionMergeItem& mi,
-                              const uint16_t* partial_out, const float* partial_lse) {
+                              const uint16_t* partial_out, const float* partial_lse,
+                              uint16_t* stage) {
   constexpr int kWarps = kCombineThreads / 32;
-  constexpr int kPer = D / 32;  // dims per lane
-  constexpr int kBatch = 32;
+  constexpr int kPer = D / 32;            // dims per lane
+  constexpr int kRowChunks = D * 2 / 16;  // 16-byte chunks per partial row
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = a.num_q_heads / a.num_kv_heads;
+  uint16_t* rows = stage + warp * kCombineBatch * D;  // this warp's [kCombineBatch][D]
   for (int r = warp; r < mi.num_rows; r += kWarps) {
     const float* lse = partial_lse + int64_t{mi.first_partial} * kDecodeRows + r;
     float acc[kPer] = {};
     float sum = 0.0f, mx = -INFINITY;
-    for (int k0 = 0; k0 < mi.num_splits; k0 += kBatch) {
-      const int count = min(kBatch, mi.num_splits - k0);  // uniform over the warp
-      const float l = lane < count ? __ldcg(lse + (k0 + lane) * kDecodeRows) : -INFINITY;
-      const uint16_t* src =
-          partial_out + ((int64_t{mi.first_partial} + k0) * kDecodeRows + r) * D + lane * kPer;
-      PartialVec<kPer> v[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (j < count) v[j].Load(src + int64_t{j} * kDecodeRows * D);
+    for (int k0 = 0; k0 < mi.num_splits; k0 += kCombineBatch) {
+      const int count = min(kCombineBatch, mi.num_splits - k0);  // uniform over the warp
+      const uint16_t* src = partial_out + ((int64_t{mi.first_partial} + k0) * kDecodeRows + r) * D;
+      __syncwarp();  // the previous round's reads of `rows` are done
+      for (int c = lane; c < count * kRowChunks; c += 32) {
+        const int j = c / kRowChunks, part = c % kRowChunks;
+        CpAsync16(rows + j * D + part * 8, src + int64_t{j} * kDecodeRows * D + part * 8, true);
       }
+      CpAsyncCommit();
+      const float l = lane < count ? __ldcg(lse + (k0 + lane) * kDecodeRows) : -INFINITY;
       float m_new = l;
       for (int o = 16; o > 0; o >>= 1) m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, o));
       m_new = fmaxf(m_new, mx);
+      CpAsyncWait<0>();
+      __syncwarp();                      // every lane's copies are in `rows`
       if (m_new == -INFINITY) continue;  // no split so far has seen a key
       const float rescale = mx == -INFINITY ? 0.0f : exp2f(mx - m_new);
       mx = m_new;
@@ -82,10 +97,11 @@ __device__ void CombineSplits(const PagedAttentionArgs& a, const AttentionMergeI
       for (int d = 0; d < kPer; ++d) acc[d] *= rescale;
       const float wl = l == -INFINITY ? 0.0f : exp2f(l - mx);
       sum += wl;
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const float w = __shfl_sync(0xffffffffu, wl, j);
-        if (j < count) v[j].Fma(w, acc);
+#pragma unroll 4
+      for (int j = 0; j < count; ++j) {
+        PartialVec<kPer> v;
+        v.Load(rows + j * D + lane * kPer);
+        v.Fma(__shfl_sync(0xffffffffu, wl, j), acc);
       }
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);

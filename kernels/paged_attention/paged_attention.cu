@@ -15,6 +15,7 @@
 #include "base/status_macros.h"
 #include "kernels/paged_attention/attention_combine.cuh"
 #include "kernels/paged_attention/attention_common.cuh"
+#include "kernels/paged_attention/decode_tile_copy.cuh"
 #include "kernels/paged_attention/paged_attention.h"
 
 #ifdef TANDEM_DECODE_TRACE
@@ -59,6 +60,9 @@ constexpr int MergeStride() {
 // Dynamic shared memory of the decode kernel: the K/V pipeline, reused by the warp merge.
 template <int D>
 constexpr int DecodeSmemBytes() {
+  static_assert(attention::CombineStageBytes<D, kDecodeWarps * 32>() <=
+                    kDecodeStages * 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16),
+                "the split combine stages its rows in the K/V pipeline's shared memory");
   constexpr int kPipe = kDecodeStages * 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
   constexpr int kMerge =
       kDecodeWarps * kDecodeRows * (MergeStride<D>() + 2) * static_cast<int>(sizeof(float));
@@ -142,12 +146,26 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
 // Issues the K/V copies of one decode tile into `buf` (K, then V at + one tile): kEvictFirst
 // with the evict-first L2 policy `policy`, else as plain copies (copies carrying an
 // evict-normal policy measured ~10% slower than plain ones at batch 32-256: WORKLOG.md step 5).
+// `entries`: TileTableEntries of the tile where TablePerLane(view), else unused.
 template <int D, bool kEvictFirst>
-__device__ __forceinline__ void LoadDecodeTile(const KvView& view, int key0, int key_end,
-                                               __nv_bfloat16* buf, uint64_t policy) {
+__device__ __forceinline__ void LoadDecodeTile(const KvView& view, int32_t entries, int key0,
+                                               int key_end, __nv_bfloat16* buf, uint64_t policy) {
   constexpr int kTile = TileElems<D, kDecodeKeys>();
-  attention::LoadKvTile<D, kDecodeKeys, kDecodeWarps * 32, kEvictFirst>(
-      view, key0, key_end, buf, buf + kTile, threadIdx.x, policy);
+  constexpr int kThreads = kDecodeWarps * 32;
+  if (attention::TablePerLane(view)) {
+    attention::CopyTileTablePerLane<D, kDecodeKeys, kThreads, kEvictFirst>(
+        view, entries, key0, key_end, buf, buf + kTile, policy);
+  } else {
+    attention::LoadKvTile<D, kDecodeKeys, kThreads, kEvictFirst>(view, key0, key_end, buf,
+                                                                 buf + kTile, threadIdx.x, policy);
+  }
+}
+
+// The block-table entries of the tile at key0 (one per lane; 0 where the tile does not exist or
+// the pages take the generic copy).
+__device__ __forceinline__ int32_t DecodeTileEntries(const KvView& view, int key0, int key_end) {
+  if (!attention::TablePerLane(view) || key0 >= key_end) return 0;
+  return attention::TileTableEntries<kDecodeKeys>(view, key0, key_end);
 }
 
 // One CTA per work item at a time: the four warps share a kDecodeStages-deep cp.async pipeline
@@ -194,14 +212,22 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     const int tiles = (it.key_end - it.key_begin + kDecodeKeys - 1) / kDecodeKeys;
     DECODE_TRACE(1, tiles);
     __syncthreads();  // the previous item's merge no longer reads shared memory
-    // K/V loads first: they are the long pole; the queries load while they fly.
+    // K/V loads first: they are the long pole; the queries load while they fly. The block-table
+    // entries of a tile are read one tile ahead of its copies.
+    int32_t entries[kDecodeStages];
+#pragma unroll
+    for (int s = 0; s < kDecodeStages; ++s) {
+      entries[s] = DecodeTileEntries(view, it.key_begin + s * kDecodeKeys, it.key_end);
+    }
+#pragma unroll
     for (int s = 0; s < kDecodeStages - 1; ++s) {
       if (s < tiles) {
-        LoadDecodeTile<D, kSplit>(view, it.key_begin + s * kDecodeKeys, it.key_end,
+        LoadDecodeTile<D, kSplit>(view, entries[s], it.key_begin + s * kDecodeKeys, it.key_end,
                                   base + s * 2 * kTile, policy);
       }
       attention::CpAsyncCommit();
     }
+    int32_t next_entries = entries[kDecodeStages - 1];
     if constexpr (kSplit) {
       if (idx + static_cast<int>(gridDim.x) < num_items) next_it = items[idx + gridDim.x];
     }
@@ -212,10 +238,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     for (int i = 0; i < tiles; ++i) {
       const int next = i + kDecodeStages - 1;
       if (next < tiles) {
-        LoadDecodeTile<D, kSplit>(view, it.key_begin + next * kDecodeKeys, it.key_end,
+        LoadDecodeTile<D, kSplit>(view, next_entries, it.key_begin + next * kDecodeKeys, it.key_end,
                                   base + (next % kDecodeStages) * 2 * kTile, policy);
       }
       attention::CpAsyncCommit();
+      next_entries = DecodeTileEntries(view, it.key_begin + (next + 1) * kDecodeKeys, it.key_end);
       attention::CpAsyncWait<kDecodeStages - 1>();
       __syncthreads();
       if (i == 0) DECODE_TRACE(2, 0);
@@ -236,7 +263,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
       const bool last = attention::ArriveLast(counters + it.merge, mi.num_splits);
       DECODE_TRACE(5, last);
       if (last) {
-        attention::CombineSplits<D, kDecodeWarps * 32>(a, mi, partial_out, partial_lse);
+        attention::CombineSplits<D, kDecodeWarps * 32>(a, mi, partial_out, partial_lse,
+                                                       reinterpret_cast<uint16_t*>(smem_raw));
         DECODE_TRACE(6, 0);
       }
     }

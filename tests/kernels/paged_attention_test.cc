@@ -1,8 +1,9 @@
 // CUDA paged attention (decode and prefill) against PagedAttentionRef on awkward batches:
 // batch 1, 3, 17, 255; lengths 1, 15, 16, 17, 1000, 32k; ragged; chunked-prefill positions;
-// page sizes 16..128; head_dim 64 and 128; GQA groups 1..8; empty batch; CUDA-graph replay of
-// a rebuilt plan. The output is poisoned with NaN first, so an unwritten element fails, and the
-// cache slots past each sequence hold NaN, so a key read beyond a sequence fails too.
+// page sizes 2..128 (powers of two, and 24); head_dim 64 and 128; GQA groups 1..8; empty batch;
+// CUDA-graph replay of a rebuilt plan. The output is poisoned with NaN first, so an unwritten
+// element fails, and the cache slots past each sequence hold NaN, so a key read beyond a sequence
+// fails too.
 #include "kernels/paged_attention/paged_attention.h"
 
 #include <random>
@@ -51,6 +52,19 @@ TEST(PagedAttentionGpuTest, DecodeAwkwardLengths) {
   for (int len : {1, 15, 16, 17, 1000}) {
     SCOPED_TRACE(len);
     Check({len}, {1}, 32, 8, 128, 16, len, Path::kDecode);
+  }
+}
+
+// Page sizes around the decode copies' block-table read (one entry per lane, one tile ahead):
+// 4 and 8 tokens (17 and 9 pages per 64-key tile), and pages the generic copy takes (2 tokens:
+// more pages per tile than lanes; 24: not a power of two); lengths that end inside a page and
+// inside a tile, with and without splits, both head dims.
+TEST(PagedAttentionGpuTest, DecodeSmallAndOddPageSizes) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (int page : {2, 4, 8, 24}) {
+    SCOPED_TRACE(page);
+    Check({1, 77, 1000, 5001}, {1, 1, 1, 1}, 32, 8, 128, page, 70 + page, Path::kDecode);
+    Check({3001}, {1}, 8, 1, 64, page, 100 + page, Path::kDecode);
   }
 }
 
