@@ -7,11 +7,14 @@
 // "push" = stores into peers' shared memory:
 //   load slice + argmax, push (max, id) to all | greedy: done.
 //   top-k / top-p only:
-//     histogram of the distance from the max (bins of 1/32 of a temperature unit): counts, and
-//     with top-p exact fixed-point masses, in each CTA | rank 0 pulls them all, brackets the
-//     thresholds to a bin range [b_lo, b_hi] (exact: bins below are surely kept), pushes it |
-//     every CTA pushes its logits in that range to rank 0 (candidates) | rank 0 runs the exact
-//     radix selects (one warp when few; over the whole row in DSMEM if they overflow), pushes tau |
+//     histogram of the distance from the max (bins of 1/32 of a temperature unit): counts with
+//     top-k, exact fixed-point masses for top-p-only rows, in each CTA | with top-k rank 0 pulls
+//     them all, brackets the thresholds to a bin range [b_lo, b_hi] (exact: bins below are surely
+//     kept), pushes it; top-p only: each CTA merges a range of bins, and then every CTA finds the
+//     top-p bin itself (sampling_cluster_topp.cuh) | every CTA pushes its logits in that range to
+//     rank 0 (candidates) | rank 0 runs the exact selects (top-p only: sub-bin masses and a
+//     block scan; else, or for many ties there, radix selects, one warp when few; over the whole
+//     row in DSMEM if they overflow), pushes tau |
 //   kept mass (key >= tau) per (tile, warp) entry, push the CTA's total to all | the CTA holding
 //   u * (total) finds the entry and draws inside it (one warp).
 // Shared memory read by peers is never rewritten before a barrier that the readers pass after
@@ -26,6 +29,7 @@
 #include "kernels/sampling/sampling_cluster.cuh"
 #include "kernels/sampling/sampling_cluster_draw.cuh"
 #include "kernels/sampling/sampling_cluster_select.cuh"
+#include "kernels/sampling/sampling_cluster_topp.cuh"
 #include "kernels/sampling/sampling_rng.h"
 #include "kernels/sampling/sampling_variants.h"
 
@@ -77,8 +81,8 @@ __device__ ArgMaxPair LoadSlice(ClusterShared& s, const Slice& sl, bool vec_ok) 
   return sampling_internal::BlockArgMax<kWarps>(best, s.argmax_scratch);
 }
 
-// Histogram of this CTA's slice (counts; masses when with_mass) in its own shared memory, which
-// rank 0 pulls after the barrier that ends this pass.
+// Histogram of this CTA's slice in its own shared memory, which the merge pulls after the barrier
+// that ends this pass: counts (rows with top-k), or exact fixed-point masses (top-p-only rows).
 __device__ void HistogramPass(ClusterShared& s, const Slice& sl, const RowMath& row,
                               bool with_mass) {
   for (int j = 0; j < kSliceTiles; ++j) {
@@ -90,8 +94,9 @@ __device__ void HistogramPass(ClusterShared& s, const Slice& sl, const RowMath& 
     for (int e = 0; e < 4; ++e) {
       if (local + e >= sl.n) break;
       const uint32_t bin = row.Bin(q[e]);
-      atomicAdd(&s.a.hist.count[bin], 1u);
-      if (with_mass) {
+      if (!with_mass) {
+        atomicAdd(&s.a.hist.count[bin], 1u);
+      } else {
         const uint64_t w = row.Weight(q[e]);
         if (w != 0) sampling_internal::AtomicAddSplit64(&s.a.hist.lo[bin], &s.a.hist.hi[bin], w);
       }
@@ -186,9 +191,14 @@ __device__ void SampleRow(ClusterShared& s, const SamplingArgs& args, int64_t r,
   const bool filter_k = k > 0 && k < args.vocab_size, filter_p = top_p < 1.0f;
   uint32_t tau = 0;  // keeps every logit
   if (filter_k || filter_p) {
-    HistogramPass(s, sl, row, filter_p && !filter_k);
-    if (rank == 0) MergeAndBracket(s, k, filter_k, top_p, filter_p);
+    HistogramPass(s, sl, row, /*with_mass=*/!filter_k);
+    if (!filter_k) {  // top-p only: every CTA merges a range of bins (sampling_cluster_topp.cuh)
+      MergeRange(s, rank);
+    } else if (rank == 0) {
+      MergeAndBracket(s, k, filter_p);
+    }
     ClusterSync();
+    if (!filter_k) BracketTopP(s, top_p);
     GatherCandidates(s, sl, row);
     if (s.direct) {  // rank 0 finishes the row alone; the others go on to their next row
       if (rank != 0 || threadIdx.x >= 32) return;
@@ -201,7 +211,10 @@ __device__ void SampleRow(ClusterShared& s, const SamplingArgs& args, int64_t r,
       return;
     }
     if (rank == 0) {
-      SelectAndPushTau(s, row, k, filter_k, top_p, filter_p, slice_len, args.vocab_size);
+      const uint32_t n = s.cand_count;
+      if (filter_k || n > kCandCap || !SelectTopPBySubBins(s, row, n, top_p)) {
+        SelectAndPushTau(s, row, k, filter_k, top_p, filter_p, slice_len, args.vocab_size);
+      }
     }
     ClusterSync();
     tau = s.tau;

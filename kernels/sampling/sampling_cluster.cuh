@@ -33,9 +33,12 @@ using sampling_internal::kRadixBins;            // 8-bit digits of the exact sel
 using sampling_internal::RowMath;               // the weights and bins of one row
 constexpr int kCandCap = 1920;                  // candidates gathered in rank 0
 constexpr int kDirectDrawMax = 128;  // rank 0 draws itself from <= this many candidates (top-k)
+constexpr int kRangeBins = kBins / kCluster;  // top-p rows: the histogram bins CTA c merges
+constexpr int kSubBins = 1024;                // top-p rows: sub-bins of the top-p bin in the select
+constexpr int kSubListCap = 256;              //   and candidates in the sub-bin of the threshold
 constexpr int64_t kMaxVocab = int64_t{kCluster} * kSliceCap;
 
-// Shared memory of one CTA (~108 KiB, so two CTAs fit an SM). Unions hold buffers whose lifetimes
+// Shared memory of one CTA (~109 KiB, so two CTAs fit an SM). Unions hold buffers whose lifetimes
 // do not overlap; the phase each one lives in is named.
 struct ClusterShared {
   float x[kSliceCap];  // this CTA's slice of the row, NaN and padding as -inf
@@ -46,12 +49,23 @@ struct ClusterShared {
     struct {  // rank 0, selects: one radix round's counts and masses
       uint32_t count[kRadixBins], lo[kRadixBins], hi[kRadixBins];
     } radix;
+    struct {  // rank 0, top-p select: masses of sub-bins of the top-p bin, and the logits and
+              // masses of the candidates in the sub-bin that holds the threshold
+      uint32_t lo[kSubBins], hi[kSubBins];
+      float x[kSubListCap];
+      uint64_t w[kSubListCap];
+    } sub;
   } a;
   float cand[kCandCap];             // rank 0, selects: the candidates' logits (pushed by every CTA)
   int32_t cand_id[kCandCap];        //   and their token ids
   uint64_t cand_w[kDirectDrawMax];  // rank 0, direct draw: the kept candidates' masses
   uint64_t entry_mass[kEntries];    // kept mass of each (tile, warp) entry
-  uint64_t peer_total[kCluster];    // pushed by each CTA: its kept mass
+  // Top-p rows: the cluster's histogram masses of this CTA's range of bins (rank * kRangeBins
+  // on), as inclusive prefix sums within the range (read by every CTA), and the range totals
+  // (pushed by each CTA: its range's).
+  uint64_t range_prefix[kRangeBins];
+  uint64_t range_total[kCluster];
+  uint64_t peer_total[kCluster];      // pushed by each CTA: its kept mass
   ArgMaxPair peer_best[2][kCluster];  // pushed by each CTA: its (max, id); by row parity
   uint64_t scratch[kWarps];
   ArgMaxPair argmax_scratch[kWarps];
@@ -62,9 +76,11 @@ struct ClusterShared {
   int direct;               // pushed by rank 0: it draws the row from the candidates itself
   // Rank 0 only.
   uint64_t cnt_sure, mass_sure, z;  // elements / mass in bins < b_lo; the row's mass (top-p)
-  int bk, bp;                       // the top-k bin; the top-p bin (without top-k)
+  int bk;                           // the top-k bin
   uint64_t cnt_bk;                  // logits in bins <= bk
   uint32_t key_and, key_or, digit;
+  uint32_t kept_min;  // rank 0, top-p select: the smallest key kept
+  uint32_t sub_len;   //   and the candidates in the threshold's sub-bin
   int found;
   uint64_t remaining;
 };
@@ -137,7 +153,8 @@ __device__ __forceinline__ DrawOwner FindDrawTarget(const uint64_t* peer_total, 
 }
 
 static_assert(sizeof(ClusterShared) <= 110 * 1024, "two CTAs per SM: <= 113 KiB each");
-static_assert(kSliceCap % 4 == 0 && kBins % 32 == 0);
+static_assert(kSliceCap % 4 == 0 && kBins % 32 == 0 && kRangeBins % 32 == 0);
+static_assert(kSubBins == 2 * kThreads && kSubListCap <= kThreads);
 
 // Calls f(x) for every candidate gathered in this (rank 0) CTA, spread over kGroup threads.
 struct CandidateView {

@@ -140,72 +140,49 @@ __device__ uint32_t SelectThresholds(ClusterShared& s, const RowMath& row, const
   return tau_p > tau_k ? tau_p : tau_k;
 }
 
-// Rank 0 (all threads), after the histogram barrier: pulls every CTA's histogram (16-byte DSMEM
-// loads; thread t < kBins / 4 owns bins 4t..4t+3), then brackets the thresholds to the candidate
-// bins [b_lo, b_hi] with block-wide prefix sums: without top-k the top-p bin (the bin masses are
-// exact); with top-k every bin up to the top-k bin (then every kept logit is a candidate), or
-// with top-k alone and many logits there, the top-k bin. Pushes [b_lo, b_hi] to every CTA.
-__device__ void MergeAndBracket(ClusterShared& s, int64_t k, bool filter_k, float top_p,
-                                bool filter_p) {
+// Rank 0 (all threads), after the histogram barrier of a row with top-k: pulls every CTA's counts
+// (16-byte DSMEM loads; thread t < kBins / 4 owns bins 4t..4t+3), then brackets the thresholds to
+// the candidate bins [b_lo, b_hi] with a block-wide prefix sum: every bin up to the top-k bin
+// (then every kept logit is a candidate; always with top-p, whose masses are then summed over the
+// candidates), or with top-k alone and many logits there, the top-k bin. Pushes [b_lo, b_hi] to
+// every CTA. (Top-p-only rows: MergeRange and BracketTopP, sampling_cluster_topp.cuh.)
+__device__ void MergeAndBracket(ClusterShared& s, int64_t k, bool filter_p) {
   const int t = threadIdx.x;
   uint32_t c[4] = {0, 0, 0, 0};
-  uint64_t m[4] = {0, 0, 0, 0};
   if (t < kBins / 4) {
-#pragma unroll 2
+#pragma unroll 4
     for (int r = 0; r < kCluster; ++r) {
       const uint4 cv = *reinterpret_cast<const uint4*>(Peer(s.a.hist.count, r) + 4 * t);
-      const uint4 lv = *reinterpret_cast<const uint4*>(Peer(s.a.hist.lo, r) + 4 * t);
-      const uint4 hv = *reinterpret_cast<const uint4*>(Peer(s.a.hist.hi, r) + 4 * t);
       c[0] += cv.x, c[1] += cv.y, c[2] += cv.z, c[3] += cv.w;
-      m[0] += Split64(lv.x, hv.x), m[1] += Split64(lv.y, hv.y);
-      m[2] += Split64(lv.z, hv.z), m[3] += Split64(lv.w, hv.w);
     }
   }
-  if (t == 0) s.bk = kBins - 1, s.bp = kBins - 1, s.cnt_bk = 0;
-  uint64_t total_c = 0, total_m = 0;
+  if (t == 0) s.bk = kBins - 1, s.cnt_bk = 0;
+  uint64_t total_c = 0;
   const uint64_t cb = sampling_internal::BlockExclusiveScan<kWarps>(
       uint64_t{c[0]} + c[1] + c[2] + c[3], s.scratch, &total_c);
-  const uint64_t mb =
-      sampling_internal::BlockExclusiveScan<kWarps>(m[0] + m[1] + m[2] + m[3], s.scratch, &total_m);
-  // The first of this thread's bins whose inclusive prefix reaches target, or -1.
-  auto first_reaching = [&](uint64_t before, const auto& v, uint64_t target) {
-    for (int e = 0; e < 4; ++e) {
-      if (before < target && before + v[e] >= target) return e;
-      before += v[e];
+  // The first of this thread's bins whose inclusive prefix reaches k.
+  uint64_t before = cb;
+  for (int e = 0; e < 4; ++e) {
+    if (before < static_cast<uint64_t>(k) && before + c[e] >= static_cast<uint64_t>(k)) {
+      s.bk = 4 * t + e, s.cnt_bk = before + c[e];
+      break;
     }
-    return -1;
-  };
-  if (filter_k) {
-    const int e = first_reaching(cb, c, static_cast<uint64_t>(k));
-    if (e >= 0) {
-      s.bk = 4 * t + e;
-      s.cnt_bk = cb + c[0] + (e > 0 ? c[1] : 0) + (e > 1 ? c[2] : 0) + (e > 2 ? c[3] : 0);
-    }
+    before += c[e];
   }
   __syncthreads();
   const int bk = s.bk;
-  if (filter_p && !filter_k) {  // the top-p bin (masses are exact)
-    const double p_z = ceil(static_cast<double>(top_p) * static_cast<double>(total_m));
-    const int e = first_reaching(mb, m, p_z >= 1.0 ? static_cast<uint64_t>(p_z) : 1);
-    if (e >= 0) s.bp = 4 * t + e;
-    if (t == 0) s.z = total_m;
-  }
-  __syncthreads();
-  // With top-k the candidates are every bin up to the top-k bin (fewer than k + count[bk]): the
-  // histogram then holds counts only, and the top-p mass is summed over the candidates.
   const bool all_up_to_bk = filter_p || s.cnt_bk <= kDirectDrawMax;
-  const int b_lo = filter_k ? (all_up_to_bk ? 0 : bk) : s.bp;
-  const int b_hi = filter_k ? bk : b_lo;
+  const int b_lo = all_up_to_bk ? 0 : bk;
   if (t == b_lo / 4) {
     const int e = b_lo % 4;
     s.cnt_sure = cb + (e > 0 ? c[0] : 0) + (e > 1 ? c[1] : 0) + (e > 2 ? c[2] : 0);
-    s.mass_sure = mb + (e > 0 ? m[0] : 0) + (e > 1 ? m[1] : 0) + (e > 2 ? m[2] : 0);
+    s.mass_sure = 0;  // b_lo = 0 whenever top-p uses it
   }
-  // Top-k with few logits up to the top-k bin (all the kept ones): rank 0 alone finishes the row
-  // from the candidates, so the other CTAs leave it after pushing theirs.
-  const int direct = filter_k && s.cnt_bk <= kDirectDrawMax;
+  // Few logits up to the top-k bin (all the kept ones): rank 0 alone finishes the row from the
+  // candidates, so the other CTAs leave it after pushing theirs.
+  const int direct = s.cnt_bk <= kDirectDrawMax;
   if (t < kCluster) {
-    *Peer(&s.b_lo, t) = b_lo, *Peer(&s.b_hi, t) = b_hi, *Peer(&s.direct, t) = direct;
+    *Peer(&s.b_lo, t) = b_lo, *Peer(&s.b_hi, t) = bk, *Peer(&s.direct, t) = direct;
   }
   __syncthreads();
 }

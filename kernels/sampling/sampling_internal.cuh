@@ -70,7 +70,16 @@ struct RowMath {
   float scale;      // log2(e) / temperature: w = 2^((x - max) * scale), as SamplingRef
   float bin_scale;  // kBinsPerUnit / temperature
 
-  __device__ float WeightF(float x) const { return exp2f((x - max_logit) * scale); }
+  // exp2f((x - max) * scale) in one MUFU.EX2: exp2f issues that same instruction for arguments
+  // >= -126 and, below, halves the argument and squares the result to keep denormal results;
+  // ex2.approx.ftz flushes them to 0 instead. Weights below 2^-40 are 0 in fixed point and vanish
+  // from float sums that reach 2^-40, so every fixed-point weight and kept sum is unchanged and
+  // three instructions per logit are saved (kernels/sampling/WORKLOG.md, session 6).
+  __device__ float WeightF(float x) const {
+    float w;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"((x - max_logit) * scale));
+    return w;
+  }
   __device__ uint64_t Weight(float x) const { return Fixed(WeightF(x)); }
   static __device__ uint64_t Fixed(float w) { return static_cast<uint64_t>(w * kFixedScale); }
   // floor of the distance in bins, capped at kBins - 1 (-inf and NaN distances land there):

@@ -380,5 +380,98 @@ TEST(SamplingCudaTest, StreamTopKAdversarialRows) {
   tally.ExpectWithin(0.02);
 }
 
+// Top-p-only rows (no top-k: the resident kernel's per-range merge and pairwise select,
+// sampling_cluster_topp.cuh) at every batch and vocabulary shape, p from 1e-6 to 0.999 and
+// temperatures 0.05 to 5 (top-p bins from a handful of candidates to thousands, so the pairwise,
+// block radix and whole-row selects all run), mixed with greedy, temperature-only and top-k rows,
+// through every variant.
+TEST(SamplingCudaTest, TopPRowsAcrossShapes) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  Tally tally;
+  const float ps[] = {1e-6f, 0.5f, 0.9f, 0.95f, 0.99f, 0.999f, 0.3f};
+  const float ts[] = {0.05f, 0.3f, 0.7f, 1.0f, 1.5f, 5.0f};
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {1, 152064}, {3, 1000}, {17, 151937}, {255, 50257}, {256, 152064}};
+  for (const auto& [batch, vocab] : shapes) {
+    std::mt19937_64 rng(batch * 13 + vocab);
+    Batch b;
+    for (int64_t r = 0; r < batch; ++r) {
+      const int kind = static_cast<int>((r + batch) % 8);
+      const float t = ts[(r * 5 + batch) % 6], p = ps[(r * 3 + batch) % 7];
+      if (kind == 0) {
+        b.AddRow(0.0f, 0, 1.0f, rng(), r);  // greedy
+      } else if (kind == 1) {
+        b.AddRow(t, 0, 1.0f, rng(), r);  // temperature only
+      } else if (kind == 2) {
+        b.AddRow(t, 50, 0.9f, rng(), r);  // top-k and top-p
+      } else {
+        b.AddRow(t, 0, p, rng(), r);  // top-p only
+      }
+    }
+    b.logits.resize(batch * vocab);
+    std::normal_distribution<float> dist(0.0f, 3.0f);
+    for (float& x : b.logits) x = dist(rng);
+    CheckRows(b, batch, vocab, &tally);
+  }
+  tally.ExpectWithin(0.01);
+}
+
+// Top-p-only rows that stress the top-p bracket and selects, through every variant: ascending and
+// descending logits, integer logits (thousands of ties at the threshold), a constant row and a
+// nearly flat one (every logit in one bin: far more candidates than the pairwise select takes, so
+// the block radix and whole-row selects run), -inf everywhere but 20 logits, one 1e30 logit among
+// -1e30 ones, 300 tied maxima, plain N(0, 3^2); p from 1e-6 to 0.999.
+TEST(SamplingCudaTest, TopPAdversarialRows) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  Tally tally;
+  const float ps[] = {0.5f, 0.9f, 0.95f, 0.999f, 1e-6f};
+  for (int64_t vocab : {1000, 151937, 152064}) {
+    std::mt19937_64 rng(vocab + 11);
+    const int64_t batch = 45;
+    Batch b;
+    for (int64_t r = 0; r < batch; ++r) {
+      b.AddRow(0.7f + 0.4f * (r % 3), 0, ps[r % 5], rng(), r);
+    }
+    b.logits.resize(batch * vocab);
+    std::normal_distribution<float> dist(0.0f, 3.0f);
+    for (float& x : b.logits) x = dist(rng);
+    for (int64_t r = 0; r < batch; ++r) {
+      float* row = &b.logits[r * vocab];
+      const float step = 12.0f / static_cast<float>(vocab);
+      switch ((r / 5) % 9) {
+        case 0:  // ascending
+          for (int64_t i = 0; i < vocab; ++i) row[i] = -6.0f + step * i;
+          break;
+        case 1:  // descending
+          for (int64_t i = 0; i < vocab; ++i) row[i] = 6.0f - step * i;
+          break;
+        case 2:  // integer logits: thousands of ties at the threshold
+          for (int64_t i = 0; i < vocab; ++i) row[i] = std::round(row[i]);
+          break;
+        case 3:  // constant: every logit ties
+          std::fill(row, row + vocab, -0.75f);
+          break;
+        case 4:  // nearly flat: one bin holds the whole row
+          for (int64_t i = 0; i < vocab; ++i) row[i] *= 0.003f;
+          break;
+        case 5:  // -inf but for 20 logits
+          for (int64_t i = 0; i < vocab; ++i) row[i] = i % (vocab / 20) == 3 ? row[i] : -INFINITY;
+          break;
+        case 6:  // one huge logit among hugely negative ones
+          for (int64_t i = 1; i < vocab; i += 3) row[i] = -1e30f;
+          row[(r * 7919) % vocab] = 1e30f;
+          break;
+        case 7:  // ties of the maximum: 300 logits at 20
+          for (int64_t i = 0; i < 300; ++i) row[(i * 7877 + r) % vocab] = 20.0f;
+          break;
+        default:  // plain N(0, 3^2)
+          break;
+      }
+    }
+    CheckRows(b, batch, vocab, &tally);
+  }
+  tally.ExpectWithin(0.02);
+}
+
 }  // namespace
 }  // namespace tandem
