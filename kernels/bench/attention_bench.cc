@@ -174,23 +174,85 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
       std::max(sets, 10), 15);
   CK(cudaGetLastError());
   // The same launches replayed from a CUDA graph (how the engine's decode step runs them):
-  // per-call time without the host launch path.
+  // per-call time without the host launch path; with PDL (the default: each launch's first K/V
+  // copies overlap the previous launch's tail) and as plain launches.
   const int calls = std::max(sets, 10);
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) {
-    a.block_tables = tables + int64_t{i % sets} * batch * pages_per_seq;
-    CHECK_OK(PagedAttentionDecode(a, plan, stream));
+  auto graph_time = [&](const std::function<void(int)>& enqueue) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < calls; ++i) enqueue(i);
+    CK(cudaStreamEndCapture(stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    const double t =
+        MedianUs([&](int) { CK(cudaGraphLaunch(exec, stream)); }, 1, 15, stream) / calls;
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return t;
+  };
+  auto decode = [&](bool pdl) {
+    return [&, pdl](int i) {
+      PagedAttentionArgs x = a;
+      x.block_tables = tables + int64_t{i % sets} * batch * pages_per_seq;
+      x.overlap_launch = pdl;
+      CHECK_OK(PagedAttentionDecode(x, plan, stream));
+    };
+  };
+  const double graph_us = graph_time(decode(true));
+  const double graph_plain_us = graph_time(decode(false));
+  // A decode step's RopeKvStore -> attention pair (RopeKvStore rotates q in place in the fused
+  // QKV buffer and stores each sequence's newest K/V row; it releases the attention at its
+  // start): per pair, the attention with and without PDL.
+  const int heads = kNq + 2 * kNkv;
+  void* qkv;
+  CK(cudaMalloc(&qkv, int64_t{batch} * heads * kD * 2));
+  FillRandomBf16(qkv, int64_t{batch} * heads * kD, 11);
+  std::vector<int32_t> positions(batch, len - 1), slots(int64_t{sets} * batch);
+  for (int64_t i = 0; i < int64_t{sets} * batch; ++i) {
+    slots[i] = ids[i * pages_per_seq + (len - 1) / page_size] * page_size + (len - 1) % page_size;
   }
-  CK(cudaStreamEndCapture(stream, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  const double graph_us =
-      MedianUs([&](int) { CK(cudaGraphLaunch(exec, stream)); }, 1, 15, stream) / calls;
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaGraphDestroy(graph));
+  std::vector<float> inv_freq(kD / 2);
+  for (int i = 0; i < kD / 2; ++i) inv_freq[i] = std::pow(5e5f, -2.0f * i / kD);
+  int32_t *d_positions, *d_slots;
+  float* d_freq;
+  CK(cudaMalloc(&d_positions, batch * 4));
+  CK(cudaMalloc(&d_slots, slots.size() * 4));
+  CK(cudaMalloc(&d_freq, inv_freq.size() * 4));
+  CK(cudaMemcpy(d_positions, positions.data(), batch * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_slots, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_freq, inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice));
+  RopeKvStoreArgs rope{.qkv = qkv,
+                       .positions = d_positions,
+                       .kv_layer = kv,
+                       .inv_freq = d_freq,
+                       .num_tokens = batch,
+                       .num_q_heads = kNq,
+                       .num_kv_heads = kNkv,
+                       .head_dim = kD,
+                       .page_size = page_size,
+                       .num_pages = static_cast<int>(num_pages)};
+  auto pair = [&](bool pdl) {
+    return [&, pdl](int i) {
+      RopeKvStoreArgs r = rope;
+      r.slot_mapping = d_slots + int64_t{i % sets} * batch;
+      CHECK_OK(RopeKvStore(r, stream));
+      PagedAttentionArgs x = a;
+      x.q = qkv;
+      x.q_stride = int64_t{heads} * kD;
+      x.block_tables = tables + int64_t{i % sets} * batch * pages_per_seq;
+      x.overlap_launch = pdl;
+      CHECK_OK(PagedAttentionDecode(x, plan, stream));
+    };
+  };
+  const double pair_us = graph_time(pair(true));
+  const double pair_plain_us = graph_time(pair(false));
+  CK(cudaFree(qkv));
+  for (void* p :
+       {static_cast<void*>(d_positions), static_cast<void*>(d_slots), static_cast<void*>(d_freq)}) {
+    CK(cudaFree(p));
+  }
   CK(cudaStreamDestroy(stream));
 #ifdef TANDEM_DECODE_TRACE
   // Diagnostic builds: phase stamps of single launches (after a synchronize, so no overlap
@@ -209,10 +271,11 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   const char* per_slot = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
   std::printf(
       "RESULT kernel=decode B=%d L=%d page=%d ips=%s us=%.2f TBps=%.3f frac_copy=%.3f "
-      "graph_us=%.2f graph_TBps=%.3f items=%d merges=%d\n",
+      "graph_us=%.2f graph_TBps=%.3f items=%d merges=%d graph_plain_us=%.2f "
+      "rope_pair_us=%.2f rope_pair_plain_us=%.2f\n",
       batch, len, page_size, per_slot ? per_slot : "default", us, bytes / us * 1e-6,
       bytes / us * 1e-6 / copy_tbs, graph_us, bytes / graph_us * 1e-6, plan.num_items(),
-      plan.num_merges());
+      plan.num_merges(), graph_plain_us, pair_us, pair_plain_us);
   for (void* p : {kv, q, out}) CK(cudaFree(p));
   for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
 }

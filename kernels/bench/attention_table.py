@@ -23,7 +23,8 @@ def main(path):
             p = peers.get(("decode", r["B"], r["L"], ""), {})
             print(f"decode  B={r['B']:>3} L={r['L']:>5} page={r['page']:>3} ips={r.get('ips')}: {r['us']:>8} us "
                   f"{r['TBps']} TB/s ({r['frac_copy']} of copy); graph {r.get('graph_us', '-')} us "
-                  f"| SDPA {p.get('us', '-')} us")
+                  f"(plain {r.get('graph_plain_us', '-')}); rope+attn {r.get('rope_pair_us', '-')} "
+                  f"(plain {r.get('rope_pair_plain_us', '-')}) | SDPA {p.get('us', '-')} us")
         elif k == "prefill":
             f = peers.get(("prefill", None, r["L"], "flash"), {})
             c = peers.get(("prefill", None, r["L"], "cudnn"), {})

@@ -1,14 +1,15 @@
 // Programmatic dependent launch (PDL, sm_90): the producer side. CUDA only.
 //
 // A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization (the skinny GEMM, see
-// GemmArgs::overlap_launch) may be scheduled before the kernel ahead of it in the stream has
-// finished, as soon as every block of that kernel has called AllowDependentLaunch() or exited; it
-// then runs only what does not depend on that kernel (the GEMM: its first weight loads) and waits
-// in griddepcontrol.wait for that kernel's completion and memory flush before it reads anything
-// the kernel wrote. So calling this early is always safe: it orders no memory and changes nothing
-// for dependents launched without the attribute; it only lets a PDL dependent start its
-// independent prologue sooner. Kernels that sit in front of a decode GEMM (RMSNorm, SiLU-and-mul)
-// call it at their start.
+// GemmArgs::overlap_launch; the decode attention) may be scheduled before the kernel ahead of it in
+// the stream has finished, as soon as every block of that kernel has called AllowDependentLaunch()
+// or exited; it then runs only what does not depend on that kernel (the GEMM: its first weight
+// loads) and waits in griddepcontrol.wait for that kernel's completion and memory flush before it
+// reads anything the kernel wrote. So calling this early is always safe: it orders no memory and
+// changes nothing for dependents launched without the attribute; it only lets a PDL dependent start
+// its independent prologue sooner. Kernels that sit in front of a decode GEMM (RMSNorm,
+// SiLU-and-mul) or of the decode attention (RopeKvStore; PagedAttentionArgs::overlap_launch) call
+// it at their start, and so does the decode attention (before the o_proj GEMM).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -13,6 +13,7 @@
 
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/paged_attention/attention_combine.cuh"
 #include "kernels/paged_attention/attention_common.cuh"
 #include "kernels/paged_attention/decode_tile_copy.cuh"
@@ -177,6 +178,10 @@ __device__ __forceinline__ int32_t DecodeTileEntries(const KvView& view, int key
 // stream, the merge item is read ahead (no dependent load before the arrival counter), and the
 // K/V copies are evict-first, so the plan, block tables, queries and partials stay in L2. For
 // plans without merges (large batches) none of this pays, and the hint costs bandwidth.
+// Launched with PDL (PagedAttentionArgs::overlap_launch), a CTA issues its first item's prologue
+// copies before griddepcontrol.wait when they all end before the item's first new token (the one
+// position range the kernel ahead in the stream may be writing); everything else comes after it.
+// Without PDL the wait is a no-op.
 template <int D, bool kSplit>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     DecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
@@ -188,6 +193,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   auto* base = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float scale_log2 = a.scale * attention::kLog2e;
+  bool waited = false;  // griddepcontrol.wait passed: q, the new K/V rows and outputs are ours
   AttentionWorkItem next_it{};
   uint64_t policy = 0;
   if constexpr (kSplit) {
@@ -197,6 +203,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   DECODE_TRACE(0, 0);
   const int num_items = counts[0];
   for (int idx = blockIdx.x; idx < num_items; idx += gridDim.x) {
+    // The CTA's last item: the next kernel (PDL) may be scheduled as CTAs finish.
+    if (idx + static_cast<int>(gridDim.x) >= num_items) AllowDependentLaunch();
     if constexpr (!kSplit) next_it = items[idx];
     const AttentionWorkItem it = next_it;
     AttentionMergeItem mi{};
@@ -213,7 +221,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     DECODE_TRACE(1, tiles);
     __syncthreads();  // the previous item's merge no longer reads shared memory
     // K/V loads first: they are the long pole; the queries load while they fly. The block-table
-    // entries of a tile are read one tile ahead of its copies.
+    // entries of a tile are read one tile ahead of its copies. Before the dependency wait only
+    // when every prologue tile ends at or before the item's first new token.
+    const int prologue = min(tiles, kDecodeStages - 1);
+    if (!waited && it.key_begin + prologue * kDecodeKeys > it.first_pos) {
+      cudaGridDependencySynchronize();
+      waited = true;
+    }
     int32_t entries[kDecodeStages];
 #pragma unroll
     for (int s = 0; s < kDecodeStages; ++s) {
@@ -226,6 +240,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
                                   base + s * 2 * kTile, policy);
       }
       attention::CpAsyncCommit();
+    }
+    if (!waited) {
+      cudaGridDependencySynchronize();
+      waited = true;
     }
     int32_t next_entries = entries[kDecodeStages - 1];
     if constexpr (kSplit) {
@@ -271,6 +289,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   }
 }
 
+// PDL (a.overlap_launch) only for the split variant: there each launch is a few microseconds and
+// the overlap took 10-14% off (H200, WORKLOG.md step 10); plans without splits measured -2.4% to
+// +1.9% with it (contexts of 16k lost), so they launch plain.
 template <int D, bool kSplit>
 absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan& plan,
                                 cudaStream_t stream) {
@@ -278,10 +299,19 @@ absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan
   static std::atomic<int> cache[kMaxDevices];
   ASSIGN_OR_RETURN(const int per_sm,
                    BlocksPerSm(DecodeKernel<D, kSplit>, kDecodeWarps * 32, kSmem, cache));
-  DecodeKernel<D, kSplit><<<NumSms() * per_sm, kDecodeWarps * 32, kSmem, stream>>>(
-      a, plan.items(), plan.merges(), plan.counts(), plan.merge_counters(), plan.partial_out(),
-      plan.partial_lse(), plan.capacity().max_items);
-  CUDA_RETURN_IF_LAUNCH_ERROR();
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(NumSms() * per_sm));
+  config.blockDim = dim3(kDecodeWarps * 32);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = kSplit && a.overlap_launch ? 1 : 0;
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(
+      &config, DecodeKernel<D, kSplit>, a, plan.items(), plan.merges(), plan.counts(),
+      plan.merge_counters(), plan.partial_out(), plan.partial_lse(), plan.capacity().max_items));
   return absl::OkStatus();
 }
 

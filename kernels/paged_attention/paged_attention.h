@@ -33,6 +33,19 @@ struct PagedAttentionArgs {
   float scale = 0.0f;             // softmax scale, usually 1/sqrt(head_dim)
   DType dtype = DType::kBF16;     // q and out: kF32 or kBF16
   DType kv_dtype = DType::kBF16;  // cache: kF32 or kBF16
+  // Programmatic dependent launch (PDL, sm_90) of the CUDA decode kernel (PagedAttentionDecode,
+  // for plans with split merges, i.e. small batches; larger batches, the prefill path and the
+  // reference ignore it: kernels/paged_attention/WORKLOG.md, step 10). The kernel may then start
+  // while the kernel before it in the stream (RopeKvStore in a decode step) is still running: it
+  // reads its plan and block tables and issues the copies of its first K/V tiles that lie before
+  // every item's new tokens, then waits for that kernel to complete before it reads q or a new
+  // token's K/V or writes anything, and lets the next kernel start early in turn
+  // (kernels/common/pdl.cuh). So the launch ramp and the first tiles' latency overlap the
+  // previous kernel's tail. Contract: the plan, block_tables, seq_lens, query_start and the cache
+  // rows of positions before each sequence's new tokens are not written by a kernel that may
+  // still be running (the host and earlier steps write them); q, out and the new tokens' K/V keep
+  // stream-order semantics. Off: a plain launch.
+  bool overlap_launch = true;
 };
 
 // CPU reference: any head_dim, kF32/kBF16 everywhere, any q_len. Multi-threaded.

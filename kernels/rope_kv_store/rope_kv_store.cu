@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include "base/cuda_check.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/rope_kv_store/rope_kv_store.h"
 
 namespace tandem {
@@ -127,6 +128,7 @@ __device__ __forceinline__ void Angles(const RopeKvStoreArgs& a, int32_t positio
 template <int D>
 __global__ void __launch_bounds__(kThreads, 4)
     RopeKvStoreKernel(const __grid_constant__ RopeKvStoreArgs a) {
+  AllowDependentLaunch();  // a PDL decode attention after us may start its first K/V copies
   __shared__ float cos_s[2][D / 2], sin_s[2][D / 2];
   // QK-norm weights (q then k, fp32), read per pair from shared memory rather than held in
   // registers (4 CTAs per SM fit in 64 registers only without them).

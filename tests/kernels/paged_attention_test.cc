@@ -6,9 +6,12 @@
 // fails too.
 #include "kernels/paged_attention/paged_attention.h"
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
+#include "kernels/rope_kv_store/rope_kv_store.h"
 #include "tests/kernels/attention_gpu_util.h"
 
 namespace tandem {
@@ -16,6 +19,7 @@ namespace {
 
 using testing::AttentionBatch;
 using testing::DeviceAttentionBatch;
+using testing::DeviceVector;
 using testing::ExpectClose;
 using testing::kNanBf16;
 using testing::MakeBatch;
@@ -172,6 +176,108 @@ TEST(PagedAttentionGpuTest, GraphReplaysARebuiltPlan) {
   ExpectClose(d.out.Download(), Reference(b));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// A decode step's RopeKvStore -> PagedAttentionDecode pair: RopeKvStore rotates q in place and
+// stores the new tokens' K/V (their cache slots hold NaN before), and releases its dependents at
+// its start; the decode kernel, launched with overlap_launch (PDL), may start its first K/V copies
+// while RopeKvStore runs and must read q and the new tokens' rows only after its dependency wait.
+// An early read shows as NaN or as a mismatch against PagedAttentionRef applied to the producer's
+// actual outputs (downloaded after the pair). Both launch modes, in stream order and as replayed
+// graphs (each run restores q and the poisoned slots first); batch 1 at 8k (every CTA a split
+// whose prologue tiles precede the new token), ragged batches, several new tokens per sequence.
+TEST(PagedAttentionGpuTest, DecodeAfterRopeKvStoreWithPdl) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  struct Case {
+    std::vector<int> lens, q_lens;
+    int nq, nkv, d, page_size;
+  };
+  std::mt19937 rng(77);
+  const std::vector<Case> cases = {
+      {{8192}, {1}, 32, 8, 128, 16},
+      {RandomLens(17, 3000, rng), std::vector<int>(17, 1), 32, 8, 128, 16},
+      {{300, 40, 1000, 65}, {3, 1, 4, 2}, 32, 8, 128, 64},
+      {{2000, 129}, {1, 1}, 8, 2, 64, 32}};
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const Case& c : cases) {
+    for (bool pdl : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "seqs " << c.lens.size() << " len0 " << c.lens[0]
+                                        << " d " << c.d << " pdl " << pdl);
+      AttentionBatch b = MakeBatch(c.lens, c.q_lens, c.nq, c.nkv, c.d, c.page_size, rng);
+      const int heads = c.nq + 2 * c.nkv;
+      const int64_t tokens = b.num_tokens();
+      std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
+      std::vector<uint16_t> qkv(tokens * heads * c.d);
+      for (auto& x : qkv) x = F32ToBf16(uni(rng));
+      std::vector<int32_t> positions, slots;
+      for (size_t s = 0; s < c.lens.size(); ++s) {
+        for (int i = 0; i < c.q_lens[s]; ++i) {
+          const int pos = c.lens[s] - c.q_lens[s] + i;
+          positions.push_back(pos);
+          slots.push_back(b.tables[s * b.max_pages + pos / c.page_size] * c.page_size +
+                          pos % c.page_size);
+          for (int h = 0; h < 2 * c.nkv; ++h) {  // the new token's K and V rows: NaN until stored
+            const int64_t page = slots.back() / c.page_size, slot = slots.back() % c.page_size;
+            auto* row = &b.kv[((page * 2 * c.nkv + h) * c.page_size + slot) * c.d];
+            std::fill(row, row + c.d, kNanBf16);
+          }
+        }
+      }
+      std::vector<float> inv_freq(c.d / 2);
+      for (int i = 0; i < c.d / 2; ++i) inv_freq[i] = std::pow(1e6f, -2.0f * i / c.d);
+      DeviceAttentionBatch d(b);
+      DeviceVector<uint16_t> qkv_dev(qkv), qkv_init(qkv), kv_init(b.kv);
+      DeviceVector<int32_t> d_positions(positions), d_slots(slots);
+      DeviceVector<float> d_freq(inv_freq);
+      RopeKvStoreArgs rope;
+      rope.qkv = qkv_dev.get();
+      rope.positions = d_positions.get();
+      rope.slot_mapping = d_slots.get();
+      rope.kv_layer = d.kv.get();
+      rope.inv_freq = d_freq.get();
+      rope.num_tokens = tokens;
+      rope.num_q_heads = c.nq;
+      rope.num_kv_heads = c.nkv;
+      rope.head_dim = c.d;
+      rope.page_size = c.page_size;
+      rope.num_pages = static_cast<int>(b.kv.size() / (int64_t{2} * c.nkv * c.page_size * c.d));
+      PagedAttentionArgs args = d.args;
+      args.q = qkv_dev.get();
+      args.q_stride = int64_t{heads} * c.d;
+      args.overlap_launch = pdl;
+      auto plan = AttentionPlan::Create({});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_TRUE((*plan)->BuildDecode(d.shape, stream).ok());
+      const std::vector<uint16_t> nan_out(b.q.size(), kNanBf16);
+      auto reset = [&] {
+        ASSERT_EQ(
+            cudaMemcpy(qkv_dev.get(), qkv_init.get(), qkv_init.bytes(), cudaMemcpyDeviceToDevice),
+            cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(d.kv.get(), kv_init.get(), kv_init.bytes(), cudaMemcpyDeviceToDevice),
+                  cudaSuccess);
+        ASSERT_EQ(
+            cudaMemcpy(d.out.get(), nan_out.data(), nan_out.size() * 2, cudaMemcpyHostToDevice),
+            cudaSuccess);
+      };
+      auto enqueue = [&](cudaStream_t st) {
+        ASSERT_TRUE(RopeKvStore(rope, st).ok());
+        ASSERT_TRUE(PagedAttentionDecode(args, **plan, st).ok());
+      };
+      auto check = [&](const char* label) {
+        SCOPED_TRACE(label);
+        AttentionBatch actual = b;  // the producer's outputs: rotated q, stored K/V
+        actual.kv = d.kv.Download();
+        const std::vector<uint16_t> rotated = qkv_dev.Download();
+        for (int64_t t = 0; t < tokens; ++t) {
+          std::copy_n(&rotated[t * heads * c.d], c.nq * c.d, &actual.q[t * c.nq * c.d]);
+        }
+        ExpectClose(d.out.Download(), Reference(actual));
+      };
+      testing::RunInStreamAndGraph(stream, reset, enqueue, check, 3);
+    }
+  }
   cudaStreamDestroy(stream);
 }
 
