@@ -32,7 +32,7 @@ namespace tandem::attention {
 namespace {
 
 #ifdef TANDEM_DECODE_TRACE
-// Diagnostic builds only (-DTANDEM_DECODE_TRACE, kernels/bench/gpu_run_dec.sh): thread 0 of
+// Diagnostic builds only (-DTANDEM_DECODE_TRACE, kernels/bench/runs/gpu_run_dec.sh): thread 0 of
 // each CTA stamps the phases of its item with %globaltimer (ns, [e]) and clock64 ([8 + e]);
 // `dep` makes the stamp wait for a value of the phase. Read by DecodeTracePrint.
 constexpr int kTraceCtas = 1024, kTraceEvents = 7;

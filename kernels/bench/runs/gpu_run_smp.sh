@@ -6,10 +6,10 @@
 # Built here first:  cmake --build build-smp --target kernels_kb_gpu_test kb_bench, then
 #   mkdir -p .gpu-smp && cp build-smp/tests/kernels_kb_gpu_test build-smp/bin/kb_bench .gpu-smp/ &&
 #   /work/shared/gpu/bundle-libs.sh .gpu-smp/_libs .gpu-smp/kernels_kb_gpu_test .gpu-smp/kb_bench
-# Usage there: kernels/bench/gpu_run_smp.sh [all|test|sanitize|profile|bench] [gtest filter]
+# Usage there: kernels/bench/runs/gpu_run_smp.sh [all|test|sanitize|profile|bench] [gtest filter]
 # (all = test, profile, bench; the sanitizer runs only when asked for).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 export LD_LIBRARY_PATH=$PWD/.gpu-smp/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/smp-out}

@@ -7,7 +7,7 @@
 # resident kernel's top-p 0.95 launch at B = 256 of $NCU_BIN, default base: full set with
 # source-level stall sampling, per-line summary). Logs under $OUT; a table of the bench rows last.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 export LD_LIBRARY_PATH=$PWD/.gpu-smp4/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/smp4-out}

@@ -10,9 +10,9 @@
 # Built here first:  cmake --build build-smp --target kernels_kb_gpu_test kb_bench, then
 #   rm -rf .gpu-smp && mkdir -p .gpu-smp && cp build-smp/tests/kernels_kb_gpu_test
 #   build-smp/bin/kb_bench .gpu-smp/ && /work/shared/gpu/bundle-libs.sh .gpu-smp/_libs .gpu-smp/*
-# Usage there: kernels/bench/gpu_run_smp2.sh [budget in seconds, default 145]
+# Usage there: kernels/bench/runs/gpu_run_smp2.sh [budget in seconds, default 145]
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 export LD_LIBRARY_PATH=$PWD/.gpu-smp/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/smp-out}
