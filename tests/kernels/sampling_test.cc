@@ -324,6 +324,52 @@ TEST(SamplingCudaTest, StreamTopKSamplesItsRows) {
   EXPECT_LE(mismatches, rows * 0.01) << mismatches << " of " << rows << " top-k rows differ";
 }
 
+// Adversarial shapes of row r (logits initially N(0, 3^2)) for the top-k / top-p stress tests.
+enum class RowShape {
+  kAscending,  // every later load group beats the earlier ones
+  kDescending,
+  kIntegerTies,        // integer logits: thousands of ties at the k-th value / the threshold
+  kConstant,           // every logit ties (at `constant`)
+  kNearlyFlat,         // one histogram bin holds the whole row
+  kFewFinite,          // -inf but for 20 logits: fewer finite logits than k
+  kHugeAmongNegative,  // one 1e30 logit among -1e30 ones
+  kTiedMaxima,         // 300 logits at 20
+  kNormal,             // left as drawn
+};
+
+void ShapeRow(float* row, int64_t vocab, int64_t r, RowShape shape, float constant) {
+  const float step = 12.0f / static_cast<float>(vocab);
+  switch (shape) {
+    case RowShape::kAscending:
+      for (int64_t i = 0; i < vocab; ++i) row[i] = -6.0f + step * i;
+      break;
+    case RowShape::kDescending:
+      for (int64_t i = 0; i < vocab; ++i) row[i] = 6.0f - step * i;
+      break;
+    case RowShape::kIntegerTies:
+      for (int64_t i = 0; i < vocab; ++i) row[i] = std::round(row[i]);
+      break;
+    case RowShape::kConstant:
+      std::fill(row, row + vocab, constant);
+      break;
+    case RowShape::kNearlyFlat:
+      for (int64_t i = 0; i < vocab; ++i) row[i] *= 0.003f;
+      break;
+    case RowShape::kFewFinite:
+      for (int64_t i = 0; i < vocab; ++i) row[i] = i % (vocab / 20) == 3 ? row[i] : -INFINITY;
+      break;
+    case RowShape::kHugeAmongNegative:
+      for (int64_t i = 1; i < vocab; i += 3) row[i] = -1e30f;
+      row[(r * 7919) % vocab] = 1e30f;
+      break;
+    case RowShape::kTiedMaxima:
+      for (int64_t i = 0; i < 300; ++i) row[(i * 7877 + r) % vocab] = 20.0f;
+      break;
+    case RowShape::kNormal:
+      break;
+  }
+}
+
 // Top-k rows that stress the streaming kernel's candidate buffers, through every variant (the
 // default dispatch falls back to the resident kernel where they overflow): ascending logits (the
 // bound comes from the first load group: the later ones overflow the candidates) and descending
@@ -345,35 +391,12 @@ TEST(SamplingCudaTest, StreamTopKAdversarialRows) {
     b.logits.resize(batch * vocab);
     std::normal_distribution<float> dist(0.0f, 3.0f);
     for (float& x : b.logits) x = dist(rng);
+    constexpr RowShape kShapes[] = {RowShape::kAscending,   RowShape::kDescending,
+                                    RowShape::kIntegerTies, RowShape::kConstant,
+                                    RowShape::kFewFinite,   RowShape::kHugeAmongNegative,
+                                    RowShape::kTiedMaxima,  RowShape::kNormal};
     for (int64_t r = 0; r < batch; ++r) {
-      float* row = &b.logits[r * vocab];
-      const float step = 12.0f / static_cast<float>(vocab);
-      switch ((r / 5) % 8) {
-        case 0:  // ascending: every later load group beats the earlier ones
-          for (int64_t i = 0; i < vocab; ++i) row[i] = -6.0f + step * i;
-          break;
-        case 1:  // descending
-          for (int64_t i = 0; i < vocab; ++i) row[i] = 6.0f - step * i;
-          break;
-        case 2:  // integer logits: thousands of ties at the k-th value
-          for (int64_t i = 0; i < vocab; ++i) row[i] = std::round(row[i]);
-          break;
-        case 3:  // constant: every logit ties
-          std::fill(row, row + vocab, 0.25f);
-          break;
-        case 4:  // -inf but for 20 logits: fewer finite logits than k
-          for (int64_t i = 0; i < vocab; ++i) row[i] = i % (vocab / 20) == 3 ? row[i] : -INFINITY;
-          break;
-        case 5:  // one huge logit among hugely negative ones
-          for (int64_t i = 1; i < vocab; i += 3) row[i] = -1e30f;
-          row[(r * 7919) % vocab] = 1e30f;
-          break;
-        case 6:  // ties of the maximum: 300 logits at 20
-          for (int64_t i = 0; i < 300; ++i) row[(i * 7877 + r) % vocab] = 20.0f;
-          break;
-        default:  // plain N(0, 3^2)
-          break;
-      }
+      ShapeRow(&b.logits[r * vocab], vocab, r, kShapes[(r / 5) % 8], 0.25f);
     }
     CheckRows(b, batch, vocab, &tally);
   }
@@ -435,38 +458,12 @@ TEST(SamplingCudaTest, TopPAdversarialRows) {
     b.logits.resize(batch * vocab);
     std::normal_distribution<float> dist(0.0f, 3.0f);
     for (float& x : b.logits) x = dist(rng);
+    constexpr RowShape kShapes[] = {
+        RowShape::kAscending,         RowShape::kDescending, RowShape::kIntegerTies,
+        RowShape::kConstant,          RowShape::kNearlyFlat, RowShape::kFewFinite,
+        RowShape::kHugeAmongNegative, RowShape::kTiedMaxima, RowShape::kNormal};
     for (int64_t r = 0; r < batch; ++r) {
-      float* row = &b.logits[r * vocab];
-      const float step = 12.0f / static_cast<float>(vocab);
-      switch ((r / 5) % 9) {
-        case 0:  // ascending
-          for (int64_t i = 0; i < vocab; ++i) row[i] = -6.0f + step * i;
-          break;
-        case 1:  // descending
-          for (int64_t i = 0; i < vocab; ++i) row[i] = 6.0f - step * i;
-          break;
-        case 2:  // integer logits: thousands of ties at the threshold
-          for (int64_t i = 0; i < vocab; ++i) row[i] = std::round(row[i]);
-          break;
-        case 3:  // constant: every logit ties
-          std::fill(row, row + vocab, -0.75f);
-          break;
-        case 4:  // nearly flat: one bin holds the whole row
-          for (int64_t i = 0; i < vocab; ++i) row[i] *= 0.003f;
-          break;
-        case 5:  // -inf but for 20 logits
-          for (int64_t i = 0; i < vocab; ++i) row[i] = i % (vocab / 20) == 3 ? row[i] : -INFINITY;
-          break;
-        case 6:  // one huge logit among hugely negative ones
-          for (int64_t i = 1; i < vocab; i += 3) row[i] = -1e30f;
-          row[(r * 7919) % vocab] = 1e30f;
-          break;
-        case 7:  // ties of the maximum: 300 logits at 20
-          for (int64_t i = 0; i < 300; ++i) row[(i * 7877 + r) % vocab] = 20.0f;
-          break;
-        default:  // plain N(0, 3^2)
-          break;
-      }
+      ShapeRow(&b.logits[r * vocab], vocab, r, kShapes[(r / 5) % 9], -0.75f);
     }
     CheckRows(b, batch, vocab, &tally);
   }
