@@ -322,10 +322,13 @@ void BenchElementwise(const Ceilings& c) {
 // SamplingArgs::rows_may_use_top_k set as a serving engine sets it (true only for the top-k
 // mode); "sampling_flipped_hint.*" the same rows with the other hint value: for rows without
 // top-k the streaming build with top-k code, for top-k rows the resident kernel (the dispatch
-// before top-k rows were streamed). The one-block-per-row kernel ("sampling_1blk.*") and, at
+// before top-k rows were streamed). "sampling_stream_first.*" and "sampling_rowpipe_first.*" force
+// the first kernel (the default takes the row-pipelined one from kRowPipeMinBatch(TopK) rows on).
+// The one-block-per-row kernel ("sampling_1blk.*", not at B = 128 / 192) and, at
 // B = 256, the resident cluster kernel on every row ("sampling_resident.*") are timed in the same
 // run. Each streaming build's occupancy and resources are printed first.
-// TANDEM_BENCH_SAMPLING_BATCH=<b> times only the default dispatch at that batch (for ncu).
+// TANDEM_BENCH_SAMPLING_BATCH=<b> times only the default dispatch at that batch, and
+// TANDEM_BENCH_SAMPLING_MODE=<name> only that mode (greedy, temp0.7, ...; for ncu).
 void BenchSampling(const Ceilings& c) {
   const int64_t vocab = 152064;
   for (StreamBuild b : {StreamBuild::kWithTopK, StreamBuild::kNoTopK}) {
@@ -344,7 +347,8 @@ void BenchSampling(const Ceilings& c) {
                         {"topk50_topp0.9", 0.7f, 50, 0.9f},
                         {"topp0.95", 1.0f, 0, 0.95f}};
   const char* only_batch = std::getenv("TANDEM_BENCH_SAMPLING_BATCH");
-  for (int64_t batch : {1, 32, 256}) {
+  const char* only_mode = std::getenv("TANDEM_BENCH_SAMPLING_MODE");
+  for (int64_t batch : {1, 32, 128, 192, 256}) {
     if (only_batch != nullptr && std::atoll(only_batch) != batch) continue;
     const size_t bytes = batch * vocab * 4;
     const int copies = RotationCopies(bytes);
@@ -367,6 +371,7 @@ void BenchSampling(const Ceilings& c) {
     Report("sampling.read_logits_once", absl::StrCat("B=", batch, " V=", vocab), once_us, "x read",
            once_us / (bytes / (c.read_tbps * 1e6)), 2.0 * 1e300);
     for (const Mode& m : modes) {
+      if (only_mode != nullptr && std::string(only_mode) != m.name) continue;
       std::vector<float> t(batch, m.temperature), p(batch, m.top_p);
       std::vector<int32_t> k(batch, m.top_k);
       BENCH_CUDA(cudaMemcpy(temp, t.data(), batch * 4, cudaMemcpyHostToDevice));
@@ -395,11 +400,21 @@ void BenchSampling(const Ceilings& c) {
       };
       time("sampling.", &Sampling);
       if (only_batch == nullptr) {
+        time("sampling_stream_first.", [](const SamplingArgs& a, cudaStream_t st) {
+          return SamplingWithFirstKernel(a, FirstKernel::kStream, st);
+        });
+        time("sampling_rowpipe_first.", [](const SamplingArgs& a, cudaStream_t st) {
+          return SamplingWithFirstKernel(a, FirstKernel::kRowPipe, st);
+        });
+      }
+      if (only_batch == nullptr) {
         args.rows_may_use_top_k = !args.rows_may_use_top_k;
         time("sampling_flipped_hint.", &Sampling);
         args.rows_may_use_top_k = !args.rows_may_use_top_k;
       }
-      if (only_batch == nullptr) time("sampling_1blk.", &SamplingOneBlockPerRow);
+      if (only_batch == nullptr && (batch < 128 || batch == 256)) {
+        time("sampling_1blk.", &SamplingOneBlockPerRow);
+      }
       if (batch == 256 && only_batch == nullptr) time("sampling_resident.", &SamplingCluster);
     }
     for (float* l : logits) cudaFree(l);

@@ -336,18 +336,42 @@ absl::Status SamplingOneBlockPerRow(const SamplingArgs& args, cudaStream_t strea
   return absl::OkStatus();
 }
 
+namespace {
+
 // Vocabularies that fit the cluster kernels: rows without top-k / top-p and, unless the caller
 // says no row uses top-k (SamplingArgs::rows_may_use_top_k), top-k rows with k <= 128 stream
-// through the streaming kernel; the others (and its overflowing top-k rows) through the resident
-// cluster kernel (each launch skips the other's rows; kernels/sampling/WORKLOG.md, steps 6-12 and
-// session 5). Longer rows: the one-block-per-row kernel.
-absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream) {
-  if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
-    const bool top_k = args.rows_may_use_top_k;
+// through the first kernel (the streaming cluster kernel, or from kRowPipeMinBatch(TopK) rows on
+// the row-pipelined one); the others (and its overflowing top-k rows) through the resident cluster
+// kernel (each launch skips the other's rows; kernels/sampling/WORKLOG.md, steps 6-12 and
+// sessions 5 and 7).
+absl::Status SampleWithClusterKernels(const SamplingArgs& args, bool row_pipe,
+                                      cudaStream_t stream) {
+  const bool top_k = args.rows_may_use_top_k;
+  if (row_pipe && SamplingRowPipeSupports(args)) {
+    if (absl::Status st = SamplingRowPipeLaunch(args, top_k, stream); !st.ok()) return st;
+  } else {
     const StreamBuild build = top_k ? StreamBuild::kWithTopK : StreamBuild::kNoTopK;
     if (absl::Status st = SamplingStreamLaunch(args, top_k, stream, build); !st.ok()) return st;
-    return SamplingClusterLaunch(args, top_k ? ClusterRows::kLeftByStream : ClusterRows::kFiltered,
-                                 stream);
+  }
+  return SamplingClusterLaunch(args, top_k ? ClusterRows::kLeftByStream : ClusterRows::kFiltered,
+                               stream);
+}
+
+}  // namespace
+
+// Longer rows than the cluster kernels take: the one-block-per-row kernel.
+absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream) {
+  if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
+    const int64_t min_batch = args.rows_may_use_top_k ? kRowPipeMinBatchTopK : kRowPipeMinBatch;
+    return SampleWithClusterKernels(args, args.batch >= min_batch, stream);
+  }
+  return SamplingOneBlockPerRow(args, stream);
+}
+
+absl::Status SamplingWithFirstKernel(const SamplingArgs& args, FirstKernel first,
+                                     cudaStream_t stream) {
+  if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
+    return SampleWithClusterKernels(args, first == FirstKernel::kRowPipe, stream);
   }
   return SamplingOneBlockPerRow(args, stream);
 }

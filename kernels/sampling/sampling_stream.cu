@@ -21,6 +21,7 @@
 #include "base/cuda_check.h"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
+#include "kernels/sampling/sampling_draw.cuh"
 #include "kernels/sampling/sampling_rng.h"
 #include "kernels/sampling/sampling_stream.cuh"
 #include "kernels/sampling/sampling_stream_topk.cuh"
@@ -105,30 +106,11 @@ __device__ int32_t DrawInEntry(const E& s, const Slice& sl, bool vec_ok, const R
       sampling_internal::WarpFindInterval<kPerLane>(s.entry_mass, rest);
   if (pick.index < 0) return -1;
   const int entry = pick.index;
-  uint64_t in_entry = pick.rest;
   // Lane l holds logits 4l..4l+3 of the entry (tile entry / kWarps, warp entry % kWarps).
-  const int tile = entry / kWarps, local = tile * kTileElems + (entry % kWarps) * 128 + 4 * lane;
+  const int tile = entry / kWarps, first = tile * kTileElems + (entry % kWarps) * 128;
   float q[4];
-  Load4(sl, vec_ok, local, q);
-  float w[4], sum = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) sum += w[e] = row.WeightF(q[e]);
-  const uint64_t m = RowMath::Fixed(sum);
-  const uint64_t excl = sampling_internal::WarpInclusiveScan(m) - m;
-  const uint64_t entry_total = __shfl_sync(0xffffffffu, excl + m, 31);
-  // Rounding can leave rest at or past the exact total: then the entry's last weighted logit.
-  if (in_entry >= entry_total) in_entry = entry_total == 0 ? 0 : entry_total - 1;
-  int32_t token = -1;
-  if (excl <= in_entry && in_entry < excl + m) {
-    float cum = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      cum += w[e];
-      if (token < 0 && RowMath::Fixed(cum) > in_entry - excl) token = sl.base + local + e;
-    }
-  }
-  const uint32_t found = __ballot_sync(0xffffffffu, token >= 0);
-  return found ? __shfl_sync(0xffffffffu, token, __ffs(found) - 1) : -1;
+  Load4(sl, vec_ok, first + 4 * lane, q);
+  return sampling_internal::DrawIn128(q, sl.base + first, row, pick.rest);
 }
 
 // One row (greedy or temperature only); every CTA of the cluster calls it with the same row.

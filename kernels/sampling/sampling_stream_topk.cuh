@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "kernels/sampling/sampling.h"
+#include "kernels/sampling/sampling_draw.cuh"
 #include "kernels/sampling/sampling_rng.h"
 #include "kernels/sampling/sampling_stream.cuh"
 
@@ -216,52 +217,6 @@ __device__ uint32_t SelectTopK(StreamShared& s, int k, float* max_logit) {
   return t.k_count;
 }
 
-// Leader, all threads, m <= kKeptCap kept logits with their weights in kw: zeroes the weights of
-// those top-p drops (HF: the smallest set, by descending logit, whose mass reaches
-// ceil(top_p * z), ties with its last logit kept): a logit stays iff the mass of the larger ones
-// is below that. The same thresholds as the resident kernel's mass radix select.
-__device__ void ApplyTopP(TopKShared& t, uint32_t m, uint64_t z, float top_p) {
-  const double need_d = ceil(static_cast<double>(top_p) * static_cast<double>(z));
-  const uint64_t need = need_d >= 1.0 ? static_cast<uint64_t>(need_d) : 1;
-  bool drop[kKeptCap / kThreads];
-#pragma unroll
-  for (int c = 0; c < kKeptCap / kThreads; ++c) {
-    const uint32_t i = c * kThreads + threadIdx.x;
-    drop[c] = false;
-    if (i < m) {
-      const float x = t.kx[i];
-      uint64_t above = 0;
-      for (uint32_t j = 0; j < m; ++j) above += t.kx[j] > x ? t.kw[j] : 0;
-      drop[c] = above >= need;
-    }
-  }
-  __syncthreads();
-#pragma unroll
-  for (int c = 0; c < kKeptCap / kThreads; ++c) {
-    if (drop[c]) t.kw[c * kThreads + threadIdx.x] = 0;
-  }
-  __syncthreads();
-}
-
-// Leader, all threads: the inverse CDF in ascending id order over the m kept logits (weights kw):
-// the one whose interval [before, before + w) holds target writes t.token.
-__device__ void DrawKept(TopKShared& t, uint32_t m, double u, uint64_t* scratch) {
-  uint64_t mine = 0;
-  for (uint32_t i = threadIdx.x; i < m; i += kThreads) mine += t.kw[i];
-  const uint64_t total = sampling_internal::BlockSum<kWarps>(mine, scratch);
-  if (total == 0) return;  // cannot happen (the max has weight 2^40): the fallback token stays
-  const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
-  for (uint32_t i = threadIdx.x; i < m; i += kThreads) {
-    const uint64_t w = t.kw[i];
-    if (w == 0) continue;
-    const int32_t id = t.kid[i];
-    uint64_t before = 0;
-    for (uint32_t j = 0; j < m; ++j) before += t.kid[j] < id ? t.kw[j] : 0;
-    if (before <= target && target < before + w) t.token = id;  // exactly one writer
-  }
-  __syncthreads();
-}
-
 // Leader, all threads, after the cluster barrier that published the pushes: samples row r from
 // the gathered candidates, writes out_tokens[r] (kFallbackToken on overflow) and resets the
 // leader's buffers for its next row as leader.
@@ -280,8 +235,10 @@ __device__ void TopKTail(StreamShared& s, const SamplingArgs& args, int64_t r, i
       }
       const uint64_t z = sampling_internal::BlockSum<kWarps>(mine, s.scratch);  // publishes kw
       const float top_p = args.top_p[r];
-      if (top_p < 1.0f) ApplyTopP(t, m, z, top_p);
-      DrawKept(t, m, SamplingUniformImpl(args.seeds[r], args.steps[r]), s.scratch);
+      if (top_p < 1.0f)
+        sampling_internal::ApplyTopPToKept<kThreads, kKeptCap>(t.kx, t.kw, m, z, top_p);
+      sampling_internal::DrawKeptById<kThreads>(
+          t.kid, t.kw, m, SamplingUniformImpl(args.seeds[r], args.steps[r]), s.scratch, &t.token);
     }
   }
   __syncthreads();  // every read of the leader's buffers and flags before the reset

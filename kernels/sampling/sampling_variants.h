@@ -42,4 +42,23 @@ enum class ClusterRows {
 };
 absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows, cudaStream_t stream);
 
+// The row-pipelined kernel (sampling_rowpipe.cu): one CTA per row, the row streamed through
+// shared memory by bulk asynchronous copies. It samples greedy and temperature-only rows and,
+// with_top_k, the top-k rows of the streaming kernel (k <= 128, any top-p; kFallbackToken when
+// they overflow), and skips the others, like SamplingStreamLaunch. Needs vocab % 4 == 0, vocab <=
+// 155648 and 16-byte aligned logits (SamplingRowPipeSupports).
+bool SamplingRowPipeSupports(const SamplingArgs& args);
+absl::Status SamplingRowPipeLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream);
+// Sampling() picks the row-pipelined kernel for the rows the streaming kernel would take from
+// these batch sizes on (where it supports the logits): with rows_may_use_top_k (its top-k rows
+// beat the streaming kernel's from 128 rows), and without (greedy and temperature rows: from
+// ~224; kernels/sampling/WORKLOG.md, session 7).
+constexpr int64_t kRowPipeMinBatchTopK = 128;
+constexpr int64_t kRowPipeMinBatch = 224;
+// Sampling() with its first kernel forced (tests and kb_bench): the streaming cluster kernel, or
+// the row-pipelined one wherever it supports the logits, at any batch size.
+enum class FirstKernel { kStream, kRowPipe };
+absl::Status SamplingWithFirstKernel(const SamplingArgs& args, FirstKernel first,
+                                     cudaStream_t stream);
+
 }  // namespace tandem

@@ -35,10 +35,29 @@ absl::Status SamplingNoTopKHint(const SamplingArgs& args, cudaStream_t stream) {
   return Sampling(hinted, stream);
 }
 
-const Variant kVariants[] = {{"Sampling", &Sampling, 262144},
-                             {"Sampling/no-top-k hint", &SamplingNoTopKHint, 262144},
-                             {"OneBlockPerRow", &SamplingOneBlockPerRow, 262144},
-                             {"Cluster", &SamplingCluster, 155648}};
+// Sampling() with its first kernel forced, whatever the batch size (the default switches at
+// kRowPipeMinBatch(TopK) rows): the streaming cluster kernel, or the row-pipelined one (where it
+// supports the logits: vocab % 4 == 0; the streaming kernel otherwise).
+absl::Status SamplingStreamFirst(const SamplingArgs& args, cudaStream_t stream) {
+  return SamplingWithFirstKernel(args, FirstKernel::kStream, stream);
+}
+absl::Status SamplingRowPipeFirst(const SamplingArgs& args, cudaStream_t stream) {
+  return SamplingWithFirstKernel(args, FirstKernel::kRowPipe, stream);
+}
+absl::Status SamplingRowPipeNoTopKHint(const SamplingArgs& args, cudaStream_t stream) {
+  SamplingArgs hinted = args;
+  hinted.rows_may_use_top_k = false;
+  return SamplingWithFirstKernel(hinted, FirstKernel::kRowPipe, stream);
+}
+
+const Variant kVariants[] = {
+    {"Sampling", &Sampling, 262144},
+    {"Sampling/no-top-k hint", &SamplingNoTopKHint, 262144},
+    {"Sampling/stream first", &SamplingStreamFirst, 262144},
+    {"Sampling/row-pipe first", &SamplingRowPipeFirst, 262144},
+    {"Sampling/row-pipe, no-top-k hint", &SamplingRowPipeNoTopKHint, 262144},
+    {"OneBlockPerRow", &SamplingOneBlockPerRow, 262144},
+    {"Cluster", &SamplingCluster, 155648}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 struct Batch {
@@ -275,22 +294,20 @@ TEST(SamplingCudaTest, GreedyTiesAndRejectsHugeVocab) {
   for (const Variant& v : kVariants) EXPECT_TRUE(v.fn(args, nullptr).ok()) << v.name;
 }
 
-// The streaming kernel alone, with top-k: it samples every top-k row with k <= 128 (any top-p) of
-// N(0, 3^2) logits itself (no kFallbackToken), as SamplingRef does, samples the greedy and
-// temperature-only rows, and leaves the others (top-p only, k > 128) unwritten for the resident
-// kernel. Batches 1 to 256; vocabularies that are not multiples of the tile, odd (scalar loads),
-// and small (most threads without a logit).
-TEST(SamplingCudaTest, StreamTopKSamplesItsRows) {
-  TANDEM_SKIP_WITHOUT_GPU();
-  const SampleFn stream_only = [](const SamplingArgs& a, cudaStream_t s) {
-    return SamplingStreamLaunch(a, /*with_top_k=*/true, s);
-  };
+// A first kernel alone (the streaming kernel, or the row-pipelined one on the vocabularies it
+// supports), with top-k: it samples every top-k row with k <= 128 (any top-p) of N(0, 3^2) logits
+// itself (no kFallbackToken), as SamplingRef does, samples the greedy and temperature-only rows,
+// and leaves the others (top-p only, k > 128) unwritten for the resident kernel. Batches 1 to 256;
+// vocabularies that are not multiples of the tile, odd (scalar loads), and small (most threads
+// without a logit).
+void CheckFirstKernelSamplesItsRows(SampleFn first_only, bool needs_vocab_multiple_of_4) {
   const int32_t ks[] = {1, 2, 7, 50, 64, 100, 127, 128, 129, 0};
   const float ps[] = {1.0f, 0.9f, 0.5f, 1e-6f, 0.99f};
   int rows = 0, mismatches = 0;
   const std::pair<int64_t, int64_t> shapes[] = {
       {1, 152064}, {3, 1000}, {17, 151937}, {255, 50257}, {256, 152064}};
   for (const auto& [batch, vocab] : shapes) {
+    if (needs_vocab_multiple_of_4 && vocab % 4 != 0) continue;
     SCOPED_TRACE(::testing::Message() << "batch=" << batch << " vocab=" << vocab);
     std::mt19937_64 rng(batch * 7 + vocab);
     Batch b;
@@ -302,7 +319,7 @@ TEST(SamplingCudaTest, StreamTopKSamplesItsRows) {
     std::normal_distribution<float> dist(0.0f, 3.0f);
     for (float& x : b.logits) x = dist(rng);
     const std::vector<int32_t> want = RunRef(b, batch, vocab);
-    const std::vector<int32_t> got = RunGpu(stream_only, b, batch, vocab);
+    const std::vector<int32_t> got = RunGpu(first_only, b, batch, vocab);
     for (int64_t r = 0; r < batch; ++r) {
       const int32_t k = b.top_k[r];
       const bool greedy = !(b.temperature[r] > 0.0f), with_k = k > 0 && k < vocab;
@@ -322,6 +339,24 @@ TEST(SamplingCudaTest, StreamTopKSamplesItsRows) {
     }
   }
   EXPECT_LE(mismatches, rows * 0.01) << mismatches << " of " << rows << " top-k rows differ";
+}
+
+TEST(SamplingCudaTest, StreamTopKSamplesItsRows) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  CheckFirstKernelSamplesItsRows(
+      [](const SamplingArgs& a, cudaStream_t s) {
+        return SamplingStreamLaunch(a, /*with_top_k=*/true, s);
+      },
+      false);
+}
+
+TEST(SamplingCudaTest, RowPipeTopKSamplesItsRows) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  CheckFirstKernelSamplesItsRows(
+      [](const SamplingArgs& a, cudaStream_t s) {
+        return SamplingRowPipeLaunch(a, /*with_top_k=*/true, s);
+      },
+      true);
 }
 
 // Adversarial shapes of row r (logits initially N(0, 3^2)) for the top-k / top-p stress tests.

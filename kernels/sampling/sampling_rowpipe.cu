@@ -1,0 +1,589 @@
+// Row-pipelined sampling kernel for large batches: one CTA per row, the row streamed from HBM
+// through a ring of shared-memory stages filled by bulk asynchronous copies (TMA, cp.async.bulk,
+// issued by thread 0 as each stage is read), so the loads in flight do not depend on registers or
+// on what the CTA computes: while it works on a chunk, or on a cut of its top-k candidates, the
+// next `stages` chunks (of this row or of its next one) are on their way. Why (WORKLOG.md,
+// session 7): the streaming cluster kernel (sampling_stream.cu) holds its loads in registers and
+// ends each row in a serial, cluster-wide tail; at batch 256 it ran ~4 rows per cluster in five
+// rounds of 62 clusters, latency-bound. Here a batch of up to two rows per SM is in flight at once
+// and every row's tail overlaps the others'. Below ~128-224 rows (kRowPipeMinBatch*) a lone CTA
+// per row streams too slowly and the streaming kernel stays faster.
+//
+// Rows it samples (the others are left to the resident cluster kernel, launched after it):
+//   greedy: the exact argmax (lowest id on ties);
+//   temperature only: per entry of 128 logits S_e = sum 2^((x - m) * scale), m the max of the two
+//     entries a warp takes from a chunk (the streaming kernel: of the entry), then, after the
+//     row, entry masses in fixed point, the entry holding u * total, and the draw inside it with
+//     exact weights (the entry re-read, 512 bytes);
+//   with_top_k, top-k rows with k <= kStreamTopKMax (any top-p; StreamsTopK): a running threshold
+//     theta, the exact k-th largest of the candidates so far (by their order-preserving keys; -0.0
+//     counts below 0.0 as in the other kernels' selects), is a lower bound of the row's k-th
+//     largest, so logits >= theta are appended to the candidates and nothing of the top-k set is
+//     lost; when the candidates pass kCandTrigger (the first chunk, then once or twice more over a
+//     N(0, 3^2) row) an exact radix select raises theta and drops the rest. After the row the
+//     candidates are the top-k set (ties kept): fixed-point weights, top-p, the draw in id order
+//     (sampling_draw.cuh, as the streaming kernel's leader). Ties that keep the candidates above
+//     the trigger, kMaxCuts selects, or a set above kKeptCap give kFallbackToken: the resident
+//     kernel samples that row.
+// Needs 16-byte aligned rows (vocab % 4 == 0, aligned logits) for the bulk copies.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "base/cuda_check.h"
+#include "kernels/sampling/block_reduce.cuh"
+#include "kernels/sampling/sampling.h"
+#include "kernels/sampling/sampling_cluster.cuh"
+#include "kernels/sampling/sampling_draw.cuh"
+#include "kernels/sampling/sampling_internal.cuh"
+#include "kernels/sampling/sampling_rng.h"
+#include "kernels/sampling/sampling_variants.h"
+
+namespace tandem {
+namespace {
+
+using sampling_cluster::kFallbackToken;
+using sampling_cluster::kStreamTopKMax;
+using sampling_internal::ArgMaxPair;
+using sampling_internal::Better;
+using sampling_internal::KeyOf;
+using sampling_internal::RowMath;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 2048;  // logits per stage (8 KiB): 16 entries, 2 per warp
+// Stages of the ring (runtime: its size is chosen per launch). With more rows than SMs, two CTAs
+// share an SM and each has kStagesShared (80 KiB in flight per CTA, 160 KiB per SM); with at most
+// one row per SM, one CTA has kMaxStages (192 KiB).
+constexpr int kMaxStages = 24;
+constexpr int kStagesShared = 10;
+constexpr int kEntryLen = 128;
+constexpr int kChunkEntries = kChunk / kEntryLen;
+constexpr int64_t kMaxVocab = 155648;
+constexpr int kEntriesPerThread =
+    static_cast<int>((kMaxVocab / kEntryLen + kThreads - 1) / kThreads);
+constexpr int kEntrySlots = kEntriesPerThread * kThreads;
+constexpr int kCandTrigger = 1024;               // candidates that start a select
+constexpr int kCandCap = kCandTrigger + kChunk;  // a chunk appends at most kChunk
+constexpr int kCandPerThread = kCandCap / kThreads;
+constexpr int kKeptCap = 512;  // the top-k set (k + ties) that the tail samples from
+// Selects per row before it is left to the resident kernel: a row whose logits keep rising (an
+// ascending row: every chunk beats the last threshold) would otherwise select after every chunk.
+constexpr int kMaxCuts = 8;
+static_assert(kChunkEntries == 2 * kWarps && kCandCap % kThreads == 0 && kKeptCap <= kCandCap);
+static_assert(kStreamTopKMax <= kCandTrigger);
+
+enum RowKind : int { kSkip = 0, kGreedy, kTemperature, kTopK };
+
+// Shared memory: this fixed part, then the ring (stages x kChunk logits, 128-byte aligned).
+struct PipeShared {
+  union {
+    struct {  // temperature rows: per entry of 128 logits
+      float max[kEntrySlots];
+      float sum[kEntrySlots];
+    } entry;
+    struct {  // top-k rows: candidates (logit, id), then the kept set's weights
+      alignas(16) float x[kCandCap];
+      int32_t id[kCandCap];
+      uint64_t w[kKeptCap];
+    } cand;
+  } u;
+  uint64_t full[kMaxStages];  // mbarriers: stage holds its chunk
+  uint32_t hist[256];         // radix select
+  uint64_t scratch[kWarps];
+  ArgMaxPair argmax_scratch[kWarps];
+  uint32_t count;     // candidates
+  float theta;        // top-k rows: a logit is a candidate iff x >= theta (NaN: none)
+  uint32_t overflow;  // top-k rows: the candidates cannot be cut below the trigger (ties), or
+                      // kMaxCuts selects did not keep them there
+  uint32_t cuts;
+  uint32_t sel_prefix, sel_rest, sel_lo, sel_hi;
+  uint32_t warp_lo[kWarps], warp_hi[kWarps];
+  int draw_entry;
+  uint64_t draw_rest;
+  int32_t token;
+};
+
+constexpr size_t kRingOffset = (sizeof(PipeShared) + 127) / 128 * 128;
+constexpr size_t SmemBytes(int stages) { return kRingOffset + size_t{4} * kChunk * stages; }
+static_assert(SmemBytes(kMaxStages) <= 227 * 1024, "one CTA per SM");
+static_assert(SmemBytes(kStagesShared) + 1024 <= 114 * 1024, "two CTAs per SM");
+
+__device__ __forceinline__ RowKind KindOf(const SamplingArgs& a, int64_t r, bool with_top_k) {
+  if (!(a.temperature[r] > 0.0f)) return kGreedy;
+  const int64_t k = a.top_k[r];
+  const bool filter_k = k > 0 && k < a.vocab_size;
+  if (!filter_k && !(a.top_p[r] < 1.0f)) return kTemperature;
+  return with_top_k && sampling_cluster::StreamsTopK(a, r) ? kTopK : kSkip;
+}
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ float KeyToFloat(uint32_t key) {  // inverse of KeyOf
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// 2^x in one MUFU.EX2 (flushes results below 2^-126 to 0): entry sums only pick the entry.
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Thread 0: the bulk copy of `bytes` (a multiple of 16) from src into dst, completing on bar.
+// The logits are read once (evict-first in L2).
+__device__ __forceinline__ void IssueChunk(float* dst, const float* src, uint32_t bytes,
+                                           uint64_t* bar) {
+  const uint32_t b = SharedAddress(bar), d = SharedAddress(dst);
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;\n" ::"r"(d),
+      "l"(src), "r"(bytes), "r"(b), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ void WaitFull(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(SharedAddress(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// Thread 0's cursor over the chunks this CTA copies: rows blockIdx.x, + gridDim.x, ... that it
+// samples, each in ceil(vocab / kChunk) chunks, in the order the CTA consumes them.
+struct Producer {
+  int64_t row;
+  int chunk;
+  int stage;
+
+  __device__ void SkipTo(const SamplingArgs& a, bool with_top_k, int64_t r) {
+    while (r < a.batch && KindOf(a, r, with_top_k) == kSkip) r += gridDim.x;
+    row = r, chunk = 0;
+  }
+  __device__ void IssueNext(PipeShared& s, float* ring, int stages, const SamplingArgs& a,
+                            bool with_top_k, int chunks) {
+    if (row >= a.batch) return;
+    const int64_t first = int64_t{chunk} * kChunk;
+    const int64_t left = a.vocab_size - first;
+    const int n = left < kChunk ? static_cast<int>(left) : kChunk;
+    IssueChunk(ring + stage * kChunk, a.logits + row * a.vocab_size + first, 4u * n,
+               &s.full[stage]);
+    if (++stage == stages) stage = 0;
+    if (++chunk == chunks) SkipTo(a, with_top_k, row + gridDim.x);
+  }
+};
+
+// The exact k-th largest key (ties counted) of the first n candidates (n >= k), in every thread:
+// radix rounds over d = key - (the smallest key), at most 8 bits each from the top bit of the
+// largest d down. Digits of d rather than of the key: candidates are the top of a row, so their
+// keys share their high bits, and a histogram of the key's top byte would put them all in one bin
+// (one shared-memory address for every atomic: that made the first select of a row cost ~10 us).
+__device__ uint32_t KthLargestKey(PipeShared& s, uint32_t n, uint32_t k) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint32_t lo = ~0u, hi = 0;
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+    const uint32_t key = KeyOf(s.u.cand.x[i]);
+    lo = min(lo, key), hi = max(hi, key);
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
+  if (lane == 0) s.warp_lo[warp] = lo, s.warp_hi[warp] = hi;
+  __syncthreads();
+  lo = ~0u, hi = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) lo = min(lo, s.warp_lo[w]), hi = max(hi, s.warp_hi[w]);
+  uint32_t prefix = 0, rest = k;  // the chosen high bits of d (from bit `top` up)
+  for (int top = 32 - __clz(hi - lo); top > 0;) {
+    const int shift = top > 8 ? top - 8 : 0;
+    const uint32_t bins = 1u << (top - shift);
+    s.hist[threadIdx.x] = 0;
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+      const uint32_t d = KeyOf(s.u.cand.x[i]) - lo;
+      const uint32_t high = top == 32 ? 0u : d >> top;
+      if (high == (top == 32 ? 0u : prefix >> top)) {
+        atomicAdd(&s.hist[(d >> shift) & (bins - 1)], 1u);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {  // digits from the top: lane l holds 255 - 8l - j
+      uint64_t v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = s.hist[255 - 8 * lane - j];
+      const sampling_internal::WarpPick p = sampling_internal::WarpFirstReaching<8>(v, rest);
+      if (lane == 0) {
+        const uint32_t digit = p.index < 0 ? 0u : 255u - static_cast<uint32_t>(p.index);
+        s.sel_prefix = prefix | digit << shift;
+        s.sel_rest = p.index < 0 ? 1u : static_cast<uint32_t>(p.rest);
+      }
+    }
+    __syncthreads();
+    prefix = s.sel_prefix, rest = s.sel_rest, top = shift;
+  }
+  return lo + prefix;
+}
+
+// All threads: keeps the candidates >= the k-th largest (ties kept) and raises theta to it;
+// flags an overflow when they stay above the trigger (ties) or, streaming (not the row's last
+// select), when the row has had kMaxCuts. Ends with a block barrier.
+__device__ void CutCandidates(PipeShared& s, uint32_t k, bool streaming) {
+  const uint32_t n = s.count;
+  const uint32_t kth = KthLargestKey(s, n, k);
+  float x[kCandPerThread];
+  int32_t id[kCandPerThread];
+#pragma unroll
+  for (int j = 0; j < kCandPerThread; ++j) {
+    const uint32_t i = j * kThreads + threadIdx.x;
+    x[j] = i < n ? s.u.cand.x[i] : -INFINITY;
+    id[j] = i < n ? s.u.cand.id[i] : -1;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) s.count = 0;
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < kCandPerThread; ++j) {
+    const bool keep = id[j] >= 0 && KeyOf(x[j]) >= kth;
+    const uint32_t mask = __ballot_sync(0xffffffffu, keep);
+    if (mask == 0) continue;
+    uint32_t base = 0;
+    if (lane == __ffs(mask) - 1) base = atomicAdd(&s.count, __popc(mask));
+    base = __shfl_sync(0xffffffffu, base, __ffs(mask) - 1);
+    if (keep) {
+      const uint32_t slot = base + __popc(mask & ((1u << lane) - 1));
+      s.u.cand.x[slot] = x[j], s.u.cand.id[slot] = id[j];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    s.theta = KeyToFloat(kth);
+    // No more appends once the candidates stay above the trigger or the row has had its selects.
+    if (s.count > kCandTrigger || (streaming && ++s.cuts > kMaxCuts)) s.overflow = 1, s.theta = NAN;
+  }
+  __syncthreads();
+}
+
+// One chunk of a row (n logits from `first`, in stage q), warp w: entries 2w and 2w + 1.
+struct ChunkView {
+  const float* stage;
+  int n;
+  int32_t first;
+  // This lane's 4 logits of the warp's j-th entry (NaN and beyond the row: -inf), and their
+  // position in the chunk.
+  __device__ __forceinline__ int Load(int j, float (&q)[4]) const {
+    const int local = (2 * (threadIdx.x / 32) + j) * kEntryLen + 4 * (threadIdx.x % 32);
+    float4 v = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+    if (local < n) v = *reinterpret_cast<const float4*>(stage + local);  // n % 4 == 0
+    q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) ? -INFINITY : q[e];
+    return local;
+  }
+};
+
+__device__ __forceinline__ void GreedyChunk(const ChunkView& c, ArgMaxPair& best) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    float q[4];
+    const int local = c.Load(j, q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {  // ids grow within a thread: the first strict max is lowest
+      if (q[e] > best.value) best = ArgMaxPair{q[e], c.first + local + e};
+    }
+  }
+}
+
+// Both entries of the warp share one reference m (their max, one REDUX): S_e is then relative to
+// m, which is all the tail needs (entry mass = S_e 2^((m - M) scale), M the max of the m's).
+__device__ __forceinline__ void TemperatureChunk(PipeShared& s, const ChunkView& c, int chunk,
+                                                 float scale) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float q[2][4];
+  c.Load(0, q[0]);
+  c.Load(1, q[1]);
+  float lane_max = q[0][0];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) lane_max = fmaxf(lane_max, q[j][e]);
+  }
+  const float m = KeyToFloat(__reduce_max_sync(0xffffffffu, KeyOf(lane_max)));
+  float sum[2] = {0.0f, 0.0f};
+  if (m != -INFINITY) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sum[j] += FastExp2((q[j][e] - m) * scale);
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    sum[0] += __shfl_xor_sync(0xffffffffu, sum[0], off);
+    sum[1] += __shfl_xor_sync(0xffffffffu, sum[1], off);
+  }
+  if (lane < 2) {
+    const int e = chunk * kChunkEntries + 2 * warp + lane;
+    s.u.entry.max[e] = m, s.u.entry.sum[e] = lane == 0 ? sum[0] : sum[1];
+  }
+}
+
+// Appends this warp's logits >= theta of the chunk (one shared atomic per warp: a prefix over the
+// lanes places them). Returns where the warp's appends end (0 if none): the largest over the
+// warps is the new count, so a barrier that ORs "end > trigger" decides the select uniformly
+// (reading the count after the barrier would race with the next chunk's appends).
+__device__ __forceinline__ uint32_t TopKChunk(PipeShared& s, const ChunkView& c) {
+  const int lane = threadIdx.x % 32;
+  const float theta = s.theta;
+  float q[2][4];
+  int local[2];
+  uint32_t want = 0;  // bit 4j + e: logit e of the lane's j-th float4 (-inf beyond the row)
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    local[j] = c.Load(j, q[j]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      want |= (local[j] < c.n && q[j][e] >= theta ? 1u : 0u) << (4 * j + e);
+  }
+  const uint32_t mine = __popc(want);
+  if (!__any_sync(0xffffffffu, mine != 0)) return 0;
+  uint32_t incl = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  uint32_t base = 0;
+  if (lane == 31) base = atomicAdd(&s.count, incl);
+  base = __shfl_sync(0xffffffffu, base, 31);
+  uint32_t slot = base + incl - mine;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (want >> (4 * j + e) & 1u) {
+        s.u.cand.x[slot] = q[j][e], s.u.cand.id[slot] = c.first + local[j] + e;
+        ++slot;
+      }
+    }
+  }
+  return base + __shfl_sync(0xffffffffu, incl, 31);
+}
+
+// Temperature row, after its chunks: entry masses, the entry holding u * total, the draw in it.
+__device__ int32_t TemperatureTail(PipeShared& s, const SamplingArgs& args, int64_t r,
+                                   float scale) {
+  const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
+  const int e0 = threadIdx.x * kEntriesPerThread;
+  if (threadIdx.x == 0) s.draw_entry = 0, s.draw_rest = 0;  // set again by the owner
+  ArgMaxPair best{-INFINITY, INT32_MAX};
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    if (e0 + j < entries) best = Better(best, ArgMaxPair{s.u.entry.max[e0 + j], (e0 + j) * 128});
+  }
+  best = sampling_internal::BlockArgMax<kWarps>(best, s.argmax_scratch);
+  if (best.value == -INFINITY) return 0;  // every logit -inf or NaN: the lowest id
+  const RowMath row{best.value, scale, 0.0f};
+  uint64_t mass[kEntriesPerThread], mine = 0;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    const int e = e0 + j;
+    const bool live = e < entries && s.u.entry.max[e] != -INFINITY;
+    mass[j] = live ? RowMath::Fixed(s.u.entry.sum[e] * row.WeightF(s.u.entry.max[e])) : 0;
+    mine += mass[j];
+  }
+  uint64_t total = 0;
+  const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
+  if (total == 0) return best.id;  // cannot happen: the max has weight 1
+  const double u = SamplingUniformImpl(args.seeds[r], args.steps[r]);
+  const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
+  if (before <= target && target < before + mine) {
+    uint64_t rest = target - before;
+#pragma unroll
+    for (int j = 0; j < kEntriesPerThread; ++j) {
+      if (rest < mass[j]) {
+        s.draw_entry = e0 + j, s.draw_rest = rest;
+        break;
+      }
+      rest -= mass[j];
+    }
+  }
+  __syncthreads();
+  int32_t token = best.id;
+  if (threadIdx.x < 32) {
+    const int64_t first = int64_t{s.draw_entry} * kEntryLen;
+    const int64_t local = first + 4 * threadIdx.x;
+    float q[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    if (local < args.vocab_size) {  // vocab % 4 == 0
+      const float4 v =
+          __ldcs(reinterpret_cast<const float4*>(args.logits + r * args.vocab_size + local));
+      q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) ? -INFINITY : q[e];
+    }
+    const int32_t t =
+        sampling_internal::DrawIn128(q, static_cast<int32_t>(first), row, s.draw_rest);
+    if (t >= 0) token = t;
+  }
+  return token;
+}
+
+// Top-k row, after its chunks: the exact top-k set, weights, top-p, the draw in id order.
+__device__ int32_t TopKTail(PipeShared& s, const SamplingArgs& args, int64_t r) {
+  const uint32_t k = static_cast<uint32_t>(args.top_k[r]);
+  if (s.overflow == 0 && s.count > k) CutCandidates(s, k, /*streaming=*/false);
+  const uint32_t m = s.count;
+  if (s.overflow != 0 || m > kKeptCap) return kFallbackToken;  // uniform
+  float mx = -INFINITY;
+  for (uint32_t i = threadIdx.x; i < m; i += kThreads) mx = fmaxf(mx, s.u.cand.x[i]);
+  mx = sampling_internal::BlockArgMax<kWarps>(ArgMaxPair{mx, 0}, s.argmax_scratch).value;
+  if (mx == -INFINITY) return kFallbackToken;  // every logit -inf or NaN: the resident kernel
+  const float scale = kSamplingLog2e / args.temperature[r];
+  uint64_t mine = 0;
+  for (uint32_t i = threadIdx.x; i < m; i += kThreads) {
+    const uint64_t w = RowMath::Fixed(exp2f((s.u.cand.x[i] - mx) * scale));
+    s.u.cand.w[i] = w;
+    mine += w;
+  }
+  const uint64_t z = sampling_internal::BlockSum<kWarps>(mine, s.scratch);  // publishes w
+  const float top_p = args.top_p[r];
+  if (top_p < 1.0f) {
+    sampling_internal::ApplyTopPToKept<kThreads, kKeptCap>(s.u.cand.x, s.u.cand.w, m, z, top_p);
+  }
+  if (threadIdx.x == 0) s.token = kFallbackToken;
+  __syncthreads();
+  sampling_internal::DrawKeptById<kThreads>(s.u.cand.id, s.u.cand.w, m,
+                                            SamplingUniformImpl(args.seeds[r], args.steps[r]),
+                                            s.scratch, &s.token);
+  return s.token;
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+    SamplingRowPipeKernel(const __grid_constant__ SamplingArgs args, bool with_top_k, int stages) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  PipeShared& s = *reinterpret_cast<PipeShared*>(smem);
+  float* ring = reinterpret_cast<float*>(smem + kRingOffset);
+  const int chunks = static_cast<int>((args.vocab_size + kChunk - 1) / kChunk);
+  Producer producer{0, 0, 0};
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < stages; ++i) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(SharedAddress(&s.full[i]))
+                   : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    producer.SkipTo(args, with_top_k, blockIdx.x);
+    for (int i = 0; i < stages; ++i) producer.IssueNext(s, ring, stages, args, with_top_k, chunks);
+  }
+  __syncthreads();
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t r = blockIdx.x; r < args.batch; r += gridDim.x) {
+    const RowKind kind = KindOf(args, r, with_top_k);
+    if (kind == kSkip) continue;
+    const float scale = kind == kGreedy ? 0.0f : kSamplingLog2e / args.temperature[r];
+    ArgMaxPair best{-INFINITY, INT32_MAX};
+    if (kind == kTopK && threadIdx.x == 0)
+      s.count = 0, s.theta = -INFINITY, s.overflow = 0, s.cuts = 0;
+    if (kind == kTopK) __syncthreads();
+    for (int c = 0; c < chunks; ++c) {
+      WaitFull(&s.full[stage], phase);
+      const int32_t first = c * kChunk;
+      const int64_t left = args.vocab_size - first;
+      const ChunkView view{ring + stage * kChunk, left < kChunk ? static_cast<int>(left) : kChunk,
+                           first};
+      uint32_t appended_to = 0;
+      if (kind == kGreedy) {
+        if (c == 0) {  // the lowest id of this thread's first logit, for rows of -inf
+          const int local = (2 * (threadIdx.x / 32)) * kEntryLen + 4 * (threadIdx.x % 32);
+          if (local < view.n) best.id = local;
+        }
+        GreedyChunk(view, best);
+      } else if (kind == kTemperature) {
+        TemperatureChunk(s, view, c, scale);
+      } else {
+        appended_to = TopKChunk(s, view);
+      }
+      // The stage is read: refill it. Top-k rows: select when the candidates passed the trigger.
+      const bool cut = __syncthreads_or(appended_to > kCandTrigger);
+      if (threadIdx.x == 0) producer.IssueNext(s, ring, stages, args, with_top_k, chunks);
+      if (++stage == stages) stage = 0, phase ^= 1;
+      if (cut) {
+        CutCandidates(s, static_cast<uint32_t>(args.top_k[r]), /*streaming=*/true);
+      }
+    }
+    int32_t token;
+    if (kind == kGreedy) {
+      token = sampling_internal::BlockArgMax<kWarps>(best, s.argmax_scratch).id;
+    } else if (kind == kTemperature) {
+      token = TemperatureTail(s, args, r, scale);
+    } else {
+      token = TopKTail(s, args, r);
+    }
+    if (threadIdx.x == 0) args.out_tokens[r] = token;
+    __syncthreads();  // the row's buffers are read before the next row writes them
+  }
+}
+
+// Once per device: the shared-memory limit raised (to the one-CTA-per-SM ring), the SMs, and how
+// many CTAs with the shared ring fit an SM (2 expected).
+struct Config {
+  int sms = 0;
+  int per_sm_shared = 0;
+};
+
+absl::StatusOr<Config> Configure() {
+  static std::atomic<int> cached_sms[64] = {};
+  static std::atomic<int> cached_per_sm[64] = {};
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  Config c{cached_sms[device & 63].load(std::memory_order_acquire),
+           cached_per_sm[device & 63].load(std::memory_order_acquire)};
+  if (c.sms > 0 && c.per_sm_shared > 0) return c;
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SamplingRowPipeKernel,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(SmemBytes(kMaxStages))));
+  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &c.per_sm_shared, SamplingRowPipeKernel, kThreads, SmemBytes(kStagesShared)));
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, device));
+  if (c.per_sm_shared <= 0) return absl::InternalError("SamplingRowPipe: no CTA fits an SM");
+  cached_sms[device & 63].store(c.sms, std::memory_order_release);
+  cached_per_sm[device & 63].store(c.per_sm_shared, std::memory_order_release);
+  return c;
+}
+
+}  // namespace
+
+bool SamplingRowPipeSupports(const SamplingArgs& args) {
+  return args.vocab_size > 0 && args.vocab_size <= kMaxVocab && args.vocab_size % 4 == 0 &&
+         (reinterpret_cast<uintptr_t>(args.logits) & 15u) == 0;
+}
+
+absl::Status SamplingRowPipeLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream) {
+  if (args.batch < 0 || !SamplingRowPipeSupports(args)) {
+    return absl::InvalidArgumentError(
+        "SamplingRowPipe: needs batch >= 0, 0 < vocab <= 155648, vocab % 4 == 0, 16-byte aligned "
+        "logits");
+  }
+  if (args.batch == 0) return absl::OkStatus();
+  const absl::StatusOr<Config> c = Configure();
+  if (!c.ok()) return c.status();
+  // One CTA per row up to the CTAs that fit; the big ring while there is at most one per SM.
+  const bool alone = args.batch <= c->sms;
+  const int stages = alone ? kMaxStages : kStagesShared;
+  const int64_t grid = std::min<int64_t>(args.batch, int64_t{c->per_sm_shared} * c->sms);
+  SamplingRowPipeKernel<<<grid, kThreads, SmemBytes(stages), stream>>>(args, with_top_k, stages);
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+}  // namespace tandem
