@@ -323,8 +323,8 @@ void BenchElementwise(const Ceilings& c) {
 // mode); "sampling_flipped_hint.*" the same rows with the other hint value: for rows without
 // top-k the streaming build with top-k code, for top-k rows the resident kernel (the dispatch
 // before top-k rows were streamed). "sampling_stream_first.*" and "sampling_rowpipe_first.*" force
-// the first kernel (the default takes the row-pipelined one from kRowPipeMinBatch(TopK) rows on).
-// The one-block-per-row kernel ("sampling_1blk.*", not at B = 128 / 192) and, at
+// the first kernel (the default takes the row-pipelined one from kRowPipeMinBatch rows on).
+// The one-block-per-row kernel ("sampling_1blk.*", at B = 1 / 32 / 256) and, at
 // B = 256, the resident cluster kernel on every row ("sampling_resident.*") are timed in the same
 // run. Each streaming build's occupancy and resources are printed first.
 // TANDEM_BENCH_SAMPLING_BATCH=<b> times only the default dispatch at that batch, and
@@ -348,7 +348,7 @@ void BenchSampling(const Ceilings& c) {
                         {"topp0.95", 1.0f, 0, 0.95f}};
   const char* only_batch = std::getenv("TANDEM_BENCH_SAMPLING_BATCH");
   const char* only_mode = std::getenv("TANDEM_BENCH_SAMPLING_MODE");
-  for (int64_t batch : {1, 32, 128, 192, 256}) {
+  for (int64_t batch : {1, 32, 64, 96, 128, 192, 256}) {
     if (only_batch != nullptr && std::atoll(only_batch) != batch) continue;
     const size_t bytes = batch * vocab * 4;
     const int copies = RotationCopies(bytes);
@@ -406,13 +406,19 @@ void BenchSampling(const Ceilings& c) {
         time("sampling_rowpipe_first.", [](const SamplingArgs& a, cudaStream_t st) {
           return SamplingWithFirstKernel(a, FirstKernel::kRowPipe, st);
         });
+        // The row-pipelined kernel without the resident kernel after it: not a sampler (rows it
+        // leaves or overflows stay unsampled; none do at N(0, 3^2) with k <= 128), only what the
+        // second launch costs.
+        time("sampling_rowpipe_alone.", [](const SamplingArgs& a, cudaStream_t st) {
+          return SamplingRowPipeLaunch(a, a.rows_may_use_top_k, st);
+        });
       }
       if (only_batch == nullptr) {
         args.rows_may_use_top_k = !args.rows_may_use_top_k;
         time("sampling_flipped_hint.", &Sampling);
         args.rows_may_use_top_k = !args.rows_may_use_top_k;
       }
-      if (only_batch == nullptr && (batch < 128 || batch == 256)) {
+      if (only_batch == nullptr && (batch < 64 || batch == 256)) {
         time("sampling_1blk.", &SamplingOneBlockPerRow);
       }
       if (batch == 256 && only_batch == nullptr) time("sampling_resident.", &SamplingCluster);

@@ -340,8 +340,8 @@ namespace {
 
 // Vocabularies that fit the cluster kernels: rows without top-k / top-p and, unless the caller
 // says no row uses top-k (SamplingArgs::rows_may_use_top_k), top-k rows with k <= 128 stream
-// through the first kernel (the streaming cluster kernel, or from kRowPipeMinBatch(TopK) rows on
-// the row-pipelined one); the others (and its overflowing top-k rows) through the resident cluster
+// through the first kernel (the streaming cluster kernel, or from kRowPipeMinBatch rows on the
+// row-pipelined one); the others (and its overflowing top-k rows) through the resident cluster
 // kernel (each launch skips the other's rows; kernels/sampling/WORKLOG.md, steps 6-12 and
 // sessions 5 and 7).
 absl::Status SampleWithClusterKernels(const SamplingArgs& args, bool row_pipe,
@@ -362,8 +362,7 @@ absl::Status SampleWithClusterKernels(const SamplingArgs& args, bool row_pipe,
 // Longer rows than the cluster kernels take: the one-block-per-row kernel.
 absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream) {
   if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
-    const int64_t min_batch = args.rows_may_use_top_k ? kRowPipeMinBatchTopK : kRowPipeMinBatch;
-    return SampleWithClusterKernels(args, args.batch >= min_batch, stream);
+    return SampleWithClusterKernels(args, args.batch >= kRowPipeMinBatch, stream);
   }
   return SamplingOneBlockPerRow(args, stream);
 }

@@ -35,11 +35,10 @@ struct SamplingArgs {
   // Host-side hint from the caller, who knows its requests' parameters: false promises that no
   // row has top-k (0 < top_k < vocab_size). Sampling() then streams greedy and temperature rows
   // with a build of the streaming kernel that has no top-k code (fewer registers, no spills, 4 KB
-  // of shared memory instead of 40: ~3 us less at batch 256), or from 224 rows on with the
-  // row-pipelined kernel, which streams top-k rows from 128 rows on when the hint is true
-  // (sampling_variants.h), and leaves every row with top-k or top-p to the resident kernel. Only
-  // speed depends on it: a row with top-k under a false hint is still sampled exactly, by the
-  // resident kernel.
+  // of shared memory instead of 40: ~3 us less at batch 256), or from 128 rows on with the
+  // row-pipelined kernel (sampling_variants.h), and leaves every row with top-k or top-p to the
+  // resident kernel. Only speed depends on it: a row with top-k under a false hint is still sampled
+  // exactly, by the resident kernel.
   bool rows_may_use_top_k = true;
 };
 

@@ -6,13 +6,13 @@
 // session 7): the streaming cluster kernel (sampling_stream.cu) holds its loads in registers and
 // ends each row in a serial, cluster-wide tail; at batch 256 it ran ~4 rows per cluster in five
 // rounds of 62 clusters, latency-bound. Here a batch of up to two rows per SM is in flight at once
-// and every row's tail overlaps the others'. Below ~128-224 rows (kRowPipeMinBatch*) a lone CTA
-// per row streams too slowly and the streaming kernel stays faster.
+// and every row's tail overlaps the others'. Below kRowPipeMinBatch rows a lone CTA per row
+// streams too slowly and the streaming kernel stays faster.
 //
 // Rows it samples (the others are left to the resident cluster kernel, launched after it):
 //   greedy: the exact argmax (lowest id on ties);
-//   temperature only: per entry of 128 logits S_e = sum 2^((x - m) * scale), m the max of the two
-//     entries a warp takes from a chunk (the streaming kernel: of the entry), then, after the
+//   temperature only: per entry of 128 logits S_e = sum 2^((x - m) * scale), m the max of the
+//     four entries a warp takes from a chunk (the streaming kernel: of the entry), then, after the
 //     row, entry masses in fixed point, the entry holding u * total, and the draw inside it with
 //     exact weights (the entry re-read, 512 bytes);
 //   with_top_k, top-k rows with k <= kStreamTopKMax (any top-p; StreamsTopK): a running threshold
@@ -52,14 +52,15 @@ using sampling_internal::RowMath;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kChunk = 2048;  // logits per stage (8 KiB): 16 entries, 2 per warp
+constexpr int kChunk = 4096;  // logits per stage (16 KiB): 32 entries, 4 per warp
 // Stages of the ring (runtime: its size is chosen per launch). With more rows than SMs, two CTAs
-// share an SM and each has kStagesShared (80 KiB in flight per CTA, 160 KiB per SM); with at most
-// one row per SM, one CTA has kMaxStages (192 KiB).
-constexpr int kMaxStages = 24;
-constexpr int kStagesShared = 10;
+// share an SM and each has kStagesShared (64 KiB in flight per CTA, 128 KiB per SM); with at most
+// one row per SM, one CTA has kMaxStages (176 KiB).
+constexpr int kMaxStages = 11;
+constexpr int kStagesShared = 4;
 constexpr int kEntryLen = 128;
 constexpr int kChunkEntries = kChunk / kEntryLen;
+constexpr int kPerWarp = kChunkEntries / kWarps;  // entries of a chunk per warp
 constexpr int64_t kMaxVocab = 155648;
 constexpr int kEntriesPerThread =
     static_cast<int>((kMaxVocab / kEntryLen + kThreads - 1) / kThreads);
@@ -71,7 +72,7 @@ constexpr int kKeptCap = 512;  // the top-k set (k + ties) that the tail samples
 // Selects per row before it is left to the resident kernel: a row whose logits keep rising (an
 // ascending row: every chunk beats the last threshold) would otherwise select after every chunk.
 constexpr int kMaxCuts = 8;
-static_assert(kChunkEntries == 2 * kWarps && kCandCap % kThreads == 0 && kKeptCap <= kCandCap);
+static_assert(kPerWarp == 4 && kCandCap % kThreads == 0 && kKeptCap <= kCandCap);
 static_assert(kStreamTopKMax <= kCandTrigger);
 
 enum RowKind : int { kSkip = 0, kGreedy, kTemperature, kTopK };
@@ -274,7 +275,7 @@ __device__ void CutCandidates(PipeShared& s, uint32_t k, bool streaming) {
   __syncthreads();
 }
 
-// One chunk of a row (n logits from `first`, in stage q), warp w: entries 2w and 2w + 1.
+// One chunk of a row (n logits from `first`), warp w: entries kPerWarp w .. kPerWarp w + 3.
 struct ChunkView {
   const float* stage;
   int n;
@@ -282,7 +283,7 @@ struct ChunkView {
   // This lane's 4 logits of the warp's j-th entry (NaN and beyond the row: -inf), and their
   // position in the chunk.
   __device__ __forceinline__ int Load(int j, float (&q)[4]) const {
-    const int local = (2 * (threadIdx.x / 32) + j) * kEntryLen + 4 * (threadIdx.x % 32);
+    const int local = (kPerWarp * (threadIdx.x / 32) + j) * kEntryLen + 4 * (threadIdx.x % 32);
     float4 v = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
     if (local < n) v = *reinterpret_cast<const float4*>(stage + local);  // n % 4 == 0
     q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
@@ -294,7 +295,7 @@ struct ChunkView {
 
 __device__ __forceinline__ void GreedyChunk(const ChunkView& c, ArgMaxPair& best) {
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < kPerWarp; ++j) {
     float q[4];
     const int local = c.Load(j, q);
 #pragma unroll
@@ -304,37 +305,44 @@ __device__ __forceinline__ void GreedyChunk(const ChunkView& c, ArgMaxPair& best
   }
 }
 
-// Both entries of the warp share one reference m (their max, one REDUX): S_e is then relative to
-// m, which is all the tail needs (entry mass = S_e 2^((m - M) scale), M the max of the m's).
+// The warp's kPerWarp entries share one reference m (their max, one REDUX): S_e is then relative
+// to m, which is all the tail needs (entry mass = S_e 2^((m - M) scale), M the max of the m's).
+// The four sums are reduced transposed: two exchange steps leave each group of 8 lanes one entry,
+// then three steps within the group (6 shuffles instead of 20).
 __device__ __forceinline__ void TemperatureChunk(PipeShared& s, const ChunkView& c, int chunk,
                                                  float scale) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float q[2][4];
-  c.Load(0, q[0]);
-  c.Load(1, q[1]);
+  float q[kPerWarp][4];
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) c.Load(j, q[j]);
   float lane_max = q[0][0];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) lane_max = fmaxf(lane_max, q[j][e]);
   }
   const float m = KeyToFloat(__reduce_max_sync(0xffffffffu, KeyOf(lane_max)));
-  float sum[2] = {0.0f, 0.0f};
+  float sum[kPerWarp] = {};
   if (m != -INFINITY) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) sum[j] += FastExp2((q[j][e] - m) * scale);
     }
   }
+  const bool hi16 = (lane & 16) != 0, hi8 = (lane & 8) != 0;
+  // Lanes 16-31 keep entries 2 and 3, lanes 0-15 entries 0 and 1.
+  float k0 = hi16 ? sum[2] : sum[0], k1 = hi16 ? sum[3] : sum[1];
+  k0 += __shfl_xor_sync(0xffffffffu, hi16 ? sum[0] : sum[2], 16);
+  k1 += __shfl_xor_sync(0xffffffffu, hi16 ? sum[1] : sum[3], 16);
+  // Lanes with bit 3 set keep the second of the two.
+  float mine = hi8 ? k1 : k0;
+  mine += __shfl_xor_sync(0xffffffffu, hi8 ? k0 : k1, 8);
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) {
-    sum[0] += __shfl_xor_sync(0xffffffffu, sum[0], off);
-    sum[1] += __shfl_xor_sync(0xffffffffu, sum[1], off);
-  }
-  if (lane < 2) {
-    const int e = chunk * kChunkEntries + 2 * warp + lane;
-    s.u.entry.max[e] = m, s.u.entry.sum[e] = lane == 0 ? sum[0] : sum[1];
+  for (int off = 4; off > 0; off /= 2) mine += __shfl_xor_sync(0xffffffffu, mine, off);
+  if ((lane & 7) == 0) {  // lanes 0, 8, 16, 24: entries 0, 1, 2, 3
+    const int e = chunk * kChunkEntries + kPerWarp * warp + (hi16 ? 2 : 0) + (hi8 ? 1 : 0);
+    s.u.entry.max[e] = m, s.u.entry.sum[e] = mine;
   }
 }
 
@@ -345,11 +353,11 @@ __device__ __forceinline__ void TemperatureChunk(PipeShared& s, const ChunkView&
 __device__ __forceinline__ uint32_t TopKChunk(PipeShared& s, const ChunkView& c) {
   const int lane = threadIdx.x % 32;
   const float theta = s.theta;
-  float q[2][4];
-  int local[2];
+  float q[kPerWarp][4];
+  int local[kPerWarp];
   uint32_t want = 0;  // bit 4j + e: logit e of the lane's j-th float4 (-inf beyond the row)
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < kPerWarp; ++j) {
     local[j] = c.Load(j, q[j]);
 #pragma unroll
     for (int e = 0; e < 4; ++e)
@@ -368,7 +376,7 @@ __device__ __forceinline__ uint32_t TopKChunk(PipeShared& s, const ChunkView& c)
   base = __shfl_sync(0xffffffffu, base, 31);
   uint32_t slot = base + incl - mine;
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if (want >> (4 * j + e) & 1u) {
@@ -504,7 +512,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       uint32_t appended_to = 0;
       if (kind == kGreedy) {
         if (c == 0) {  // the lowest id of this thread's first logit, for rows of -inf
-          const int local = (2 * (threadIdx.x / 32)) * kEntryLen + 4 * (threadIdx.x % 32);
+          const int local = kPerWarp * (threadIdx.x / 32) * kEntryLen + 4 * (threadIdx.x % 32);
           if (local < view.n) best.id = local;
         }
         GreedyChunk(view, best);

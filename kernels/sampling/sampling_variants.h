@@ -50,11 +50,10 @@ absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows, c
 bool SamplingRowPipeSupports(const SamplingArgs& args);
 absl::Status SamplingRowPipeLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream);
 // Sampling() picks the row-pipelined kernel for the rows the streaming kernel would take from
-// these batch sizes on (where it supports the logits): with rows_may_use_top_k (its top-k rows
-// beat the streaming kernel's from 128 rows), and without (greedy and temperature rows: from
-// ~224; kernels/sampling/WORKLOG.md, session 7).
-constexpr int64_t kRowPipeMinBatchTopK = 128;
-constexpr int64_t kRowPipeMinBatch = 224;
+// this batch size on (where it supports the logits): from 128 rows it is faster for greedy,
+// temperature and top-k rows alike; at 32 the streaming kernel is (kernels/sampling/WORKLOG.md,
+// session 7).
+constexpr int64_t kRowPipeMinBatch = 128;
 // Sampling() with its first kernel forced (tests and kb_bench): the streaming cluster kernel, or
 // the row-pipelined one wherever it supports the logits, at any batch size.
 enum class FirstKernel { kStream, kRowPipe };

@@ -36,7 +36,7 @@ absl::Status SamplingNoTopKHint(const SamplingArgs& args, cudaStream_t stream) {
 }
 
 // Sampling() with its first kernel forced, whatever the batch size (the default switches at
-// kRowPipeMinBatch(TopK) rows): the streaming cluster kernel, or the row-pipelined one (where it
+// kRowPipeMinBatch rows): the streaming cluster kernel, or the row-pipelined one (where it
 // supports the logits: vocab % 4 == 0; the streaming kernel otherwise).
 absl::Status SamplingStreamFirst(const SamplingArgs& args, cudaStream_t stream) {
   return SamplingWithFirstKernel(args, FirstKernel::kStream, stream);
