@@ -47,7 +47,9 @@ using sampling_cluster::kFallbackToken;
 using sampling_cluster::kStreamTopKMax;
 using sampling_internal::ArgMaxPair;
 using sampling_internal::Better;
+using sampling_internal::FastExp2;
 using sampling_internal::KeyOf;
+using sampling_internal::KeyToFloat;
 using sampling_internal::RowMath;
 
 constexpr int kThreads = 256;
@@ -99,7 +101,7 @@ struct PipeShared {
   uint32_t overflow;  // top-k rows: the candidates cannot be cut below the trigger (ties), or
                       // kMaxCuts selects did not keep them there
   uint32_t cuts;
-  uint32_t sel_prefix, sel_rest, sel_lo, sel_hi;
+  uint32_t sel_prefix, sel_rest;
   uint32_t warp_lo[kWarps], warp_hi[kWarps];
   int draw_entry;
   uint64_t draw_rest;
@@ -121,17 +123,6 @@ __device__ __forceinline__ RowKind KindOf(const SamplingArgs& a, int64_t r, bool
 
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ float KeyToFloat(uint32_t key) {  // inverse of KeyOf
-  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
-
-// 2^x in one MUFU.EX2 (flushes results below 2^-126 to 0): entry sums only pick the entry.
-__device__ __forceinline__ float FastExp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // Thread 0: the bulk copy of `bytes` (a multiple of 16) from src into dst, completing on bar.

@@ -37,15 +37,8 @@ using sampling_cluster::Peer;
 using sampling_cluster::RowMath;
 using sampling_cluster::SliceLength;
 using sampling_internal::Better;
+using sampling_internal::FastExp2;
 namespace cg = cooperative_groups;
-
-// 2^x in one MUFU.EX2 (flushes results below 2^-126 to 0): for the entry sums, which only pick
-// the entry; the draw inside it uses the exact weights of sampling.h.
-__device__ __forceinline__ float FastExp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // One pass over the slice: greedy, this CTA's (max, lowest id); with_sums, its max (the id is
 // then only the first of an entry holding it: a fallback) and each entry's m_e, S_e.

@@ -18,6 +18,7 @@ using sampling_cluster::kSliceCap;
 using sampling_cluster::kStreamTopKMax;
 using sampling_internal::ArgMaxPair;
 using sampling_internal::KeyOf;
+using sampling_internal::KeyToFloat;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -111,10 +112,6 @@ struct Slice {
   int n;
   int32_t base;  // id of the first logit
 };
-
-__device__ __forceinline__ float KeyToFloat(uint32_t key) {  // inverse of KeyOf
-  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
 
 // The 4 logits at `local` (a multiple of 4) of the slice; NaN and beyond the slice: -inf.
 __device__ __forceinline__ void Load4(const Slice& sl, bool vec_ok, int local, float (&q)[4]) {
