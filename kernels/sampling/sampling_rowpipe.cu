@@ -181,7 +181,7 @@ struct Producer {
 // radix rounds over d = key - (the smallest key), at most 8 bits each from the top bit of the
 // largest d down. Digits of d rather than of the key: candidates are the top of a row, so their
 // keys share their high bits, and a histogram of the key's top byte would put them all in one bin
-// (one shared-memory address for every atomic: that made the first select of a row cost ~10 us).
+// (one shared-memory address for every atomic; WORKLOG.md, session 7, step 15b).
 __device__ uint32_t KthLargestKey(PipeShared& s, uint32_t n, uint32_t k) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint32_t lo = ~0u, hi = 0;
