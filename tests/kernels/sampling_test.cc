@@ -1,8 +1,9 @@
-// CUDA Sampling against SamplingRef, for each kernel (the default dispatch, the one-block-per-row
-// kernel, the cluster kernel on every row, and the dispatch before top-k rows were streamed):
-// greedy rows must match exactly; sampled rows must match except
-// at rounding boundaries (fixed-point weights on the GPU, float/double on the CPU), which the test
-// bounds to 1% of rows, and every GPU token must lie in the row's top-k set.
+// CUDA Sampling against SamplingRef, for each kernel (the default dispatch with either value of
+// the top-k hint, the dispatch with its first kernel forced to the streaming or the row-pipelined
+// kernel at every batch size, the one-block-per-row kernel, and the cluster kernel on every row):
+// greedy rows must match exactly; sampled rows must match except at rounding boundaries
+// (fixed-point weights on the GPU, float/double on the CPU), which the test bounds to 1% of rows,
+// and every GPU token must lie in the row's top-k set.
 #include "kernels/sampling/sampling.h"
 
 #include <algorithm>
