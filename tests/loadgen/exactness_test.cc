@@ -233,9 +233,18 @@ TEST(ExactnessTest, StopKeepsWhatWasMeasuredAndCancelsTheRest) {
     return r;
   };
   Harness h(options);
+  // The harness publishes its runner once the fake server and the target are up, which on a
+  // loaded machine can take longer than 300 ms (then no stop came and the run took 5 s): wait
+  // for it, then stop ~300 ms into the run.
   std::thread stopper([&h] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    BenchmarkRunner* runner = h.runner.load();
+    while (runner == nullptr && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      runner = h.runner.load();
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    if (BenchmarkRunner* runner = h.runner.load()) runner->Stop();
+    if (runner != nullptr) runner->Stop();
   });
   auto t0 = std::chrono::steady_clock::now();
   // 10 requests every 100 ms: 0..2 are sent before the stop at ~300 ms, the rest never.
