@@ -1,15 +1,14 @@
 // Pieces shared by the paged-attention kernels (paged_attention.cu: decode,
-// paged_attention_prefill.cu: prefill): tile constants, per-row addressing, output stores,
-// argument checks and the cached launch configuration. Internal to kernels/paged_attention.
+// paged_attention_prefill.cu: prefill): tile constants, per-row addressing, output stores and
+// argument checks (the cached launch configuration is kernels/common/launch_config.cuh's).
+// Internal to kernels/paged_attention.
 #pragma once
 
 #include <cuda_bf16.h>
 
-#include <algorithm>
-#include <atomic>
-
 #include "absl/status/statusor.h"
 #include "base/cuda_check.h"
+#include "kernels/common/launch_config.cuh"
 #include "kernels/paged_attention/attention_tile.cuh"
 #include "kernels/paged_attention/paged_attention.h"
 
@@ -23,8 +22,6 @@ constexpr int kPrefillWarps = 4;  // each owns kPrefillRows / 4 rows
 constexpr int kPrefillKeys = 64;
 constexpr int kPrefillHalf = kPrefillKeys / 2;
 constexpr int kPrefillStages = 2;
-constexpr int kMaxDevices = 64;  // per-device launch-configuration cache
-
 template <int D, int kKeys>
 constexpr int TileElems() {
   return kKeys * (D + kRowPad);
@@ -84,16 +81,6 @@ __device__ void StoreOutput(const PagedAttentionArgs& a, const WarpRows<D>& w, W
   }
 }
 
-inline int NumSms() {
-  static const int sms = [] {
-    int device = 0, n = 132;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-    return n;
-  }();
-  return sms;
-}
-
 inline absl::Status CheckArgs(const PagedAttentionArgs& a, const AttentionPlan& plan) {
   if (a.dtype != DType::kBF16 || a.kv_dtype != DType::kBF16) {
     return absl::InvalidArgumentError("CUDA paged attention supports bf16 q/out/cache only");
@@ -108,28 +95,6 @@ inline absl::Status CheckArgs(const PagedAttentionArgs& a, const AttentionPlan& 
     return absl::InvalidArgumentError("paged attention: head_dim above the plan's capacity");
   }
   return absl::OkStatus();
-}
-
-// Resident CTAs per SM of `kernel` with `smem` bytes of dynamic shared memory, after raising
-// its shared-memory limit. Cached per device in `cache` (one per kernel instantiation): the
-// occupancy query costs microseconds of host time on every decode launch otherwise.
-template <typename Kernel>
-absl::StatusOr<int> BlocksPerSm(Kernel kernel, int threads, int smem,
-                                std::atomic<int> (&cache)[kMaxDevices]) {
-  int device = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  if (device < kMaxDevices) {
-    const int cached = cache[device].load(std::memory_order_relaxed);
-    if (cached > 0) return cached;
-  }
-  CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  int per_sm = 0;
-  CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  per_sm = std::max(per_sm, 1);
-  if (device < kMaxDevices) cache[device].store(per_sm, std::memory_order_relaxed);
-  return per_sm;
 }
 
 }  // namespace tandem::attention

@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include "base/cuda_check.h"
+#include "kernels/common/launch_config.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/rope_kv_store/rope_kv_store.h"
 
@@ -165,16 +166,6 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
     if (next < a.num_tokens) Angles<D>(a, next_position, cos_s[buf ^ 1], sin_s[buf ^ 1]);
   }
-}
-
-int NumSms() {
-  static const int sms = [] {
-    int device = 0, n = 132;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-    return n;
-  }();
-  return sms;
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "base/cuda_check.h"
+#include "kernels/common/launch_config.cuh"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_internal.cuh"
 #include "kernels/sampling/sampling_rng.h"
@@ -321,15 +322,11 @@ absl::Status SamplingOneBlockPerRow(const SamplingArgs& args, cudaStream_t strea
       args.vocab_size % 4 == 0 && (reinterpret_cast<uintptr_t>(args.logits) & 15u) == 0;
   const int smem = static_cast<int>(sizeof(Shared));
   // Raise the kernel's shared-memory limit once per device (not per call: keeps steady-state
-  // calls to one launch, e.g. inside CUDA graph capture).
-  static std::atomic<uint64_t> configured_devices{0};
-  int device = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  if ((configured_devices.load(std::memory_order_acquire) & bit) == 0) {
-    CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(SamplingKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured_devices.fetch_or(bit, std::memory_order_acq_rel);
+  // calls to one launch, e.g. inside CUDA graph capture); the occupancy it also returns is unused.
+  static std::atomic<int> configured[kMaxDevices];
+  if (absl::Status st = BlocksPerSm(SamplingKernel, kSampleThreads, smem, configured).status();
+      !st.ok()) {
+    return st;
   }
   SamplingKernel<<<args.batch, kSampleThreads, smem, stream>>>(args, vec_ok);
   CUDA_RETURN_IF_LAUNCH_ERROR();

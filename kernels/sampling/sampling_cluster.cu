@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/cuda_check.h"
+#include "kernels/common/launch_config.cuh"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
 #include "kernels/sampling/sampling_cluster_draw.cuh"
@@ -269,23 +270,20 @@ namespace {
 // Per device, once: the shared-memory limit raised, and how many clusters fit at once (the
 // persistent grid). Not per call: keeps steady-state calls to one launch (CUDA graph capture).
 absl::StatusOr<int> ConfigureClusterKernel() {
-  static std::atomic<int> max_clusters[64] = {};
-  int device = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  std::atomic<int>& cached = max_clusters[device & 63];
-  if (const int n = cached.load(std::memory_order_acquire); n > 0) return n;
-  const int smem = static_cast<int>(sizeof(ClusterShared));
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SamplingClusterKernel,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(kCluster * 256);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  int n = 0;
-  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(&n, SamplingClusterKernel, &config));
-  if (n <= 0) return absl::InternalError("SamplingCluster: no cluster fits the device");
-  cached.store(n, std::memory_order_release);
-  return n;
+  static std::atomic<int> max_clusters[kMaxDevices];
+  return CachedPerDevice(max_clusters, []() -> absl::StatusOr<int> {
+    const int smem = static_cast<int>(sizeof(ClusterShared));
+    CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SamplingClusterKernel,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(kCluster * 256);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = smem;
+    int n = 0;
+    CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(&n, SamplingClusterKernel, &config));
+    if (n <= 0) return absl::InternalError("SamplingCluster: no cluster fits the device");
+    return n;
+  });
 }
 
 }  // namespace

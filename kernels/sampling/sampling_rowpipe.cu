@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/cuda_check.h"
+#include "kernels/common/launch_config.cuh"
 #include "kernels/sampling/block_reduce.cuh"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
@@ -533,31 +534,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// Once per device: the shared-memory limit raised (to the one-CTA-per-SM ring), the SMs, and how
-// many CTAs with the shared ring fit an SM (2 expected).
-struct Config {
-  int sms = 0;
-  int per_sm_shared = 0;
-};
-
-absl::StatusOr<Config> Configure() {
-  static std::atomic<int> cached_sms[64] = {};
-  static std::atomic<int> cached_per_sm[64] = {};
-  int device = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  Config c{cached_sms[device & 63].load(std::memory_order_acquire),
-           cached_per_sm[device & 63].load(std::memory_order_acquire)};
-  if (c.sms > 0 && c.per_sm_shared > 0) return c;
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SamplingRowPipeKernel,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(SmemBytes(kMaxStages))));
-  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &c.per_sm_shared, SamplingRowPipeKernel, kThreads, SmemBytes(kStagesShared)));
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, device));
-  if (c.per_sm_shared <= 0) return absl::InternalError("SamplingRowPipe: no CTA fits an SM");
-  cached_sms[device & 63].store(c.sms, std::memory_order_release);
-  cached_per_sm[device & 63].store(c.per_sm_shared, std::memory_order_release);
-  return c;
+// CTAs per SM with the shared ring (2 expected), once per device. The one-CTA-per-SM ring's query
+// comes last, so the shared-memory limit the kernel keeps allows both sizes.
+absl::StatusOr<int> CtasPerSmShared() {
+  static std::atomic<int> shared[kMaxDevices], alone[kMaxDevices];
+  const absl::StatusOr<int> per_sm = BlocksPerSm(
+      SamplingRowPipeKernel, kThreads, static_cast<int>(SmemBytes(kStagesShared)), shared);
+  if (!per_sm.ok()) return per_sm;
+  const absl::StatusOr<int> one =
+      BlocksPerSm(SamplingRowPipeKernel, kThreads, static_cast<int>(SmemBytes(kMaxStages)), alone);
+  if (!one.ok()) return one;
+  return per_sm;
 }
 
 }  // namespace
@@ -574,12 +561,12 @@ absl::Status SamplingRowPipeLaunch(const SamplingArgs& args, bool with_top_k, cu
         "logits");
   }
   if (args.batch == 0) return absl::OkStatus();
-  const absl::StatusOr<Config> c = Configure();
-  if (!c.ok()) return c.status();
+  const absl::StatusOr<int> per_sm = CtasPerSmShared();
+  if (!per_sm.ok()) return per_sm.status();
   // One CTA per row up to the CTAs that fit; the big ring while there is at most one per SM.
-  const bool alone = args.batch <= c->sms;
-  const int stages = alone ? kMaxStages : kStagesShared;
-  const int64_t grid = std::min<int64_t>(args.batch, int64_t{c->per_sm_shared} * c->sms);
+  const int sms = NumSms();
+  const int stages = args.batch <= sms ? kMaxStages : kStagesShared;
+  const int64_t grid = std::min<int64_t>(args.batch, int64_t{*per_sm} * sms);
   SamplingRowPipeKernel<<<grid, kThreads, SmemBytes(stages), stream>>>(args, with_top_k, stages);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "kernels/common/launch_config.cuh"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
 #include "kernels/sampling/sampling_draw.cuh"
@@ -196,17 +197,19 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 4)
 // How many clusters of a build fit at once (the persistent grid), once per device.
 template <bool kTopK>
 absl::Status FitClusters(int* fit) {
-  static std::atomic<int> max_clusters[64] = {};
-  int device = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  *fit = max_clusters[device & 63].load(std::memory_order_acquire);
-  if (*fit > 0) return absl::OkStatus();
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(kCluster * 256);
-  config.blockDim = dim3(kThreads);
-  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(fit, SamplingStreamKernel<kTopK>, &config));
-  if (*fit <= 0) return absl::InternalError("SamplingStream: no cluster fits the device");
-  max_clusters[device & 63].store(*fit, std::memory_order_release);
+  static std::atomic<int> max_clusters[kMaxDevices];
+  const absl::StatusOr<int> n = CachedPerDevice(max_clusters, []() -> absl::StatusOr<int> {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(kCluster * 256);
+    config.blockDim = dim3(kThreads);
+    int clusters = 0;
+    CUDA_RETURN_IF_ERROR(
+        cudaOccupancyMaxActiveClusters(&clusters, SamplingStreamKernel<kTopK>, &config));
+    if (clusters <= 0) return absl::InternalError("SamplingStream: no cluster fits the device");
+    return clusters;
+  });
+  if (!n.ok()) return n.status();
+  *fit = *n;
   return absl::OkStatus();
 }
 
