@@ -71,12 +71,17 @@ struct Batch {
   }
 };
 
-// Row r cycles through: greedy, temperature only, top-k, top-p, top-k + top-p.
-Batch MakeBatch(int64_t batch, int64_t vocab, float spread, std::mt19937_64& rng) {
-  Batch b;
+// batch rows of vocab logits ~ N(0, spread^2).
+void FillNormalLogits(Batch& b, int64_t batch, int64_t vocab, float spread, std::mt19937_64& rng) {
   b.logits.resize(batch * vocab);
   std::normal_distribution<float> dist(0.0f, spread);
   for (float& x : b.logits) x = dist(rng);
+}
+
+// Row r cycles through: greedy, temperature only, top-k, top-p, top-k + top-p.
+Batch MakeBatch(int64_t batch, int64_t vocab, float spread, std::mt19937_64& rng) {
+  Batch b;
+  FillNormalLogits(b, batch, vocab, spread, rng);
   for (int64_t r = 0; r < batch; ++r) {
     const int kind = r % 5;
     b.AddRow(kind == 0 ? 0.0f : 0.5f + 0.1f * (r % 7),
@@ -223,9 +228,7 @@ TEST(SamplingCudaTest, EdgeParameters) {
       for (const auto& c : cases) b.AddRow(c.t, c.k, c.p, rng(), step++);
     }
     const int64_t batch = static_cast<int64_t>(b.temperature.size());
-    std::normal_distribution<float> dist(0.0f, 3.0f);
-    b.logits.resize(batch * vocab);
-    for (float& x : b.logits) x = dist(rng);
+    FillNormalLogits(b, batch, vocab, 3.0f, rng);
     CheckRows(b, batch, vocab, &tally);
   }
   tally.ExpectWithin(0.02);
@@ -316,9 +319,7 @@ void CheckFirstKernelSamplesItsRows(SampleFn first_only, bool needs_vocab_multip
       b.AddRow(r % 11 == 10 ? 0.0f : 0.3f + 0.2f * (r % 6), ks[(r + batch) % 10],
                ps[(r + batch) % 5], rng(), r);
     }
-    b.logits.resize(batch * vocab);
-    std::normal_distribution<float> dist(0.0f, 3.0f);
-    for (float& x : b.logits) x = dist(rng);
+    FillNormalLogits(b, batch, vocab, 3.0f, rng);
     const std::vector<int32_t> want = RunRef(b, batch, vocab);
     const std::vector<int32_t> got = RunGpu(first_only, b, batch, vocab);
     for (int64_t r = 0; r < batch; ++r) {
@@ -424,9 +425,7 @@ TEST(SamplingCudaTest, StreamTopKAdversarialRows) {
     for (int64_t r = 0; r < batch; ++r) {
       b.AddRow(0.5f + 0.25f * (r % 3), ks[r % 5], r % 2 == 0 ? 1.0f : 0.9f, rng(), r);
     }
-    b.logits.resize(batch * vocab);
-    std::normal_distribution<float> dist(0.0f, 3.0f);
-    for (float& x : b.logits) x = dist(rng);
+    FillNormalLogits(b, batch, vocab, 3.0f, rng);
     constexpr RowShape kShapes[] = {RowShape::kAscending,   RowShape::kDescending,
                                     RowShape::kIntegerTies, RowShape::kConstant,
                                     RowShape::kFewFinite,   RowShape::kHugeAmongNegative,
@@ -467,9 +466,7 @@ TEST(SamplingCudaTest, TopPRowsAcrossShapes) {
         b.AddRow(t, 0, p, rng(), r);  // top-p only
       }
     }
-    b.logits.resize(batch * vocab);
-    std::normal_distribution<float> dist(0.0f, 3.0f);
-    for (float& x : b.logits) x = dist(rng);
+    FillNormalLogits(b, batch, vocab, 3.0f, rng);
     CheckRows(b, batch, vocab, &tally);
   }
   tally.ExpectWithin(0.01);
@@ -491,9 +488,7 @@ TEST(SamplingCudaTest, TopPAdversarialRows) {
     for (int64_t r = 0; r < batch; ++r) {
       b.AddRow(0.7f + 0.4f * (r % 3), 0, ps[r % 5], rng(), r);
     }
-    b.logits.resize(batch * vocab);
-    std::normal_distribution<float> dist(0.0f, 3.0f);
-    for (float& x : b.logits) x = dist(rng);
+    FillNormalLogits(b, batch, vocab, 3.0f, rng);
     constexpr RowShape kShapes[] = {
         RowShape::kAscending,         RowShape::kDescending, RowShape::kIntegerTies,
         RowShape::kConstant,          RowShape::kNearlyFlat, RowShape::kFewFinite,
