@@ -406,14 +406,11 @@ void BenchSampling(const Ceilings& c) {
         time("sampling_rowpipe_first.", [](const SamplingArgs& a, cudaStream_t st) {
           return SamplingWithFirstKernel(a, FirstKernel::kRowPipe, st);
         });
-        // The row-pipelined kernel without the resident kernel after it, for the modes whose
-        // rows it samples itself (at N(0, 3^2) with k <= 128 none overflows): what the second
-        // launch costs. Not for top-p-only rows, which it leaves to the resident kernel.
-        if (m.top_k > 0 || !(m.top_p < 1.0f)) {
-          time("sampling_rowpipe_alone.", [](const SamplingArgs& a, cudaStream_t st) {
-            return SamplingRowPipeLaunch(a, a.rows_may_use_top_k, st);
-          });
-        }
+        // The row-pipelined kernel without the resident kernel after it (every mode here is
+        // one it samples itself; at N(0, 3^2) no row falls back): what the second launch costs.
+        time("sampling_rowpipe_alone.", [](const SamplingArgs& a, cudaStream_t st) {
+          return SamplingRowPipeLaunch(a, a.rows_may_use_top_k, st);
+        });
       }
       if (only_batch == nullptr) {
         args.rows_may_use_top_k = !args.rows_may_use_top_k;

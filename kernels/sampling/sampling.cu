@@ -346,10 +346,11 @@ absl::Status SampleWithClusterKernels(const SamplingArgs& args, bool row_pipe,
   const bool top_k = args.rows_may_use_top_k;
   if (row_pipe && SamplingRowPipeSupports(args)) {
     if (absl::Status st = SamplingRowPipeLaunch(args, top_k, stream); !st.ok()) return st;
-  } else {
-    const StreamBuild build = top_k ? StreamBuild::kWithTopK : StreamBuild::kNoTopK;
-    if (absl::Status st = SamplingStreamLaunch(args, top_k, stream, build); !st.ok()) return st;
+    return SamplingClusterLaunch(
+        args, top_k ? ClusterRows::kLeftByRowPipe : ClusterRows::kLeftByRowPipeNoTopK, stream);
   }
+  const StreamBuild build = top_k ? StreamBuild::kWithTopK : StreamBuild::kNoTopK;
+  if (absl::Status st = SamplingStreamLaunch(args, top_k, stream, build); !st.ok()) return st;
   return SamplingClusterLaunch(args, top_k ? ClusterRows::kLeftByStream : ClusterRows::kFiltered,
                                stream);
 }

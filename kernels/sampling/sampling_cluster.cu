@@ -250,9 +250,16 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   ForEachRow<kThreads>(
       s.row_flags, blockIdx.x / kCluster, gridDim.x / kCluster, args.batch,
       [&](int64_t r) {
-        return rows == ClusterRows::kAll ||
-               (Filtered(args, r) && (rows == ClusterRows::kFiltered || !StreamsTopK(args, r) ||
-                                      args.out_tokens[r] == kFallbackToken));
+        if (rows == ClusterRows::kAll) return true;
+        if (!Filtered(args, r)) return false;
+        // Rows the first kernel took: sampled there unless it marked them kFallbackToken.
+        const bool took_top_k =
+            (rows == ClusterRows::kLeftByStream || rows == ClusterRows::kLeftByRowPipe) &&
+            StreamsTopK(args, r);
+        const bool took_top_p =
+            (rows == ClusterRows::kLeftByRowPipe || rows == ClusterRows::kLeftByRowPipeNoTopK) &&
+            TopPOnly(args, r);
+        return !(took_top_k || took_top_p) || args.out_tokens[r] == kFallbackToken;
       },
       [&](int64_t r) {
         SampleRow(s, args, r, parity, vec_ok, slice_len);

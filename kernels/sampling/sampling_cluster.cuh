@@ -130,6 +130,12 @@ __device__ __forceinline__ bool StreamsTopK(const SamplingArgs& args, int64_t r)
   const int64_t k = args.top_k[r];
   return args.temperature[r] > 0.0f && k > 0 && k < args.vocab_size && k <= kStreamTopKMax;
 }
+// Top-p rows without top-k, which the row-pipelined kernel samples in two passes
+// (sampling_rowpipe.cu; kFallbackToken there too when its bracket fails).
+__device__ __forceinline__ bool TopPOnly(const SamplingArgs& args, int64_t r) {
+  const int64_t k = args.top_k[r];
+  return args.temperature[r] > 0.0f && !(k > 0 && k < args.vocab_size) && args.top_p[r] < 1.0f;
+}
 
 // After the cluster barrier that published every CTA's mass (peer_total[i] of CTA i, in id
 // order): the draw's target u * total over the row. kThis when CTA `rank` holds it (*rest: the

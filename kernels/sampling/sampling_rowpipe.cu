@@ -25,6 +25,22 @@
 //     (sampling_draw.cuh, as the streaming kernel's leader). Ties that keep the candidates above
 //     the trigger, kMaxCuts selects, or a set above kKeptCap give kFallbackToken: the resident
 //     kernel samples that row.
+//   top-p rows without top-k (TopPOnly), in two passes over the row (the second in reverse chunk
+//     order, so that it starts on the chunks the first read last, still in L2):
+//     pass 1: the row max, the total weight z and a histogram of the weights, all relative to a
+//       reference logit rbase (the first chunk's max), so no pass needs the row max beforehand: a
+//       weight's float bits give its bin (32 per octave, 64 octaves above rbase and 64 below)
+//       and its mantissa the bin's fixed-point increment (TopPWindow). After it: the bins whose
+//       cumulative mass from the top can hold top_p of z, [b_lo, b_hi] (FindTopPBand: one bin, or
+//       two at a bin edge).
+//     pass 2: per entry the weight above the band (surely kept), and the logits in the band as
+//       candidates. Then exactly as the other kernels: need = ceil(top_p z); the band must hold
+//       the threshold (mass above < need <= mass above + candidates); a mass-weighted radix select
+//       over the candidates gives the smallest kept key; kept candidates join their entries; the
+//       draw as temperature rows, over the kept logits.
+//     A failed bracket (rounding at a bin edge), more than kTopPCandCap candidates (a nearly flat
+//     row), a row of -inf, with +inf or with a logit 64 octaves of weight above the first chunk's
+//     max, or a temperature whose log2(e) / T overflows gives kFallbackToken.
 // Needs 16-byte aligned rows (vocab % 4 == 0, aligned logits) for the bulk copies.
 #include <algorithm>
 #include <atomic>
@@ -77,8 +93,19 @@ constexpr int kKeptCap = 512;  // the top-k set (k + ties) that the tail samples
 constexpr int kMaxCuts = 8;
 static_assert(kPerWarp == 4 && kCandCap % kThreads == 0 && kKeptCap <= kCandCap);
 static_assert(kStreamTopKMax <= kCandTrigger);
+// Top-p rows (TopPWindow): histogram bins (32 per octave of weight relative to rbase, from 2^64
+// down to 2^-64; the last one, never filled, is everything below), the candidates the band may
+// hold, and the float bits that make a weight's bin key (8 exponent and 5 mantissa bits; the key
+// of 1.0).
+constexpr int kTopPBins = 4096;
+constexpr int kTopPCandCap = 4096;
+constexpr int kKeyShift = 18;
+constexpr int kKeyOfOne = 127 << 5;
+constexpr int kOctavesAbove = 64;
+static_assert(kTopPBins % kThreads == 0 && kTopPBins == 32 * 2 * kOctavesAbove);
+static_assert(kMaxVocab * 16384 < (int64_t{1} << 32), "a bin's 14-bit weights fit 32 bits");
 
-enum RowKind : int { kSkip = 0, kGreedy, kTemperature, kTopK };
+enum RowKind : int { kSkip = 0, kGreedy, kTemperature, kTopK, kTopP };
 
 // Shared memory: this fixed part, then the ring (stages x kChunk logits, 128-byte aligned).
 struct PipeShared {
@@ -92,9 +119,18 @@ struct PipeShared {
       int32_t id[kCandCap];
       uint64_t w[kKeptCap];
     } cand;
+    struct {                          // top-p rows, pass 1: the weight histogram
+      uint32_t hist[kTopPBins + 32];  // + a slot per lane for logits outside the bins
+    } topp1;
+    struct {  // top-p rows, pass 2: candidates (logit, id), and per entry the kept mass
+      float x[kTopPCandCap];
+      int32_t id[kTopPCandCap];
+      float entry[kEntrySlots];
+    } topp2;
   } u;
   uint64_t full[kMaxStages];  // mbarriers: stage holds its chunk
-  uint32_t hist[256];         // radix select
+  uint32_t hist[256];         // radix selects: counts, or the low halves of masses
+  uint32_t hist_hi[256];      //   and their high halves (AtomicAddSplit64)
   uint64_t scratch[kWarps];
   ArgMaxPair argmax_scratch[kWarps];
   uint32_t count;     // candidates
@@ -102,7 +138,10 @@ struct PipeShared {
   uint32_t overflow;  // top-k rows: the candidates cannot be cut below the trigger (ties), or
                       // kMaxCuts selects did not keep them there
   uint32_t cuts;
-  uint32_t sel_prefix, sel_rest;
+  uint32_t topp_above;  // top-p rows: a logit above the window (2^64 times rbase's weight)
+  int b_lo, b_hi;       //   the band: bins that may hold the threshold
+  uint32_t sel_prefix;
+  uint64_t sel_rest;
   uint32_t warp_lo[kWarps], warp_hi[kWarps];
   int draw_entry;
   uint64_t draw_rest;
@@ -118,7 +157,7 @@ __device__ __forceinline__ RowKind KindOf(const SamplingArgs& a, int64_t r, bool
   if (!(a.temperature[r] > 0.0f)) return kGreedy;
   const int64_t k = a.top_k[r];
   const bool filter_k = k > 0 && k < a.vocab_size;
-  if (!filter_k && !(a.top_p[r] < 1.0f)) return kTemperature;
+  if (!filter_k) return a.top_p[r] < 1.0f ? kTopP : kTemperature;
   return with_top_k && sampling_cluster::StreamsTopK(a, r) ? kTopK : kSkip;
 }
 
@@ -127,12 +166,17 @@ __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
 }
 
 // Thread 0: the bulk copy of `bytes` (a multiple of 16) from src into dst, completing on bar.
-// The logits are read once (evict-first in L2).
+// Logits read for the last time are evict-first in L2; the first pass of a top-p row, which the
+// second reads again, evict-normal.
 __device__ __forceinline__ void IssueChunk(float* dst, const float* src, uint32_t bytes,
-                                           uint64_t* bar) {
+                                           uint64_t* bar, bool read_again) {
   const uint32_t b = SharedAddress(bar), d = SharedAddress(dst);
   uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  if (read_again) {
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  }
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(b), "r"(bytes)
                : "memory");
   asm volatile(
@@ -154,40 +198,53 @@ __device__ __forceinline__ void WaitFull(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// The chunk a row reads at step c of its row_chunks steps: top-p rows read the row twice
+// (row_chunks == 2 chunks), the second time from the last chunk down.
+__device__ __forceinline__ int ChunkAt(int c, int chunks, int row_chunks) {
+  return c < chunks ? c : row_chunks - 1 - c;
+}
+
 // Thread 0's cursor over the chunks this CTA copies: rows blockIdx.x, + gridDim.x, ... that it
-// samples, each in ceil(vocab / kChunk) chunks, in the order the CTA consumes them.
+// samples, each in ceil(vocab / kChunk) chunks (twice for top-p rows), in the order the CTA
+// consumes them.
 struct Producer {
   int64_t row;
-  int chunk;
+  int step;        // of the row's row_chunks
+  int row_chunks;  // chunks, or 2 chunks for a top-p row
   int stage;
 
-  __device__ void SkipTo(const SamplingArgs& a, bool with_top_k, int64_t r) {
-    while (r < a.batch && KindOf(a, r, with_top_k) == kSkip) r += gridDim.x;
-    row = r, chunk = 0;
+  __device__ void SkipTo(const SamplingArgs& a, bool with_top_k, int64_t r, int chunks) {
+    RowKind kind = kSkip;
+    while (r < a.batch && (kind = KindOf(a, r, with_top_k)) == kSkip) r += gridDim.x;
+    row = r, step = 0, row_chunks = kind == kTopP ? 2 * chunks : chunks;
   }
   __device__ void IssueNext(PipeShared& s, float* ring, int stages, const SamplingArgs& a,
                             bool with_top_k, int chunks) {
     if (row >= a.batch) return;
-    const int64_t first = int64_t{chunk} * kChunk;
+    const int64_t first = int64_t{ChunkAt(step, chunks, row_chunks)} * kChunk;
     const int64_t left = a.vocab_size - first;
     const int n = left < kChunk ? static_cast<int>(left) : kChunk;
-    IssueChunk(ring + stage * kChunk, a.logits + row * a.vocab_size + first, 4u * n,
-               &s.full[stage]);
+    IssueChunk(ring + stage * kChunk, a.logits + row * a.vocab_size + first, 4u * n, &s.full[stage],
+               /*read_again=*/step < row_chunks - chunks);
     if (++stage == stages) stage = 0;
-    if (++chunk == chunks) SkipTo(a, with_top_k, row + gridDim.x);
+    if (++step == row_chunks) SkipTo(a, with_top_k, row + gridDim.x, chunks);
   }
 };
 
-// The exact k-th largest key (ties counted) of the first n candidates (n >= k), in every thread:
-// radix rounds over d = key - (the smallest key), at most 8 bits each from the top bit of the
-// largest d down. Digits of d rather than of the key: candidates are the top of a row, so their
-// keys share their high bits, and a histogram of the key's top byte would put them all in one bin
-// (one shared-memory address for every atomic; WORKLOG.md, session 7, step 15b).
-__device__ uint32_t KthLargestKey(PipeShared& s, uint32_t n, uint32_t k) {
+// The largest key kappa among the n logits xs whose (count, or with kMass fixed-point mass) of
+// keys >= kappa reaches rest (the exact k-th largest key, ties counted, for a count of k; the
+// smallest key top-p keeps for a mass), in every thread. Radix rounds over d = key - (the smallest
+// key), at most 8 bits each from the top bit of the largest d down. Digits of d rather than of
+// the key: candidates are the top of a row, so their keys share their high bits, and a histogram
+// of the key's top byte would put them all in one bin (one shared-memory address for every
+// atomic; WORKLOG.md, session 7, step 15b). rest must be >= 1 and at most the total.
+template <bool kMass>
+__device__ uint32_t SelectKey(PipeShared& s, const float* xs, uint32_t n, uint64_t rest,
+                              const RowMath& row) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint32_t lo = ~0u, hi = 0;
   for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
-    const uint32_t key = KeyOf(s.u.cand.x[i]);
+    const uint32_t key = KeyOf(xs[i]);
     lo = min(lo, key), hi = max(hi, key);
   }
   lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
@@ -196,29 +253,40 @@ __device__ uint32_t KthLargestKey(PipeShared& s, uint32_t n, uint32_t k) {
   lo = ~0u, hi = 0;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) lo = min(lo, s.warp_lo[w]), hi = max(hi, s.warp_hi[w]);
-  uint32_t prefix = 0, rest = k;  // the chosen high bits of d (from bit `top` up)
+  uint32_t prefix = 0;  // the chosen high bits of d (from bit `top` up)
   for (int top = 32 - __clz(hi - lo); top > 0;) {
     const int shift = top > 8 ? top - 8 : 0;
     const uint32_t bins = 1u << (top - shift);
     s.hist[threadIdx.x] = 0;
+    if (kMass) s.hist_hi[threadIdx.x] = 0;
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
-      const uint32_t d = KeyOf(s.u.cand.x[i]) - lo;
+      const float x = xs[i];
+      const uint32_t d = KeyOf(x) - lo;
       const uint32_t high = top == 32 ? 0u : d >> top;
       if (high == (top == 32 ? 0u : prefix >> top)) {
-        atomicAdd(&s.hist[(d >> shift) & (bins - 1)], 1u);
+        const uint32_t digit = (d >> shift) & (bins - 1);
+        if constexpr (kMass) {
+          const uint64_t w = row.Weight(x);
+          if (w != 0) sampling_internal::AtomicAddSplit64(&s.hist[digit], &s.hist_hi[digit], w);
+        } else {
+          atomicAdd(&s.hist[digit], 1u);
+        }
       }
     }
     __syncthreads();
     if (threadIdx.x < 32) {  // digits from the top: lane l holds 255 - 8l - j
       uint64_t v[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = s.hist[255 - 8 * lane - j];
+      for (int j = 0; j < 8; ++j) {
+        const int digit = 255 - 8 * lane - j;
+        v[j] = kMass ? sampling_internal::Split64(s.hist[digit], s.hist_hi[digit]) : s.hist[digit];
+      }
       const sampling_internal::WarpPick p = sampling_internal::WarpFirstReaching<8>(v, rest);
       if (lane == 0) {
         const uint32_t digit = p.index < 0 ? 0u : 255u - static_cast<uint32_t>(p.index);
         s.sel_prefix = prefix | digit << shift;
-        s.sel_rest = p.index < 0 ? 1u : static_cast<uint32_t>(p.rest);
+        s.sel_rest = p.index < 0 ? 1u : p.rest;
       }
     }
     __syncthreads();
@@ -230,9 +298,9 @@ __device__ uint32_t KthLargestKey(PipeShared& s, uint32_t n, uint32_t k) {
 // All threads: keeps the candidates >= the k-th largest (ties kept) and raises theta to it;
 // flags an overflow when they stay above the trigger (ties) or, streaming (not the row's last
 // select), when the row has had kMaxCuts. Ends with a block barrier.
-__device__ void CutCandidates(PipeShared& s, uint32_t k, bool streaming) {
+__device__ __noinline__ void CutCandidates(PipeShared& s, uint32_t k, bool streaming) {
   const uint32_t n = s.count;
-  const uint32_t kth = KthLargestKey(s, n, k);
+  const uint32_t kth = SelectKey<false>(s, s.u.cand.x, n, k, RowMath{});
   float x[kCandPerThread];
   int32_t id[kCandPerThread];
 #pragma unroll
@@ -280,7 +348,7 @@ struct ChunkView {
     if (local < n) v = *reinterpret_cast<const float4*>(stage + local);  // n % 4 == 0
     q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) ? -INFINITY : q[e];
+    for (int e = 0; e < 4; ++e) q[e] = fmaxf(q[e], -INFINITY);  // NaN -> -inf, one FMNMX
     return local;
   }
 };
@@ -297,10 +365,26 @@ __device__ __forceinline__ void GreedyChunk(const ChunkView& c, ArgMaxPair& best
   }
 }
 
+// A warp's per-lane sums of its kPerWarp entries, reduced transposed: two exchange steps leave
+// each group of 8 lanes one entry, then three steps within the group (6 shuffles instead of 20).
+// Lanes 0, 8, 16, 24 return the totals of entries 0, 1, 2, 3 (lane / 8).
+__device__ __forceinline__ float ReduceFourEntries(const float (&sum)[kPerWarp]) {
+  const int lane = threadIdx.x % 32;
+  const bool hi16 = (lane & 16) != 0, hi8 = (lane & 8) != 0;
+  // Lanes 16-31 keep entries 2 and 3, lanes 0-15 entries 0 and 1.
+  float k0 = hi16 ? sum[2] : sum[0], k1 = hi16 ? sum[3] : sum[1];
+  k0 += __shfl_xor_sync(0xffffffffu, hi16 ? sum[0] : sum[2], 16);
+  k1 += __shfl_xor_sync(0xffffffffu, hi16 ? sum[1] : sum[3], 16);
+  // Lanes with bit 3 set keep the second of the two.
+  float mine = hi8 ? k1 : k0;
+  mine += __shfl_xor_sync(0xffffffffu, hi8 ? k0 : k1, 8);
+#pragma unroll
+  for (int off = 4; off > 0; off /= 2) mine += __shfl_xor_sync(0xffffffffu, mine, off);
+  return mine;
+}
+
 // The warp's kPerWarp entries share one reference m (their max, one REDUX): S_e is then relative
 // to m, which is all the tail needs (entry mass = S_e 2^((m - M) scale), M the max of the m's).
-// The four sums are reduced transposed: two exchange steps leave each group of 8 lanes one entry,
-// then three steps within the group (6 shuffles instead of 20).
 __device__ __forceinline__ void TemperatureChunk(PipeShared& s, const ChunkView& c, int chunk,
                                                  float scale) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -322,28 +406,54 @@ __device__ __forceinline__ void TemperatureChunk(PipeShared& s, const ChunkView&
       for (int e = 0; e < 4; ++e) sum[j] += FastExp2((q[j][e] - m) * scale);
     }
   }
-  const bool hi16 = (lane & 16) != 0, hi8 = (lane & 8) != 0;
-  // Lanes 16-31 keep entries 2 and 3, lanes 0-15 entries 0 and 1.
-  float k0 = hi16 ? sum[2] : sum[0], k1 = hi16 ? sum[3] : sum[1];
-  k0 += __shfl_xor_sync(0xffffffffu, hi16 ? sum[0] : sum[2], 16);
-  k1 += __shfl_xor_sync(0xffffffffu, hi16 ? sum[1] : sum[3], 16);
-  // Lanes with bit 3 set keep the second of the two.
-  float mine = hi8 ? k1 : k0;
-  mine += __shfl_xor_sync(0xffffffffu, hi8 ? k0 : k1, 8);
-#pragma unroll
-  for (int off = 4; off > 0; off /= 2) mine += __shfl_xor_sync(0xffffffffu, mine, off);
-  if ((lane & 7) == 0) {  // lanes 0, 8, 16, 24: entries 0, 1, 2, 3
-    const int e = chunk * kChunkEntries + kPerWarp * warp + (hi16 ? 2 : 0) + (hi8 ? 1 : 0);
+  const float mine = ReduceFourEntries(sum);
+  if ((lane & 7) == 0) {
+    const int e = chunk * kChunkEntries + kPerWarp * warp + lane / 8;
     s.u.entry.max[e] = m, s.u.entry.sum[e] = mine;
   }
 }
 
-// Appends this warp's logits >= theta of the chunk (one shared atomic per warp: a prefix over the
-// lanes places them). Returns where the warp's appends end (0 if none): the largest over the
-// warps is the new count, so a barrier that ORs "end > trigger" decides the select uniformly
-// (reading the count after the barrier would race with the next chunk's appends).
-__device__ __forceinline__ uint32_t TopKChunk(PipeShared& s, const ChunkView& c) {
+// Appends the lane's logits flagged in want (bit 4j + e: logit e of q[j], whose id is first +
+// local[j] + e) at the slots from *count on (one shared atomic per warp: a prefix over the lanes
+// places them; slots at or past cap are counted, not written). Returns where the warp's appends
+// end (0 if the warp has none).
+__device__ __forceinline__ uint32_t AppendFlagged(uint32_t* count, float* xs, int32_t* ids,
+                                                  uint32_t cap, const float (&q)[kPerWarp][4],
+                                                  const int (&local)[kPerWarp], int32_t first,
+                                                  uint32_t want) {
   const int lane = threadIdx.x % 32;
+  const uint32_t mine = __popc(want);
+  if (!__any_sync(0xffffffffu, mine != 0)) return 0;
+  uint32_t incl = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  uint32_t base = 0;
+  if (lane == 31) base = atomicAdd(count, incl);
+  base = __shfl_sync(0xffffffffu, base, 31);
+  uint32_t slot = base + incl - mine;
+  if (want != 0) {  // most lanes have none: skip the 16 tests
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (want >> (4 * j + e) & 1u) {
+          if (slot < cap) xs[slot] = q[j][e], ids[slot] = first + local[j] + e;
+          ++slot;
+        }
+      }
+    }
+  }
+  return base + __shfl_sync(0xffffffffu, incl, 31);
+}
+
+// Appends this warp's logits >= theta of the chunk to the candidates. Returns where the warp's
+// appends end (0 if none): the largest over the warps is the new count, so a barrier that ORs
+// "end > trigger" decides the select uniformly (reading the count after the barrier would race
+// with the next chunk's appends).
+__device__ __forceinline__ uint32_t TopKChunk(PipeShared& s, const ChunkView& c) {
   const float theta = s.theta;
   float q[kPerWarp][4];
   int local[kPerWarp];
@@ -355,56 +465,181 @@ __device__ __forceinline__ uint32_t TopKChunk(PipeShared& s, const ChunkView& c)
     for (int e = 0; e < 4; ++e)
       want |= (local[j] < c.n && q[j][e] >= theta ? 1u : 0u) << (4 * j + e);
   }
-  const uint32_t mine = __popc(want);
-  if (!__any_sync(0xffffffffu, mine != 0)) return 0;
-  uint32_t incl = mine;
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += y;
+  return AppendFlagged(&s.count, s.u.cand.x, s.u.cand.id, kCandCap, q, local, c.first, want);
+}
+
+// Top-p rows: the histogram window (uniform over the CTA, in registers). A logit's weight
+// relative to rbase, w = 2^((x - rbase) * scale) (one FFMA and one MUFU.EX2), is binned by its
+// top float bits: bin = top - (bits(w) >> 18) (8 exponent and 5 mantissa bits: 32 bins per
+// octave, each a weight ratio of at most 1 + 1/32), bin 0 at w = 2^64. It adds its mantissa (24
+// bits with the hidden one, >> 10: the weight relative to 2^exponent in 14-bit fixed point).
+// rbase is the max of the first chunk with a finite logit; the window reaches 64 octaves above
+// it (a later max more than 2^64 times heavier sends the row to the fallback) and 64 below
+// (lighter weights are below 2^-64 of the max: 0 in fixed point). Pass 2 bins with the same
+// instructions, so both passes put every logit in the same bin.
+struct TopPWindow {
+  float rbase = -INFINITY;  // -inf until a chunk with a finite logit
+  float c0 = 0.0f;          // -rbase * scale
+  __device__ __forceinline__ float Weight(float x, float scale) const {
+    return FastExp2(fmaf(x, scale, c0));
   }
-  uint32_t base = 0;
-  if (lane == 31) base = atomicAdd(&s.count, incl);
-  base = __shfl_sync(0xffffffffu, base, 31);
-  uint32_t slot = base + incl - mine;
+  __device__ __forceinline__ static int Bin(float w) {
+    return kKeyOfOne + 32 * kOctavesAbove - static_cast<int>(__float_as_uint(w) >> kKeyShift);
+  }
+  __device__ __forceinline__ void Start(float x, float scale) { rbase = x, c0 = -x * scale; }
+};
+__device__ __forceinline__ uint32_t InBinWeight(float w) {
+  return ((__float_as_uint(w) & 0x7fffffu) | 0x800000u) >> 10;
+}
+
+// Top-p row, pass 1, one chunk: the lane's max; before the first finite logit, the chunk's max
+// starts the window (a block-wide max: every thread takes this branch or none); every logit adds
+// its weight to the lane's z (relative to rbase) and to its bin.
+__device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkView& c, float scale,
+                                                   TopPWindow& win, float& lane_max, double& z) {
+  const int lane = threadIdx.x % 32;
+  float q[kPerWarp][4];
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) c.Load(j, q[j]);  // -inf beyond the row
+  if (win.rbase == -INFINITY) {                        // uniform
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) m = fmaxf(m, q[j][e]);
+    }
+    m = sampling_internal::BlockArgMax<kWarps>(ArgMaxPair{m, 0}, s.argmax_scratch).value;
+    if (m == -INFINITY) return;
+    win.Start(m, scale);
+  }
+  // Per logit, no branches, so that the 16 chains interleave; logits outside the bins (below the
+  // last; above the top: w > 2^64 or +inf or NaN, which b < 0 flags) add to a slot of their lane
+  // beyond the histogram (never read; no bank conflict).
+  float zc = 0.0f;
+  int any_b = 0;
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      if (want >> (4 * j + e) & 1u) {
-        s.u.cand.x[slot] = q[j][e], s.u.cand.id[slot] = c.first + local[j] + e;
-        ++slot;
-      }
+      const float x = q[j][e];
+      lane_max = fmaxf(lane_max, x);
+      const float w = win.Weight(x, scale);
+      const int b = TopPWindow::Bin(w);
+      any_b |= b;
+      zc += w;
+      const bool binned = static_cast<uint32_t>(b) < kTopPBins - 1;
+      atomicAdd(&s.u.topp1.hist[binned ? b : kTopPBins + lane], InBinWeight(w));
     }
   }
-  return base + __shfl_sync(0xffffffffu, incl, 31);
+  z += zc;
+  if (any_b < 0) s.topp_above = 1;  // read after the pass (fallback)
 }
 
-// Temperature row, after its chunks: entry masses, the entry holding u * total, the draw in it.
-__device__ int32_t TemperatureTail(PipeShared& s, const SamplingArgs& args, int64_t r,
-                                   float scale) {
-  const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
-  const int e0 = threadIdx.x * kEntriesPerThread;
-  if (threadIdx.x == 0) s.draw_entry = 0, s.draw_rest = 0;  // set again by the owner
-  ArgMaxPair best{-INFINITY, INT32_MAX};
+// Top-p row, between the passes (all threads; uniform result): the row max, and the band of bins
+// that may hold the threshold: bin masses relative to the octave of the max (the histogram times
+// 2^(exponent - the max's exponent), 16-bit fixed point), ranked from the top; the band runs from
+// the first bin whose cumulative mass reaches top_p of the total less 1e-4 of the total to the
+// first that reaches it plus 1e-4 (the histogram is exact to ~1e-4 of each weight; pass 2 checks
+// the band exactly). False (fallback) for rows of -inf, with +inf or a logit above the window,
+// and for a band at the bottom.
+struct TopPBand {
+  float max_logit;
+  int b_lo, b_hi;
+};
+__device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_max, float scale,
+                             float top_p, TopPBand* band) {
+  band->max_logit =
+      sampling_internal::BlockArgMax<kWarps>(ArgMaxPair{lane_max, 0}, s.argmax_scratch).value;
+  if (!isfinite(band->max_logit) || !isfinite(win.rbase) || s.topp_above != 0) return false;
+  const int max_octave =
+      (kKeyOfOne + 32 * kOctavesAbove - TopPWindow::Bin(win.Weight(band->max_logit, scale))) >> 5;
+  constexpr int kPer = kTopPBins / kThreads;
+  uint64_t mass[kPer], mine = 0;
 #pragma unroll
-  for (int j = 0; j < kEntriesPerThread; ++j) {
-    if (e0 + j < entries) best = Better(best, ArgMaxPair{s.u.entry.max[e0 + j], (e0 + j) * 128});
+  for (int i = 0; i < kPer; ++i) {
+    const int b = kPer * threadIdx.x + i;
+    const int down = max(max_octave - ((kKeyOfOne + 32 * kOctavesAbove - b) >> 5), 0);
+    mass[i] = down < 48 ? (uint64_t{s.u.topp1.hist[b]} << 16) >> down : 0;
+    mine += mass[i];
   }
-  best = sampling_internal::BlockArgMax<kWarps>(best, s.argmax_scratch);
-  if (best.value == -INFINITY) return 0;  // every logit -inf or NaN: the lowest id
-  const RowMath row{best.value, scale, 0.0f};
-  uint64_t mass[kEntriesPerThread], mine = 0;
-#pragma unroll
-  for (int j = 0; j < kEntriesPerThread; ++j) {
-    const int e = e0 + j;
-    const bool live = e < entries && s.u.entry.max[e] != -INFINITY;
-    mass[j] = live ? RowMath::Fixed(s.u.entry.sum[e] * row.WeightF(s.u.entry.max[e])) : 0;
-    mine += mass[j];
-  }
+  if (threadIdx.x == 0) s.b_lo = kTopPBins, s.b_hi = kTopPBins;
   uint64_t total = 0;
   const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
-  if (total == 0) return best.id;  // cannot happen: the max has weight 1
+  const double target = static_cast<double>(top_p) * static_cast<double>(total);
+  const double margin = 1e-4 * static_cast<double>(total);
+  const uint64_t lo = max(static_cast<uint64_t>(max(target - margin, 0.0)), uint64_t{1});
+  const uint64_t hi = min(static_cast<uint64_t>(ceil(target + margin)), total);
+  uint64_t cum = before;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const uint64_t next = cum + mass[i];
+    if (cum < lo && lo <= next) s.b_lo = kPer * threadIdx.x + i;
+    if (cum < hi && hi <= next) s.b_hi = kPer * threadIdx.x + i;
+    cum = next;
+  }
+  __syncthreads();
+  band->b_lo = s.b_lo, band->b_hi = s.b_hi;
+  return band->b_hi < kTopPBins - 1;
+}
+
+// Top-p row, pass 2, one chunk: per entry the weight (relative to rbase) of the logits above the
+// band, surely kept, and the logits in the band appended as candidates.
+__device__ __forceinline__ void TopPCollectChunk(PipeShared& s, const ChunkView& c, int chunk,
+                                                 float scale, const TopPWindow& win,
+                                                 const TopPBand& band) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float q[kPerWarp][4];
+  int local[kPerWarp];
+  float kept[kPerWarp] = {};
+  uint32_t want = 0;
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) local[j] = c.Load(j, q[j]);  // -inf beyond the row
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float w = win.Weight(q[j][e], scale);
+      const int b = TopPWindow::Bin(w);
+      if (b < band.b_lo) kept[j] += w;
+      want |= (static_cast<uint32_t>(b - band.b_lo) <= static_cast<uint32_t>(band.b_hi - band.b_lo)
+                   ? 1u
+                   : 0u)
+              << (4 * j + e);
+    }
+  }
+  const float kept_entry = ReduceFourEntries(kept);
+  if ((lane & 7) == 0)
+    s.u.topp2.entry[chunk * kChunkEntries + kPerWarp * warp + lane / 8] = kept_entry;
+  AppendFlagged(&s.count, s.u.topp2.x, s.u.topp2.id, kTopPCandCap, q, local, c.first, want);
+}
+
+// Block sum of a double (every thread; ends with a barrier).
+__device__ __forceinline__ double BlockSumDouble(double x, uint64_t* scratch) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = __double_as_longlong(x);
+  __syncthreads();
+  double r = 0.0;
+  for (int i = 0; i < kWarps; ++i) r += __longlong_as_double(scratch[i]);
+  __syncthreads();
+  return r;
+}
+
+// After a row's entry masses (mass[j]: entry threadIdx.x * kEntriesPerThread + j): the entry
+// holding u * total and the draw inside it (one warp; the entry re-read, 512 bytes) over the
+// logits with key >= min_key. Warp 0 returns the token (`otherwise` if the entry has no weight;
+// the caller keeps the argmax). All threads; begins with a barrier.
+__device__ int32_t DrawFromEntries(PipeShared& s, const SamplingArgs& args, int64_t r,
+                                   const RowMath& row, const uint64_t (&mass)[kEntriesPerThread],
+                                   uint32_t min_key, int32_t otherwise) {
+  const int e0 = threadIdx.x * kEntriesPerThread;
+  uint64_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) mine += mass[j];
+  if (threadIdx.x == 0) s.draw_entry = 0, s.draw_rest = 0;  // set again by the owner
+  uint64_t total = 0;
+  const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
+  if (total == 0) return otherwise;  // cannot happen: the max has weight 1
   const double u = SamplingUniformImpl(args.seeds[r], args.steps[r]);
   const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
   if (before <= target && target < before + mine) {
@@ -419,7 +654,7 @@ __device__ int32_t TemperatureTail(PipeShared& s, const SamplingArgs& args, int6
     }
   }
   __syncthreads();
-  int32_t token = best.id;
+  int32_t token = otherwise;
   if (threadIdx.x < 32) {
     const int64_t first = int64_t{s.draw_entry} * kEntryLen;
     const int64_t local = first + 4 * threadIdx.x;
@@ -429,7 +664,7 @@ __device__ int32_t TemperatureTail(PipeShared& s, const SamplingArgs& args, int6
           __ldcs(reinterpret_cast<const float4*>(args.logits + r * args.vocab_size + local));
       q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) ? -INFINITY : q[e];
+      for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) || KeyOf(q[e]) < min_key ? -INFINITY : q[e];
     }
     const int32_t t =
         sampling_internal::DrawIn128(q, static_cast<int32_t>(first), row, s.draw_rest);
@@ -438,8 +673,77 @@ __device__ int32_t TemperatureTail(PipeShared& s, const SamplingArgs& args, int6
   return token;
 }
 
+// Temperature row, after its chunks: entry masses, the entry holding u * total, the draw in it.
+__device__ __noinline__ int32_t TemperatureTail(PipeShared& s, const SamplingArgs& args, int64_t r,
+                                                float scale) {
+  const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
+  const int e0 = threadIdx.x * kEntriesPerThread;
+  ArgMaxPair best{-INFINITY, INT32_MAX};
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    if (e0 + j < entries) best = Better(best, ArgMaxPair{s.u.entry.max[e0 + j], (e0 + j) * 128});
+  }
+  best = sampling_internal::BlockArgMax<kWarps>(best, s.argmax_scratch);
+  if (best.value == -INFINITY) return 0;  // every logit -inf or NaN: the lowest id
+  const RowMath row{best.value, scale, 0.0f};
+  uint64_t mass[kEntriesPerThread];
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    const int e = e0 + j;
+    const bool live = e < entries && s.u.entry.max[e] != -INFINITY;
+    mass[j] = live ? RowMath::Fixed(s.u.entry.sum[e] * row.WeightF(s.u.entry.max[e])) : 0;
+  }
+  return DrawFromEntries(s, args, r, row, mass, /*min_key=*/0, best.id);
+}
+
+// Top-p row, after pass 2 (all threads; uniform early returns). Weights relative to rbase become
+// relative to the max by one factor 2^((rbase - max) * scale): z (pass 1), the mass above the band
+// (the entries), then need = ceil(top_p z) (HF: the smallest prefix, by descending logit, whose
+// mass reaches need). The band must hold the threshold: mass above < need <= mass above +
+// candidates. Then the smallest kept key kappa (the mass-weighted select over the candidates,
+// exact weights, for need - mass above), the kept candidates into their entries, and the draw
+// over the logits >= kappa.
+__device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, float scale,
+                            const TopPWindow& win, const TopPBand& band, double z_rel) {
+  const RowMath row{band.max_logit, scale, 0.0f};
+  const float factor = exp2f((win.rbase - band.max_logit) * scale);
+  const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
+  const int e0 = threadIdx.x * kEntriesPerThread;
+  uint64_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    mine += e0 + j < entries ? RowMath::Fixed(s.u.topp2.entry[e0 + j] * factor) : 0;
+  }
+  const uint64_t above = sampling_internal::BlockSum<kWarps>(mine, s.scratch);
+  const double z = BlockSumDouble(z_rel, s.scratch) *
+                   exp2(static_cast<double>(win.rbase - band.max_logit) * scale) *
+                   sampling_internal::kFixedScale;
+  const uint32_t n = s.count;
+  if (n > kTopPCandCap) return kFallbackToken;  // uniform
+  mine = 0;
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) mine += row.Weight(s.u.topp2.x[i]);
+  const uint64_t cand = sampling_internal::BlockSum<kWarps>(mine, s.scratch);
+  const double need_d = ceil(static_cast<double>(args.top_p[r]) * z);
+  const uint64_t need = need_d >= 1.0 ? static_cast<uint64_t>(need_d) : 1;
+  if (above >= need || above + cand < need) return kFallbackToken;  // not in the band
+  const uint32_t kappa = SelectKey<true>(s, s.u.topp2.x, n, need - above, row);
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+    const float x = s.u.topp2.x[i];
+    if (KeyOf(x) >= kappa) {
+      atomicAdd(&s.u.topp2.entry[s.u.topp2.id[i] / kEntryLen], win.Weight(x, scale));
+    }
+  }
+  __syncthreads();
+  uint64_t mass[kEntriesPerThread];
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    mass[j] = e0 + j < entries ? RowMath::Fixed(s.u.topp2.entry[e0 + j] * factor) : 0;
+  }
+  return DrawFromEntries(s, args, r, row, mass, kappa, kFallbackToken);
+}
+
 // Top-k row, after its chunks: the exact top-k set, weights, top-p, the draw in id order.
-__device__ int32_t TopKTail(PipeShared& s, const SamplingArgs& args, int64_t r) {
+__device__ __noinline__ int32_t TopKTail(PipeShared& s, const SamplingArgs& args, int64_t r) {
   const uint32_t k = static_cast<uint32_t>(args.top_k[r]);
   if (s.overflow == 0 && s.count > k) CutCandidates(s, k, /*streaming=*/false);
   const uint32_t m = s.count;
@@ -468,66 +772,127 @@ __device__ int32_t TopKTail(PipeShared& s, const SamplingArgs& args, int64_t r) 
   return s.token;
 }
 
+// The CTA's side of the ring: waits for each of a row's chunks (steps c0 .. c1 - 1 of its
+// row_chunks), hands it to body(c, chunk, view), which returns whether the CTA must act after the
+// barrier (a top-k select), refills the stage after the barrier that ends its reading (thread
+// 0), then calls after(c, flag) with the OR of the flags. One loop per row kind (the kernel's
+// switch), so each kind's loop is compact and scheduled on its own.
+struct Ring {
+  PipeShared& s;
+  float* ring;
+  Producer& producer;  // thread 0's
+  const SamplingArgs& args;
+  bool with_top_k;
+  int stages, chunks, stage = 0;
+  uint32_t phase = 0;
+
+  template <bool kMayFlag, typename Body, typename After>
+  __device__ __forceinline__ void Stream(int c0, int c1, int row_chunks, Body&& body,
+                                         After&& after) {
+    for (int c = c0; c < c1; ++c) {
+      WaitFull(&s.full[stage], phase);
+      const int chunk = ChunkAt(c, chunks, row_chunks);
+      const int32_t first = chunk * kChunk;
+      const int64_t left = args.vocab_size - first;
+      const ChunkView view{ring + stage * kChunk, left < kChunk ? static_cast<int>(left) : kChunk,
+                           first};
+      bool flag = body(c, chunk, view);
+      if constexpr (kMayFlag) {
+        flag = __syncthreads_or(flag);
+      } else {
+        __syncthreads();
+      }
+      if (threadIdx.x == 0) producer.IssueNext(s, ring, stages, args, with_top_k, chunks);
+      if (++stage == stages) stage = 0, phase ^= 1;
+      after(c, flag);
+    }
+  }
+  template <typename Body>  // bodies that return nothing: no flag, nothing after the barrier
+  __device__ __forceinline__ void Stream(int c0, int c1, int row_chunks, Body&& body) {
+    Stream<false>(
+        c0, c1, row_chunks,
+        [&](int c, int chunk, const ChunkView& view) {
+          body(c, chunk, view);
+          return false;
+        },
+        [](int, bool) {});
+  }
+};
+
 __global__ void __launch_bounds__(kThreads, 2)
     SamplingRowPipeKernel(const __grid_constant__ SamplingArgs args, bool with_top_k, int stages) {
   extern __shared__ __align__(128) unsigned char smem[];
   PipeShared& s = *reinterpret_cast<PipeShared*>(smem);
   float* ring = reinterpret_cast<float*>(smem + kRingOffset);
   const int chunks = static_cast<int>((args.vocab_size + kChunk - 1) / kChunk);
-  Producer producer{0, 0, 0};
+  Producer producer{0, 0, 0, 0};
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(SharedAddress(&s.full[i]))
                    : "memory");
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    producer.SkipTo(args, with_top_k, blockIdx.x);
+    producer.SkipTo(args, with_top_k, blockIdx.x, chunks);
     for (int i = 0; i < stages; ++i) producer.IssueNext(s, ring, stages, args, with_top_k, chunks);
   }
   __syncthreads();
-  int stage = 0;
-  uint32_t phase = 0;
+  Ring ring_io{s, ring, producer, args, with_top_k, stages, chunks};
   for (int64_t r = blockIdx.x; r < args.batch; r += gridDim.x) {
     const RowKind kind = KindOf(args, r, with_top_k);
     if (kind == kSkip) continue;
     const float scale = kind == kGreedy ? 0.0f : kSamplingLog2e / args.temperature[r];
-    ArgMaxPair best{-INFINITY, INT32_MAX};
-    if (kind == kTopK && threadIdx.x == 0)
-      s.count = 0, s.theta = -INFINITY, s.overflow = 0, s.cuts = 0;
-    if (kind == kTopK) __syncthreads();
-    for (int c = 0; c < chunks; ++c) {
-      WaitFull(&s.full[stage], phase);
-      const int32_t first = c * kChunk;
-      const int64_t left = args.vocab_size - first;
-      const ChunkView view{ring + stage * kChunk, left < kChunk ? static_cast<int>(left) : kChunk,
-                           first};
-      uint32_t appended_to = 0;
-      if (kind == kGreedy) {
-        if (c == 0) {  // the lowest id of this thread's first logit, for rows of -inf
-          const int local = kPerWarp * (threadIdx.x / 32) * kEntryLen + 4 * (threadIdx.x % 32);
-          if (local < view.n) best.id = local;
-        }
-        GreedyChunk(view, best);
-      } else if (kind == kTemperature) {
-        TemperatureChunk(s, view, c, scale);
-      } else {
-        appended_to = TopKChunk(s, view);
-      }
-      // The stage is read: refill it. Top-k rows: select when the candidates passed the trigger.
-      const bool cut = __syncthreads_or(appended_to > kCandTrigger);
-      if (threadIdx.x == 0) producer.IssueNext(s, ring, stages, args, with_top_k, chunks);
-      if (++stage == stages) stage = 0, phase ^= 1;
-      if (cut) {
-        CutCandidates(s, static_cast<uint32_t>(args.top_k[r]), /*streaming=*/true);
-      }
-    }
     int32_t token;
-    if (kind == kGreedy) {
-      token = sampling_internal::BlockArgMax<kWarps>(best, s.argmax_scratch).id;
-    } else if (kind == kTemperature) {
-      token = TemperatureTail(s, args, r, scale);
-    } else {
-      token = TopKTail(s, args, r);
+    switch (kind) {
+      case kGreedy: {
+        ArgMaxPair best{-INFINITY, INT32_MAX};
+        ring_io.Stream(0, chunks, chunks, [&](int c, int, const ChunkView& view) {
+          if (c == 0) {  // the lowest id of this thread's first logit, for rows of -inf
+            const int local = kPerWarp * (threadIdx.x / 32) * kEntryLen + 4 * (threadIdx.x % 32);
+            if (local < view.n) best.id = local;
+          }
+          GreedyChunk(view, best);
+        });
+        token = sampling_internal::BlockArgMax<kWarps>(best, s.argmax_scratch).id;
+        break;
+      }
+      case kTemperature:
+        ring_io.Stream(0, chunks, chunks, [&](int, int chunk, const ChunkView& view) {
+          TemperatureChunk(s, view, chunk, scale);
+        });
+        token = TemperatureTail(s, args, r, scale);
+        break;
+      case kTopK:
+        if (threadIdx.x == 0) s.count = 0, s.theta = -INFINITY, s.overflow = 0, s.cuts = 0;
+        __syncthreads();
+        ring_io.Stream<true>(
+            0, chunks, chunks,
+            [&](int, int, const ChunkView& view) { return TopKChunk(s, view) > kCandTrigger; },
+            [&](int, bool cut) {  // select when the candidates passed the trigger
+              if (cut) CutCandidates(s, static_cast<uint32_t>(args.top_k[r]), /*streaming=*/true);
+            });
+        token = TopKTail(s, args, r);
+        break;
+      default: {  // kTopP: pass 1, the band, pass 2 (the chunks in reverse order)
+#pragma unroll
+        for (int i = 0; i < kTopPBins / kThreads; ++i)
+          s.u.topp1.hist[i * kThreads + threadIdx.x] = 0;
+        if (threadIdx.x == 0) s.topp_above = 0, s.count = 0;
+        __syncthreads();
+        bool ok = isfinite(scale);  // uniform
+        float lane_max = -INFINITY;
+        TopPWindow win;
+        double z_rel = 0.0;  // the lane's weights relative to win.rbase
+        ring_io.Stream(0, chunks, 2 * chunks, [&](int, int, const ChunkView& view) {
+          if (ok) TopPHistogramChunk(s, view, scale, win, lane_max, z_rel);
+        });
+        TopPBand band{};
+        ok = ok && FindTopPBand(s, win, lane_max, scale, args.top_p[r], &band);
+        ring_io.Stream(chunks, 2 * chunks, 2 * chunks, [&](int, int chunk, const ChunkView& view) {
+          if (ok) TopPCollectChunk(s, view, chunk, scale, win, band);
+        });
+        token = ok ? TopPTail(s, args, r, scale, win, band, z_rel) : kFallbackToken;
+        break;
+      }
     }
     if (threadIdx.x == 0) args.out_tokens[r] = token;
     __syncthreads();  // the row's buffers are read before the next row writes them

@@ -37,16 +37,19 @@ std::string SamplingStreamDescribe(StreamBuild build);
 // The rows the resident cluster kernel samples (others are skipped cheaply: a persistent grid).
 enum class ClusterRows {
   kAll,
-  kFiltered,     // rows with top-k or top-p
-  kLeftByStream  // those the streaming kernel with top-k, launched before, did not sample
+  kFiltered,             // rows with top-k or top-p
+  kLeftByStream,         // those the streaming kernel with top-k, launched before, did not sample
+  kLeftByRowPipe,        // those the row-pipelined kernel with top-k did not sample
+  kLeftByRowPipeNoTopK,  // those the row-pipelined kernel without top-k did not sample
 };
 absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows, cudaStream_t stream);
 
 // The row-pipelined kernel (sampling_rowpipe.cu): one CTA per row, the row streamed through
-// shared memory by bulk asynchronous copies. It samples greedy and temperature-only rows and,
-// with_top_k, the top-k rows of the streaming kernel (k <= 128, any top-p; kFallbackToken when
-// they overflow), and skips the others, like SamplingStreamLaunch. Needs vocab % 4 == 0, vocab <=
-// 155648 and 16-byte aligned logits (SamplingRowPipeSupports).
+// shared memory by bulk asynchronous copies. It samples greedy, temperature-only and top-p-only
+// rows (the last in two passes) and, with_top_k, the top-k rows of the streaming kernel (k <= 128,
+// any top-p); kFallbackToken for the top-k and top-p rows it cannot finish (overflowing buffers,
+// a failed bracket). It skips the others (k > 128, and top-k rows without with_top_k). Needs
+// vocab % 4 == 0, vocab <= 155648 and 16-byte aligned logits (SamplingRowPipeSupports).
 bool SamplingRowPipeSupports(const SamplingArgs& args);
 absl::Status SamplingRowPipeLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream);
 // Sampling() picks the row-pipelined kernel for the rows the streaming kernel would take from

@@ -300,11 +300,13 @@ TEST(SamplingCudaTest, GreedyTiesAndRejectsHugeVocab) {
 
 // A first kernel alone (the streaming kernel, or the row-pipelined one on the vocabularies it
 // supports), with top-k: it samples every top-k row with k <= 128 (any top-p) of N(0, 3^2) logits
-// itself (no kFallbackToken), as SamplingRef does, samples the greedy and temperature-only rows,
-// and leaves the others (top-p only, k > 128) unwritten for the resident kernel. Batches 1 to 256;
-// vocabularies that are not multiples of the tile, odd (scalar loads), and small (most threads
-// without a logit).
-void CheckFirstKernelSamplesItsRows(SampleFn first_only, bool needs_vocab_multiple_of_4) {
+// itself (no kFallbackToken), as SamplingRef does, samples the greedy and temperature-only rows
+// and, samples_top_p (the row-pipelined kernel), the top-p-only rows, also without a fallback; it
+// leaves the others (k > 128, and top-p only for the streaming kernel) unwritten for the resident
+// kernel. Batches 1 to 256; vocabularies that are not multiples of the tile, odd (scalar loads),
+// and small (most threads without a logit).
+void CheckFirstKernelSamplesItsRows(SampleFn first_only, bool needs_vocab_multiple_of_4,
+                                    bool samples_top_p) {
   const int32_t ks[] = {1, 2, 7, 50, 64, 100, 127, 128, 129, 0};
   const float ps[] = {1.0f, 0.9f, 0.5f, 1e-6f, 0.99f};
   int rows = 0, mismatches = 0;
@@ -325,8 +327,10 @@ void CheckFirstKernelSamplesItsRows(SampleFn first_only, bool needs_vocab_multip
     for (int64_t r = 0; r < batch; ++r) {
       const int32_t k = b.top_k[r];
       const bool greedy = !(b.temperature[r] > 0.0f), with_k = k > 0 && k < vocab;
-      if (!greedy && with_k && k <= 128) {
-        ASSERT_GE(got[r], 0) << "top-k row " << r << " not sampled by the streaming kernel";
+      const bool top_p_only = !greedy && !with_k && b.top_p[r] < 1.0f;
+      if (!greedy && ((with_k && k <= 128) || (top_p_only && samples_top_p))) {
+        ASSERT_GE(got[r], 0) << "row " << r << " (k=" << k << " p=" << b.top_p[r]
+                             << ") not sampled by the first kernel";
         ASSERT_LT(got[r], vocab) << "row " << r;
         ++rows;
         mismatches += got[r] != want[r];
@@ -340,7 +344,7 @@ void CheckFirstKernelSamplesItsRows(SampleFn first_only, bool needs_vocab_multip
       }
     }
   }
-  EXPECT_LE(mismatches, rows * 0.01) << mismatches << " of " << rows << " top-k rows differ";
+  EXPECT_LE(mismatches, rows * 0.01) << mismatches << " of " << rows << " sampled rows differ";
 }
 
 TEST(SamplingCudaTest, StreamTopKSamplesItsRows) {
@@ -349,16 +353,16 @@ TEST(SamplingCudaTest, StreamTopKSamplesItsRows) {
       [](const SamplingArgs& a, cudaStream_t s) {
         return SamplingStreamLaunch(a, /*with_top_k=*/true, s);
       },
-      false);
+      /*needs_vocab_multiple_of_4=*/false, /*samples_top_p=*/false);
 }
 
-TEST(SamplingCudaTest, RowPipeTopKSamplesItsRows) {
+TEST(SamplingCudaTest, RowPipeTopKAndTopPSamplesItsRows) {
   TANDEM_SKIP_WITHOUT_GPU();
   CheckFirstKernelSamplesItsRows(
       [](const SamplingArgs& a, cudaStream_t s) {
         return SamplingRowPipeLaunch(a, /*with_top_k=*/true, s);
       },
-      true);
+      /*needs_vocab_multiple_of_4=*/true, /*samples_top_p=*/true);
 }
 
 // Adversarial shapes of row r (logits initially N(0, 3^2)) for the top-k / top-p stress tests.
@@ -371,6 +375,7 @@ enum class RowShape {
   kFewFinite,          // -inf but for 20 logits: fewer finite logits than k
   kHugeAmongNegative,  // one 1e30 logit among -1e30 ones
   kTiedMaxima,         // 300 logits at 20
+  kMaskedPrefix,       // -inf over the first 60% of the row (no finite logit in the first chunks)
   kNormal,             // left as drawn
 };
 
@@ -401,6 +406,9 @@ void ShapeRow(float* row, int64_t vocab, int64_t r, RowShape shape, float consta
       break;
     case RowShape::kTiedMaxima:
       for (int64_t i = 0; i < 300; ++i) row[(i * 7877 + r) % vocab] = 20.0f;
+      break;
+    case RowShape::kMaskedPrefix:
+      std::fill(row, row + vocab * 3 / 5, -INFINITY);
       break;
     case RowShape::kNormal:
       break;
@@ -476,25 +484,28 @@ TEST(SamplingCudaTest, TopPRowsAcrossShapes) {
 // descending logits, integer logits (thousands of ties at the threshold), a constant row and a
 // nearly flat one (every logit in one bin: far more candidates than the pairwise select takes, so
 // the block radix and whole-row selects run), -inf everywhere but 20 logits, one 1e30 logit among
-// -1e30 ones, 300 tied maxima, plain N(0, 3^2); p from 1e-6 to 0.999.
+// -1e30 ones, 300 tied maxima, -inf over the first 60% of the row (the row-pipelined kernel's
+// histogram window starts late), plain N(0, 3^2); p from 1e-6 to 0.999. Ascending rows move that
+// window after every chunk.
 TEST(SamplingCudaTest, TopPAdversarialRows) {
   TANDEM_SKIP_WITHOUT_GPU();
   Tally tally;
   const float ps[] = {0.5f, 0.9f, 0.95f, 0.999f, 1e-6f};
   for (int64_t vocab : {1000, 151937, 152064}) {
     std::mt19937_64 rng(vocab + 11);
-    const int64_t batch = 45;
+    const int64_t batch = 50;
     Batch b;
     for (int64_t r = 0; r < batch; ++r) {
       b.AddRow(0.7f + 0.4f * (r % 3), 0, ps[r % 5], rng(), r);
     }
     FillNormalLogits(b, batch, vocab, 3.0f, rng);
-    constexpr RowShape kShapes[] = {
-        RowShape::kAscending,         RowShape::kDescending, RowShape::kIntegerTies,
-        RowShape::kConstant,          RowShape::kNearlyFlat, RowShape::kFewFinite,
-        RowShape::kHugeAmongNegative, RowShape::kTiedMaxima, RowShape::kNormal};
+    constexpr RowShape kShapes[] = {RowShape::kAscending,         RowShape::kDescending,
+                                    RowShape::kIntegerTies,       RowShape::kConstant,
+                                    RowShape::kNearlyFlat,        RowShape::kFewFinite,
+                                    RowShape::kHugeAmongNegative, RowShape::kTiedMaxima,
+                                    RowShape::kMaskedPrefix,      RowShape::kNormal};
     for (int64_t r = 0; r < batch; ++r) {
-      ShapeRow(&b.logits[r * vocab], vocab, r, kShapes[(r / 5) % 9], -0.75f);
+      ShapeRow(&b.logits[r * vocab], vocab, r, kShapes[(r / 5) % 10], -0.75f);
     }
     CheckRows(b, batch, vocab, &tally);
   }
