@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU-machine call that checks every kernel: all GPU tests (attention decode/prefill/RoPE,
 # GEMM, norms, SiLU, embedding, sampling) against the CPU references, compute-sanitizer memcheck
-# and racecheck on small attention shapes, both benchmarks with the ceilings measured in the same
-# run, and the PyTorch peers; full logs under $OUT, the short tables last.
+# and racecheck on small attention shapes and on the small all-paths sampling batch, both
+# benchmarks with the ceilings measured in the same run, and the PyTorch peers; full logs under
+# $OUT, the short tables last.
 # Staged here by kernels/bench/stage_gpu.sh into .gpu-all/ (carry: [".gpu-all"]).
 # Usage there: [STAGE=.gpu-xyz] kernels/bench/gpu_run_all.sh [test]
 #   ("test": correctness only, no benchmarks; STAGE: the stage dir, default .gpu-all)
@@ -40,8 +41,11 @@ for tool in memcheck racecheck; do
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/attention_prefill_gpu_test \
     --gtest_filter=PrefillGpuTest.SmallForSanitizer >>"$OUT/san.tmp" 2>&1
   rc2=$?
-  [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ] && fail=1
-  note "compute-sanitizer $tool exit=$rc1/$rc2: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san.tmp" | sort | uniq -c | tr '\n' ' ')"
+  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/kernels_kb_gpu_test \
+    --gtest_filter=SamplingCudaTest.SmallBatchAllPaths >>"$OUT/san.tmp" 2>&1
+  rc3=$?
+  [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ] || [ $rc3 -ne 0 ] && fail=1
+  note "compute-sanitizer $tool exit=$rc1/$rc2/$rc3: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san.tmp" | sort | uniq -c | tr '\n' ' ')"
   cat "$OUT/san.tmp" >>"$OUT/sanitizer.log"
 done
 rm -f "$OUT/san.tmp"
