@@ -338,9 +338,9 @@ namespace {
 // Vocabularies that fit the cluster kernels: rows without top-k / top-p and, unless the caller
 // says no row uses top-k (SamplingArgs::rows_may_use_top_k), top-k rows with k <= 128 stream
 // through the first kernel (the streaming cluster kernel, or from kRowPipeMinBatch rows on the
-// row-pipelined one); the others (and its overflowing top-k rows) through the resident cluster
-// kernel (each launch skips the other's rows; kernels/sampling/WORKLOG.md, steps 6-12 and
-// sessions 5 and 7).
+// row-pipelined one, which also takes the top-p rows without top-k, in two passes); the others
+// (and the first kernel's kFallbackToken rows) through the resident cluster kernel (each launch
+// skips the other's rows; kernels/sampling/WORKLOG.md, steps 6-12 and sessions 5, 7 and 8).
 absl::Status SampleWithClusterKernels(const SamplingArgs& args, bool row_pipe,
                                       cudaStream_t stream) {
   const bool top_k = args.rows_may_use_top_k;
