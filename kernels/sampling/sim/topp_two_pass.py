@@ -8,6 +8,9 @@
 # that fails, when the band holds more than 4096 candidates, or when a logit is 64 octaves heavier
 # than rbase. numpy's exp2 stands in for MUFU.EX2 (not bit-exact: the statistics, not the bins of
 # a given row, are the point).
+# A second table tries a band margin of 2.5e-4 p (1 - p) of the total instead of 1e-4 (the
+# histogram's error on the share of the mass above a bin shrinks with that share's distance from
+# 0 and 1): the next step to try on the GPU.
 # Usage: .venv/bin/python kernels/sampling/sim/topp_two_pass.py
 import numpy as np
 
@@ -32,7 +35,7 @@ def row_logits(kind):
     raise ValueError(kind)
 
 
-def one_row(x, T, p):
+def one_row(x, T, p, margin_pq=False):
     """Returns (falls back, candidates in the band)."""
     scale = np.float32(np.log2(np.e) / T)
     rbase = x[:CHUNK].max()
@@ -51,8 +54,9 @@ def one_row(x, T, p):
     mass = np.where(down < 48, (hist << 16) >> np.minimum(down, 47).astype(np.uint64), 0)
     cum = np.cumsum(mass.astype(np.float64))
     total = cum[-1]
-    lo = max(p * total - 1e-4 * total, 1.0)
-    hi = min(np.ceil(p * total + 1e-4 * total), total)
+    margin = 2.5e-4 * p * (1 - p) * total if margin_pq else 1e-4 * total
+    lo = max(p * total - margin, 1.0)
+    hi = min(np.ceil(p * total + margin), total)
     b_lo = int(np.searchsorted(cum, lo))
     b_hi = int(np.searchsorted(cum, hi))
     if b_hi >= BINS - 1:
@@ -70,16 +74,19 @@ def one_row(x, T, p):
 
 
 def main():
-    print("rows  T     p      fallbacks  candidates mean / max")
-    for kind in ("normal", "peaked"):
-        for T in (0.3, 0.7, 1.0, 1.5, 3.0, 5.0):
-            for p in (0.5, 0.9, 0.95, 0.99, 0.999):
-                falls, cands = 0, []
-                for _ in range(ROWS):
-                    f, n = one_row(row_logits(kind), T, p)
-                    falls += f
-                    cands.append(n)
-                print(f"{kind:6s} {T:4.1f} {p:6.3f} {falls:3d}/{ROWS}  {np.mean(cands):8.0f} / {max(cands)}")
+    for margin_pq in (False, True):
+        print("band margin:", "2.5e-4 p (1 - p) of the total" if margin_pq else "1e-4 of the total")
+        print("rows  T     p      fallbacks  candidates mean / max")
+        for kind in ("normal", "peaked"):
+            for T in (0.3, 0.7, 1.0, 1.5, 3.0, 5.0):
+                for p in (0.5, 0.9, 0.95, 0.99, 0.999):
+                    falls, cands = 0, []
+                    for _ in range(ROWS):
+                        f, n = one_row(row_logits(kind), T, p, margin_pq)
+                        falls += f
+                        cands.append(n)
+                    print(f"{kind:6s} {T:4.1f} {p:6.3f} {falls:3d}/{ROWS}  "
+                          f"{np.mean(cands):8.0f} / {max(cands)}")
 
 
 if __name__ == "__main__":
