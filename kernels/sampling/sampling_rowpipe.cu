@@ -31,16 +31,17 @@
 //       reference logit rbase (the first chunk's max), so no pass needs the row max beforehand: a
 //       weight's float bits give its bin (32 per octave, 64 octaves above rbase and 64 below)
 //       and its mantissa the bin's fixed-point increment (TopPWindow). After it: the bins whose
-//       cumulative mass from the top can hold top_p of z, [b_lo, b_hi] (FindTopPBand: one bin, or
-//       two at a bin edge).
+//       cumulative mass from the top can hold top_p of z, [b_lo, b_hi] (FindTopPBand: usually one
+//       bin; more where +-1e-4 of z spans several, as at p = 0.999: sim/topp_two_pass.py).
 //     pass 2: per entry the weight above the band (surely kept), and the logits in the band as
 //       candidates. Then exactly as the other kernels: need = ceil(top_p z); the band must hold
 //       the threshold (mass above < need <= mass above + candidates); a mass-weighted radix select
 //       over the candidates gives the smallest kept key; kept candidates join their entries; the
 //       draw as temperature rows, over the kept logits.
-//     A failed bracket (rounding at a bin edge), more than kTopPCandCap candidates (a nearly flat
-//     row), a row of -inf, with +inf or with a logit 64 octaves of weight above the first chunk's
-//     max, or a temperature whose log2(e) / T overflows gives kFallbackToken.
+//     A failed bracket (the histogram's rounding at a bin edge), more than kTopPCandCap candidates
+//     (a nearly flat row, a wide band), a row of -inf, with +inf or with a logit 64 octaves of
+//     weight above the first chunk's max, or a temperature whose log2(e) / T overflows gives
+//     kFallbackToken.
 // Needs 16-byte aligned rows (vocab % 4 == 0, aligned logits) for the bulk copies.
 #include <algorithm>
 #include <atomic>
