@@ -32,7 +32,7 @@
 //       weight's float bits give its bin (32 per octave, 64 octaves above rbase and 64 below)
 //       and its mantissa the bin's fixed-point increment (TopPWindow). After it: the bins whose
 //       cumulative mass from the top can hold top_p of z, [b_lo, b_hi] (FindTopPBand: usually one
-//       bin; more where +-1e-4 of z spans several, as at p = 0.999: sim/topp_two_pass.py).
+//       bin, the margin about the histogram's error: sim/topp_two_pass.py).
 //     pass 2: per entry the weight above the band (surely kept), and the logits in the band as
 //       candidates. Then exactly as the other kernels: need = ceil(top_p z); the band must hold
 //       the threshold (mass above < need <= mass above + candidates); a mass-weighted radix select
@@ -95,9 +95,9 @@ constexpr int kMaxCuts = 8;
 static_assert(kPerWarp == 4 && kCandCap % kThreads == 0 && kKeptCap <= kCandCap);
 static_assert(kStreamTopKMax <= kCandTrigger);
 // Top-p rows (TopPWindow): histogram bins (32 per octave of weight relative to rbase, from 2^64
-// down to 2^-64; the last one, never filled, is everything below), the candidates the band may
-// hold, and the float bits that make a weight's bin key (8 exponent and 5 mantissa bits; the key
-// of 1.0).
+// down to 2^-64; the last one weighs nothing once shifted to the max's octave), the candidates the
+// band may hold, and the float bits that make a weight's bin key (8 exponent and 5 mantissa bits;
+// the key of 1.0).
 constexpr int kTopPBins = 4096;
 constexpr int kTopPCandCap = 4096;
 constexpr int kKeyShift = 18;
@@ -121,7 +121,7 @@ struct PipeShared {
       uint64_t w[kKeptCap];
     } cand;
     struct {                          // top-p rows, pass 1: the weight histogram
-      uint32_t hist[kTopPBins + 32];  // + a slot per lane for logits outside the bins
+      uint32_t hist[kTopPBins + 32];  // + a slot per lane for weights outside the bins
     } topp1;
     struct {  // top-p rows, pass 2: candidates (logit, id), and per entry the kept mass
       float x[kTopPCandCap];
@@ -139,8 +139,7 @@ struct PipeShared {
   uint32_t overflow;  // top-k rows: the candidates cannot be cut below the trigger (ties), or
                       // kMaxCuts selects did not keep them there
   uint32_t cuts;
-  uint32_t topp_above;  // top-p rows: a logit above the window (2^64 times rbase's weight)
-  int b_lo, b_hi;       //   the band: bins that may hold the threshold
+  int b_lo, b_hi;  // top-p rows: the band, bins that may hold the threshold
   uint32_t sel_prefix;
   uint64_t sel_rest;
   uint32_t warp_lo[kWarps], warp_hi[kWarps];
@@ -299,7 +298,7 @@ __device__ uint32_t SelectKey(PipeShared& s, const float* xs, uint32_t n, uint64
 // All threads: keeps the candidates >= the k-th largest (ties kept) and raises theta to it;
 // flags an overflow when they stay above the trigger (ties) or, streaming (not the row's last
 // select), when the row has had kMaxCuts. Ends with a block barrier.
-__device__ __noinline__ void CutCandidates(PipeShared& s, uint32_t k, bool streaming) {
+__device__ void CutCandidates(PipeShared& s, uint32_t k, bool streaming) {
   const uint32_t n = s.count;
   const uint32_t kth = SelectKey<false>(s, s.u.cand.x, n, k, RowMath{});
   float x[kCandPerThread];
@@ -341,16 +340,38 @@ struct ChunkView {
   const float* stage;
   int n;
   int32_t first;
-  // This lane's 4 logits of the warp's j-th entry (NaN and beyond the row: -inf), and their
-  // position in the chunk.
+  // Where this lane's 4 logits of the warp's j-th entry are in the chunk.
+  __device__ __forceinline__ static int Local(int j) {
+    return (kPerWarp * (threadIdx.x / 32) + j) * kEntryLen + 4 * (threadIdx.x % 32);
+  }
+  // This lane's 4 logits of the warp's j-th entry (NaN -> -inf; beyond the row -inf: FillTail),
+  // and their position in the chunk.
   __device__ __forceinline__ int Load(int j, float (&q)[4]) const {
-    const int local = (kPerWarp * (threadIdx.x / 32) + j) * kEntryLen + 4 * (threadIdx.x % 32);
-    float4 v = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-    if (local < n) v = *reinterpret_cast<const float4*>(stage + local);  // n % 4 == 0
-    q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+    const int local = LoadRaw(j, q);
 #pragma unroll
     for (int e = 0; e < 4; ++e) q[e] = fmaxf(q[e], -INFINITY);  // NaN -> -inf, one FMNMX
     return local;
+  }
+  // The same with NaN kept (top-p rows: a NaN makes z NaN and the row falls back).
+  __device__ __forceinline__ int LoadRaw(int j, float (&q)[4]) const {
+    const int local = Local(j);
+    const float4 v = *reinterpret_cast<const float4*>(stage + local);
+    q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+    return local;
+  }
+  // A row's last chunk (n < kChunk): every thread sets the slots it reads beyond the row to -inf,
+  // so that the loads need no bound test. Then fences its generic writes against the next bulk
+  // copy into the stage (async proxy), issued after the block barrier that ends the chunk.
+  __device__ __forceinline__ void FillTail() const {
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) {
+      const int local = Local(j);
+      if (local >= n) {  // n % 4 == 0
+        *reinterpret_cast<float4*>(const_cast<float*>(stage) + local) =
+            make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   }
 };
 
@@ -416,8 +437,11 @@ __device__ __forceinline__ void TemperatureChunk(PipeShared& s, const ChunkView&
 
 // Appends the lane's logits flagged in want (bit 4j + e: logit e of q[j], whose id is first +
 // local[j] + e) at the slots from *count on (one shared atomic per warp: a prefix over the lanes
-// places them; slots at or past cap are counted, not written). Returns where the warp's appends
-// end (0 if the warp has none).
+// places them). Returns where the warp's appends end (0 if the warp has none). kCapped: slots at
+// or past cap are counted, not written, and lanes without a flag skip the 16 tests (top-p
+// candidates); otherwise the caller guarantees room (top-k: at most kChunk after at most
+// kCandTrigger), and the plain form keeps the top-k rows at run N's speed (WORKLOG.md, session 9).
+template <bool kCapped>
 __device__ __forceinline__ uint32_t AppendFlagged(uint32_t* count, float* xs, int32_t* ids,
                                                   uint32_t cap, const float (&q)[kPerWarp][4],
                                                   const int (&local)[kPerWarp], int32_t first,
@@ -435,13 +459,13 @@ __device__ __forceinline__ uint32_t AppendFlagged(uint32_t* count, float* xs, in
   if (lane == 31) base = atomicAdd(count, incl);
   base = __shfl_sync(0xffffffffu, base, 31);
   uint32_t slot = base + incl - mine;
-  if (want != 0) {  // most lanes have none: skip the 16 tests
+  if (!kCapped || want != 0) {
 #pragma unroll
     for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (want >> (4 * j + e) & 1u) {
-          if (slot < cap) xs[slot] = q[j][e], ids[slot] = first + local[j] + e;
+          if (!kCapped || slot < cap) xs[slot] = q[j][e], ids[slot] = first + local[j] + e;
           ++slot;
         }
       }
@@ -466,7 +490,7 @@ __device__ __forceinline__ uint32_t TopKChunk(PipeShared& s, const ChunkView& c)
     for (int e = 0; e < 4; ++e)
       want |= (local[j] < c.n && q[j][e] >= theta ? 1u : 0u) << (4 * j + e);
   }
-  return AppendFlagged(&s.count, s.u.cand.x, s.u.cand.id, kCandCap, q, local, c.first, want);
+  return AppendFlagged<false>(&s.count, s.u.cand.x, s.u.cand.id, kCandCap, q, local, c.first, want);
 }
 
 // Top-p rows: the histogram window (uniform over the CTA, in registers). A logit's weight
@@ -484,25 +508,38 @@ struct TopPWindow {
   __device__ __forceinline__ float Weight(float x, float scale) const {
     return FastExp2(fmaf(x, scale, c0));
   }
+  // Bin b's histogram slot, kTopPBins - 1 - b (as unsigned: weights below the window wrap).
+  __device__ __forceinline__ static uint32_t Slot(float w) {
+    return (__float_as_uint(w) >> kKeyShift) - (kKeyOfOne + 32 * kOctavesAbove - (kTopPBins - 1));
+  }
   __device__ __forceinline__ static int Bin(float w) {
     return kKeyOfOne + 32 * kOctavesAbove - static_cast<int>(__float_as_uint(w) >> kKeyShift);
   }
   __device__ __forceinline__ void Start(float x, float scale) { rbase = x, c0 = -x * scale; }
 };
 __device__ __forceinline__ uint32_t InBinWeight(float w) {
-  return ((__float_as_uint(w) & 0x7fffffu) | 0x800000u) >> 10;
+  // (bits & 0x7ffc00) | 0x800000 as one LOP3 with the mask in a register (the compiler would
+  // emit two: LOP3 encodes one immediate), then the shift.
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;"
+      : "=r"(r)
+      : "r"(__float_as_uint(w)), "r"(0x7ffc00u), "n"(0x800000));
+  return r >> 10;
 }
 
 // Top-p row, pass 1, one chunk: the lane's max; before the first finite logit, the chunk's max
 // starts the window (a block-wide max: every thread takes this branch or none); every logit adds
-// its weight to the lane's z (relative to rbase) and to its bin.
+// its weight to the lane's z (relative to rbase) and, if it falls in a bin, to that bin.
+// Per logit, no branches, so that the 16 chains interleave: FFMA, MUFU.EX2, FADD, FMNMX, the
+// slot (SHF, VIADDMNMX, its address), the increment (LOP3, SHF) and a shared atomic. Logits
+// outside the bins add to a spill slot: below the last bin they weigh less than 2^-64 of rbase;
+// above the first (w >= 2^64, +inf, NaN) the row falls back (FindTopPBand: the max's bin, z).
 __device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkView& c, float scale,
                                                    TopPWindow& win, float& lane_max, double& z) {
-  const int lane = threadIdx.x % 32;
   float q[kPerWarp][4];
 #pragma unroll
-  for (int j = 0; j < kPerWarp; ++j) c.Load(j, q[j]);  // -inf beyond the row
-  if (win.rbase == -INFINITY) {                        // uniform
+  for (int j = 0; j < kPerWarp; ++j) c.LoadRaw(j, q[j]);  // -inf beyond the row
+  if (win.rbase == -INFINITY) {                           // uniform
     float m = -INFINITY;
 #pragma unroll
     for (int j = 0; j < kPerWarp; ++j) {
@@ -513,11 +550,12 @@ __device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkVie
     if (m == -INFINITY) return;
     win.Start(m, scale);
   }
-  // Per logit, no branches, so that the 16 chains interleave; logits outside the bins (below the
-  // last; above the top: w > 2^64 or +inf or NaN, which b < 0 flags) add to a slot of their lane
-  // beyond the histogram (never read; no bank conflict).
+  // The histogram holds bin b at slot kTopPBins - 1 - b (TopPWindow::Slot: the key less the
+  // lowest bin's, one VIADDMNMX with the clamp); slots out of range (below the window the
+  // difference wraps) go to a slot of this lane past the histogram, never read, so that they
+  // need no test and share no address.
+  const uint32_t spill = kTopPBins + threadIdx.x % 32;
   float zc = 0.0f;
-  int any_b = 0;
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
@@ -525,93 +563,11 @@ __device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkVie
       const float x = q[j][e];
       lane_max = fmaxf(lane_max, x);
       const float w = win.Weight(x, scale);
-      const int b = TopPWindow::Bin(w);
-      any_b |= b;
       zc += w;
-      const bool binned = static_cast<uint32_t>(b) < kTopPBins - 1;
-      atomicAdd(&s.u.topp1.hist[binned ? b : kTopPBins + lane], InBinWeight(w));
+      atomicAdd(&s.u.topp1.hist[min(TopPWindow::Slot(w), spill)], InBinWeight(w));
     }
   }
   z += zc;
-  if (any_b < 0) s.topp_above = 1;  // read after the pass (fallback)
-}
-
-// Top-p row, between the passes (all threads; uniform result): the row max, and the band of bins
-// that may hold the threshold: bin masses relative to the octave of the max (the histogram times
-// 2^(exponent - the max's exponent), 16-bit fixed point), ranked from the top; the band runs from
-// the first bin whose cumulative mass reaches top_p of the total less 1e-4 of the total to the
-// first that reaches it plus 1e-4 (the histogram is exact to ~1e-4 of each weight; pass 2 checks
-// the band exactly). False (fallback) for rows of -inf, with +inf or a logit above the window,
-// and for a band at the bottom.
-struct TopPBand {
-  float max_logit;
-  int b_lo, b_hi;
-};
-__device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_max, float scale,
-                             float top_p, TopPBand* band) {
-  band->max_logit =
-      sampling_internal::BlockArgMax<kWarps>(ArgMaxPair{lane_max, 0}, s.argmax_scratch).value;
-  if (!isfinite(band->max_logit) || !isfinite(win.rbase) || s.topp_above != 0) return false;
-  const int max_octave =
-      (kKeyOfOne + 32 * kOctavesAbove - TopPWindow::Bin(win.Weight(band->max_logit, scale))) >> 5;
-  constexpr int kPer = kTopPBins / kThreads;
-  uint64_t mass[kPer], mine = 0;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int b = kPer * threadIdx.x + i;
-    const int down = max(max_octave - ((kKeyOfOne + 32 * kOctavesAbove - b) >> 5), 0);
-    mass[i] = down < 48 ? (uint64_t{s.u.topp1.hist[b]} << 16) >> down : 0;
-    mine += mass[i];
-  }
-  if (threadIdx.x == 0) s.b_lo = kTopPBins, s.b_hi = kTopPBins;
-  uint64_t total = 0;
-  const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
-  const double target = static_cast<double>(top_p) * static_cast<double>(total);
-  const double margin = 1e-4 * static_cast<double>(total);
-  const uint64_t lo = max(static_cast<uint64_t>(max(target - margin, 0.0)), uint64_t{1});
-  const uint64_t hi = min(static_cast<uint64_t>(ceil(target + margin)), total);
-  uint64_t cum = before;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const uint64_t next = cum + mass[i];
-    if (cum < lo && lo <= next) s.b_lo = kPer * threadIdx.x + i;
-    if (cum < hi && hi <= next) s.b_hi = kPer * threadIdx.x + i;
-    cum = next;
-  }
-  __syncthreads();
-  band->b_lo = s.b_lo, band->b_hi = s.b_hi;
-  return band->b_hi < kTopPBins - 1;
-}
-
-// Top-p row, pass 2, one chunk: per entry the weight (relative to rbase) of the logits above the
-// band, surely kept, and the logits in the band appended as candidates.
-__device__ __forceinline__ void TopPCollectChunk(PipeShared& s, const ChunkView& c, int chunk,
-                                                 float scale, const TopPWindow& win,
-                                                 const TopPBand& band) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float q[kPerWarp][4];
-  int local[kPerWarp];
-  float kept[kPerWarp] = {};
-  uint32_t want = 0;
-#pragma unroll
-  for (int j = 0; j < kPerWarp; ++j) local[j] = c.Load(j, q[j]);  // -inf beyond the row
-#pragma unroll
-  for (int j = 0; j < kPerWarp; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float w = win.Weight(q[j][e], scale);
-      const int b = TopPWindow::Bin(w);
-      if (b < band.b_lo) kept[j] += w;
-      want |= (static_cast<uint32_t>(b - band.b_lo) <= static_cast<uint32_t>(band.b_hi - band.b_lo)
-                   ? 1u
-                   : 0u)
-              << (4 * j + e);
-    }
-  }
-  const float kept_entry = ReduceFourEntries(kept);
-  if ((lane & 7) == 0)
-    s.u.topp2.entry[chunk * kChunkEntries + kPerWarp * warp + lane / 8] = kept_entry;
-  AppendFlagged(&s.count, s.u.topp2.x, s.u.topp2.id, kTopPCandCap, q, local, c.first, want);
 }
 
 // Block sum of a double (every thread; ends with a barrier).
@@ -624,6 +580,98 @@ __device__ __forceinline__ double BlockSumDouble(double x, uint64_t* scratch) {
   for (int i = 0; i < kWarps; ++i) r += __longlong_as_double(scratch[i]);
   __syncthreads();
   return r;
+}
+
+// Top-p row, between the passes (all threads; uniform result): the row max, and the band of bins
+// that may hold the threshold: bin masses relative to the octave of the max (the histogram times
+// 2^(exponent - the max's exponent), 16-bit fixed point), ranked from the top; the band runs from
+// the first bin whose cumulative mass reaches top_p of the total less a margin to the first that
+// reaches it plus the margin. The margin, (2.5e-4 p (1 - p) + 1e-6) of the total: each weight's
+// increment is truncated by less than 2^-13 of it, which moves the share of the mass above a bin
+// edge, f, by less than 1.2e-4 f (1 - f) (numerator and denominator err alike), so twice that at
+// f = p, and 1e-6 for the absolute terms (the shift to the max's octave, float sums). Pass 2
+// checks the band exactly: a margin too narrow costs a fallback, never a wrong token. Session 8's
+// 1e-4 of the total made the band hold > 4096 candidates at p = 0.999, T ~ 1 (a fallback for
+// most such rows; sim/topp_two_pass.py). False (fallback) for rows of -inf, with +inf, NaN or a
+// logit above the window, and for a band at the bottom.
+struct TopPBand {
+  float max_logit;
+  int b_lo, b_hi;
+  // Pass 2 compares a weight's float bits: >= above_bits is above the band (bin < b_lo), in
+  // [band_bits, above_bits) in it.
+  uint32_t above_bits, band_bits;
+  double z_rel;  // the total weight relative to rbase
+};
+__device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_max, double z_rel,
+                             float scale, float top_p, TopPBand* band) {
+  band->max_logit =
+      sampling_internal::BlockArgMax<kWarps>(ArgMaxPair{lane_max, 0}, s.argmax_scratch).value;
+  band->z_rel = BlockSumDouble(z_rel, s.scratch);
+  if (!isfinite(band->max_logit) || !isfinite(win.rbase) || !isfinite(band->z_rel)) return false;
+  const int max_bin = TopPWindow::Bin(win.Weight(band->max_logit, scale));
+  if (max_bin < 0) return false;  // a weight 2^64 times rbase's: not in the histogram
+  const int max_octave = (kKeyOfOne + 32 * kOctavesAbove - max_bin) >> 5;
+  constexpr int kPer = kTopPBins / kThreads;
+  uint64_t mass[kPer], mine = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int b = kPer * threadIdx.x + i;
+    const int down = max(max_octave - ((kKeyOfOne + 32 * kOctavesAbove - b) >> 5), 0);
+    mass[i] = down < 48 ? (uint64_t{s.u.topp1.hist[kTopPBins - 1 - b]} << 16) >> down : 0;
+    mine += mass[i];
+  }
+  if (threadIdx.x == 0) s.b_lo = kTopPBins, s.b_hi = kTopPBins;
+  uint64_t total = 0;
+  const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
+  const double target = static_cast<double>(top_p) * static_cast<double>(total);
+  const double margin = (2.5e-4 * top_p * (1.0 - top_p) + 1e-6) * static_cast<double>(total);
+  const uint64_t lo = max(static_cast<uint64_t>(max(target - margin, 0.0)), uint64_t{1});
+  const uint64_t hi = min(static_cast<uint64_t>(ceil(target + margin)), total);
+  uint64_t cum = before;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const uint64_t next = cum + mass[i];
+    if (cum < lo && lo <= next) s.b_lo = kPer * threadIdx.x + i;
+    if (cum < hi && hi <= next) s.b_hi = kPer * threadIdx.x + i;
+    cum = next;
+  }
+  __syncthreads();
+  band->b_lo = s.b_lo, band->b_hi = s.b_hi;
+  band->above_bits = static_cast<uint32_t>(kKeyOfOne + 32 * kOctavesAbove + 1 - band->b_lo)
+                     << kKeyShift;
+  band->band_bits = static_cast<uint32_t>(kKeyOfOne + 32 * kOctavesAbove - band->b_hi) << kKeyShift;
+  return band->b_hi < kTopPBins - 1;
+}
+
+// Top-p row, pass 2, one chunk: per entry the weight (relative to rbase) of the logits above the
+// band, surely kept, and the logits in the band appended as candidates. The band by the weight's
+// float bits (the same bins as pass 1's without computing them): FFMA, MUFU.EX2, two compares, a
+// predicated FADD per logit.
+__device__ __forceinline__ void TopPCollectChunk(PipeShared& s, const ChunkView& c, int chunk,
+                                                 float scale, const TopPWindow& win,
+                                                 const TopPBand& band) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float q[kPerWarp][4];
+  int local[kPerWarp];
+  float kept[kPerWarp] = {};
+  uint32_t want = 0;
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) local[j] = c.LoadRaw(j, q[j]);  // -inf beyond the row
+  const uint32_t width = band.above_bits - band.band_bits;
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float w = win.Weight(q[j][e], scale);
+      const uint32_t u = __float_as_uint(w);
+      if (u >= band.above_bits) kept[j] += w;
+      want |= (u - band.band_bits < width ? 1u : 0u) << (4 * j + e);
+    }
+  }
+  const float kept_entry = ReduceFourEntries(kept);
+  if ((lane & 7) == 0)
+    s.u.topp2.entry[chunk * kChunkEntries + kPerWarp * warp + lane / 8] = kept_entry;
+  AppendFlagged<true>(&s.count, s.u.topp2.x, s.u.topp2.id, kTopPCandCap, q, local, c.first, want);
 }
 
 // After a row's entry masses (mass[j]: entry threadIdx.x * kEntriesPerThread + j): the entry
@@ -675,8 +723,8 @@ __device__ int32_t DrawFromEntries(PipeShared& s, const SamplingArgs& args, int6
 }
 
 // Temperature row, after its chunks: entry masses, the entry holding u * total, the draw in it.
-__device__ __noinline__ int32_t TemperatureTail(PipeShared& s, const SamplingArgs& args, int64_t r,
-                                                float scale) {
+__device__ int32_t TemperatureTail(PipeShared& s, const SamplingArgs& args, int64_t r,
+                                   float scale) {
   const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
   const int e0 = threadIdx.x * kEntriesPerThread;
   ArgMaxPair best{-INFINITY, INT32_MAX};
@@ -705,7 +753,7 @@ __device__ __noinline__ int32_t TemperatureTail(PipeShared& s, const SamplingArg
 // exact weights, for need - mass above), the kept candidates into their entries, and the draw
 // over the logits >= kappa.
 __device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, float scale,
-                            const TopPWindow& win, const TopPBand& band, double z_rel) {
+                            const TopPWindow& win, const TopPBand& band) {
   const RowMath row{band.max_logit, scale, 0.0f};
   const float factor = exp2f((win.rbase - band.max_logit) * scale);
   const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
@@ -716,8 +764,7 @@ __device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, 
     mine += e0 + j < entries ? RowMath::Fixed(s.u.topp2.entry[e0 + j] * factor) : 0;
   }
   const uint64_t above = sampling_internal::BlockSum<kWarps>(mine, s.scratch);
-  const double z = BlockSumDouble(z_rel, s.scratch) *
-                   exp2(static_cast<double>(win.rbase - band.max_logit) * scale) *
+  const double z = band.z_rel * exp2(static_cast<double>(win.rbase - band.max_logit) * scale) *
                    sampling_internal::kFixedScale;
   const uint32_t n = s.count;
   if (n > kTopPCandCap) return kFallbackToken;  // uniform
@@ -744,7 +791,7 @@ __device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, 
 }
 
 // Top-k row, after its chunks: the exact top-k set, weights, top-p, the draw in id order.
-__device__ __noinline__ int32_t TopKTail(PipeShared& s, const SamplingArgs& args, int64_t r) {
+__device__ int32_t TopKTail(PipeShared& s, const SamplingArgs& args, int64_t r) {
   const uint32_t k = static_cast<uint32_t>(args.top_k[r]);
   if (s.overflow == 0 && s.count > k) CutCandidates(s, k, /*streaming=*/false);
   const uint32_t m = s.count;
@@ -797,6 +844,7 @@ struct Ring {
       const int64_t left = args.vocab_size - first;
       const ChunkView view{ring + stage * kChunk, left < kChunk ? static_cast<int>(left) : kChunk,
                            first};
+      if (view.n < kChunk) view.FillTail();  // uniform: the row's last chunk
       bool flag = body(c, chunk, view);
       if constexpr (kMayFlag) {
         flag = __syncthreads_or(flag);
@@ -817,6 +865,33 @@ struct Ring {
           return false;
         },
         [](int, bool) {});
+  }
+  // As Stream for bodies that return nothing, two chunks per block barrier (the last alone when
+  // the count is odd): half the barriers, and a warp's time over two chunks evens out more than
+  // over one (top-p rows: WORKLOG.md, session 9).
+  template <typename Body>
+  __device__ __forceinline__ void StreamPairs(int c0, int c1, int row_chunks, Body&& body) {
+    for (int c = c0; c < c1; c += 2) {
+      const int n = c + 1 < c1 ? 2 : 1;
+      int st = stage;
+      uint32_t ph = phase;
+      for (int k = 0; k < n; ++k) {
+        WaitFull(&s.full[st], ph);
+        const int chunk = ChunkAt(c + k, chunks, row_chunks);
+        const int32_t first = chunk * kChunk;
+        const int64_t left = args.vocab_size - first;
+        const ChunkView view{ring + st * kChunk, left < kChunk ? static_cast<int>(left) : kChunk,
+                             first};
+        if (view.n < kChunk) view.FillTail();  // uniform: the row's last chunk
+        body(c + k, chunk, view);
+        if (++st == stages) st = 0, ph ^= 1;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        for (int k = 0; k < n; ++k) producer.IssueNext(s, ring, stages, args, with_top_k, chunks);
+      }
+      stage = st, phase = ph;
+    }
   }
 };
 
@@ -877,21 +952,22 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int i = 0; i < kTopPBins / kThreads; ++i)
           s.u.topp1.hist[i * kThreads + threadIdx.x] = 0;
-        if (threadIdx.x == 0) s.topp_above = 0, s.count = 0;
+        if (threadIdx.x == 0) s.count = 0;
         __syncthreads();
         bool ok = isfinite(scale);  // uniform
         float lane_max = -INFINITY;
         TopPWindow win;
         double z_rel = 0.0;  // the lane's weights relative to win.rbase
-        ring_io.Stream(0, chunks, 2 * chunks, [&](int, int, const ChunkView& view) {
+        ring_io.StreamPairs(0, chunks, 2 * chunks, [&](int, int, const ChunkView& view) {
           if (ok) TopPHistogramChunk(s, view, scale, win, lane_max, z_rel);
         });
         TopPBand band{};
-        ok = ok && FindTopPBand(s, win, lane_max, scale, args.top_p[r], &band);
-        ring_io.Stream(chunks, 2 * chunks, 2 * chunks, [&](int, int chunk, const ChunkView& view) {
-          if (ok) TopPCollectChunk(s, view, chunk, scale, win, band);
-        });
-        token = ok ? TopPTail(s, args, r, scale, win, band, z_rel) : kFallbackToken;
+        ok = ok && FindTopPBand(s, win, lane_max, z_rel, scale, args.top_p[r], &band);
+        ring_io.StreamPairs(chunks, 2 * chunks, 2 * chunks,
+                            [&](int, int chunk, const ChunkView& view) {
+                              if (ok) TopPCollectChunk(s, view, chunk, scale, win, band);
+                            });
+        token = ok ? TopPTail(s, args, r, scale, win, band) : kFallbackToken;
         break;
       }
     }
