@@ -345,7 +345,9 @@ void BenchSampling(const Ceilings& c) {
   const Mode modes[] = {{"greedy", 0, 0, 1},
                         {"temp0.7", 0.7f, 0, 1},
                         {"topk50_topp0.9", 0.7f, 50, 0.9f},
-                        {"topp0.95", 1.0f, 0, 0.95f}};
+                        {"topp0.95", 1.0f, 0, 0.95f},
+                        // Where session 8's band margin sent most rows to the resident kernel.
+                        {"topp0.999", 1.0f, 0, 0.999f}};
   const char* only_batch = std::getenv("TANDEM_BENCH_SAMPLING_BATCH");
   const char* only_mode = std::getenv("TANDEM_BENCH_SAMPLING_MODE");
   for (int64_t batch : {1, 32, 64, 96, 128, 192, 256}) {
@@ -411,6 +413,22 @@ void BenchSampling(const Ceilings& c) {
         time("sampling_rowpipe_alone.", [](const SamplingArgs& a, cudaStream_t st) {
           return SamplingRowPipeLaunch(a, a.rows_may_use_top_k, st);
         });
+        // How many rows it leaves to the resident kernel (tokens outside the vocabulary: its
+        // fallback marker), over every input copy: those rows pay the resident kernel's time.
+        int64_t left = 0;
+        std::vector<int32_t> tokens(batch);
+        for (int i = 0; i < copies; ++i) {
+          SamplingArgs x = args;
+          x.logits = logits[i];
+          Ok(SamplingRowPipeLaunch(x, x.rows_may_use_top_k, nullptr));
+          BENCH_CUDA(cudaMemcpy(tokens.data(), out, batch * 4, cudaMemcpyDeviceToHost));
+          for (int32_t t : tokens) left += t < 0 || t >= vocab;
+        }
+        std::printf(
+            "sampling_rowpipe_alone.%s B=%lld: %lld of %lld rows left to the resident "
+            "kernel\n",
+            m.name, static_cast<long long>(batch), static_cast<long long>(left),
+            static_cast<long long>(batch * copies));
       }
       if (only_batch == nullptr) {
         args.rows_may_use_top_k = !args.rows_may_use_top_k;
