@@ -8,9 +8,9 @@
 # that fails, when the band holds more than 4096 candidates, or when a logit is 64 octaves heavier
 # than rbase. numpy's exp2 stands in for MUFU.EX2 (not bit-exact: the statistics, not the bins of
 # a given row, are the point).
-# A second table tries a band margin of 2.5e-4 p (1 - p) of the total instead of 1e-4 (the
-# histogram's error on the share of the mass above a bin shrinks with that share's distance from
-# 0 and 1): the next step to try on the GPU.
+# A second table uses the kernel's band margin since session 9, (2.5e-4 p (1 - p) + 1e-6) of the
+# total, instead of session 8's 1e-4 (the histogram's error on the share of the mass above a bin
+# shrinks with that share's distance from 0 and 1).
 # Usage: .venv/bin/python kernels/sampling/sim/topp_two_pass.py
 import numpy as np
 
@@ -54,7 +54,7 @@ def one_row(x, T, p, margin_pq=False):
     mass = np.where(down < 48, (hist << 16) >> np.minimum(down, 47).astype(np.uint64), 0)
     cum = np.cumsum(mass.astype(np.float64))
     total = cum[-1]
-    margin = 2.5e-4 * p * (1 - p) * total if margin_pq else 1e-4 * total
+    margin = (2.5e-4 * p * (1 - p) + 1e-6) * total if margin_pq else 1e-4 * total
     lo = max(p * total - margin, 1.0)
     hi = min(np.ceil(p * total + margin), total)
     b_lo = int(np.searchsorted(cum, lo))
@@ -75,7 +75,8 @@ def one_row(x, T, p, margin_pq=False):
 
 def main():
     for margin_pq in (False, True):
-        print("band margin:", "2.5e-4 p (1 - p) of the total" if margin_pq else "1e-4 of the total")
+        print("band margin:", "(2.5e-4 p (1 - p) + 1e-6) of the total" if margin_pq
+              else "1e-4 of the total")
         print("rows  T     p      fallbacks  candidates mean / max")
         for kind in ("normal", "peaked"):
             for T in (0.3, 0.7, 1.0, 1.5, 3.0, 5.0):
