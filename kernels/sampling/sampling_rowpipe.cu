@@ -591,9 +591,10 @@ __device__ __forceinline__ double BlockSumDouble(double x, uint64_t* scratch) {
 // edge, f, by less than 1.2e-4 f (1 - f) (numerator and denominator err alike), so twice that at
 // f = p, and 1e-6 for the absolute terms (the shift to the max's octave, float sums). Pass 2
 // checks the band exactly: a margin too narrow costs a fallback, never a wrong token. Session 8's
-// 1e-4 of the total made the band hold > 4096 candidates at p = 0.999, T ~ 1 (a fallback for
-// most such rows; sim/topp_two_pass.py). False (fallback) for rows of -inf, with +inf, NaN or a
-// logit above the window, and for a band at the bottom.
+// 1e-4 of the total left ~4k candidates in the band at p = 0.999, T ~ 1: 1% of such rows went
+// over the 4096 cap on the GPU and the appends slowed the rest (WORKLOG.md, session 9, run S6).
+// False (fallback) for rows of -inf, with +inf, NaN or a logit above the window, and for a band
+// at the bottom.
 struct TopPBand {
   float max_logit;
   int b_lo, b_hi;
