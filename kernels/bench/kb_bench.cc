@@ -346,7 +346,7 @@ void BenchSampling(const Ceilings& c) {
                         {"temp0.7", 0.7f, 0, 1},
                         {"topk50_topp0.9", 0.7f, 50, 0.9f},
                         {"topp0.95", 1.0f, 0, 0.95f},
-                        // Where session 8's band margin sent most rows to the resident kernel.
+                        // Session 8's band margin: ~4k candidates, 1% of rows over the cap.
                         {"topp0.999", 1.0f, 0, 0.999f}};
   const char* only_batch = std::getenv("TANDEM_BENCH_SAMPLING_BATCH");
   const char* only_mode = std::getenv("TANDEM_BENCH_SAMPLING_MODE");

@@ -103,6 +103,7 @@ constexpr int kTopPCandCap = 4096;
 constexpr int kKeyShift = 18;
 constexpr int kKeyOfOne = 127 << 5;
 constexpr int kOctavesAbove = 64;
+constexpr int kKeyTop = kKeyOfOne + 32 * kOctavesAbove;  // bin 0's key (w = 2^64): bin = top - key
 static_assert(kTopPBins % kThreads == 0 && kTopPBins == 32 * 2 * kOctavesAbove);
 static_assert(kMaxVocab * 16384 < (int64_t{1} << 32), "a bin's 14-bit weights fit 32 bits");
 
@@ -508,12 +509,13 @@ struct TopPWindow {
   __device__ __forceinline__ float Weight(float x, float scale) const {
     return FastExp2(fmaf(x, scale, c0));
   }
-  // Bin b's histogram slot, kTopPBins - 1 - b (as unsigned: weights below the window wrap).
-  __device__ __forceinline__ static uint32_t Slot(float w) {
-    return (__float_as_uint(w) >> kKeyShift) - (kKeyOfOne + 32 * kOctavesAbove - (kTopPBins - 1));
-  }
   __device__ __forceinline__ static int Bin(float w) {
-    return kKeyOfOne + 32 * kOctavesAbove - static_cast<int>(__float_as_uint(w) >> kKeyShift);
+    return kKeyTop - static_cast<int>(__float_as_uint(w) >> kKeyShift);
+  }
+  // Bin b's histogram slot, kTopPBins - 1 - b (as unsigned: weights below the window wrap). The
+  // compiler folds it to the key less a constant: one VIADDMNMX with the caller's clamp.
+  __device__ __forceinline__ static uint32_t Slot(float w) {
+    return static_cast<uint32_t>(kTopPBins - 1 - Bin(w));
   }
   __device__ __forceinline__ void Start(float x, float scale) { rbase = x, c0 = -x * scale; }
 };
@@ -597,9 +599,8 @@ __device__ __forceinline__ double BlockSumDouble(double x, uint64_t* scratch) {
 // at the bottom.
 struct TopPBand {
   float max_logit;
-  int b_lo, b_hi;
-  // Pass 2 compares a weight's float bits: >= above_bits is above the band (bin < b_lo), in
-  // [band_bits, above_bits) in it.
+  // The band [b_lo, b_hi] as pass 2 tests it, on a weight's float bits: >= above_bits is above
+  // the band (bin < b_lo), in [band_bits, above_bits) in it.
   uint32_t above_bits, band_bits;
   double z_rel;  // the total weight relative to rbase
 };
@@ -611,13 +612,13 @@ __device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_ma
   if (!isfinite(band->max_logit) || !isfinite(win.rbase) || !isfinite(band->z_rel)) return false;
   const int max_bin = TopPWindow::Bin(win.Weight(band->max_logit, scale));
   if (max_bin < 0) return false;  // a weight 2^64 times rbase's: not in the histogram
-  const int max_octave = (kKeyOfOne + 32 * kOctavesAbove - max_bin) >> 5;
+  const int max_octave = (kKeyTop - max_bin) >> 5;
   constexpr int kPer = kTopPBins / kThreads;
   uint64_t mass[kPer], mine = 0;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int b = kPer * threadIdx.x + i;
-    const int down = max(max_octave - ((kKeyOfOne + 32 * kOctavesAbove - b) >> 5), 0);
+    const int down = max(max_octave - ((kKeyTop - b) >> 5), 0);
     mass[i] = down < 48 ? (uint64_t{s.u.topp1.hist[kTopPBins - 1 - b]} << 16) >> down : 0;
     mine += mass[i];
   }
@@ -625,7 +626,8 @@ __device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_ma
   uint64_t total = 0;
   const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
   const double target = static_cast<double>(top_p) * static_cast<double>(total);
-  const double margin = (2.5e-4 * top_p * (1.0 - top_p) + 1e-6) * static_cast<double>(total);
+  const float share = 2.5e-4f * top_p * (1.0f - top_p) + 1e-6f;  // of the total
+  const double margin = static_cast<double>(share) * static_cast<double>(total);
   const uint64_t lo = max(static_cast<uint64_t>(max(target - margin, 0.0)), uint64_t{1});
   const uint64_t hi = min(static_cast<uint64_t>(ceil(target + margin)), total);
   uint64_t cum = before;
@@ -637,11 +639,10 @@ __device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_ma
     cum = next;
   }
   __syncthreads();
-  band->b_lo = s.b_lo, band->b_hi = s.b_hi;
-  band->above_bits = static_cast<uint32_t>(kKeyOfOne + 32 * kOctavesAbove + 1 - band->b_lo)
-                     << kKeyShift;
-  band->band_bits = static_cast<uint32_t>(kKeyOfOne + 32 * kOctavesAbove - band->b_hi) << kKeyShift;
-  return band->b_hi < kTopPBins - 1;
+  const int b_lo = s.b_lo, b_hi = s.b_hi;
+  band->above_bits = static_cast<uint32_t>(kKeyTop + 1 - b_lo) << kKeyShift;
+  band->band_bits = static_cast<uint32_t>(kKeyTop - b_hi) << kKeyShift;
+  return b_hi < kTopPBins - 1;
 }
 
 // Top-p row, pass 2, one chunk: per entry the weight (relative to rbase) of the logits above the
@@ -835,17 +836,25 @@ struct Ring {
   int stages, chunks, stage = 0;
   uint32_t phase = 0;
 
+  // Waits until stage st (of parity ph) holds the row's chunk at step c; its view.
+  __device__ __forceinline__ ChunkView Arrived(int c, int row_chunks, int st, uint32_t ph,
+                                               int* chunk) const {
+    WaitFull(&s.full[st], ph);
+    *chunk = ChunkAt(c, chunks, row_chunks);
+    const int32_t first = *chunk * kChunk;
+    const int64_t left = args.vocab_size - first;
+    const ChunkView view{ring + st * kChunk, left < kChunk ? static_cast<int>(left) : kChunk,
+                         first};
+    if (view.n < kChunk) view.FillTail();  // uniform: the row's last chunk
+    return view;
+  }
+
   template <bool kMayFlag, typename Body, typename After>
   __device__ __forceinline__ void Stream(int c0, int c1, int row_chunks, Body&& body,
                                          After&& after) {
     for (int c = c0; c < c1; ++c) {
-      WaitFull(&s.full[stage], phase);
-      const int chunk = ChunkAt(c, chunks, row_chunks);
-      const int32_t first = chunk * kChunk;
-      const int64_t left = args.vocab_size - first;
-      const ChunkView view{ring + stage * kChunk, left < kChunk ? static_cast<int>(left) : kChunk,
-                           first};
-      if (view.n < kChunk) view.FillTail();  // uniform: the row's last chunk
+      int chunk;
+      const ChunkView view = Arrived(c, row_chunks, stage, phase, &chunk);
       bool flag = body(c, chunk, view);
       if constexpr (kMayFlag) {
         flag = __syncthreads_or(flag);
@@ -877,13 +886,8 @@ struct Ring {
       int st = stage;
       uint32_t ph = phase;
       for (int k = 0; k < n; ++k) {
-        WaitFull(&s.full[st], ph);
-        const int chunk = ChunkAt(c + k, chunks, row_chunks);
-        const int32_t first = chunk * kChunk;
-        const int64_t left = args.vocab_size - first;
-        const ChunkView view{ring + st * kChunk, left < kChunk ? static_cast<int>(left) : kChunk,
-                             first};
-        if (view.n < kChunk) view.FillTail();  // uniform: the row's last chunk
+        int chunk;
+        const ChunkView view = Arrived(c + k, row_chunks, st, ph, &chunk);
         body(c + k, chunk, view);
         if (++st == stages) st = 0, ph ^= 1;
       }
