@@ -329,6 +329,25 @@ void BenchElementwise(const Ceilings& c) {
 // run. Each streaming build's occupancy and resources are printed first.
 // TANDEM_BENCH_SAMPLING_BATCH=<b> times only the default dispatch at that batch, and
 // TANDEM_BENCH_SAMPLING_MODE=<name> only that mode (greedy, temp0.7, ...; for ncu).
+// One greedy row of 4 zero logits in device memory (allocated once): a small unrelated kernel.
+const SamplingArgs& TinyGreedyRow() {
+  static const SamplingArgs args = [] {
+    void* p = Alloc(64);
+    BENCH_CUDA(cudaMemset(p, 0, 64));
+    char* b = static_cast<char*>(p);
+    return SamplingArgs{.logits = reinterpret_cast<const float*>(b),
+                        .temperature = reinterpret_cast<const float*>(b + 16),
+                        .top_k = reinterpret_cast<const int32_t*>(b + 20),
+                        .top_p = reinterpret_cast<const float*>(b + 24),
+                        .seeds = reinterpret_cast<const uint64_t*>(b + 32),
+                        .steps = reinterpret_cast<const uint64_t*>(b + 40),
+                        .out_tokens = reinterpret_cast<int32_t*>(b + 48),
+                        .batch = 1,
+                        .vocab_size = 4};
+  }();
+  return args;
+}
+
 void BenchSampling(const Ceilings& c) {
   const int64_t vocab = 152064;
   for (StreamBuild b : {StreamBuild::kWithTopK, StreamBuild::kNoTopK}) {
@@ -413,6 +432,19 @@ void BenchSampling(const Ceilings& c) {
         time("sampling_rowpipe_alone.", [](const SamplingArgs& a, cudaStream_t st) {
           return SamplingRowPipeLaunch(a, a.rows_may_use_top_k, st);
         });
+        // Diagnostic (session 10): the row-pipelined kernel, then an unrelated small kernel (the
+        // one-block-per-row kernel on one greedy row of 4 logits, which reads nothing of it).
+        // Against "alone" and the default: is what the resident kernel's launch adds over
+        // "alone" (more for top-p rows than its own ~4 us) that kernel, or any kernel between
+        // two row-pipelined ones?
+        if (batch >= kRowPipeMinBatch) {
+          time("sampling_rowpipe_then_other.", [](const SamplingArgs& a, cudaStream_t st) {
+            if (absl::Status s = SamplingRowPipeLaunch(a, a.rows_may_use_top_k, st); !s.ok()) {
+              return s;
+            }
+            return SamplingOneBlockPerRow(TinyGreedyRow(), st);
+          });
+        }
         // How many rows it leaves to the resident kernel (tokens outside the vocabulary: its
         // fallback marker), over every input copy: those rows pay the resident kernel's time.
         int64_t left = 0;

@@ -33,10 +33,10 @@ struct SamplingArgs {
   int64_t batch = 0;
   int64_t vocab_size = 0;
   // Host-side hint from the caller, who knows its requests' parameters: false promises that no
-  // row has top-k (0 < top_k < vocab_size). Below 128 rows Sampling() then streams greedy and
+  // row has top-k (0 < top_k < vocab_size). Below 96 rows Sampling() then streams greedy and
   // temperature rows with a build of the streaming kernel that has no top-k code (fewer
   // registers, no spills, 4 KB of shared memory instead of 40: ~3 us less at batch 256) and
-  // leaves every row with top-k or top-p to the resident kernel; from 128 rows on the
+  // leaves every row with top-k or top-p to the resident kernel; from 96 rows on the
   // row-pipelined kernel (sampling_variants.h) takes greedy, temperature and top-p-only rows
   // either way, and top-k rows only when the hint is true. Only speed depends on it: a row with
   // top-k under a false hint is still sampled exactly, by the resident kernel.

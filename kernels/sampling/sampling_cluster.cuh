@@ -126,15 +126,37 @@ __host__ __device__ inline int SliceLength(int slice_len, int64_t vocab, int ran
 // kernel, launched after it on the same stream, samples it (ClusterRows::kLeftByStream).
 constexpr int kStreamTopKMax = 128;
 constexpr int32_t kFallbackToken = -2;
+
+// A row's sampling parameters, loaded together: three independent loads, where deciding the row's
+// kind test by test would chain them (greedy? then top-k? then top-p?), each waiting ~1 us for
+// the last. Every kernel's row scan (which rows are mine) starts with it (WORKLOG.md, session 10).
+struct RowParams {
+  float temperature;
+  int32_t top_k;
+  float top_p;
+  __device__ __forceinline__ static RowParams Load(const SamplingArgs& a, int64_t r) {
+    return RowParams{a.temperature[r], a.top_k[r], a.top_p[r]};
+  }
+  __device__ __forceinline__ bool Greedy() const { return !(temperature > 0.0f); }
+  __device__ __forceinline__ bool FiltersK(int64_t vocab) const {
+    return top_k > 0 && top_k < vocab;
+  }
+  __device__ __forceinline__ bool FiltersP() const { return top_p < 1.0f; }
+  // Top-k or top-p, sampled (not greedy).
+  __device__ __forceinline__ bool Filtered(int64_t vocab) const {
+    return !Greedy() && (FiltersK(vocab) || FiltersP());
+  }
+  __device__ __forceinline__ bool StreamsTopK(int64_t vocab) const {
+    return !Greedy() && FiltersK(vocab) && top_k <= kStreamTopKMax;
+  }
+  // Top-p rows without top-k, which the row-pipelined kernel samples in two passes
+  // (sampling_rowpipe.cu; kFallbackToken there too when its bracket fails).
+  __device__ __forceinline__ bool TopPOnly(int64_t vocab) const {
+    return !Greedy() && !FiltersK(vocab) && FiltersP();
+  }
+};
 __device__ __forceinline__ bool StreamsTopK(const SamplingArgs& args, int64_t r) {
-  const int64_t k = args.top_k[r];
-  return args.temperature[r] > 0.0f && k > 0 && k < args.vocab_size && k <= kStreamTopKMax;
-}
-// Top-p rows without top-k, which the row-pipelined kernel samples in two passes
-// (sampling_rowpipe.cu; kFallbackToken there too when its bracket fails).
-__device__ __forceinline__ bool TopPOnly(const SamplingArgs& args, int64_t r) {
-  const int64_t k = args.top_k[r];
-  return args.temperature[r] > 0.0f && !(k > 0 && k < args.vocab_size) && args.top_p[r] < 1.0f;
+  return RowParams::Load(args, r).StreamsTopK(args.vocab_size);
 }
 
 // After the cluster barrier that published every CTA's mass (peer_total[i] of CTA i, in id

@@ -50,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "base/cuda_check.h"
 #include "kernels/common/launch_config.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/sampling/block_reduce.cuh"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
@@ -155,11 +156,10 @@ static_assert(SmemBytes(kMaxStages) <= 227 * 1024, "one CTA per SM");
 static_assert(SmemBytes(kStagesShared) + 1024 <= 114 * 1024, "two CTAs per SM");
 
 __device__ __forceinline__ RowKind KindOf(const SamplingArgs& a, int64_t r, bool with_top_k) {
-  if (!(a.temperature[r] > 0.0f)) return kGreedy;
-  const int64_t k = a.top_k[r];
-  const bool filter_k = k > 0 && k < a.vocab_size;
-  if (!filter_k) return a.top_p[r] < 1.0f ? kTopP : kTemperature;
-  return with_top_k && sampling_cluster::StreamsTopK(a, r) ? kTopK : kSkip;
+  const sampling_cluster::RowParams p = sampling_cluster::RowParams::Load(a, r);
+  if (p.Greedy()) return kGreedy;
+  if (!p.FiltersK(a.vocab_size)) return p.FiltersP() ? kTopP : kTemperature;
+  return with_top_k && p.StreamsTopK(a.vocab_size) ? kTopK : kSkip;
 }
 
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
@@ -979,6 +979,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (threadIdx.x == 0) args.out_tokens[r] = token;
     __syncthreads();  // the row's buffers are read before the next row writes them
   }
+  // The resident kernel, launched behind this one with programmatic dependent launch
+  // (SamplingClusterLaunch), may start once every CTA has come here; it waits for this kernel's
+  // end before it reads a token.
+  AllowDependentLaunch();
 }
 
 // CTAs per SM with the shared ring (2 expected), once per device. The one-CTA-per-SM ring's query

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
 #include "kernels/common/launch_config.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
 #include "kernels/sampling/sampling_draw.cuh"
@@ -170,10 +171,9 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 4)
   ForEachRow<kThreads>(
       s.row_flags, first, stride, args.batch,
       [&](int64_t r) {
-        const int64_t k = args.top_k[r];
-        return !(args.temperature[r] > 0.0f) ||
-               (!(k > 0 && k < args.vocab_size) && !(args.top_p[r] < 1.0f)) ||
-               (kTopK && with_top_k && sampling_cluster::StreamsTopK(args, r));
+        const sampling_cluster::RowParams p = sampling_cluster::RowParams::Load(args, r);
+        return !p.Filtered(args.vocab_size) ||
+               (kTopK && with_top_k && p.StreamsTopK(args.vocab_size));
       },
       [&](int64_t r) {
         if constexpr (kTopK) {
@@ -190,6 +190,10 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 4)
         }
         __syncthreads();
       });
+  // The resident kernel, launched behind this one with programmatic dependent launch
+  // (SamplingClusterLaunch), may start once every CTA has come here; it waits for this kernel's
+  // end before it reads a token.
+  AllowDependentLaunch();
   // No CTA leaves while a peer may still push into its shared memory or arrive on its mbarrier.
   if constexpr (kTopK) cg::this_cluster().sync();
 }

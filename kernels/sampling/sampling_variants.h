@@ -42,6 +42,8 @@ enum class ClusterRows {
   kLeftByRowPipe,        // those the row-pipelined kernel with top-k did not sample
   kLeftByRowPipeNoTopK,  // those the row-pipelined kernel without top-k did not sample
 };
+// Every set but kAll is launched with programmatic dependent launch behind the first kernel of
+// Sampling(), whose tokens (kFallbackToken marks) it reads after griddepcontrol.wait.
 absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows, cudaStream_t stream);
 
 // The row-pipelined kernel (sampling_rowpipe.cu): one CTA per row, the row streamed through
@@ -53,10 +55,11 @@ absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows, c
 bool SamplingRowPipeSupports(const SamplingArgs& args);
 absl::Status SamplingRowPipeLaunch(const SamplingArgs& args, bool with_top_k, cudaStream_t stream);
 // Sampling() picks the row-pipelined kernel for the rows the streaming kernel would take from
-// this batch size on (where it supports the logits): from 128 rows it is faster for greedy,
-// temperature and top-k rows alike; at 32 the streaming kernel is (kernels/sampling/WORKLOG.md,
-// session 7).
-constexpr int64_t kRowPipeMinBatch = 128;
+// this batch size on (where it supports the logits): from 96 rows it is faster for every row
+// kind (B = 96: greedy 23.3 vs 26.4 us, temperature 31.7 vs 35.3, top-k 53.9 vs 57.1, top-p
+// 81.2 vs 107.2); at 64 the streaming kernel still is for temperature and top-k rows
+// (kernels/sampling/WORKLOG.md, sessions 7 and 10).
+constexpr int64_t kRowPipeMinBatch = 96;
 // Sampling() with its first kernel forced (tests and kb_bench): the streaming cluster kernel, or
 // the row-pipelined one wherever it supports the logits, at any batch size.
 enum class FirstKernel { kStream, kRowPipe };
