@@ -3,6 +3,7 @@
 // shape: median time, achieved TB/s or TFLOP/s, and the fraction of the ceiling measured in the
 // same run. Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling]
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -348,6 +349,23 @@ const SamplingArgs& TinyGreedyRow() {
   return args;
 }
 
+// GEMMs that stand in for the kernel an engine runs before the sampler (its LM head): the skinny
+// kernel at M = 1 and cuBLASLt at M = 256, 4096 -> 4096 (bf16, weights allocated once). Their
+// output is not the sampler's input: only which kernel runs before the sampler is measured.
+const GemmArgs& PredecessorGemm(bool cublaslt) {
+  static const std::array<GemmArgs, 2> args = [] {
+    constexpr int64_t k = 4096, n = 4096, m_max = 256;
+    void* w = Alloc(n * k * 2);
+    void* a = Alloc(m_max * k * 2);
+    void* out = Alloc(m_max * n * 2);
+    FillUniformBf16(w, n * k, 11, -1, 1);
+    FillUniformBf16(a, m_max * k, 12, -1, 1);
+    return std::array<GemmArgs, 2>{GemmArgs{.a = a, .w = w, .c = out, .m = 1, .n = n, .k = k},
+                                   GemmArgs{.a = a, .w = w, .c = out, .m = m_max, .n = n, .k = k}};
+  }();
+  return args[cublaslt ? 1 : 0];
+}
+
 void BenchSampling(const Ceilings& c) {
   const int64_t vocab = 152064;
   for (StreamBuild b : {StreamBuild::kWithTopK, StreamBuild::kNoTopK}) {
@@ -386,6 +404,15 @@ void BenchSampling(const Ceilings& c) {
     int32_t* out = static_cast<int32_t*>(Alloc(batch * 4));
     FillUniformF32(reinterpret_cast<float*>(seeds), batch * 2, 7, 0, 1e6f);
     FillUniformF32(reinterpret_cast<float*>(steps), batch * 2, 8, 0, 1e6f);
+    if (batch >= kRowPipeMinBatch && only_batch == nullptr) {
+      for (bool cublaslt : {false, true}) {
+        const double us =
+            MedianMicros([&](int) { Ok(Gemm(PredecessorGemm(cublaslt), nullptr)); }, nullptr);
+        Report(cublaslt ? "sampling_predecessor.cublaslt_gemm" : "sampling_predecessor.skinny_gemm",
+               absl::StrCat("B=", batch, ",M=", cublaslt ? 256 : 1, ",K=N=4096"), us, "us", us,
+               1e300);
+      }
+    }
     // The literal "time to read the logits once", launch included, like the sampling rows.
     const double once_us = ReadOnceMicros(
         c, [&](int it) { return logits[it % copies]; }, bytes);
@@ -443,6 +470,19 @@ void BenchSampling(const Ceilings& c) {
               return s;
             }
             return SamplingOneBlockPerRow(TinyGreedyRow(), st);
+          });
+        }
+        // The default dispatch after a GEMM (an engine's order: LM head, then sampler), to set
+        // against the GEMM alone ("sampling_predecessor.*", timed once per batch below) and
+        // the dispatch back to back.
+        if (batch >= kRowPipeMinBatch) {
+          time("sampling_after_skinny_gemm.", [](const SamplingArgs& a, cudaStream_t st) {
+            if (absl::Status s = Gemm(PredecessorGemm(false), st); !s.ok()) return s;
+            return Sampling(a, st);
+          });
+          time("sampling_after_cublaslt_gemm.", [](const SamplingArgs& a, cudaStream_t st) {
+            if (absl::Status s = Gemm(PredecessorGemm(true), st); !s.ok()) return s;
+            return Sampling(a, st);
           });
         }
         // How many rows it leaves to the resident kernel (tokens outside the vocabulary: its
