@@ -317,19 +317,6 @@ void BenchElementwise(const Ceilings& c) {
   }
 }
 
-// Sampling: the ceiling column is the time to read the logits once at the read bandwidth;
-// "x read" = time / that (target <= 2). "sampling.*" is the default dispatch (for this vocab the
-// streaming and the resident cluster kernels, each skipping the other's rows) with
-// SamplingArgs::rows_may_use_top_k set as a serving engine sets it (true only for the top-k
-// mode); "sampling_flipped_hint.*" the same rows with the other hint value: for rows without
-// top-k the streaming build with top-k code, for top-k rows the resident kernel (the dispatch
-// before top-k rows were streamed). "sampling_stream_first.*" and "sampling_rowpipe_first.*" force
-// the first kernel (the default takes the row-pipelined one from kRowPipeMinBatch rows on).
-// The one-block-per-row kernel ("sampling_1blk.*", at B = 1 / 32 / 256) and, at
-// B = 256, the resident cluster kernel on every row ("sampling_resident.*") are timed in the same
-// run. Each streaming build's occupancy and resources are printed first.
-// TANDEM_BENCH_SAMPLING_BATCH=<b> times only the default dispatch at that batch, and
-// TANDEM_BENCH_SAMPLING_MODE=<name> only that mode (greedy, temp0.7, ...; for ncu).
 // One greedy row of 4 zero logits in device memory (allocated once): a small unrelated kernel.
 const SamplingArgs& TinyGreedyRow() {
   static const SamplingArgs args = [] {
@@ -366,6 +353,19 @@ const GemmArgs& PredecessorGemm(bool cublaslt) {
   return args[cublaslt ? 1 : 0];
 }
 
+// Sampling: the ceiling column is the time to read the logits once at the read bandwidth;
+// "x read" = time / that (target <= 2). "sampling.*" is the default dispatch (for this vocab the
+// streaming and the resident cluster kernels, each skipping the other's rows) with
+// SamplingArgs::rows_may_use_top_k set as a serving engine sets it (true only for the top-k
+// mode); "sampling_flipped_hint.*" the same rows with the other hint value: for rows without
+// top-k the streaming build with top-k code, for top-k rows the resident kernel (the dispatch
+// before top-k rows were streamed). "sampling_stream_first.*" and "sampling_rowpipe_first.*" force
+// the first kernel (the default takes the row-pipelined one from kRowPipeMinBatch rows on).
+// The one-block-per-row kernel ("sampling_1blk.*", at B = 1 / 32 / 256) and, at
+// B = 256, the resident cluster kernel on every row ("sampling_resident.*") are timed in the same
+// run. Each streaming build's occupancy and resources are printed first.
+// TANDEM_BENCH_SAMPLING_BATCH=<b> times only the default dispatch at that batch, and
+// TANDEM_BENCH_SAMPLING_MODE=<name> only that mode (greedy, temp0.7, ...; for ncu).
 void BenchSampling(const Ceilings& c) {
   const int64_t vocab = 152064;
   for (StreamBuild b : {StreamBuild::kWithTopK, StreamBuild::kNoTopK}) {
@@ -460,10 +460,10 @@ void BenchSampling(const Ceilings& c) {
           return SamplingRowPipeLaunch(a, a.rows_may_use_top_k, st);
         });
         // Diagnostic (session 10): the row-pipelined kernel, then an unrelated small kernel (the
-        // one-block-per-row kernel on one greedy row of 4 logits, which reads nothing of it).
-        // Against "alone" and the default: is what the resident kernel's launch adds over
-        // "alone" (more for top-p rows than its own ~4 us) that kernel, or any kernel between
-        // two row-pipelined ones?
+        // one-block-per-row kernel on one greedy row of 4 logits, which reads nothing of it),
+        // against "alone": what a kernel between two samplers costs them. Its temperature and
+        // top-p rows lose more than the other kernel's own time after this kernel, not after
+        // itself, the resident kernel or a GEMM (kernels/sampling/WORKLOG.md, runs U5-U9).
         if (batch >= kRowPipeMinBatch) {
           time("sampling_rowpipe_then_other.", [](const SamplingArgs& a, cudaStream_t st) {
             if (absl::Status s = SamplingRowPipeLaunch(a, a.rows_may_use_top_k, st); !s.ok()) {
