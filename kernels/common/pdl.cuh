@@ -17,7 +17,29 @@
 
 #include <cuda_runtime.h>
 
+#include <utility>
+
 namespace tandem {
+
+// Host side: launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic dependent
+// launch when pdl is true (cudaLaunchAttributeProgrammaticStreamSerialization: the kernel may be
+// scheduled once every block of the kernel ahead of it has called AllowDependentLaunch() or
+// exited, and must pass griddepcontrol.wait before it reads what that kernel writes).
+template <typename... Params, typename... Args>
+cudaError_t LaunchMaybePdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                           cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 __device__ __forceinline__ void AllowDependentLaunch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

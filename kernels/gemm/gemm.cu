@@ -157,8 +157,8 @@ __global__ void FallbackGemmKernel(const __grid_constant__ GemmArgs args) {
   StoreAny(args.c, c16, out, sum);
 }
 
-// args.overlap_launch: the kPdl kernel through cudaLaunchKernelEx with the programmatic
-// stream-serialization attribute (gemm.h); otherwise the plain launch of the kernel without any
+// args.overlap_launch: the kPdl kernel with programmatic dependent launch (gemm.h;
+// LaunchMaybePdl, kernels/common/pdl.cuh); otherwise the plain launch of the kernel without any
 // griddepcontrol instruction.
 template <int kM, int kRows, typename OutT, int kUnroll = 2>
 absl::Status LaunchSkinny(const GemmArgs& args, cudaStream_t stream) {
@@ -168,18 +168,9 @@ absl::Status LaunchSkinny(const GemmArgs& args, cudaStream_t stream) {
     CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  CUDA_RETURN_IF_ERROR(
-      cudaLaunchKernelEx(&config, SkinnyGemmKernel<kM, kRows, kUnroll, OutT, true>, args));
+  CUDA_RETURN_IF_ERROR(LaunchMaybePdl(SkinnyGemmKernel<kM, kRows, kUnroll, OutT, true>,
+                                      dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
+                                      stream, /*pdl=*/true, args));
   return absl::OkStatus();
 }
 

@@ -299,19 +299,11 @@ absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan
   static std::atomic<int> cache[kMaxDevices];
   ASSIGN_OR_RETURN(const int per_sm,
                    BlocksPerSm(DecodeKernel<D, kSplit>, kDecodeWarps * 32, kSmem, cache));
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(NumSms() * per_sm));
-  config.blockDim = dim3(kDecodeWarps * 32);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = kSplit && a.overlap_launch ? 1 : 0;
-  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(
-      &config, DecodeKernel<D, kSplit>, a, plan.items(), plan.merges(), plan.counts(),
-      plan.merge_counters(), plan.partial_out(), plan.partial_lse(), plan.capacity().max_items));
+  CUDA_RETURN_IF_ERROR(
+      LaunchMaybePdl(DecodeKernel<D, kSplit>, dim3(static_cast<unsigned>(NumSms() * per_sm)),
+                     dim3(kDecodeWarps * 32), kSmem, stream, /*pdl=*/kSplit && a.overlap_launch, a,
+                     plan.items(), plan.merges(), plan.counts(), plan.merge_counters(),
+                     plan.partial_out(), plan.partial_lse(), plan.capacity().max_items));
   return absl::OkStatus();
 }
 

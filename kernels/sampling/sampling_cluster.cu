@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "base/cuda_check.h"
 #include "kernels/common/launch_config.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
 #include "kernels/sampling/sampling_cluster_draw.cuh"
@@ -307,30 +308,16 @@ absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows,
       args.vocab_size % 4 == 0 && (reinterpret_cast<uintptr_t>(args.logits) & 15u) == 0;
   const int slice_len = static_cast<int>((args.vocab_size + 4 * kCluster - 1) / (4 * kCluster) * 4);
   const int64_t clusters = std::min<int64_t>(args.batch, *max_clusters);
-  if (rows == ClusterRows::kAll) {
-    SamplingClusterKernel<<<clusters * kCluster, kThreads, sizeof(ClusterShared), stream>>>(
-        args, vec_ok, slice_len, rows);
-    CUDA_RETURN_IF_LAUNCH_ERROR();
-    return absl::OkStatus();
-  }
-  // Behind a first kernel, which allows its dependents once each CTA has sampled its rows
-  // (kernels/common/pdl.cuh): programmatic dependent launch, so that this launch and the
-  // clusters' start overlap that kernel's end; the kernel waits for it before it reads a token.
-  // 1-3 us less per call at every batch (WORKLOG.md, session 10). A trigger at the first
+  // Behind a first kernel (every set but kAll), which allows its dependents once each CTA has
+  // sampled its rows (kernels/common/pdl.cuh): programmatic dependent launch, so that this launch
+  // and the clusters' start overlap that kernel's end; the kernel waits for it before it reads a
+  // token. 1-3 us less per call at every batch (WORKLOG.md, session 10). A trigger at the first
   // kernel's start was slower: the clusters, resident beside its CTAs while they wait, cost its
   // top-p rows up to 40% (B = 96) and its other rows 0.5-1 us.
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = sizeof(ClusterShared);
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = 1;
   CUDA_RETURN_IF_ERROR(
-      cudaLaunchKernelEx(&config, SamplingClusterKernel, args, vec_ok, slice_len, rows));
+      LaunchMaybePdl(SamplingClusterKernel, dim3(static_cast<unsigned>(clusters * kCluster)),
+                     dim3(kThreads), sizeof(ClusterShared), stream,
+                     /*pdl=*/rows != ClusterRows::kAll, args, vec_ok, slice_len, rows));
   return absl::OkStatus();
 }
 
