@@ -1,4 +1,4 @@
-// Programmatic dependent launch (PDL, sm_90): the producer side. CUDA only.
+// Programmatic dependent launch (PDL, sm_90): the producer side, and the launch. CUDA only.
 //
 // A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization (the skinny GEMM, see
 // GemmArgs::overlap_launch; the decode attention) may be scheduled before the kernel ahead of it in
