@@ -43,6 +43,18 @@ inline int NumSms() {
   return sms.ok() ? *sms : 132;
 }
 
+// L2 cache bytes of the current device (50 MiB if the query fails).
+inline int L2Bytes() {
+  static std::atomic<int> cache[kMaxDevices];
+  const absl::StatusOr<int> bytes = CachedPerDevice(cache, []() -> absl::StatusOr<int> {
+    int device = 0, n = 0;
+    CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, device));
+    return n > 0 ? n : 50 << 20;
+  });
+  return bytes.ok() ? *bytes : 50 << 20;
+}
+
 // Resident CTAs per SM of `kernel` with `smem` bytes of dynamic shared memory, after setting its
 // shared-memory limit to `smem` (once per device: the limit is per device). One cache per
 // (kernel instantiation, smem); a kernel launched with two sizes queries the larger one last, so

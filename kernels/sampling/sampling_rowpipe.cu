@@ -46,6 +46,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#ifdef TANDEM_SAMPLING_TRACE
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#endif
 
 #include "absl/status/statusor.h"
 #include "base/cuda_check.h"
@@ -61,6 +66,25 @@
 
 namespace tandem {
 namespace {
+
+#ifdef TANDEM_SAMPLING_TRACE
+// Diagnostic builds only (-DTANDEM_SAMPLING_TRACE): thread 0 of each CTA stamps the phases of
+// its first top-p row with clock64 (SM cycles) and %globaltimer (ns); printed by
+// SamplingRowPipeLaunch on its 10th launch when TANDEM_SAMPLING_TRACE_DUMP is set.
+constexpr int kTraceCtas = 512;
+__device__ unsigned long long g_rowpipe_trace[kTraceCtas][16];
+__device__ __forceinline__ void RowPipeTrace(int e) {
+  if (threadIdx.x == 0 && blockIdx.x < kTraceCtas) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t)::"memory");
+    g_rowpipe_trace[blockIdx.x][e] = clock64();
+    g_rowpipe_trace[blockIdx.x][8 + e] = t;
+  }
+}
+#define ROWPIPE_TRACE(e) RowPipeTrace(e)
+#else
+#define ROWPIPE_TRACE(e)
+#endif
 
 using sampling_cluster::kFallbackToken;
 using sampling_cluster::kStreamTopKMax;
@@ -135,6 +159,7 @@ struct PipeShared {
   uint32_t hist[256];         // radix selects: counts, or the low halves of masses
   uint32_t hist_hi[256];      //   and their high halves (AtomicAddSplit64)
   uint64_t scratch[kWarps];
+  uint64_t scratch2[kWarps];  // top-p rows: a second value per warp in the fused reductions
   ArgMaxPair argmax_scratch[kWarps];
   uint32_t count;     // candidates
   float theta;        // top-k rows: a logit is a candidate iff x >= theta (NaN: none)
@@ -167,8 +192,8 @@ __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
 }
 
 // Thread 0: the bulk copy of `bytes` (a multiple of 16) from src into dst, completing on bar.
-// Logits read for the last time are evict-first in L2; the first pass of a top-p row, which the
-// second reads again, evict-normal.
+// Logits read for the last time are evict-first in L2; the chunks of a top-p row's first pass
+// that its second pass reads again from L2 (Producer::keep_from), evict-normal.
 __device__ __forceinline__ void IssueChunk(float* dst, const float* src, uint32_t bytes,
                                            uint64_t* bar, bool read_again) {
   const uint32_t b = SharedAddress(bar), d = SharedAddress(dst);
@@ -213,6 +238,7 @@ struct Producer {
   int step;        // of the row's row_chunks
   int row_chunks;  // chunks, or 2 chunks for a top-p row
   int stage;
+  int keep_from;  // top-p rows: pass 1's chunks from this one on are read evict-normal
 
   __device__ void SkipTo(const SamplingArgs& a, bool with_top_k, int64_t r, int chunks) {
     RowKind kind = kSkip;
@@ -226,11 +252,23 @@ struct Producer {
     const int64_t left = a.vocab_size - first;
     const int n = left < kChunk ? static_cast<int>(left) : kChunk;
     IssueChunk(ring + stage * kChunk, a.logits + row * a.vocab_size + first, 4u * n, &s.full[stage],
-               /*read_again=*/step < row_chunks - chunks);
+               /*read_again=*/step < row_chunks - chunks && step >= keep_from);
     if (++stage == stages) stage = 0;
     if (++step == row_chunks) SkipTo(a, with_top_k, row + gridDim.x, chunks);
   }
 };
+
+// The candidates' smallest and largest keys, from each warp's (lo, hi) in s.warp_lo / warp_hi
+// (after a barrier).
+__device__ __forceinline__ void WarpKeyRange(PipeShared& s, const float* xs, uint32_t n) {
+  uint32_t lo = ~0u, hi = 0;
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+    const uint32_t key = KeyOf(xs[i]);
+    lo = min(lo, key), hi = max(hi, key);
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
+  if (threadIdx.x % 32 == 0) s.warp_lo[threadIdx.x / 32] = lo, s.warp_hi[threadIdx.x / 32] = hi;
+}
 
 // The largest key kappa among the n logits xs whose (count, or with kMass fixed-point mass) of
 // keys >= kappa reaches rest (the exact k-th largest key, ties counted, for a count of k; the
@@ -239,19 +277,12 @@ struct Producer {
 // the key: candidates are the top of a row, so their keys share their high bits, and a histogram
 // of the key's top byte would put them all in one bin (one shared-memory address for every
 // atomic; WORKLOG.md, session 7, step 15b). rest must be >= 1 and at most the total.
+// These are its radix rounds, after WarpKeyRange and a barrier; SelectKey does both.
 template <bool kMass>
-__device__ uint32_t SelectKey(PipeShared& s, const float* xs, uint32_t n, uint64_t rest,
-                              const RowMath& row) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+__device__ uint32_t SelectKeyInRange(PipeShared& s, const float* xs, uint32_t n, uint64_t rest,
+                                     const RowMath& row) {
+  const int lane = threadIdx.x % 32;
   uint32_t lo = ~0u, hi = 0;
-  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
-    const uint32_t key = KeyOf(xs[i]);
-    lo = min(lo, key), hi = max(hi, key);
-  }
-  lo = __reduce_min_sync(0xffffffffu, lo), hi = __reduce_max_sync(0xffffffffu, hi);
-  if (lane == 0) s.warp_lo[warp] = lo, s.warp_hi[warp] = hi;
-  __syncthreads();
-  lo = ~0u, hi = 0;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) lo = min(lo, s.warp_lo[w]), hi = max(hi, s.warp_hi[w]);
   uint32_t prefix = 0;  // the chosen high bits of d (from bit `top` up)
@@ -294,6 +325,16 @@ __device__ uint32_t SelectKey(PipeShared& s, const float* xs, uint32_t n, uint64
     prefix = s.sel_prefix, rest = s.sel_rest, top = shift;
   }
   return lo + prefix;
+}
+
+// SelectKeyInRange with its key range (top-k cuts; the top-p tail fuses the range into its
+// mass reduction).
+template <bool kMass>
+__device__ uint32_t SelectKey(PipeShared& s, const float* xs, uint32_t n, uint64_t rest,
+                              const RowMath& row) {
+  WarpKeyRange(s, xs, n);
+  __syncthreads();
+  return SelectKeyInRange<kMass>(s, xs, n, rest, row);
 }
 
 // All threads: keeps the candidates >= the k-th largest (ties kept) and raises theta to it;
@@ -436,15 +477,14 @@ __device__ __forceinline__ void TemperatureChunk(PipeShared& s, const ChunkView&
   }
 }
 
-// Appends the lane's logits flagged in want (bit 4j + e: logit e of q[j], whose id is first +
-// local[j] + e) at the slots from *count on (one shared atomic per warp: a prefix over the lanes
-// places them). Returns where the warp's appends end (0 if the warp has none). kCapped: slots at
-// or past cap are counted, not written, and lanes without a flag skip the 16 tests (top-p
-// candidates); otherwise the caller guarantees room (top-k: at most kChunk after at most
-// kCandTrigger), and the plain form keeps the top-k rows at run N's speed (WORKLOG.md, session 9).
-template <bool kCapped>
+// Top-k candidates: appends the lane's logits flagged in want (bit 4j + e: logit e of q[j], whose
+// id is first + local[j] + e) at the slots from *count on (one shared atomic per warp: a prefix
+// over the lanes places them); the caller guarantees room (at most kChunk after at most
+// kCandTrigger). Returns where the warp's appends end (0 if the warp has none). All 16 bits are
+// tested, unrolled: a row's first chunks append most of their logits, and the one-bit-at-a-time
+// loop of AppendTopPCandidates made the top-k rows slower (WORKLOG.md, session 11, run W3).
 __device__ __forceinline__ uint32_t AppendFlagged(uint32_t* count, float* xs, int32_t* ids,
-                                                  uint32_t cap, const float (&q)[kPerWarp][4],
+                                                  const float (&q)[kPerWarp][4],
                                                   const int (&local)[kPerWarp], int32_t first,
                                                   uint32_t want) {
   const int lane = threadIdx.x % 32;
@@ -460,19 +500,44 @@ __device__ __forceinline__ uint32_t AppendFlagged(uint32_t* count, float* xs, in
   if (lane == 31) base = atomicAdd(count, incl);
   base = __shfl_sync(0xffffffffu, base, 31);
   uint32_t slot = base + incl - mine;
-  if (!kCapped || want != 0) {
 #pragma unroll
-    for (int j = 0; j < kPerWarp; ++j) {
+  for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (want >> (4 * j + e) & 1u) {
-          if (!kCapped || slot < cap) xs[slot] = q[j][e], ids[slot] = first + local[j] + e;
-          ++slot;
-        }
+    for (int e = 0; e < 4; ++e) {
+      if (want >> (4 * j + e) & 1u) {
+        xs[slot] = q[j][e], ids[slot] = first + local[j] + e;
+        ++slot;
       }
     }
   }
   return base + __shfl_sync(0xffffffffu, incl, 31);
+}
+
+// Top-p candidates: the same for the logits of the band, slots at or past cap counted, not
+// written. The logits are read again from the stage, one set bit at a time: a lane has one or
+// none in most chunks (~170 candidates in a N(0, 3^2) row at p = 0.95), where the unrolled test
+// of all 16 bits cost ~48 instructions per warp and chunk; top-p rows 10% faster at B = 128-256
+// (WORKLOG.md, session 11, runs W1-W3).
+__device__ __forceinline__ void AppendTopPCandidates(uint32_t* count, float* xs, int32_t* ids,
+                                                     uint32_t cap, const ChunkView& c,
+                                                     uint32_t want) {
+  const int lane = threadIdx.x % 32;
+  const uint32_t mine = __popc(want);
+  if (!__any_sync(0xffffffffu, mine != 0)) return;
+  uint32_t incl = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  uint32_t base = 0;
+  if (lane == 31) base = atomicAdd(count, incl);
+  base = __shfl_sync(0xffffffffu, base, 31);
+  for (uint32_t slot = base + incl - mine; want != 0; want &= want - 1, ++slot) {
+    const int bit = __ffs(want) - 1;
+    const int local = ChunkView::Local(bit >> 2) + (bit & 3);
+    if (slot < cap) xs[slot] = c.stage[local], ids[slot] = c.first + local;
+  }
 }
 
 // Appends this warp's logits >= theta of the chunk to the candidates. Returns where the warp's
@@ -491,7 +556,7 @@ __device__ __forceinline__ uint32_t TopKChunk(PipeShared& s, const ChunkView& c)
     for (int e = 0; e < 4; ++e)
       want |= (local[j] < c.n && q[j][e] >= theta ? 1u : 0u) << (4 * j + e);
   }
-  return AppendFlagged<false>(&s.count, s.u.cand.x, s.u.cand.id, kCandCap, q, local, c.first, want);
+  return AppendFlagged(&s.count, s.u.cand.x, s.u.cand.id, q, local, c.first, want);
 }
 
 // Top-p rows: the histogram window (uniform over the CTA, in registers). A logit's weight
@@ -572,18 +637,6 @@ __device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkVie
   z += zc;
 }
 
-// Block sum of a double (every thread; ends with a barrier).
-__device__ __forceinline__ double BlockSumDouble(double x, uint64_t* scratch) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = __double_as_longlong(x);
-  __syncthreads();
-  double r = 0.0;
-  for (int i = 0; i < kWarps; ++i) r += __longlong_as_double(scratch[i]);
-  __syncthreads();
-  return r;
-}
-
 // Top-p row, between the passes (all threads; uniform result): the row max, and the band of bins
 // that may hold the threshold: bin masses relative to the octave of the max (the histogram times
 // 2^(exponent - the max's exponent), 16-bit fixed point), ranked from the top; the band runs from
@@ -606,9 +659,24 @@ struct TopPBand {
 };
 __device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_max, double z_rel,
                              float scale, float top_p, TopPBand* band) {
-  band->max_logit =
-      sampling_internal::BlockArgMax<kWarps>(ArgMaxPair{lane_max, 0}, s.argmax_scratch).value;
-  band->z_rel = BlockSumDouble(z_rel, s.scratch);
+  {  // the row max and z in one round (the histogram's scan below reuses s.scratch)
+    const uint32_t max_key = __reduce_max_sync(0xffffffffu, KeyOf(lane_max));
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) z_rel += __shfl_xor_sync(0xffffffffu, z_rel, off);
+    if (threadIdx.x % 32 == 0) {
+      s.warp_hi[threadIdx.x / 32] = max_key;
+      s.scratch2[threadIdx.x / 32] = __double_as_longlong(z_rel);
+    }
+    __syncthreads();
+    uint32_t m = 0;
+    double z = 0.0;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) {
+      m = max(m, s.warp_hi[i]);
+      z += __longlong_as_double(s.scratch2[i]);
+    }
+    band->max_logit = KeyToFloat(m), band->z_rel = z;
+  }
   if (!isfinite(band->max_logit) || !isfinite(win.rbase) || !isfinite(band->z_rel)) return false;
   const int max_bin = TopPWindow::Bin(win.Weight(band->max_logit, scale));
   if (max_bin < 0) return false;  // a weight 2^64 times rbase's: not in the histogram
@@ -654,11 +722,10 @@ __device__ __forceinline__ void TopPCollectChunk(PipeShared& s, const ChunkView&
                                                  const TopPBand& band) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float q[kPerWarp][4];
-  int local[kPerWarp];
   float kept[kPerWarp] = {};
   uint32_t want = 0;
 #pragma unroll
-  for (int j = 0; j < kPerWarp; ++j) local[j] = c.LoadRaw(j, q[j]);  // -inf beyond the row
+  for (int j = 0; j < kPerWarp; ++j) c.LoadRaw(j, q[j]);  // -inf beyond the row
   const uint32_t width = band.above_bits - band.band_bits;
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
@@ -673,7 +740,7 @@ __device__ __forceinline__ void TopPCollectChunk(PipeShared& s, const ChunkView&
   const float kept_entry = ReduceFourEntries(kept);
   if ((lane & 7) == 0)
     s.u.topp2.entry[chunk * kChunkEntries + kPerWarp * warp + lane / 8] = kept_entry;
-  AppendFlagged<true>(&s.count, s.u.topp2.x, s.u.topp2.id, kTopPCandCap, q, local, c.first, want);
+  AppendTopPCandidates(&s.count, s.u.topp2.x, s.u.topp2.id, kTopPCandCap, c, want);
 }
 
 // After a row's entry masses (mass[j]: entry threadIdx.x * kEntriesPerThread + j): the entry
@@ -760,23 +827,29 @@ __device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, 
   const float factor = exp2f((win.rbase - band.max_logit) * scale);
   const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
   const int e0 = threadIdx.x * kEntriesPerThread;
-  uint64_t mine = 0;
-#pragma unroll
-  for (int j = 0; j < kEntriesPerThread; ++j) {
-    mine += e0 + j < entries ? RowMath::Fixed(s.u.topp2.entry[e0 + j] * factor) : 0;
-  }
-  const uint64_t above = sampling_internal::BlockSum<kWarps>(mine, s.scratch);
-  const double z = band.z_rel * exp2(static_cast<double>(win.rbase - band.max_logit) * scale) *
-                   sampling_internal::kFixedScale;
   const uint32_t n = s.count;
   if (n > kTopPCandCap) return kFallbackToken;  // uniform
-  mine = 0;
-  for (uint32_t i = threadIdx.x; i < n; i += kThreads) mine += row.Weight(s.u.topp2.x[i]);
-  const uint64_t cand = sampling_internal::BlockSum<kWarps>(mine, s.scratch);
+  // One round for the mass above the band, the candidates' mass and their key range.
+  uint64_t above = 0, cand = 0;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    above += e0 + j < entries ? RowMath::Fixed(s.u.topp2.entry[e0 + j] * factor) : 0;
+  }
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) cand += row.Weight(s.u.topp2.x[i]);
+  above = sampling_internal::WarpSum(above), cand = sampling_internal::WarpSum(cand);
+  if (threadIdx.x % 32 == 0)
+    s.scratch[threadIdx.x / 32] = above, s.scratch2[threadIdx.x / 32] = cand;
+  WarpKeyRange(s, s.u.topp2.x, n);
+  __syncthreads();
+  above = 0, cand = 0;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) above += s.scratch[i], cand += s.scratch2[i];
+  const double z = band.z_rel * exp2(static_cast<double>(win.rbase - band.max_logit) * scale) *
+                   sampling_internal::kFixedScale;
   const double need_d = ceil(static_cast<double>(args.top_p[r]) * z);
   const uint64_t need = need_d >= 1.0 ? static_cast<uint64_t>(need_d) : 1;
   if (above >= need || above + cand < need) return kFallbackToken;  // not in the band
-  const uint32_t kappa = SelectKey<true>(s, s.u.topp2.x, n, need - above, row);
+  const uint32_t kappa = SelectKeyInRange<true>(s, s.u.topp2.x, n, need - above, row);
   for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
     const float x = s.u.topp2.x[i];
     if (KeyOf(x) >= kappa) {
@@ -901,12 +974,13 @@ struct Ring {
 };
 
 __global__ void __launch_bounds__(kThreads, 2)
-    SamplingRowPipeKernel(const __grid_constant__ SamplingArgs args, bool with_top_k, int stages) {
+    SamplingRowPipeKernel(const __grid_constant__ SamplingArgs args, bool with_top_k, int stages,
+                          int keep_from) {
   extern __shared__ __align__(128) unsigned char smem[];
   PipeShared& s = *reinterpret_cast<PipeShared*>(smem);
   float* ring = reinterpret_cast<float*>(smem + kRingOffset);
   const int chunks = static_cast<int>((args.vocab_size + kChunk - 1) / kChunk);
-  Producer producer{0, 0, 0, 0};
+  Producer producer{0, 0, 0, 0, keep_from};
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(SharedAddress(&s.full[i]))
@@ -963,16 +1037,21 @@ __global__ void __launch_bounds__(kThreads, 2)
         float lane_max = -INFINITY;
         TopPWindow win;
         double z_rel = 0.0;  // the lane's weights relative to win.rbase
+        ROWPIPE_TRACE(0);
         ring_io.StreamPairs(0, chunks, 2 * chunks, [&](int, int, const ChunkView& view) {
           if (ok) TopPHistogramChunk(s, view, scale, win, lane_max, z_rel);
         });
+        ROWPIPE_TRACE(1);
         TopPBand band{};
         ok = ok && FindTopPBand(s, win, lane_max, z_rel, scale, args.top_p[r], &band);
+        ROWPIPE_TRACE(2);
         ring_io.StreamPairs(chunks, 2 * chunks, 2 * chunks,
                             [&](int, int chunk, const ChunkView& view) {
                               if (ok) TopPCollectChunk(s, view, chunk, scale, win, band);
                             });
+        ROWPIPE_TRACE(3);
         token = ok ? TopPTail(s, args, r, scale, win, band) : kFallbackToken;
+        ROWPIPE_TRACE(4);
         break;
       }
     }
@@ -1018,8 +1097,45 @@ absl::Status SamplingRowPipeLaunch(const SamplingArgs& args, bool with_top_k, cu
   const int sms = NumSms();
   const int stages = args.batch <= sms ? kMaxStages : kStagesShared;
   const int64_t grid = std::min<int64_t>(args.batch, int64_t{*per_sm} * sms);
-  SamplingRowPipeKernel<<<grid, kThreads, SmemBytes(stages), stream>>>(args, with_top_k, stages);
+  // Top-p rows: pass 2 reads pass 1's chunks again, the last first. Only the chunks it can still
+  // find in L2 are read evict-normal in pass 1: as many of each row's last chunks as fit in 2/3
+  // of the L2 for the rows in flight; the earlier ones evict-first, so that they do not push the
+  // kept ones out. Top-p rows 2-3 us faster at B = 256 than with every chunk of pass 1
+  // evict-normal (WORKLOG.md, session 11, runs W1-W5).
+  const int chunks = static_cast<int>((args.vocab_size + kChunk - 1) / kChunk);
+  const int64_t keep = int64_t{L2Bytes()} * 2 / 3 / (grid * int64_t{4} * kChunk);
+  const int keep_from = chunks - static_cast<int>(std::min<int64_t>(keep, chunks));
+  SamplingRowPipeKernel<<<grid, kThreads, SmemBytes(stages), stream>>>(args, with_top_k, stages,
+                                                                       keep_from);
   CUDA_RETURN_IF_LAUNCH_ERROR();
+#ifdef TANDEM_SAMPLING_TRACE
+  static int launches = 0;
+  if (getenv("TANDEM_SAMPLING_TRACE_DUMP") != nullptr && ++launches == 10) {
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    static unsigned long long h[kTraceCtas][16];
+    CUDA_RETURN_IF_ERROR(cudaMemcpyFromSymbol(h, g_rowpipe_trace, sizeof(h)));
+    const int n = static_cast<int>(std::min<int64_t>(grid, kTraceCtas));
+    unsigned long long t0 = ~0ull, t_end = 0;
+    for (int i = 0; i < n; ++i) t0 = std::min(t0, h[i][8]), t_end = std::max(t_end, h[i][12]);
+    std::printf("rowpipe trace: %d CTAs, first start -> last tail end %.2f us\n", n,
+                (t_end - t0) * 1e-3);
+    const char* names[] = {"pass 1", "band", "pass 2", "tail"};
+    for (int e = 0; e < 4; ++e) {
+      std::vector<double> us, cyc;
+      for (int i = 0; i < n; ++i) {
+        us.push_back((h[i][9 + e] - h[i][8 + e]) * 1e-3);
+        cyc.push_back(static_cast<double>(h[i][1 + e] - h[i][e]));
+      }
+      std::sort(us.begin(), us.end()), std::sort(cyc.begin(), cyc.end());
+      std::printf("rowpipe trace %-6s us min %.2f med %.2f max %.2f | cycles med %.0f\n", names[e],
+                  us[0], us[n / 2], us[n - 1], cyc[n / 2]);
+    }
+    std::vector<double> start;
+    for (int i = 0; i < n; ++i) start.push_back((h[i][8] - t0) * 1e-3);
+    std::sort(start.begin(), start.end());
+    std::printf("rowpipe trace start offset us med %.2f max %.2f\n", start[n / 2], start[n - 1]);
+  }
+#endif
   return absl::OkStatus();
 }
 
