@@ -1,0 +1,277 @@
+// The row-pipelined sampling kernel's top-p rows without top-k, in two passes over the row
+// (sampling_rowpipe.cu's header and kernels/sampling/README.md say why and how): pass 1's weight
+// histogram, the band of bins that may hold the threshold, pass 2's kept mass per entry and band
+// candidates, and the tail (the exact threshold by a mass-weighted select, then the draw).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/sampling/sampling_rowpipe_entries.cuh"
+#include "kernels/sampling/sampling_rowpipe_ring.cuh"
+#include "kernels/sampling/sampling_rowpipe_select.cuh"
+
+namespace tandem::sampling_rowpipe {
+
+// Top-p candidates: the same for the logits of the band, slots at or past cap counted, not
+// written. The logits are read again from the stage, one set bit at a time: a lane has one or
+// none in most chunks (~170 candidates in a N(0, 3^2) row at p = 0.95), where the unrolled test
+// of all 16 bits cost ~48 instructions per warp and chunk: 6.5% fewer instructions, top-p rows
+// ~8% faster at B = 256 and ~10% at B = 128 (WORKLOG.md, session 11, runs W5-W6).
+__device__ __forceinline__ void AppendTopPCandidates(uint32_t* count, float* xs, int32_t* ids,
+                                                     uint32_t cap, const ChunkView& c,
+                                                     uint32_t want) {
+  const int lane = threadIdx.x % 32;
+  const uint32_t mine = __popc(want);
+  if (!__any_sync(0xffffffffu, mine != 0)) return;
+  uint32_t incl = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  uint32_t base = 0;
+  if (lane == 31) base = atomicAdd(count, incl);
+  base = __shfl_sync(0xffffffffu, base, 31);
+  for (uint32_t slot = base + incl - mine; want != 0; want &= want - 1, ++slot) {
+    const int bit = __ffs(want) - 1;
+    const int local = ChunkView::Local(bit >> 2) + (bit & 3);
+    if (slot < cap) xs[slot] = c.stage[local], ids[slot] = c.first + local;
+  }
+}
+
+// Top-p rows: the histogram window (uniform over the CTA, in registers). A logit's weight
+// relative to rbase, w = 2^((x - rbase) * scale) (one FFMA and one MUFU.EX2), is binned by its
+// top float bits: bin = top - (bits(w) >> 18) (8 exponent and 5 mantissa bits: 32 bins per
+// octave, each a weight ratio of at most 1 + 1/32), bin 0 at w = 2^64. It adds its mantissa (24
+// bits with the hidden one, >> 10: the weight relative to 2^exponent in 14-bit fixed point).
+// rbase is the max of the first chunk with a finite logit; the window reaches 64 octaves above
+// it (a later max more than 2^64 times heavier sends the row to the fallback) and 64 below
+// (lighter weights are below 2^-64 of the max: 0 in fixed point). Pass 2 bins with the same
+// instructions, so both passes put every logit in the same bin.
+struct TopPWindow {
+  float rbase = -INFINITY;  // -inf until a chunk with a finite logit
+  float c0 = 0.0f;          // -rbase * scale
+  __device__ __forceinline__ float Weight(float x, float scale) const {
+    return FastExp2(fmaf(x, scale, c0));
+  }
+  __device__ __forceinline__ static int Bin(float w) {
+    return kKeyTop - static_cast<int>(__float_as_uint(w) >> kKeyShift);
+  }
+  // Bin b's histogram slot, kTopPBins - 1 - b (as unsigned: weights below the window wrap). The
+  // compiler folds it to the key less a constant: one VIADDMNMX with the caller's clamp.
+  __device__ __forceinline__ static uint32_t Slot(float w) {
+    return static_cast<uint32_t>(kTopPBins - 1 - Bin(w));
+  }
+  __device__ __forceinline__ void Start(float x, float scale) { rbase = x, c0 = -x * scale; }
+};
+__device__ __forceinline__ uint32_t InBinWeight(float w) {
+  // (bits & 0x7ffc00) | 0x800000 as one LOP3 with the mask in a register (the compiler would
+  // emit two: LOP3 encodes one immediate), then the shift.
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;"
+      : "=r"(r)
+      : "r"(__float_as_uint(w)), "r"(0x7ffc00u), "n"(0x800000));
+  return r >> 10;
+}
+
+// Top-p row, pass 1, one chunk: the lane's max; before the first finite logit, the chunk's max
+// starts the window (a block-wide max: every thread takes this branch or none); every logit adds
+// its weight to the lane's z (relative to rbase) and, if it falls in a bin, to that bin.
+// Per logit, no branches, so that the 16 chains interleave: FFMA, MUFU.EX2, FADD, FMNMX, the
+// slot (SHF, VIADDMNMX, its address), the increment (LOP3, SHF) and a shared atomic. Logits
+// outside the bins add to a spill slot: below the last bin they weigh less than 2^-64 of rbase;
+// above the first (w >= 2^64, +inf, NaN) the row falls back (FindTopPBand: the max's bin, z).
+__device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkView& c, float scale,
+                                                   TopPWindow& win, float& lane_max, double& z) {
+  float q[kPerWarp][4];
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) c.LoadRaw(j, q[j]);  // -inf beyond the row
+  if (win.rbase == -INFINITY) {                           // uniform
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) m = fmaxf(m, q[j][e]);
+    }
+    m = sampling_internal::BlockArgMax<kWarps>(ArgMaxPair{m, 0}, s.argmax_scratch).value;
+    if (m == -INFINITY) return;
+    win.Start(m, scale);
+  }
+  // The histogram holds bin b at slot kTopPBins - 1 - b (TopPWindow::Slot: the key less the
+  // lowest bin's, one VIADDMNMX with the clamp); slots out of range (below the window the
+  // difference wraps) go to a slot of this lane past the histogram, never read, so that they
+  // need no test and share no address.
+  const uint32_t spill = kTopPBins + threadIdx.x % 32;
+  float zc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x = q[j][e];
+      lane_max = fmaxf(lane_max, x);
+      const float w = win.Weight(x, scale);
+      zc += w;
+      atomicAdd(&s.u.topp1.hist[min(TopPWindow::Slot(w), spill)], InBinWeight(w));
+    }
+  }
+  z += zc;
+}
+
+// Top-p row, between the passes (all threads; uniform result): the row max, and the band of bins
+// that may hold the threshold: bin masses relative to the octave of the max (the histogram times
+// 2^(exponent - the max's exponent), 16-bit fixed point), ranked from the top; the band runs from
+// the first bin whose cumulative mass reaches top_p of the total less a margin to the first that
+// reaches it plus the margin. The margin, (2.5e-4 p (1 - p) + 1e-6) of the total: each weight's
+// increment is truncated by less than 2^-13 of it, which moves the share of the mass above a bin
+// edge, f, by less than 1.2e-4 f (1 - f) (numerator and denominator err alike), so twice that at
+// f = p, and 1e-6 for the absolute terms (the shift to the max's octave, float sums). Pass 2
+// checks the band exactly: a margin too narrow costs a fallback, never a wrong token. Session 8's
+// 1e-4 of the total left ~4k candidates in the band at p = 0.999, T ~ 1: 1% of such rows went
+// over the 4096 cap on the GPU and the appends slowed the rest (WORKLOG.md, session 9, run S6).
+// False (fallback) for rows of -inf, with +inf, NaN or a logit above the window, and for a band
+// at the bottom.
+struct TopPBand {
+  float max_logit;
+  // The band [b_lo, b_hi] as pass 2 tests it, on a weight's float bits: >= above_bits is above
+  // the band (bin < b_lo), in [band_bits, above_bits) in it.
+  uint32_t above_bits, band_bits;
+  double z_rel;  // the total weight relative to rbase
+};
+__device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_max, double z_rel,
+                             float scale, float top_p, TopPBand* band) {
+  {  // the row max and z in one round (the histogram's scan below reuses s.scratch)
+    const uint32_t max_key = __reduce_max_sync(0xffffffffu, KeyOf(lane_max));
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) z_rel += __shfl_xor_sync(0xffffffffu, z_rel, off);
+    if (threadIdx.x % 32 == 0) {
+      s.warp_hi[threadIdx.x / 32] = max_key;
+      s.scratch2[threadIdx.x / 32] = __double_as_longlong(z_rel);
+    }
+    __syncthreads();
+    uint32_t m = 0;
+    double z = 0.0;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) {
+      m = max(m, s.warp_hi[i]);
+      z += __longlong_as_double(s.scratch2[i]);
+    }
+    band->max_logit = KeyToFloat(m), band->z_rel = z;
+  }
+  if (!isfinite(band->max_logit) || !isfinite(win.rbase) || !isfinite(band->z_rel)) return false;
+  const int max_bin = TopPWindow::Bin(win.Weight(band->max_logit, scale));
+  if (max_bin < 0) return false;  // a weight 2^64 times rbase's: not in the histogram
+  const int max_octave = (kKeyTop - max_bin) >> 5;
+  constexpr int kPer = kTopPBins / kThreads;
+  uint64_t mass[kPer], mine = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int b = kPer * threadIdx.x + i;
+    const int down = max(max_octave - ((kKeyTop - b) >> 5), 0);
+    mass[i] = down < 48 ? (uint64_t{s.u.topp1.hist[kTopPBins - 1 - b]} << 16) >> down : 0;
+    mine += mass[i];
+  }
+  if (threadIdx.x == 0) s.b_lo = kTopPBins, s.b_hi = kTopPBins;
+  uint64_t total = 0;
+  const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
+  const double target = static_cast<double>(top_p) * static_cast<double>(total);
+  const float share = 2.5e-4f * top_p * (1.0f - top_p) + 1e-6f;  // of the total
+  const double margin = static_cast<double>(share) * static_cast<double>(total);
+  const uint64_t lo = max(static_cast<uint64_t>(max(target - margin, 0.0)), uint64_t{1});
+  const uint64_t hi = min(static_cast<uint64_t>(ceil(target + margin)), total);
+  uint64_t cum = before;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const uint64_t next = cum + mass[i];
+    if (cum < lo && lo <= next) s.b_lo = kPer * threadIdx.x + i;
+    if (cum < hi && hi <= next) s.b_hi = kPer * threadIdx.x + i;
+    cum = next;
+  }
+  __syncthreads();
+  const int b_lo = s.b_lo, b_hi = s.b_hi;
+  band->above_bits = static_cast<uint32_t>(kKeyTop + 1 - b_lo) << kKeyShift;
+  band->band_bits = static_cast<uint32_t>(kKeyTop - b_hi) << kKeyShift;
+  return b_hi < kTopPBins - 1;
+}
+
+// Top-p row, pass 2, one chunk: per entry the weight (relative to rbase) of the logits above the
+// band, surely kept, and the logits in the band appended as candidates. The band by the weight's
+// float bits (the same bins as pass 1's without computing them): FFMA, MUFU.EX2, two compares, a
+// predicated FADD per logit.
+__device__ __forceinline__ void TopPCollectChunk(PipeShared& s, const ChunkView& c, int chunk,
+                                                 float scale, const TopPWindow& win,
+                                                 const TopPBand& band) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float q[kPerWarp][4];
+  float kept[kPerWarp] = {};
+  uint32_t want = 0;
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) c.LoadRaw(j, q[j]);  // -inf beyond the row
+  const uint32_t width = band.above_bits - band.band_bits;
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float w = win.Weight(q[j][e], scale);
+      const uint32_t u = __float_as_uint(w);
+      if (u >= band.above_bits) kept[j] += w;
+      want |= (u - band.band_bits < width ? 1u : 0u) << (4 * j + e);
+    }
+  }
+  const float kept_entry = ReduceFourEntries(kept);
+  if ((lane & 7) == 0)
+    s.u.topp2.entry[chunk * kChunkEntries + kPerWarp * warp + lane / 8] = kept_entry;
+  AppendTopPCandidates(&s.count, s.u.topp2.x, s.u.topp2.id, kTopPCandCap, c, want);
+}
+
+// Top-p row, after pass 2 (all threads; uniform early returns). Weights relative to rbase become
+// relative to the max by one factor 2^((rbase - max) * scale): z (pass 1), the mass above the band
+// (the entries), then need = ceil(top_p z) (HF: the smallest prefix, by descending logit, whose
+// mass reaches need). The band must hold the threshold: mass above < need <= mass above +
+// candidates. Then the smallest kept key kappa (the mass-weighted select over the candidates,
+// exact weights, for need - mass above), the kept candidates into their entries, and the draw
+// over the logits >= kappa.
+__device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, float scale,
+                            const TopPWindow& win, const TopPBand& band) {
+  const RowMath row{band.max_logit, scale, 0.0f};
+  const float factor = exp2f((win.rbase - band.max_logit) * scale);
+  const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
+  const int e0 = threadIdx.x * kEntriesPerThread;
+  const uint32_t n = s.count;
+  if (n > kTopPCandCap) return kFallbackToken;  // uniform
+  // One round for the mass above the band, the candidates' mass and their key range.
+  uint64_t above = 0, cand = 0;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    above += e0 + j < entries ? RowMath::Fixed(s.u.topp2.entry[e0 + j] * factor) : 0;
+  }
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) cand += row.Weight(s.u.topp2.x[i]);
+  above = sampling_internal::WarpSum(above), cand = sampling_internal::WarpSum(cand);
+  if (threadIdx.x % 32 == 0)
+    s.scratch[threadIdx.x / 32] = above, s.scratch2[threadIdx.x / 32] = cand;
+  WarpKeyRange(s, s.u.topp2.x, n);
+  __syncthreads();
+  above = 0, cand = 0;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) above += s.scratch[i], cand += s.scratch2[i];
+  const double z = band.z_rel * exp2(static_cast<double>(win.rbase - band.max_logit) * scale) *
+                   sampling_internal::kFixedScale;
+  const double need_d = ceil(static_cast<double>(args.top_p[r]) * z);
+  const uint64_t need = need_d >= 1.0 ? static_cast<uint64_t>(need_d) : 1;
+  if (above >= need || above + cand < need) return kFallbackToken;  // not in the band
+  const uint32_t kappa = SelectKeyInRange<true>(s, s.u.topp2.x, n, need - above, row);
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+    const float x = s.u.topp2.x[i];
+    if (KeyOf(x) >= kappa) {
+      atomicAdd(&s.u.topp2.entry[s.u.topp2.id[i] / kEntryLen], win.Weight(x, scale));
+    }
+  }
+  __syncthreads();
+  uint64_t mass[kEntriesPerThread];
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    mass[j] = e0 + j < entries ? RowMath::Fixed(s.u.topp2.entry[e0 + j] * factor) : 0;
+  }
+  return DrawFromEntries(s, args, r, row, mass, kappa, kFallbackToken);
+}
+
+}  // namespace tandem::sampling_rowpipe
