@@ -12,11 +12,14 @@
 
 namespace tandem::sampling_rowpipe {
 
-// Top-p candidates: the same for the logits of the band, slots at or past cap counted, not
-// written. The logits are read again from the stage, one set bit at a time: a lane has one or
-// none in most chunks (~170 candidates in a N(0, 3^2) row at p = 0.95), where the unrolled test
-// of all 16 bits cost ~48 instructions per warp and chunk: 6.5% fewer instructions, top-p rows
-// ~8% faster at B = 256 and ~10% at B = 128 (WORKLOG.md, session 11, runs W5-W6).
+// Top-p candidates: appends the lane's band logits flagged in want (bit 4j + e: logit e of the
+// lane's j-th float4 of the chunk) at the slots from *count on (one shared atomic per warp: a
+// prefix over the lanes places them), slots at or past cap counted, not written. Unlike the top-k
+// rows' AppendFlagged (sampling_rowpipe_select.cuh), the logits are read again from the stage,
+// one set bit at a time: a lane has one or none in most chunks (~170 candidates in a N(0, 3^2)
+// row at p = 0.95), where the unrolled test of all 16 bits cost ~48 instructions per warp and
+// chunk: 6.5% fewer instructions, top-p rows ~8% faster at B = 256 and ~10% at B = 128
+// (WORKLOG.md, session 11, runs W5-W6).
 __device__ __forceinline__ void AppendTopPCandidates(uint32_t* count, float* xs, int32_t* ids,
                                                      uint32_t cap, const ChunkView& c,
                                                      uint32_t want) {
