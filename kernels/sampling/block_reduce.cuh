@@ -55,12 +55,13 @@ __device__ __forceinline__ uint64_t BlockSum(uint64_t x, uint64_t* scratch) {
   return r;
 }
 
-// Inclusive prefix sum over the lanes of a warp, in lane order.
-__device__ __forceinline__ uint64_t WarpInclusiveScan(uint64_t x) {
+// Inclusive prefix sum over the lanes of a warp, in lane order (uint64_t or uint32_t).
+template <typename T>
+__device__ __forceinline__ T WarpInclusiveScan(T x) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int off = 1; off < 32; off *= 2) {
-    const uint64_t y = __shfl_up_sync(0xffffffffu, x, off);
+    const T y = __shfl_up_sync(0xffffffffu, x, off);
     if (lane >= off) x += y;
   }
   return x;

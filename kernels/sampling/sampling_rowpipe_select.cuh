@@ -131,6 +131,23 @@ __device__ void CutCandidates(PipeShared& s, uint32_t k, bool streaming) {
   __syncthreads();
 }
 
+// Reserves `mine` slots for this lane from *count on, the warp's slots in lane order (one shared
+// atomic per warp: an inclusive scan over the lanes places them): the lane's first in *first,
+// where the warp's end in *end (unless end is null). False, with no atomic, when no lane of the
+// warp has any. Every lane of the warp calls it; both candidate appends use it (here and
+// sampling_rowpipe_topp.cuh).
+__device__ __forceinline__ bool ReserveWarpSlots(uint32_t* count, uint32_t mine, uint32_t* first,
+                                                 uint32_t* end) {
+  if (!__any_sync(0xffffffffu, mine != 0)) return false;
+  const uint32_t incl = sampling_internal::WarpInclusiveScan(mine);
+  uint32_t base = 0;
+  if (threadIdx.x % 32 == 31) base = atomicAdd(count, incl);
+  base = __shfl_sync(0xffffffffu, base, 31);
+  *first = base + incl - mine;
+  if (end != nullptr) *end = base + __shfl_sync(0xffffffffu, incl, 31);
+  return true;
+}
+
 // Top-k candidates: appends the lane's logits flagged in want (bit 4j + e: logit e of q[j], whose
 // id is first + local[j] + e) at the slots from *count on (one shared atomic per warp: a prefix
 // over the lanes places them); the caller guarantees room (at most kChunk after at most
@@ -141,19 +158,8 @@ __device__ __forceinline__ uint32_t AppendFlagged(uint32_t* count, float* xs, in
                                                   const float (&q)[kPerWarp][4],
                                                   const int (&local)[kPerWarp], int32_t first,
                                                   uint32_t want) {
-  const int lane = threadIdx.x % 32;
-  const uint32_t mine = __popc(want);
-  if (!__any_sync(0xffffffffu, mine != 0)) return 0;
-  uint32_t incl = mine;
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += y;
-  }
-  uint32_t base = 0;
-  if (lane == 31) base = atomicAdd(count, incl);
-  base = __shfl_sync(0xffffffffu, base, 31);
-  uint32_t slot = base + incl - mine;
+  uint32_t slot, end;
+  if (!ReserveWarpSlots(count, __popc(want), &slot, &end)) return 0;  // uniform
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
@@ -164,7 +170,7 @@ __device__ __forceinline__ uint32_t AppendFlagged(uint32_t* count, float* xs, in
       }
     }
   }
-  return base + __shfl_sync(0xffffffffu, incl, 31);
+  return end;
 }
 
 // Appends this warp's logits >= theta of the chunk to the candidates. Returns where the warp's

@@ -13,29 +13,18 @@
 namespace tandem::sampling_rowpipe {
 
 // Top-p candidates: appends the lane's band logits flagged in want (bit 4j + e: logit e of the
-// lane's j-th float4 of the chunk) at the slots from *count on (one shared atomic per warp: a
-// prefix over the lanes places them), slots at or past cap counted, not written. Unlike the top-k
-// rows' AppendFlagged (sampling_rowpipe_select.cuh), the logits are read again from the stage,
-// one set bit at a time: a lane has one or none in most chunks (~170 candidates in a N(0, 3^2)
-// row at p = 0.95), where the unrolled test of all 16 bits cost ~48 instructions per warp and
-// chunk: 6.5% fewer instructions, top-p rows ~8% faster at B = 256 and ~10% at B = 128
-// (WORKLOG.md, session 11, runs W5-W6).
+// lane's j-th float4 of the chunk) at the slots from *count on (ReserveWarpSlots), slots at or past
+// cap counted, not written. Unlike the top-k rows' AppendFlagged (sampling_rowpipe_select.cuh), the
+// logits are read again from the stage, one set bit at a time: a lane has one or none in most
+// chunks (~170 candidates in a N(0, 3^2) row at p = 0.95), where the unrolled test of all 16 bits
+// cost ~48 instructions per warp and chunk: 6.5% fewer instructions, top-p rows ~8% faster at B =
+// 256 and ~10% at B = 128 (WORKLOG.md, session 11, runs W5-W6).
 __device__ __forceinline__ void AppendTopPCandidates(uint32_t* count, float* xs, int32_t* ids,
                                                      uint32_t cap, const ChunkView& c,
                                                      uint32_t want) {
-  const int lane = threadIdx.x % 32;
-  const uint32_t mine = __popc(want);
-  if (!__any_sync(0xffffffffu, mine != 0)) return;
-  uint32_t incl = mine;
-#pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += y;
-  }
-  uint32_t base = 0;
-  if (lane == 31) base = atomicAdd(count, incl);
-  base = __shfl_sync(0xffffffffu, base, 31);
-  for (uint32_t slot = base + incl - mine; want != 0; want &= want - 1, ++slot) {
+  uint32_t slot;
+  if (!ReserveWarpSlots(count, __popc(want), &slot, /*end=*/nullptr)) return;  // uniform
+  for (; want != 0; want &= want - 1, ++slot) {
     const int bit = __ffs(want) - 1;
     const int local = ChunkView::Local(bit >> 2) + (bit & 3);
     if (slot < cap) xs[slot] = c.stage[local], ids[slot] = c.first + local;
