@@ -44,6 +44,16 @@ __global__ void FillF32Kernel(float* p, int64_t n, uint64_t seed, float lo, floa
   }
 }
 
+// LLM-like rows (kernels/sampling/sim/topp_nucleus_sizes.py's "peaked" rows): per row, `strong`
+// logits at hashed positions raised by 8 to 16 (a collision raises one twice).
+__global__ void AddPeaksKernel(float* p, int64_t rows, int64_t vocab, int strong, uint64_t seed) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= rows * strong) return;
+  const int64_t row = i / strong;
+  const auto at = static_cast<int64_t>(HashUniform(seed, 2 * i) * static_cast<float>(vocab));
+  atomicAdd(&p[row * vocab + min(at, vocab - 1)], 8.0f + 8.0f * HashUniform(seed, 2 * i + 1));
+}
+
 // Reads n 16-byte vectors, kUnroll independent loads in flight per thread; writes one word per
 // block so the loads cannot be dropped.
 template <int kUnroll>
@@ -104,6 +114,13 @@ void FillUniformF32(float* p, int64_t n, uint64_t seed, float lo, float hi) {
 }
 void FillNormalF32(float* p, int64_t n, uint64_t seed, float stddev) {
   FillF32Kernel<<<1024, 256>>>(p, n, seed, 0, stddev, true);
+  BENCH_CUDA(cudaGetLastError());
+}
+
+void FillPeakedF32(float* p, int64_t rows, int64_t vocab, uint64_t seed) {
+  constexpr int kStrong = 40;
+  FillNormalF32(p, rows * vocab, seed, 2.0f);
+  AddPeaksKernel<<<(rows * kStrong + 255) / 256, 256>>>(p, rows, vocab, kStrong, seed + 7);
   BENCH_CUDA(cudaGetLastError());
 }
 

@@ -36,6 +36,8 @@ void FillUniformBf16(void* p, int64_t n, uint64_t seed, float lo, float hi);
 void FillUniformF32(float* p, int64_t n, uint64_t seed, float lo, float hi);
 // Approximately normal (sum of 4 uniforms), mean 0 and standard deviation `stddev`.
 void FillNormalF32(float* p, int64_t n, uint64_t seed, float stddev);
+// rows x vocab LLM-like logits: N(0, 2^2), and 40 logits per row raised by 8 to 16.
+void FillPeakedF32(float* p, int64_t rows, int64_t vocab, uint64_t seed);
 
 // A launch shape of the read-only stream kernel: 16-byte loads in flight per thread (1, 4 or 8)
 // and the grid.

@@ -378,23 +378,30 @@ void BenchSampling(const Ceilings& c) {
     float temperature;
     int32_t top_k;
     float top_p;
+    bool peaked = false;  // LLM-like logits (FillPeakedF32) instead of N(0, 3^2)
   };
   const Mode modes[] = {{"greedy", 0, 0, 1},
                         {"temp0.7", 0.7f, 0, 1},
                         {"topk50_topp0.9", 0.7f, 50, 0.9f},
                         {"topp0.95", 1.0f, 0, 0.95f},
                         // Session 8's band margin: ~4k candidates, 1% of rows over the cap.
-                        {"topp0.999", 1.0f, 0, 0.999f}};
+                        {"topp0.999", 1.0f, 0, 0.999f},
+                        // A nucleus of a few tokens: the row-pipelined kernel's pass 2 reads only
+                        // their entries (TopPPlanPass2); at p = 0.99 some rows need the whole row.
+                        {"topp0.95_peaked", 1.0f, 0, 0.95f, true},
+                        {"topp0.99_peaked", 1.0f, 0, 0.99f, true}};
   const char* only_batch = std::getenv("TANDEM_BENCH_SAMPLING_BATCH");
   const char* only_mode = std::getenv("TANDEM_BENCH_SAMPLING_MODE");
   for (int64_t batch : {1, 32, 64, 96, 128, 192, 256}) {
     if (only_batch != nullptr && std::atoll(only_batch) != batch) continue;
     const size_t bytes = batch * vocab * 4;
     const int copies = RotationCopies(bytes);
-    std::vector<float*> logits(copies);
+    std::vector<float*> normal(copies), peaked(copies);
     for (int i = 0; i < copies; ++i) {
-      logits[i] = static_cast<float*>(Alloc(bytes));
-      FillNormalF32(logits[i], batch * vocab, 100 + i, 3.0f);
+      normal[i] = static_cast<float*>(Alloc(bytes));
+      FillNormalF32(normal[i], batch * vocab, 100 + i, 3.0f);
+      peaked[i] = static_cast<float*>(Alloc(bytes));
+      FillPeakedF32(peaked[i], batch, vocab, 200 + i);
     }
     float* temp = static_cast<float*>(Alloc(batch * 4));
     float* top_p = static_cast<float*>(Alloc(batch * 4));
@@ -415,11 +422,12 @@ void BenchSampling(const Ceilings& c) {
     }
     // The literal "time to read the logits once", launch included, like the sampling rows.
     const double once_us = ReadOnceMicros(
-        c, [&](int it) { return logits[it % copies]; }, bytes);
+        c, [&](int it) { return normal[it % copies]; }, bytes);
     Report("sampling.read_logits_once", absl::StrCat("B=", batch, " V=", vocab), once_us, "x read",
            once_us / (bytes / (c.read_tbps * 1e6)), 2.0 * 1e300);
     for (const Mode& m : modes) {
       if (only_mode != nullptr && std::string(only_mode) != m.name) continue;
+      const std::vector<float*>& logits = m.peaked ? peaked : normal;
       std::vector<float> t(batch, m.temperature), p(batch, m.top_p);
       std::vector<int32_t> k(batch, m.top_k);
       BENCH_CUDA(cudaMemcpy(temp, t.data(), batch * 4, cudaMemcpyHostToDevice));
@@ -512,7 +520,8 @@ void BenchSampling(const Ceilings& c) {
       }
       if (batch == 256 && only_batch == nullptr) time("sampling_resident.", &SamplingCluster);
     }
-    for (float* l : logits) cudaFree(l);
+    for (float* l : normal) cudaFree(l);
+    for (float* l : peaked) cudaFree(l);
     cudaFree(temp), cudaFree(top_p), cudaFree(top_k), cudaFree(seeds), cudaFree(steps),
         cudaFree(out);
   }

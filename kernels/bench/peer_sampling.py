@@ -11,6 +11,7 @@ import peer_timing
 
 MODES = [("greedy", 0, 0, 1.0), ("temp0.7", 0.7, 0, 1.0), ("topk50_topp0.9", 0.7, 50, 0.9),
          ("topp0.95", 1.0, 0, 0.95)]
+PEAKED_MODES = [("topp0.95_peaked", 1.0, 0, 0.95)]
 
 
 def hf_sample(logits, temperature, top_k, top_p):
@@ -34,6 +35,13 @@ def run(emit, median_us, copies, vocab=152064, batches=(1, 32, 256)):
     for b in batches:
         ls = [torch.randn(b, vocab, device="cuda") * 3 for _ in range(copies(b * vocab * 4))]
         for name, t, k, p in MODES:
+            emit(f"sampling.{name}", f"B={b} V={vocab}",
+                 median_us(lambda i: hf_sample(ls[i % len(ls)], t, k, p)))
+        for x in ls:  # kb_bench's LLM-like rows: N(0, 2^2), 40 logits per row raised by 8 to 16
+            x *= 2 / 3
+            x.scatter_add_(1, torch.randint(0, vocab, (b, 40), device="cuda"),
+                           8 + 8 * torch.rand(b, 40, device="cuda"))
+        for name, t, k, p in PEAKED_MODES:
             emit(f"sampling.{name}", f"B={b} V={vocab}",
                  median_us(lambda i: hf_sample(ls[i % len(ls)], t, k, p)))
         del ls

@@ -34,7 +34,12 @@
 //       cumulative mass from the top can hold top_p of z, [b_lo, b_hi] (FindTopPBand: usually one
 //       bin, the margin about the histogram's error: sim/topp_two_pass.py).
 //     pass 2: per entry the weight above the band (surely kept), and the logits in the band as
-//       candidates. Then exactly as the other kernels: need = ceil(top_p z); the band must hold
+//       candidates. Only the entries whose max (pass 1 keeps each entry's) can reach the band can
+//       hold either: when the row's other chunks have at most kTopPGatherCap of them (LLM-like
+//       rows: a nucleus of a few strong tokens), pass 2 reads those entries alone (512 bytes each,
+//       TopPPlanPass2 and TopPGatherEntries) instead of the row; the ring, which copies only
+//       kTopPPrefetch chunks of pass 2 before this plan, goes on to the next row. Then exactly as
+//       the other kernels: need = ceil(top_p z); the band must hold
 //       the threshold (mass above < need <= mass above + candidates); a mass-weighted radix select
 //       over the candidates gives the smallest kept key; kept candidates join their entries; the
 //       draw as temperature rows, over the kept logits.
@@ -167,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   PipeShared& s = *reinterpret_cast<PipeShared*>(smem);
   float* ring = reinterpret_cast<float*>(smem + kRingOffset);
   const int chunks = static_cast<int>((args.vocab_size + kChunk - 1) / kChunk);
-  Producer producer{0, 0, 0, 0, keep_from};
+  Producer producer{0, 0, 0, 0, keep_from, -1, 0};
   if (threadIdx.x == 0) {
     for (int i = 0; i < stages; ++i) {
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(SharedAddress(&s.full[i]))
@@ -187,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     switch (kind) {
       case kGreedy: {
         ArgMaxPair best{-INFINITY, INT32_MAX};
-        ring_io.Stream(0, chunks, chunks, [&](int c, int, const ChunkView& view) {
+        ring_io.Stream(0, chunks, [&](int c, int, const ChunkView& view) {
           if (c == 0) {  // the lowest id of this thread's first logit, for rows of -inf
             const int local = kPerWarp * (threadIdx.x / 32) * kEntryLen + 4 * (threadIdx.x % 32);
             if (local < view.n) best.id = local;
@@ -198,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         break;
       }
       case kTemperature:
-        ring_io.Stream(0, chunks, chunks, [&](int, int chunk, const ChunkView& view) {
+        ring_io.Stream(0, chunks, [&](int, int chunk, const ChunkView& view) {
           TemperatureChunk(s, view, chunk, scale);
         });
         token = TemperatureTail(s, args, r, scale);
@@ -207,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         if (threadIdx.x == 0) s.count = 0, s.theta = -INFINITY, s.overflow = 0, s.cuts = 0;
         __syncthreads();
         ring_io.Stream<true>(
-            0, chunks, chunks,
+            0, chunks,
             [&](int, int, const ChunkView& view) { return TopKChunk(s, view) > kCandTrigger; },
             [&](int, bool cut) {  // select when the candidates passed the trigger
               if (cut) CutCandidates(s, static_cast<uint32_t>(args.top_k[r]), /*streaming=*/true);
@@ -217,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       default: {  // kTopP: pass 1, the band, pass 2 (the chunks in reverse order)
 #pragma unroll
         for (int i = 0; i < kTopPBins / kThreads; ++i)
-          s.u.topp1.hist[i * kThreads + threadIdx.x] = 0;
+          s.u.topp.hist[i * kThreads + threadIdx.x] = 0;
         if (threadIdx.x == 0) s.count = 0;
         __syncthreads();
         bool ok = isfinite(scale);  // uniform
@@ -225,17 +230,27 @@ __global__ void __launch_bounds__(kThreads, 2)
         TopPWindow win;
         double z_rel = 0.0;  // the lane's weights relative to win.rbase
         ROWPIPE_TRACE(0);
-        ring_io.StreamPairs(0, chunks, 2 * chunks, [&](int, int, const ChunkView& view) {
-          if (ok) TopPHistogramChunk(s, view, scale, win, lane_max, z_rel);
+        ring_io.StreamPairs(0, chunks, [&](int, int chunk, const ChunkView& view) {
+          if (ok) TopPHistogramChunk(s, view, chunk, scale, win, lane_max, z_rel);
         });
         ROWPIPE_TRACE(1);
         TopPBand band{};
         ok = ok && FindTopPBand(s, win, lane_max, z_rel, scale, args.top_p[r], &band);
         ROWPIPE_TRACE(2);
-        ring_io.StreamPairs(chunks, 2 * chunks, 2 * chunks,
-                            [&](int, int chunk, const ChunkView& view) {
-                              if (ok) TopPCollectChunk(s, view, chunk, scale, win, band);
-                            });
+        // Pass 2: the ring holds its first `pre` chunks (the row's last), copied during pass 1;
+        // then it streams the rest of the row, or reads alone the few entries of the rest that
+        // may hold a kept or band logit (TopPPlanPass2) while the ring moves on to the next row.
+        // A row that falls back reads nothing more.
+        const int pre = min(kTopPPrefetch, chunks);
+        const int gathered = ok ? TopPPlanPass2(s, win, band, scale, chunks, pre) : 0;
+        const int steps = gathered >= 0 ? chunks + pre : 2 * chunks;
+        if (threadIdx.x == 0) {
+          producer.Release(r, steps, s, ring, stages, args, with_top_k, chunks);
+        }
+        ring_io.StreamPairs(chunks, steps, [&](int, int chunk, const ChunkView& view) {
+          if (ok) TopPCollectChunk(s, view, chunk, scale, win, band);
+        });
+        if (gathered > 0) TopPGatherEntries(s, args, r, gathered, scale, win, band);
         ROWPIPE_TRACE(3);
         token = ok ? TopPTail(s, args, r, scale, win, band) : kFallbackToken;
         ROWPIPE_TRACE(4);

@@ -58,6 +58,15 @@ constexpr int kKeyShift = 18;
 constexpr int kKeyOfOne = 127 << 5;
 constexpr int kOctavesAbove = 64;
 constexpr int kKeyTop = kKeyOfOne + 32 * kOctavesAbove;  // bin 0's key (w = 2^64): bin = top - key
+// Top-p rows whose logits that can reach the band lie in at most this many entries outside the
+// chunks pass 2 already has in the ring read those entries alone instead of the rest of the row
+// (TopPPlanPass2).
+constexpr int kTopPGatherCap = 256;
+constexpr int kTopPGatherBatch = 8;  // entries a warp loads at once
+// Pass 2's chunks the ring copies before the plan (Producer::hold_at): enough to cover the
+// latency of the first copies after it when the row is streamed.
+constexpr int kTopPPrefetch = 1;
+static_assert(kTopPGatherCap % (kWarps * kTopPGatherBatch) == 0 && kTopPPrefetch <= kStagesShared);
 static_assert(kTopPBins % kThreads == 0 && kTopPBins == 32 * 2 * kOctavesAbove);
 static_assert(kMaxVocab * 16384 < (int64_t{1} << 32), "a bin's 14-bit weights fit 32 bits");
 
@@ -75,14 +84,19 @@ struct PipeShared {
       int32_t id[kCandCap];
       uint64_t w[kKeptCap];
     } cand;
-    struct {                          // top-p rows, pass 1: the weight histogram
-      uint32_t hist[kTopPBins + 32];  // + a slot per lane for weights outside the bins
-    } topp1;
-    struct {  // top-p rows, pass 2: candidates (logit, id), and per entry the kept mass
-      float x[kTopPCandCap];
-      int32_t id[kTopPCandCap];
-      float entry[kEntrySlots];
-    } topp2;
+    struct {  // top-p rows
+      union {
+        uint32_t hist[kTopPBins + 32];  // pass 1: the weight histogram, + a slot per lane for
+                                        // weights outside the bins
+        struct {                        // pass 2: the band's candidates (logit, id)
+          float x[kTopPCandCap];
+          int32_t id[kTopPCandCap];
+        } cand;
+      };
+      float entry[kEntrySlots];         // pass 2: per entry the kept mass
+      uint32_t entry_key[kEntrySlots];  // pass 1: per entry its max logit's key
+      uint16_t gather[kTopPGatherCap];  // pass 2: the entries it reads alone
+    } topp;
   } u;
   uint64_t full[kMaxStages];  // mbarriers: stage holds its chunk
   uint32_t hist[256];         // radix selects: counts, or the low halves of masses
@@ -153,37 +167,58 @@ __device__ __forceinline__ void WaitFull(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-// The chunk a row reads at step c of its row_chunks steps: top-p rows read the row twice
-// (row_chunks == 2 chunks), the second time from the last chunk down.
-__device__ __forceinline__ int ChunkAt(int c, int chunks, int row_chunks) {
-  return c < chunks ? c : row_chunks - 1 - c;
+// The chunk a row reads at step c: top-p rows read the row twice, the second time from the last
+// chunk down (and may stop early: Producer::Release).
+__device__ __forceinline__ int ChunkAt(int c, int chunks) {
+  return c < chunks ? c : 2 * chunks - 1 - c;
 }
 
 // Thread 0's cursor over the chunks this CTA copies: rows blockIdx.x, + gridDim.x, ... that it
 // samples, each in ceil(vocab / kChunk) chunks (twice for top-p rows), in the order the CTA
-// consumes them.
+// consumes them. A top-p row's cursor stops after kTopPPrefetch chunks of pass 2 (hold_at) until
+// the CTA knows how much of pass 2 it reads (Release); the copies it owes meanwhile are issued
+// then, so that the ring stays `stages` chunks ahead of the CTA.
 struct Producer {
   int64_t row;
   int step;        // of the row's row_chunks
-  int row_chunks;  // chunks, or 2 chunks for a top-p row
+  int row_chunks;  // chunks, or 2 chunks for a top-p row (fewer once Release cuts pass 2)
   int stage;
   int keep_from;  // top-p rows: pass 1's chunks from this one on are read evict-normal
+  int hold_at;    // top-p rows: the step the cursor waits at for Release (-1: none)
+  int owed;       // copies not issued while it waits
 
   __device__ void SkipTo(const SamplingArgs& a, bool with_top_k, int64_t r, int chunks) {
     RowKind kind = kSkip;
     while (r < a.batch && (kind = KindOf(a, r, with_top_k)) == kSkip) r += gridDim.x;
     row = r, step = 0, row_chunks = kind == kTopP ? 2 * chunks : chunks;
+    hold_at = kind == kTopP && chunks > kTopPPrefetch ? chunks + kTopPPrefetch : -1;
   }
   __device__ void IssueNext(PipeShared& s, float* ring, int stages, const SamplingArgs& a,
                             bool with_top_k, int chunks) {
     if (row >= a.batch) return;
-    const int64_t first = int64_t{ChunkAt(step, chunks, row_chunks)} * kChunk;
+    if (step == hold_at) {
+      ++owed;
+      return;
+    }
+    const int64_t first = int64_t{ChunkAt(step, chunks)} * kChunk;
     const int64_t left = a.vocab_size - first;
     const int n = left < kChunk ? static_cast<int>(left) : kChunk;
     IssueChunk(ring + stage * kChunk, a.logits + row * a.vocab_size + first, 4u * n, &s.full[stage],
-               /*read_again=*/step < row_chunks - chunks && step >= keep_from);
+               /*read_again=*/row_chunks > chunks && step < chunks && step >= keep_from);
     if (++stage == stages) stage = 0;
     if (++step == row_chunks) SkipTo(a, with_top_k, row + gridDim.x, chunks);
+  }
+  // Row r (a top-p row, its pass 1 read) takes `steps` steps in all: 2 chunks to stream pass 2,
+  // or fewer (the steps issued before the hold) to end it there; then the owed copies. Nothing
+  // if the cursor never held at r (a row of at most kTopPPrefetch chunks: all of it issued).
+  __device__ void Release(int64_t r, int steps, PipeShared& s, float* ring, int stages,
+                          const SamplingArgs& a, bool with_top_k, int chunks) {
+    if (row != r || hold_at < 0) return;
+    hold_at = -1, row_chunks = steps;
+    int n = owed;
+    owed = 0;
+    if (step >= row_chunks) SkipTo(a, with_top_k, row + gridDim.x, chunks);
+    for (; n > 0; --n) IssueNext(s, ring, stages, a, with_top_k, chunks);
   }
 };
 
@@ -227,11 +262,11 @@ struct ChunkView {
   }
 };
 
-// The CTA's side of the ring: waits for each of a row's chunks (steps c0 .. c1 - 1 of its
-// row_chunks), hands it to body(c, chunk, view), which returns whether the CTA must act after the
-// barrier (a top-k select), refills the stage after the barrier that ends its reading (thread
-// 0), then calls after(c, flag) with the OR of the flags. One loop per row kind (the kernel's
-// switch), so each kind's loop is compact and scheduled on its own.
+// The CTA's side of the ring: waits for each of a row's chunks (steps c0 .. c1 - 1), hands it to
+// body(c, chunk, view), which returns whether the CTA must act after the barrier (a top-k select),
+// refills the stage after the barrier that ends its reading (thread 0), then calls after(c, flag)
+// with the OR of the flags. One loop per row kind (the kernel's switch), so each kind's loop is
+// compact and scheduled on its own.
 struct Ring {
   PipeShared& s;
   float* ring;
@@ -242,10 +277,9 @@ struct Ring {
   uint32_t phase = 0;
 
   // Waits until stage st (of parity ph) holds the row's chunk at step c; its view.
-  __device__ __forceinline__ ChunkView Arrived(int c, int row_chunks, int st, uint32_t ph,
-                                               int* chunk) const {
+  __device__ __forceinline__ ChunkView Arrived(int c, int st, uint32_t ph, int* chunk) const {
     WaitFull(&s.full[st], ph);
-    *chunk = ChunkAt(c, chunks, row_chunks);
+    *chunk = ChunkAt(c, chunks);
     const int32_t first = *chunk * kChunk;
     const int64_t left = args.vocab_size - first;
     const ChunkView view{ring + st * kChunk, left < kChunk ? static_cast<int>(left) : kChunk,
@@ -255,11 +289,10 @@ struct Ring {
   }
 
   template <bool kMayFlag, typename Body, typename After>
-  __device__ __forceinline__ void Stream(int c0, int c1, int row_chunks, Body&& body,
-                                         After&& after) {
+  __device__ __forceinline__ void Stream(int c0, int c1, Body&& body, After&& after) {
     for (int c = c0; c < c1; ++c) {
       int chunk;
-      const ChunkView view = Arrived(c, row_chunks, stage, phase, &chunk);
+      const ChunkView view = Arrived(c, stage, phase, &chunk);
       bool flag = body(c, chunk, view);
       if constexpr (kMayFlag) {
         flag = __syncthreads_or(flag);
@@ -272,9 +305,9 @@ struct Ring {
     }
   }
   template <typename Body>  // bodies that return nothing: no flag, nothing after the barrier
-  __device__ __forceinline__ void Stream(int c0, int c1, int row_chunks, Body&& body) {
+  __device__ __forceinline__ void Stream(int c0, int c1, Body&& body) {
     Stream<false>(
-        c0, c1, row_chunks,
+        c0, c1,
         [&](int c, int chunk, const ChunkView& view) {
           body(c, chunk, view);
           return false;
@@ -285,14 +318,14 @@ struct Ring {
   // the count is odd): half the barriers, and a warp's time over two chunks evens out more than
   // over one (top-p rows: WORKLOG.md, session 9).
   template <typename Body>
-  __device__ __forceinline__ void StreamPairs(int c0, int c1, int row_chunks, Body&& body) {
+  __device__ __forceinline__ void StreamPairs(int c0, int c1, Body&& body) {
     for (int c = c0; c < c1; c += 2) {
       const int n = c + 1 < c1 ? 2 : 1;
       int st = stage;
       uint32_t ph = phase;
       for (int k = 0; k < n; ++k) {
         int chunk;
-        const ChunkView view = Arrived(c + k, row_chunks, st, ph, &chunk);
+        const ChunkView view = Arrived(c + k, st, ph, &chunk);
         body(c + k, chunk, view);
         if (++st == stages) st = 0, ph ^= 1;
       }

@@ -66,29 +66,39 @@ __device__ __forceinline__ uint32_t InBinWeight(float w) {
   return r >> 10;
 }
 
-// Top-p row, pass 1, one chunk: the lane's max; before the first finite logit, the chunk's max
-// starts the window (a block-wide max: every thread takes this branch or none); every logit adds
-// its weight to the lane's z (relative to rbase) and, if it falls in a bin, to that bin.
-// Per logit, no branches, so that the 16 chains interleave: FFMA, MUFU.EX2, FADD, FMNMX, the
-// slot (SHF, VIADDMNMX, its address), the increment (LOP3, SHF) and a shared atomic. Logits
-// outside the bins add to a spill slot: below the last bin they weigh less than 2^-64 of rbase;
-// above the first (w >= 2^64, +inf, NaN) the row falls back (FindTopPBand: the max's bin, z).
-__device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkView& c, float scale,
-                                                   TopPWindow& win, float& lane_max, double& z) {
+// Top-p row, pass 1, one chunk: each entry's max (its key, for pass 2's plan: TopPPlanPass2) and
+// the lane's; before the first finite logit, the chunk's max starts the window (a block-wide max:
+// every thread takes this branch or none); every logit adds its weight to the lane's z (relative
+// to rbase) and, if it falls in a bin, to that bin. Per logit, no branches, so that the 16 chains
+// interleave: FFMA, MUFU.EX2, FADD, FMNMX, the slot (SHF, VIADDMNMX, its address), the increment
+// (LOP3, SHF) and a shared atomic; per entry a REDUX. Logits outside the bins add to a spill
+// slot: below the last bin they weigh less than 2^-64 of rbase; above the first (w >= 2^64, +inf,
+// NaN) the row falls back (FindTopPBand: the max's bin, z).
+__device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkView& c, int chunk,
+                                                   float scale, TopPWindow& win, float& lane_max,
+                                                   double& z) {
   float q[kPerWarp][4];
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) c.LoadRaw(j, q[j]);  // -inf beyond the row
-  if (win.rbase == -INFINITY) {                           // uniform
-    float m = -INFINITY;
+  float chunk_max = -INFINITY;
+  uint32_t key[kPerWarp];
 #pragma unroll
-    for (int j = 0; j < kPerWarp; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) m = fmaxf(m, q[j][e]);
-    }
-    m = sampling_internal::BlockArgMax<kWarps>(ArgMaxPair{m, 0}, s.argmax_scratch).value;
+  for (int j = 0; j < kPerWarp; ++j) {
+    const float m = fmaxf(fmaxf(q[j][0], q[j][1]), fmaxf(q[j][2], q[j][3]));
+    chunk_max = fmaxf(chunk_max, m);
+    key[j] = __reduce_max_sync(0xffffffffu, KeyOf(m));  // the warp's j-th entry
+  }
+  if (threadIdx.x % 32 == 0) {
+    const int e0 = chunk * kChunkEntries + kPerWarp * (threadIdx.x / 32);
+    *reinterpret_cast<uint4*>(&s.u.topp.entry_key[e0]) = make_uint4(key[0], key[1], key[2], key[3]);
+  }
+  if (win.rbase == -INFINITY) {  // uniform
+    const float m =
+        sampling_internal::BlockArgMax<kWarps>(ArgMaxPair{chunk_max, 0}, s.argmax_scratch).value;
     if (m == -INFINITY) return;
     win.Start(m, scale);
   }
+  lane_max = fmaxf(lane_max, chunk_max);
   // The histogram holds bin b at slot kTopPBins - 1 - b (TopPWindow::Slot: the key less the
   // lowest bin's, one VIADDMNMX with the clamp); slots out of range (below the window the
   // difference wraps) go to a slot of this lane past the histogram, never read, so that they
@@ -99,11 +109,9 @@ __device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkVie
   for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float x = q[j][e];
-      lane_max = fmaxf(lane_max, x);
-      const float w = win.Weight(x, scale);
+      const float w = win.Weight(q[j][e], scale);
       zc += w;
-      atomicAdd(&s.u.topp1.hist[min(TopPWindow::Slot(w), spill)], InBinWeight(w));
+      atomicAdd(&s.u.topp.hist[min(TopPWindow::Slot(w), spill)], InBinWeight(w));
     }
   }
   z += zc;
@@ -159,7 +167,7 @@ __device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_ma
   for (int i = 0; i < kPer; ++i) {
     const int b = kPer * threadIdx.x + i;
     const int down = max(max_octave - ((kKeyTop - b) >> 5), 0);
-    mass[i] = down < 48 ? (uint64_t{s.u.topp1.hist[kTopPBins - 1 - b]} << 16) >> down : 0;
+    mass[i] = down < 48 ? (uint64_t{s.u.topp.hist[kTopPBins - 1 - b]} << 16) >> down : 0;
     mine += mass[i];
   }
   if (threadIdx.x == 0) s.b_lo = kTopPBins, s.b_hi = kTopPBins;
@@ -211,8 +219,97 @@ __device__ __forceinline__ void TopPCollectChunk(PipeShared& s, const ChunkView&
   }
   const float kept_entry = ReduceFourEntries(kept);
   if ((lane & 7) == 0)
-    s.u.topp2.entry[chunk * kChunkEntries + kPerWarp * warp + lane / 8] = kept_entry;
-  AppendTopPCandidates(&s.count, s.u.topp2.x, s.u.topp2.id, kTopPCandCap, c, want);
+    s.u.topp.entry[chunk * kChunkEntries + kPerWarp * warp + lane / 8] = kept_entry;
+  AppendTopPCandidates(&s.count, s.u.topp.cand.x, s.u.topp.cand.id, kTopPCandCap, c, want);
+}
+
+// Top-p row, between the band and pass 2 (all threads; uniform result): which entries pass 2 must
+// read. A logit is kept or a candidate only if its weight's bits reach band_bits, so an entry
+// whose max (its key from pass 1) weighs less holds neither (the weight is monotone in the logit;
+// kWeightSlack float steps spare MUFU.EX2's rounding). The ring holds pass 2's first `pre`
+// chunks already (the row's last ones, copied before the band was known). If the row's other
+// chunks have at most kTopPGatherCap entries that may hold such a logit, they are listed in
+// s.u.topp.gather for TopPGatherEntries and their number is returned: pass 2 reads them instead
+// of the rest of the row. An LLM-like row, whose nucleus is a few strong tokens, has a few such
+// entries, or tens (sim/topp_nucleus_sizes.py); a N(0, 3^2) row at p = 0.95 has hundreds to all
+// of them. -1: pass 2 streams the row. Zeroes the entries' kept mass (the entries pass 2 skips
+// hold none).
+constexpr uint32_t kWeightSlack = 8;
+__device__ int TopPPlanPass2(PipeShared& s, const TopPWindow& win, const TopPBand& band,
+                             float scale, int chunks, int pre) {
+  const int e0 = threadIdx.x * kEntriesPerThread;
+  const int tested = (chunks - pre) * kChunkEntries;
+  uint32_t flags = 0;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    s.u.topp.entry[e0 + j] = 0.0f;
+    if (e0 + j < tested) {
+      const float w = win.Weight(KeyToFloat(s.u.topp.entry_key[e0 + j]), scale);
+      flags |= (__float_as_uint(w) + kWeightSlack >= band.band_bits ? 1u : 0u) << j;
+    }
+  }
+  uint64_t total = 0;
+  const uint64_t before =
+      sampling_internal::BlockExclusiveScan<kWarps>(__popc(flags), s.scratch, &total);
+  if (total > kTopPGatherCap) return -1;  // uniform
+  for (uint32_t slot = static_cast<uint32_t>(before); flags != 0; flags &= flags - 1, ++slot) {
+    s.u.topp.gather[slot] = static_cast<uint16_t>(e0 + __ffs(flags) - 1);
+  }
+  __syncthreads();
+  return static_cast<int>(total);
+}
+
+// Top-p row, pass 2 over the n entries TopPPlanPass2 listed, outside the ring: a warp reads an
+// entry (a float4 per lane, 512 bytes; kTopPGatherBatch entries in flight per warp) with
+// TopPCollectChunk's arithmetic and reduction order (ReduceFourEntries pairs the lanes as the
+// butterfly here does), so that an entry's kept mass is the same float and its candidates the
+// same logits as if pass 2 had streamed its chunk. All threads; ends with a barrier.
+__device__ void TopPGatherEntries(PipeShared& s, const SamplingArgs& args, int64_t r, int n,
+                                  float scale, const TopPWindow& win, const TopPBand& band) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const float* row = args.logits + r * args.vocab_size;
+  const uint32_t width = band.above_bits - band.band_bits;
+  for (int i0 = warp * kTopPGatherBatch; i0 < n; i0 += kWarps * kTopPGatherBatch) {  // per warp
+    float q[kTopPGatherBatch][4];
+#pragma unroll
+    for (int k = 0; k < kTopPGatherBatch; ++k) {
+      const int64_t at =
+          i0 + k < n ? int64_t{s.u.topp.gather[i0 + k]} * kEntryLen + 4 * lane : args.vocab_size;
+      float4 v = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      if (at < args.vocab_size) v = __ldg(reinterpret_cast<const float4*>(row + at));  // % 4 == 0
+      q[k][0] = v.x, q[k][1] = v.y, q[k][2] = v.z, q[k][3] = v.w;
+    }
+#pragma unroll
+    for (int k = 0; k < kTopPGatherBatch; ++k) {
+      if (i0 + k >= n) break;  // uniform over the warp
+      const int entry = s.u.topp.gather[i0 + k];
+      float kept = 0.0f;
+      uint32_t want = 0;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float w = win.Weight(q[k][e], scale);
+        const uint32_t u = __float_as_uint(w);
+        if (u >= band.above_bits) kept += w;
+        want |= (u - band.band_bits < width ? 1u : 0u) << e;
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) kept += __shfl_xor_sync(0xffffffffu, kept, off);
+      if (lane == 0) s.u.topp.entry[entry] = kept;
+      uint32_t slot;
+      if (!ReserveWarpSlots(&s.count, __popc(want), &slot, /*end=*/nullptr)) continue;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // unrolled: q is in registers
+        if (want >> e & 1u) {
+          if (slot < kTopPCandCap) {
+            s.u.topp.cand.x[slot] = q[k][e];
+            s.u.topp.cand.id[slot] = entry * kEntryLen + 4 * lane + e;
+          }
+          ++slot;
+        }
+      }
+    }
+  }
+  __syncthreads();
 }
 
 // Top-p row, after pass 2 (all threads; uniform early returns). Weights relative to rbase become
@@ -234,13 +331,13 @@ __device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, 
   uint64_t above = 0, cand = 0;
 #pragma unroll
   for (int j = 0; j < kEntriesPerThread; ++j) {
-    above += e0 + j < entries ? RowMath::Fixed(s.u.topp2.entry[e0 + j] * factor) : 0;
+    above += e0 + j < entries ? RowMath::Fixed(s.u.topp.entry[e0 + j] * factor) : 0;
   }
-  for (uint32_t i = threadIdx.x; i < n; i += kThreads) cand += row.Weight(s.u.topp2.x[i]);
+  for (uint32_t i = threadIdx.x; i < n; i += kThreads) cand += row.Weight(s.u.topp.cand.x[i]);
   above = sampling_internal::WarpSum(above), cand = sampling_internal::WarpSum(cand);
   if (threadIdx.x % 32 == 0)
     s.scratch[threadIdx.x / 32] = above, s.scratch2[threadIdx.x / 32] = cand;
-  WarpKeyRange(s, s.u.topp2.x, n);
+  WarpKeyRange(s, s.u.topp.cand.x, n);
   __syncthreads();
   above = 0, cand = 0;
 #pragma unroll
@@ -250,18 +347,18 @@ __device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, 
   const double need_d = ceil(static_cast<double>(args.top_p[r]) * z);
   const uint64_t need = need_d >= 1.0 ? static_cast<uint64_t>(need_d) : 1;
   if (above >= need || above + cand < need) return kFallbackToken;  // not in the band
-  const uint32_t kappa = SelectKeyInRange<true>(s, s.u.topp2.x, n, need - above, row);
+  const uint32_t kappa = SelectKeyInRange<true>(s, s.u.topp.cand.x, n, need - above, row);
   for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
-    const float x = s.u.topp2.x[i];
+    const float x = s.u.topp.cand.x[i];
     if (KeyOf(x) >= kappa) {
-      atomicAdd(&s.u.topp2.entry[s.u.topp2.id[i] / kEntryLen], win.Weight(x, scale));
+      atomicAdd(&s.u.topp.entry[s.u.topp.cand.id[i] / kEntryLen], win.Weight(x, scale));
     }
   }
   __syncthreads();
   uint64_t mass[kEntriesPerThread];
 #pragma unroll
   for (int j = 0; j < kEntriesPerThread; ++j) {
-    mass[j] = e0 + j < entries ? RowMath::Fixed(s.u.topp2.entry[e0 + j] * factor) : 0;
+    mass[j] = e0 + j < entries ? RowMath::Fixed(s.u.topp.entry[e0 + j] * factor) : 0;
   }
   return DrawFromEntries(s, args, r, row, mass, kappa, kFallbackToken);
 }

@@ -78,6 +78,19 @@ void FillNormalLogits(Batch& b, int64_t batch, int64_t vocab, float spread, std:
   for (float& x : b.logits) x = dist(rng);
 }
 
+// An LLM-like row from a N(0, 3^2) one: the background scaled to N(0, 2^2), then `strong` tokens
+// at uniform positions in [lo, hi) raised by `raise` to twice that (sim/topp_nucleus_sizes.py's
+// "peaked" rows at raise = 8: at p = 0.95 the nucleus is a handful of them). The row-pipelined
+// kernel's pass 2 then reads only the entries that may hold them (TopPPlanPass2).
+void AddPeaks(float* row, int64_t vocab, uint64_t seed, int strong, int64_t lo, int64_t hi,
+              float raise = 8.0f) {
+  for (int64_t i = 0; i < vocab; ++i) row[i] *= 2.0f / 3.0f;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> at(lo, hi - 1);
+  std::uniform_real_distribution<float> by(raise, 2.0f * raise);
+  for (int i = 0; i < strong; ++i) row[at(rng)] += by(rng);
+}
+
 // Row r cycles through: greedy, temperature only, top-k, top-p, top-k + top-p.
 Batch MakeBatch(int64_t batch, int64_t vocab, float spread, std::mt19937_64& rng) {
   Batch b;
@@ -272,7 +285,7 @@ TEST(SamplingCudaTest, SpecialLogits) {
 TEST(SamplingCudaTest, SmallBatchAllPaths) {
   TANDEM_SKIP_WITHOUT_GPU();
   Tally tally;
-  const int64_t batch = 9, vocab = 152064;
+  const int64_t batch = 10, vocab = 152064;
   std::mt19937_64 rng(5);
   Batch b = MakeBatch(batch, vocab, 3.0f, rng);
   b.temperature[6] = 50.0f, b.top_k[6] = 40;  // wide bins: candidates overflow
@@ -280,8 +293,10 @@ TEST(SamplingCudaTest, SmallBatchAllPaths) {
   b.temperature[7] = 1.0f, b.top_p[7] = 0.9f;
   std::fill(&b.logits[8 * vocab], &b.logits[9 * vocab], 1.5f);  // all tied: streaming overflows
   b.top_k[8] = 50;
+  AddPeaks(&b.logits[9 * vocab], vocab, 9, 40, 0, vocab);  // LLM-like: a short pass 2
+  b.temperature[9] = 1.0f, b.top_k[9] = 0, b.top_p[9] = 0.95f;
   CheckRows(b, batch, vocab, &tally);
-  tally.ExpectWithin(0.15);  // at most 1 of the 8 sampled rows
+  tally.ExpectWithin(0.12);  // at most 1 of the 9 sampled rows
 }
 
 TEST(SamplingCudaTest, GreedyTiesAndRejectsHugeVocab) {
@@ -378,6 +393,7 @@ enum class RowShape {
   kHugeAmongNegative,  // one 1e30 logit among -1e30 ones
   kTiedMaxima,         // 300 logits at 20
   kMaskedPrefix,       // -inf over the first 60% of the row (no finite logit in the first chunks)
+  kPeaked,             // LLM-like (AddPeaks): a N(0, 2^2) background and 40 strong tokens
   kNormal,             // left as drawn
 };
 
@@ -411,6 +427,9 @@ void ShapeRow(float* row, int64_t vocab, int64_t r, RowShape shape, float consta
       break;
     case RowShape::kMaskedPrefix:
       std::fill(row, row + vocab * 3 / 5, -INFINITY);
+      break;
+    case RowShape::kPeaked:
+      AddPeaks(row, vocab, r, 40, 0, vocab);
       break;
     case RowShape::kNormal:
       break;
@@ -487,31 +506,104 @@ TEST(SamplingCudaTest, TopPRowsAcrossShapes) {
 // nearly flat one (every logit in one bin: far more candidates than the pairwise select takes, so
 // the block radix and whole-row selects run), -inf everywhere but 20 logits, one 1e30 logit among
 // -1e30 ones, 300 tied maxima, -inf over the first 60% of the row (the row-pipelined kernel's
-// histogram window starts late), plain N(0, 3^2); p from 1e-6 to 0.999. Ascending rows move that
-// window after every chunk.
+// histogram window starts late), LLM-like rows, plain N(0, 3^2); p from 1e-6 to 0.999. Ascending
+// rows move that window after every chunk.
 TEST(SamplingCudaTest, TopPAdversarialRows) {
   TANDEM_SKIP_WITHOUT_GPU();
   Tally tally;
   const float ps[] = {0.5f, 0.9f, 0.95f, 0.999f, 1e-6f};
   for (int64_t vocab : {1000, 151937, 152064}) {
     std::mt19937_64 rng(vocab + 11);
-    const int64_t batch = 50;
+    const int64_t batch = 55;
     Batch b;
     for (int64_t r = 0; r < batch; ++r) {
       b.AddRow(0.7f + 0.4f * (r % 3), 0, ps[r % 5], rng(), r);
     }
     FillNormalLogits(b, batch, vocab, 3.0f, rng);
-    constexpr RowShape kShapes[] = {RowShape::kAscending,         RowShape::kDescending,
-                                    RowShape::kIntegerTies,       RowShape::kConstant,
-                                    RowShape::kNearlyFlat,        RowShape::kFewFinite,
-                                    RowShape::kHugeAmongNegative, RowShape::kTiedMaxima,
-                                    RowShape::kMaskedPrefix,      RowShape::kNormal};
+    constexpr RowShape kShapes[] = {RowShape::kAscending,
+                                    RowShape::kDescending,
+                                    RowShape::kIntegerTies,
+                                    RowShape::kConstant,
+                                    RowShape::kNearlyFlat,
+                                    RowShape::kFewFinite,
+                                    RowShape::kHugeAmongNegative,
+                                    RowShape::kTiedMaxima,
+                                    RowShape::kMaskedPrefix,
+                                    RowShape::kPeaked,
+                                    RowShape::kNormal};
     for (int64_t r = 0; r < batch; ++r) {
-      ShapeRow(&b.logits[r * vocab], vocab, r, kShapes[(r / 5) % 10], -0.75f);
+      ShapeRow(&b.logits[r * vocab], vocab, r, kShapes[(r / 5) % 11], -0.75f);
     }
     CheckRows(b, batch, vocab, &tally);
   }
   tally.ExpectWithin(0.02);
+}
+
+// LLM-like top-p-only rows (AddPeaks), which the row-pipelined kernel samples with a short pass 2
+// (TopPPlanPass2, TopPGatherEntries): the strong tokens anywhere in the row, only in its last two
+// chunks (the last one in the ring already), only in its first, all in one entry, and weak (raised
+// by 2.5 to 5: more entries than the short pass takes, so it streams the row); vocabularies of one
+// chunk (pass 2 all in the ring), a few, and the largest; batches on either side of the SM count
+// (11 or 4 stages of the ring in flight) and above twice it (CTAs with several rows: the ring waits
+// at each top-p row's plan), with greedy and temperature-only rows between the top-p rows. Every
+// variant against the reference, and the row-pipelined kernel alone must sample every row itself.
+TEST(SamplingCudaTest, TopPPeakedRows) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  Tally tally;
+  int rows = 0, mismatches = 0;
+  const float ps[] = {0.5f, 0.9f, 0.95f, 0.99f, 0.999f, 1e-6f, 0.8f};
+  const float ts[] = {0.5f, 0.7f, 1.0f, 1.5f, 0.3f};
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {40, 4096}, {40, 20000}, {40, 151936}, {200, 152064}, {600, 20000}};
+  for (const auto& [batch, vocab] : shapes) {
+    SCOPED_TRACE(::testing::Message() << "batch=" << batch << " vocab=" << vocab);
+    std::mt19937_64 rng(batch + vocab);
+    Batch b;
+    for (int64_t r = 0; r < batch; ++r) {
+      const bool top_p = r % 6 != 5;  // else greedy (r % 12 == 5) or temperature only
+      b.AddRow(top_p || r % 12 == 11 ? ts[r % 5] : 0.0f, 0, top_p ? ps[r % 7] : 1.0f, rng(), r);
+    }
+    FillNormalLogits(b, batch, vocab, 3.0f, rng);
+    for (int64_t r = 0; r < batch; ++r) {
+      float* row = &b.logits[r * vocab];
+      const uint64_t seed = r * 31 + vocab;
+      const int64_t entry = (r * 7919) % (vocab / 128) * 128;
+      switch (r % 5) {
+        case 0:
+        case 1:
+          AddPeaks(row, vocab, seed, 40, 0, vocab);
+          break;
+        case 2:  // the last two chunks, or the first
+          AddPeaks(row, vocab, seed, 40, r % 2 ? std::max<int64_t>(vocab - 8192, 0) : 0,
+                   r % 2 ? vocab : std::min<int64_t>(vocab, 4096));
+          break;
+        case 3:
+          AddPeaks(row, vocab, seed, 40, entry, entry + 128);
+          break;
+        default:
+          AddPeaks(row, vocab, seed, 40, 0, vocab, 2.5f);
+      }
+    }
+    CheckRows(b, batch, vocab, &tally);
+    const std::vector<int32_t> want = RunRef(b, batch, vocab);
+    const std::vector<int32_t> got =
+        RunGpu([](const SamplingArgs& a,
+                  cudaStream_t s) { return SamplingRowPipeLaunch(a, /*with_top_k=*/false, s); },
+               b, batch, vocab);
+    for (int64_t r = 0; r < batch; ++r) {
+      ASSERT_GE(got[r], 0) << "row " << r << " (p=" << b.top_p[r] << " T=" << b.temperature[r]
+                           << ") not sampled by the row-pipelined kernel";
+      ASSERT_LT(got[r], vocab) << "row " << r;
+      if (!(b.temperature[r] > 0.0f)) {
+        ASSERT_EQ(got[r], want[r]) << "greedy row " << r;
+        continue;
+      }
+      ++rows;
+      mismatches += got[r] != want[r];
+    }
+  }
+  tally.ExpectWithin(0.01);
+  EXPECT_LE(mismatches, rows * 0.01) << mismatches << " of " << rows << " rows differ";
 }
 
 }  // namespace
