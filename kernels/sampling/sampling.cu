@@ -337,10 +337,11 @@ namespace {
 
 // Vocabularies that fit the cluster kernels: rows without top-k / top-p and, unless the caller
 // says no row uses top-k (SamplingArgs::rows_may_use_top_k), top-k rows with k <= 128 stream
-// through the first kernel (the streaming cluster kernel, or from kRowPipeMinBatch rows on the
-// row-pipelined one, which also takes the top-p rows without top-k, in two passes); the others
-// (and the first kernel's kFallbackToken rows) through the resident cluster kernel (each launch
-// skips the other's rows; kernels/sampling/WORKLOG.md, steps 6-12 and sessions 5, 7 and 8).
+// through the first kernel (the streaming cluster kernel, or from kRowPipeMinBatch rows on, 64
+// without top-k rows, the row-pipelined one, which also takes the top-p rows without top-k, in two
+// passes); the others (and the first kernel's kFallbackToken rows) through the resident cluster
+// kernel (each launch skips the other's rows; kernels/sampling/WORKLOG.md, steps 6-12 and sessions
+// 5, 7 and 8).
 absl::Status SampleWithClusterKernels(const SamplingArgs& args, bool row_pipe,
                                       cudaStream_t stream) {
   const bool top_k = args.rows_may_use_top_k;
@@ -360,7 +361,8 @@ absl::Status SampleWithClusterKernels(const SamplingArgs& args, bool row_pipe,
 // Longer rows than the cluster kernels take: the one-block-per-row kernel.
 absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream) {
   if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
-    return SampleWithClusterKernels(args, args.batch >= kRowPipeMinBatch, stream);
+    const int64_t min_batch = args.rows_may_use_top_k ? kRowPipeMinBatch : kRowPipeMinBatchNoTopK;
+    return SampleWithClusterKernels(args, args.batch >= min_batch, stream);
   }
   return SamplingOneBlockPerRow(args, stream);
 }

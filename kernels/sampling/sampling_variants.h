@@ -58,8 +58,14 @@ absl::Status SamplingRowPipeLaunch(const SamplingArgs& args, bool with_top_k, cu
 // this batch size on (where it supports the logits): from 96 rows it is faster for every row
 // kind (B = 96: greedy 23.3 vs 26.4 us, temperature 31.7 vs 35.3, top-k 53.9 vs 57.1, top-p
 // 81.2 vs 107.2); at 64 the streaming kernel still is for temperature and top-k rows
-// (kernels/sampling/WORKLOG.md, sessions 7 and 10).
+// (kernels/sampling/WORKLOG.md, sessions 7 and 10). Without top-k rows
+// (SamplingArgs::rows_may_use_top_k false: OpenAI-style requests) it is picked from 64 rows:
+// there its top-p rows take 69.8 / 49.2 us (N(0, 3^2) / LLM-like rows) against 81.0 / 73.7 on the
+// streaming and resident kernels, its greedy rows 19.2 against 20.4, its temperature rows 30.7
+// against 28.3 (run Z, session 12); at 32 the streaming kernel is faster but for LLM-like top-p
+// rows.
 constexpr int64_t kRowPipeMinBatch = 96;
+constexpr int64_t kRowPipeMinBatchNoTopK = 64;
 // Sampling() with its first kernel forced (tests and kb_bench): the streaming cluster kernel, or
 // the row-pipelined one wherever it supports the logits, at any batch size.
 enum class FirstKernel { kStream, kRowPipe };

@@ -554,7 +554,7 @@ TEST(SamplingCudaTest, TopPPeakedRows) {
   const float ps[] = {0.5f, 0.9f, 0.95f, 0.99f, 0.999f, 1e-6f, 0.8f};
   const float ts[] = {0.5f, 0.7f, 1.0f, 1.5f, 0.3f};
   const std::pair<int64_t, int64_t> shapes[] = {
-      {40, 4096}, {40, 20000}, {40, 151936}, {200, 152064}, {600, 20000}};
+      {40, 4096}, {70, 20000}, {40, 151936}, {200, 152064}, {600, 20000}};
   for (const auto& [batch, vocab] : shapes) {
     SCOPED_TRACE(::testing::Message() << "batch=" << batch << " vocab=" << vocab);
     std::mt19937_64 rng(batch + vocab);
