@@ -39,10 +39,10 @@
 //       rows: a nucleus of a few strong tokens), pass 2 reads those entries alone (512 bytes each,
 //       TopPPlanPass2 and TopPGatherEntries) instead of the row; the ring, which copies only
 //       kTopPPrefetch chunks of pass 2 before this plan, goes on to the next row. Then exactly as
-//       the other kernels: need = ceil(top_p z); the band must hold
-//       the threshold (mass above < need <= mass above + candidates); a mass-weighted radix select
-//       over the candidates gives the smallest kept key; kept candidates join their entries; the
-//       draw as temperature rows, over the kept logits.
+//       the other kernels: need = ceil(top_p z); the band must hold the threshold (mass above <
+//       need <= mass above + candidates); a mass-weighted radix select over the candidates gives
+//       the smallest kept key; kept candidates join their entries; the draw as temperature rows,
+//       over the kept logits.
 //     A failed bracket (the histogram's rounding at a bin edge), more than kTopPCandCap candidates
 //     (a nearly flat row, a wide band), a row of -inf, with +inf or with a logit 64 octaves of
 //     weight above the first chunk's max, or a temperature whose log2(e) / T overflows gives
