@@ -360,7 +360,8 @@ const GemmArgs& PredecessorGemm(bool cublaslt) {
 // mode); "sampling_flipped_hint.*" the same rows with the other hint value: for rows without
 // top-k the streaming build with top-k code, for top-k rows the resident kernel (the dispatch
 // before top-k rows were streamed). "sampling_stream_first.*" and "sampling_rowpipe_first.*" force
-// the first kernel (the default takes the row-pipelined one from kRowPipeMinBatch rows on).
+// the first kernel (the default takes the row-pipelined one from kRowPipeMinBatch rows on, from
+// kRowPipeMinBatchNoTopK without top-k rows).
 // The one-block-per-row kernel ("sampling_1blk.*", at B = 1 / 32 / 256) and, at
 // B = 256, the resident cluster kernel on every row ("sampling_resident.*") are timed in the same
 // run. Each streaming build's occupancy and resources are printed first.

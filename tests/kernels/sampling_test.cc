@@ -37,8 +37,9 @@ absl::Status SamplingNoTopKHint(const SamplingArgs& args, cudaStream_t stream) {
 }
 
 // Sampling() with its first kernel forced, whatever the batch size (the default switches at
-// kRowPipeMinBatch rows): the streaming cluster kernel, or the row-pipelined one (where it
-// supports the logits: vocab % 4 == 0; the streaming kernel otherwise).
+// kRowPipeMinBatch rows, kRowPipeMinBatchNoTopK without top-k rows): the streaming cluster kernel,
+// or the row-pipelined one (where it supports the logits: vocab % 4 == 0; the streaming kernel
+// otherwise).
 absl::Status SamplingStreamFirst(const SamplingArgs& args, cudaStream_t stream) {
   return SamplingWithFirstKernel(args, FirstKernel::kStream, stream);
 }
