@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         // then it streams the rest of the row, or reads alone the few entries of the rest that
         // may hold a kept or band logit (TopPPlanPass2) while the ring moves on to the next row.
         // A row that falls back reads nothing more.
-        const int pre = min(kTopPPrefetch, chunks);
+        const int pre = TopPPrefetched(chunks);
         const int gathered = ok ? TopPPlanPass2(s, win, band, scale, chunks, pre) : 0;
         const int steps = gathered >= 0 ? chunks + pre : 2 * chunks;
         if (threadIdx.x == 0) {

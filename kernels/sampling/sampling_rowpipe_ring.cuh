@@ -64,8 +64,12 @@ constexpr int kKeyTop = kKeyOfOne + 32 * kOctavesAbove;  // bin 0's key (w = 2^6
 constexpr int kTopPGatherCap = 256;
 constexpr int kTopPGatherBatch = 8;  // entries a warp loads at once
 // Pass 2's chunks the ring copies before the plan (Producer::hold_at): enough to cover the
-// latency of the first copies after it when the row is streamed.
+// latency of the first copies after it when the row is streamed. A row of `chunks` chunks has
+// TopPPrefetched(chunks) of them in the ring when its plan is made (all of a one-chunk row).
 constexpr int kTopPPrefetch = 1;
+__host__ __device__ constexpr int TopPPrefetched(int chunks) {
+  return chunks < kTopPPrefetch ? chunks : kTopPPrefetch;
+}
 static_assert(kTopPGatherCap % (kWarps * kTopPGatherBatch) == 0 && kTopPPrefetch <= kStagesShared);
 static_assert(kTopPBins % kThreads == 0 && kTopPBins == 32 * 2 * kOctavesAbove);
 static_assert(kMaxVocab * 16384 < (int64_t{1} << 32), "a bin's 14-bit weights fit 32 bits");
@@ -191,7 +195,8 @@ struct Producer {
     RowKind kind = kSkip;
     while (r < a.batch && (kind = KindOf(a, r, with_top_k)) == kSkip) r += gridDim.x;
     row = r, step = 0, row_chunks = kind == kTopP ? 2 * chunks : chunks;
-    hold_at = kind == kTopP && chunks > kTopPPrefetch ? chunks + kTopPPrefetch : -1;
+    hold_at =
+        kind == kTopP && TopPPrefetched(chunks) < chunks ? chunks + TopPPrefetched(chunks) : -1;
   }
   __device__ void IssueNext(PipeShared& s, float* ring, int stages, const SamplingArgs& a,
                             bool with_top_k, int chunks) {

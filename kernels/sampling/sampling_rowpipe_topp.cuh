@@ -193,10 +193,20 @@ __device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_ma
   return b_hi < kTopPBins - 1;
 }
 
+// Top-p row, pass 2, one logit: adds its weight to `kept` if it is above the band (surely kept);
+// returns whether it is in the band (a candidate). The band by the weight's float bits (the same
+// bins as pass 1's without computing them).
+__device__ __forceinline__ uint32_t TopPKeepOrBand(float x, float scale, const TopPWindow& win,
+                                                   const TopPBand& band, float& kept) {
+  const float w = win.Weight(x, scale);
+  const uint32_t u = __float_as_uint(w);
+  if (u >= band.above_bits) kept += w;
+  return u - band.band_bits < band.above_bits - band.band_bits ? 1u : 0u;
+}
+
 // Top-p row, pass 2, one chunk: per entry the weight (relative to rbase) of the logits above the
-// band, surely kept, and the logits in the band appended as candidates. The band by the weight's
-// float bits (the same bins as pass 1's without computing them): FFMA, MUFU.EX2, two compares, a
-// predicated FADD per logit.
+// band, surely kept, and the logits in the band appended as candidates: FFMA, MUFU.EX2, two
+// compares, a predicated FADD per logit.
 __device__ __forceinline__ void TopPCollectChunk(PipeShared& s, const ChunkView& c, int chunk,
                                                  float scale, const TopPWindow& win,
                                                  const TopPBand& band) {
@@ -206,16 +216,11 @@ __device__ __forceinline__ void TopPCollectChunk(PipeShared& s, const ChunkView&
   uint32_t want = 0;
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) c.LoadRaw(j, q[j]);  // -inf beyond the row
-  const uint32_t width = band.above_bits - band.band_bits;
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float w = win.Weight(q[j][e], scale);
-      const uint32_t u = __float_as_uint(w);
-      if (u >= band.above_bits) kept[j] += w;
-      want |= (u - band.band_bits < width ? 1u : 0u) << (4 * j + e);
-    }
+    for (int e = 0; e < 4; ++e)
+      want |= TopPKeepOrBand(q[j][e], scale, win, band, kept[j]) << (4 * j + e);
   }
   const float kept_entry = ReduceFourEntries(kept);
   if ((lane & 7) == 0)
@@ -261,14 +266,13 @@ __device__ int TopPPlanPass2(PipeShared& s, const TopPWindow& win, const TopPBan
 
 // Top-p row, pass 2 over the n entries TopPPlanPass2 listed, outside the ring: a warp reads an
 // entry (a float4 per lane, 512 bytes; kTopPGatherBatch entries in flight per warp) with
-// TopPCollectChunk's arithmetic and reduction order (ReduceFourEntries pairs the lanes as the
-// butterfly here does), so that an entry's kept mass is the same float and its candidates the
-// same logits as if pass 2 had streamed its chunk. All threads; ends with a barrier.
+// TopPCollectChunk's arithmetic (TopPKeepOrBand) and reduction order (ReduceFourEntries pairs the
+// lanes as the butterfly here does), so that an entry's kept mass is the same float and its
+// candidates the same logits as if pass 2 had streamed its chunk. All threads; ends with a barrier.
 __device__ void TopPGatherEntries(PipeShared& s, const SamplingArgs& args, int64_t r, int n,
                                   float scale, const TopPWindow& win, const TopPBand& band) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* row = args.logits + r * args.vocab_size;
-  const uint32_t width = band.above_bits - band.band_bits;
   for (int i0 = warp * kTopPGatherBatch; i0 < n; i0 += kWarps * kTopPGatherBatch) {  // per warp
     float q[kTopPGatherBatch][4];
 #pragma unroll
@@ -286,12 +290,7 @@ __device__ void TopPGatherEntries(PipeShared& s, const SamplingArgs& args, int64
       float kept = 0.0f;
       uint32_t want = 0;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float w = win.Weight(q[k][e], scale);
-        const uint32_t u = __float_as_uint(w);
-        if (u >= band.above_bits) kept += w;
-        want |= (u - band.band_bits < width ? 1u : 0u) << e;
-      }
+      for (int e = 0; e < 4; ++e) want |= TopPKeepOrBand(q[k][e], scale, win, band, kept) << e;
 #pragma unroll
       for (int off = 16; off > 0; off /= 2) kept += __shfl_xor_sync(0xffffffffu, kept, off);
       if (lane == 0) s.u.topp.entry[entry] = kept;

@@ -13,19 +13,8 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-tb=${TEST_BIN:-kernels_kb_gpu_test_d}
-if [ "$tb" != none ]; then
-  timeout 240 $S/$tb >"$OUT/$tb.log" 2>&1
-  echo "[${SECONDS}s] $tb exit=$? $(grep -E '^\[  (PASSED|FAILED) +\]' "$OUT/$tb.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure|rounding mismatch" "$OUT/$tb.log" | head -20
-  if [ "${SAN:-1}" = 1 ]; then
-    for tool in memcheck racecheck; do
-      timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $S/$tb \
-        --gtest_filter='SamplingCudaTest.SmallBatchAllPaths' >"$OUT/san_$tool.log" 2>&1
-      echo "[${SECONDS}s] $tool exit=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$OUT/san_$tool.log" | sort | uniq -c | tr '\n' ' ')"
-    done
-  fi
-fi
+source kernels/bench/runs/lead_tests.sh
+lead_tests "${TEST_BIN:-kernels_kb_gpu_test_d}"
 one() {  # one <bin> <pct> <batch> <mode>: prints "<bin> pct=<pct> B=<batch> <mode> <us>"
   local bin=$S/kb_bench
   [ "$1" != a ] && bin=$S/kb_bench_$1

@@ -15,22 +15,8 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-tb=${TEST_BIN:-kernels_kb_gpu_test_b}
-if [ "$tb" != none ]; then
-  timeout 240 $S/$tb >"$OUT/$tb.log" 2>&1
-  echo "[${SECONDS}s] $tb exit=$? $(grep -E '^\[  (PASSED|FAILED) +\]' "$OUT/$tb.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure|rounding mismatch" "$OUT/$tb.log" | head -20
-  if [ "${SAN:-1}" = 1 ]; then
-    : >"$OUT/sanitizer.log"
-    for tool in memcheck racecheck; do
-      timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $S/$tb \
-        --gtest_filter='SamplingCudaTest.SmallBatchAllPaths' >"$OUT/san.tmp" 2>&1
-      echo "[${SECONDS}s] $tool exit=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$OUT/san.tmp" | sort | uniq -c | tr '\n' ' ')"
-      cat "$OUT/san.tmp" >>"$OUT/sanitizer.log"
-    done
-    rm -f "$OUT/san.tmp"
-  fi
-fi
+source kernels/bench/runs/lead_tests.sh
+lead_tests "${TEST_BIN:-kernels_kb_gpu_test_b}"
 i=0
 for v in ${ROUNDS:-a b a b}; do
   i=$((i + 1))

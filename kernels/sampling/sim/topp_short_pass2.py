@@ -5,27 +5,15 @@
 # Exact, in float64. Usage: .venv/bin/python kernels/sampling/sim/topp_short_pass2.py
 import numpy as np
 
-V = 152064
+from rows import normal, peaked
+
 rng = np.random.default_rng(5)
-
-
-def normal():
-    return rng.normal(0, 3, V)
-
-
-def peaked():
-    x = rng.normal(0, 2, V)
-    top = rng.choice(V, 40, replace=False)
-    x[top] += rng.uniform(8, 16, 40)
-    return x
-
-
 for name, gen in (("N(0, 3^2)", normal), ("peaked", peaked)):
     for T in (0.7, 1.0):
         for p in (0.9, 0.95, 0.99):
             ents, chs = [], []
             for _ in range(10):
-                t = gen() / T * np.log2(np.e)  # log2 weights
+                t = gen(rng) / T * np.log2(np.e)  # log2 weights
                 t -= t.max()
                 o = np.sort(t)[::-1]
                 cum = np.cumsum(np.exp2(o))

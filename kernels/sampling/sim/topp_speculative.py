@@ -8,7 +8,8 @@
 # Usage: .venv/bin/python kernels/sampling/sim/topp_speculative.py
 import numpy as np
 
-V = 152064
+from rows import V, normal, peaked
+
 CHUNK = 4096
 ROWS = 48
 rng = np.random.default_rng(1)
@@ -23,14 +24,9 @@ def threshold_log2(y, p):
 
 
 def row_logits(kind):
-    if kind == "normal":  # the bench's rows: N(0, 3^2)
-        return rng.normal(0, 3, V)
-    if kind == "peaked":  # LLM-like: a wide background and a few dozen strong tokens
-        x = rng.normal(0, 2, V)
-        top = rng.choice(V, 40, replace=False)
-        x[top] += rng.uniform(8, 16, 40)
-        return x
-    raise ValueError(kind)
+    if kind not in ("normal", "peaked"):
+        raise ValueError(kind)
+    return (normal if kind == "normal" else peaked)(rng)
 
 
 def simulate(kind, T, p, sample_chunks, delta):

@@ -14,7 +14,8 @@
 # Usage: .venv/bin/python kernels/sampling/sim/topp_two_pass.py
 import numpy as np
 
-V = 152064
+from rows import V, normal, peaked
+
 CHUNK = 4096
 ROWS = 24
 CAND_CAP = 4096
@@ -25,14 +26,9 @@ rng = np.random.default_rng(2)
 
 
 def row_logits(kind):
-    if kind == "normal":  # the bench's rows: N(0, 3^2)
-        return rng.normal(0, 3, V).astype(np.float32)
-    if kind == "peaked":  # LLM-like: a wide background and a few dozen strong tokens
-        x = rng.normal(0, 2, V)
-        top = rng.choice(V, 40, replace=False)
-        x[top] += rng.uniform(8, 16, 40)
-        return x.astype(np.float32)
-    raise ValueError(kind)
+    if kind not in ("normal", "peaked"):
+        raise ValueError(kind)
+    return (normal if kind == "normal" else peaked)(rng).astype(np.float32)
 
 
 def one_row(x, T, p, margin_pq=False):
