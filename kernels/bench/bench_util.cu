@@ -77,8 +77,8 @@ __global__ void ReadKernel(const uint4* p, int64_t n, uint32_t* sink) {
 
 }  // namespace
 
-double MedianMicros(const std::function<void(int)>& fn, cudaStream_t stream, int warmup,
-                    int iters) {
+std::vector<float> RunMicros(const std::function<void(int)>& fn, cudaStream_t stream, int warmup,
+                             int iters) {
   for (int i = 0; i < warmup; ++i) fn(i);
   std::vector<cudaEvent_t> ev(2 * iters);
   for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
@@ -89,12 +89,20 @@ double MedianMicros(const std::function<void(int)>& fn, cudaStream_t stream, int
   }
   BENCH_CUDA(cudaStreamSynchronize(stream));
   BENCH_CUDA(cudaGetLastError());
-  std::vector<float> ms(iters);
-  for (int i = 0; i < iters; ++i)
-    BENCH_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  std::vector<float> us(iters);
+  for (int i = 0; i < iters; ++i) {
+    BENCH_CUDA(cudaEventElapsedTime(&us[i], ev[2 * i], ev[2 * i + 1]));
+    us[i] *= 1e3f;
+  }
   for (auto& e : ev) cudaEventDestroy(e);
-  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
-  return ms[iters / 2] * 1e3;
+  return us;
+}
+
+double MedianMicros(const std::function<void(int)>& fn, cudaStream_t stream, int warmup,
+                    int iters) {
+  std::vector<float> us = RunMicros(fn, stream, warmup, iters);
+  std::nth_element(us.begin(), us.begin() + iters / 2, us.end());
+  return us[iters / 2];
 }
 
 int RotationCopies(size_t bytes) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace tandem::bench {
 
@@ -26,6 +27,9 @@ namespace tandem::bench {
 // bracketed by its own pair of events on `stream`. fn should rotate its inputs by iteration.
 double MedianMicros(const std::function<void(int)>& fn, cudaStream_t stream, int warmup = 5,
                     int iters = 30);
+// The same runs' times in microseconds, in run order.
+std::vector<float> RunMicros(const std::function<void(int)>& fn, cudaStream_t stream, int warmup,
+                             int iters);
 
 // How many copies of a buffer of `bytes` to rotate through so that the working set is at least
 // three times the L2 cache.

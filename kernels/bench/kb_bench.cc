@@ -408,10 +408,13 @@ void BenchSampling(const Ceilings& c) {
     float* top_p = static_cast<float*>(Alloc(batch * 4));
     int32_t* top_k = static_cast<int32_t*>(Alloc(batch * 4));
     uint64_t* seeds = static_cast<uint64_t*>(Alloc(batch * 8));
-    uint64_t* steps = static_cast<uint64_t*>(Alloc(batch * 8));
+    // Each timed call takes the next of kStepSets step vectors, as an engine's steps advance
+    // with every token: top-p rows' work depends on where their draws land (sampling.h, step 5).
+    constexpr int kStepSets = 128;
+    uint64_t* steps = static_cast<uint64_t*>(Alloc(batch * 8 * kStepSets));
     int32_t* out = static_cast<int32_t*>(Alloc(batch * 4));
     FillUniformF32(reinterpret_cast<float*>(seeds), batch * 2, 7, 0, 1e6f);
-    FillUniformF32(reinterpret_cast<float*>(steps), batch * 2, 8, 0, 1e6f);
+    FillUniformF32(reinterpret_cast<float*>(steps), batch * 2 * kStepSets, 8, 0, 1e6f);
     if (batch >= kRowPipeMinBatch && only_batch == nullptr) {
       for (bool cublaslt : {false, true}) {
         const double us =
@@ -444,16 +447,29 @@ void BenchSampling(const Ceilings& c) {
                         .vocab_size = vocab,
                         .rows_may_use_top_k = m.top_k > 0};
       const double read_us = bytes / (c.read_tbps * 1e6);
+      // The median of kSamplingRuns calls, each on the next logits copy and step vector, and
+      // beside it their mean, 90th percentile and max (top-p rows: the calls where a row's draw
+      // needed the exact threshold).
+      constexpr int kSamplingRuns = 100;
       auto time = [&](const char* prefix, absl::Status (*fn)(const SamplingArgs&, cudaStream_t)) {
-        const double us = MedianMicros(
+        std::vector<float> runs = RunMicros(
             [&](int it) {
               SamplingArgs x = args;
               x.logits = logits[it % copies];
+              x.steps = steps + (it % kStepSets) * batch;
               Ok(fn(x, nullptr));
             },
-            nullptr);
-        Report(absl::StrCat(prefix, m.name), absl::StrCat("B=", batch, " V=", vocab), us, "x read",
-               us / read_us, 2.0 * 1e300);
+            nullptr, 5, kSamplingRuns);
+        std::sort(runs.begin(), runs.end());
+        double mean = 0.0;
+        for (float us : runs) mean += us / kSamplingRuns;
+        const double us = runs[kSamplingRuns / 2];
+        const std::string name = absl::StrCat(prefix, m.name);
+        Report(name, absl::StrCat("B=", batch, " V=", vocab), us, "x read", us / read_us,
+               2.0 * 1e300);
+        std::printf("sampling spread %s B=%lld: median %.1f mean %.1f p90 %.1f max %.1f us\n",
+                    name.c_str(), static_cast<long long>(batch), us, mean,
+                    runs[kSamplingRuns * 9 / 10], runs.back());
       };
       time("sampling.", &Sampling);
       if (only_batch == nullptr) {

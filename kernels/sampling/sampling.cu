@@ -242,15 +242,33 @@ __device__ int32_t DrawFromTiles(Shared& s, const RowView& row, uint32_t tau, do
   return s.draw_tile >= 0 ? s.draw_tile : fallback;
 }
 
+// Top-p rows without top-k (sampling.h, step 5): up to kTopPAttempts draws from the whole
+// distribution (a full pass for its tile masses), the first kept one (key >= tau) the token; else
+// the inverse CDF over the kept elements (another full pass) with the next draw.
+__device__ int32_t DrawTopPByRejection(Shared& s, const RowView& row, uint32_t tau, uint64_t seed,
+                                       uint64_t step, int32_t fallback) {
+  TileMassPass(s, row, 0);
+  for (uint32_t a = 0; a < kTopPAttempts; ++a) {
+    const int32_t t = DrawFromTiles(s, row, 0, SamplingUniformImpl(seed, step, a), -1);
+    if (t >= 0 && KeyOf(row.logits[t]) >= tau) return t;  // uniform
+    __syncthreads();  // DrawFromTiles' next call rewrites s.draw_tile
+  }
+  TileMassPass(s, row, tau);
+  return DrawFromTiles(s, row, tau, SamplingUniformImpl(seed, step, kTopPAttempts), fallback);
+}
+
 // Top-k / top-p: passes B and C, exact thresholds, then the draw. Returns the token.
 __device__ int32_t SampleFiltered(Shared& s, const RowView& row, int64_t k, bool filter_k,
-                                  float top_p, bool filter_p, double u, int32_t fallback) {
+                                  float top_p, bool filter_p, uint64_t seed, uint64_t step,
+                                  int32_t fallback) {
   HistogramPass(s, row, k, filter_k, top_p, filter_p);
   CompactPass(s, row, filter_p && !filter_k);
+  const double u = SamplingUniformImpl(seed, step);
   uint32_t tau;
   if (s.cand_count <= kMaxCandidates) {
     tau = SelectThresholds(s, row, CandidateView{}, s.cnt_sure, s.mass_sure, s.z, k, filter_k,
                            top_p, filter_p);
+    if (!filter_k) return DrawTopPByRejection(s, row, tau, seed, step, fallback);
     // The surely-kept mass is in tile_mass already; add the kept candidates'.
     for (int t = threadIdx.x; t < kMaxTiles; t += kSampleThreads) {
       s.cand_tile_lo[t] = 0, s.cand_tile_hi[t] = 0;
@@ -270,6 +288,7 @@ __device__ int32_t SampleFiltered(Shared& s, const RowView& row, int64_t k, bool
     __syncthreads();
   } else {  // too many candidates: exact selects over the whole row (slow), then a full pass
     tau = SelectThresholds(s, row, row, 0, 0, s.z, k, filter_k, top_p, filter_p);
+    if (!filter_k) return DrawTopPByRejection(s, row, tau, seed, step, fallback);
     TileMassPass(s, row, tau);
   }
   return DrawFromTiles(s, row, tau, u, fallback);
@@ -297,13 +316,13 @@ __global__ void __launch_bounds__(kSampleThreads, 1)
   const int64_t k = args.top_k[r];
   const float top_p = args.top_p[r];
   const bool filter_k = k > 0 && k < args.vocab_size, filter_p = top_p < 1.0f;
-  const double u = SamplingUniformImpl(args.seeds[r], args.steps[r]);
   int32_t token;
   if (filter_k || filter_p) {
-    token = SampleFiltered(s, row, k, filter_k, top_p, filter_p, u, best.id);
+    token =
+        SampleFiltered(s, row, k, filter_k, top_p, filter_p, args.seeds[r], args.steps[r], best.id);
   } else {
     TileMassPass(s, row, 0);
-    token = DrawFromTiles(s, row, 0, u, best.id);
+    token = DrawFromTiles(s, row, 0, SamplingUniformImpl(args.seeds[r], args.steps[r]), best.id);
   }
   if (threadIdx.x == 0) args.out_tokens[r] = token;
 }

@@ -13,6 +13,14 @@
 //      temperature and top-k — the order HF applies them in.
 //   5. draw u = SamplingUniform(seed, step) and return the first kept token, in ascending id
 //      order, whose cumulative weight exceeds u * (kept mass).
+//      Top-p rows without top-k first draw by rejection: for attempt a = 0 .. kTopPAttempts - 1
+//      (sampling_rng.h, 32), the token of step 5 over every token (before top-p) with
+//      u_a = SamplingUniform(seed, step, a); the first one that top-p keeps is the sample. Only
+//      when all of them fall outside the nucleus, step 5 over the nucleus with u_32. Conditioned
+//      on landing in the nucleus a draw from the whole distribution is a draw from the nucleus,
+//      so the distribution is HF's; the point is speed: a draw that lands well inside or
+//      outside the nucleus needs only the histogram of the row's first read, not the exact
+//      threshold from a second (kernels/sampling/README.md). Expected attempts: at most 1 / top_p.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +51,9 @@ struct SamplingArgs {
   bool rows_may_use_top_k = true;
 };
 
-// The uniform draw in [0, 1) for (seed, step): shared by the CPU reference and the CUDA kernel.
-double SamplingUniform(uint64_t seed, uint64_t step);
+// The uniform draw in [0, 1) for (seed, step) and attempt (step 5 above): shared by the CPU
+// reference and the CUDA kernels.
+double SamplingUniform(uint64_t seed, uint64_t step, uint32_t attempt = 0);
 
 void SamplingRef(const SamplingArgs& args);
 absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream);

@@ -221,9 +221,34 @@ __device__ void SampleRow(ClusterShared& s, const SamplingArgs& args, int64_t r,
     ClusterSync();
     tau = s.tau;
   }
+  uint32_t attempt = 0;
+  if (filter_p && !filter_k) {
+    // Top-p without top-k (sampling.h, step 5): up to kTopPAttempts draws from the whole
+    // distribution; the CTA holding one pushes its token to every CTA if it is kept, else -1.
+    EntryMassPass(s, sl, row, 0);
+    for (; attempt < kTopPAttempts; ++attempt) {
+      uint64_t rest = 0;
+      const double u = SamplingUniformImpl(args.seeds[r], args.steps[r], attempt);
+      const DrawOwner owner = FindDrawTarget(s.peer_total, rank, u, &rest);
+      if (owner == DrawOwner::kNoMass) break;  // uniform; cannot happen (the max weighs 1)
+      if (owner == DrawOwner::kThis && threadIdx.x < 32) {
+        const int32_t t = DrawInSlice(s, sl, row, 0, rest);
+        const bool kept = t >= 0 && KeyOf(s.x[t - sl.base]) >= tau;
+        if (threadIdx.x < kCluster)
+          *Peer(&s.a.attempt_token[attempt & 1], threadIdx.x) = kept ? t : -1;
+      }
+      ClusterSync();
+      const int32_t token = s.a.attempt_token[attempt & 1];  // uniform over the cluster
+      if (token >= 0) {
+        if (rank == 0 && threadIdx.x == 0) args.out_tokens[r] = token;
+        return;
+      }
+    }
+  }
   EntryMassPass(s, sl, row, tau);
   uint64_t rest = 0;
-  const DrawOwner owner = FindDrawTarget(s.peer_total, rank, args, r, &rest);
+  const DrawOwner owner = FindDrawTarget(
+      s.peer_total, rank, SamplingUniformImpl(args.seeds[r], args.steps[r], attempt), &rest);
   if (owner == DrawOwner::kNoMass) {  // keep the argmax
     if (rank == 0 && threadIdx.x == 0) args.out_tokens[r] = best.id;
     return;

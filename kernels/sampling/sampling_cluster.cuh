@@ -55,6 +55,9 @@ struct ClusterShared {
       float x[kSubListCap];
       uint64_t w[kSubListCap];
     } sub;
+    // Top-p rows without top-k, after tau (no CTA of the cluster uses the others then): pushed by
+    // a draw's owner, the token if it is kept, else -1; by attempt parity.
+    int32_t attempt_token[2];
   } a;
   float cand[kCandCap];             // rank 0, selects: the candidates' logits (pushed by every CTA)
   int32_t cand_id[kCandCap];        //   and their token ids
@@ -164,8 +167,7 @@ __device__ __forceinline__ bool StreamsTopK(const SamplingArgs& args, int64_t r)
 // target less the masses of the CTAs below it), kOther when another one does, kNoMass when the
 // total is 0 (cannot happen: the max has weight 1; the caller keeps the argmax).
 enum class DrawOwner { kNoMass, kOther, kThis };
-__device__ __forceinline__ DrawOwner FindDrawTarget(const uint64_t* peer_total, int rank,
-                                                    const SamplingArgs& args, int64_t r,
+__device__ __forceinline__ DrawOwner FindDrawTarget(const uint64_t* peer_total, int rank, double u,
                                                     uint64_t* rest) {
   uint64_t total = 0, before = 0;
   for (int i = 0; i < kCluster; ++i) {
@@ -173,7 +175,6 @@ __device__ __forceinline__ DrawOwner FindDrawTarget(const uint64_t* peer_total, 
     before += i < rank ? peer_total[i] : 0;
   }
   if (total == 0) return DrawOwner::kNoMass;
-  const double u = SamplingUniformImpl(args.seeds[r], args.steps[r]);
   const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
   if (target < before || target >= before + peer_total[rank]) return DrawOwner::kOther;
   *rest = target - before;

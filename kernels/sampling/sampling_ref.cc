@@ -53,7 +53,8 @@ int32_t SampleRow(const SamplingArgs& args, int64_t row) {
   if (!(temperature > 0.0f)) return ArgMax(logits, vocab);
   // 1. top-k as a logit threshold (HF TopKLogitsWarper: ties with the k-th value are kept).
   const int64_t k = args.top_k[row];
-  const float min_logit = (k > 0 && k < vocab) ? KthLargest(logits, vocab, k) : -INFINITY;
+  const bool filter_k = k > 0 && k < vocab;
+  const float min_logit = filter_k ? KthLargest(logits, vocab, k) : -INFINITY;
   const float max_logit = logits[ArgMax(logits, vocab)];
   // 2. temperature-scaled softmax weights of the survivors; 0 for the filtered ones.
   const float scale = kSamplingLog2e / temperature;
@@ -64,35 +65,47 @@ int32_t SampleRow(const SamplingArgs& args, int64_t row) {
     total += w[i];
   }
   // 3. top-p over the survivors' renormalised distribution, again as a threshold.
+  const bool filter_p = args.top_p[row] < 1.0f;
   float min_weight = 0.0f;
-  if (args.top_p[row] < 1.0f) {
+  if (filter_p) {
     std::vector<float> kept;
     for (float x : w) {
       if (x > 0.0f) kept.push_back(x);
     }
     min_weight = TopPCutoff(std::move(kept), total, args.top_p[row]);
-    total = 0.0;
-    for (float& x : w) {
-      if (x < min_weight) x = 0.0f;
-      total += x;
+  }
+  // 4. inverse CDF in ascending token-id order over the weights >= `floor`.
+  auto draw = [&](uint32_t attempt, float floor, double mass) {
+    const double target = SamplingUniform(args.seeds[row], args.steps[row], attempt) * mass;
+    double cum = 0.0;
+    int64_t last_kept = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (w[i] <= 0.0f || w[i] < floor) continue;
+      cum += w[i];
+      last_kept = i;
+      if (cum > target) return last_kept;
+    }
+    return last_kept;
+  };
+  if (!filter_p) return static_cast<int32_t>(draw(0, 0.0f, total));
+  // Top-p without top-k: draws from the whole distribution, the first inside the nucleus kept.
+  if (!filter_k) {
+    for (uint32_t a = 0; a < kTopPAttempts; ++a) {
+      const int64_t token = draw(a, 0.0f, total);
+      if (w[token] >= min_weight) return static_cast<int32_t>(token);
     }
   }
-  // 4. inverse CDF in ascending token-id order.
-  const double target = SamplingUniform(args.seeds[row], args.steps[row]) * total;
-  double cum = 0.0;
-  int64_t last_kept = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (w[i] <= 0.0f) continue;
-    cum += w[i];
-    last_kept = i;
-    if (cum > target) return static_cast<int32_t>(i);
-  }
-  return static_cast<int32_t>(last_kept);
+  const uint32_t attempt = filter_k ? 0 : kTopPAttempts;
+  double kept_mass = 0.0;
+  for (float x : w) kept_mass += x >= min_weight ? x : 0.0;
+  return static_cast<int32_t>(draw(attempt, min_weight, kept_mass));
 }
 
 }  // namespace
 
-double SamplingUniform(uint64_t seed, uint64_t step) { return SamplingUniformImpl(seed, step); }
+double SamplingUniform(uint64_t seed, uint64_t step, uint32_t attempt) {
+  return SamplingUniformImpl(seed, step, attempt);
+}
 
 void SamplingRef(const SamplingArgs& args) {
   ParallelFor(args.batch, 1, [&](int64_t begin, int64_t end) {

@@ -25,24 +25,32 @@
 //     (sampling_draw.cuh, as the streaming kernel's leader). Ties that keep the candidates above
 //     the trigger, kMaxCuts selects, or a set above kKeptCap give kFallbackToken: the resident
 //     kernel samples that row.
-//   top-p rows without top-k (TopPOnly), in two passes over the row (the second in reverse chunk
-//     order, so that it starts on the chunks the first read last, still in L2):
-//     pass 1: the row max, the total weight z and a histogram of the weights, all relative to a
-//       reference logit rbase (the first chunk's max), so no pass needs the row max beforehand: a
-//       weight's float bits give its bin (32 per octave, 64 octaves above rbase and 64 below)
-//       and its mantissa the bin's fixed-point increment (TopPWindow). After it: the bins whose
-//       cumulative mass from the top can hold top_p of z, [b_lo, b_hi] (FindTopPBand: usually one
-//       bin, the margin about the histogram's error: sim/topp_two_pass.py).
-//     pass 2: per entry the weight above the band (surely kept), and the logits in the band as
-//       candidates. Only the entries whose max (pass 1 keeps each entry's) can reach the band can
-//       hold either: when the row's other chunks have at most kTopPGatherCap of them (LLM-like
-//       rows: a nucleus of a few strong tokens), pass 2 reads those entries alone (512 bytes each,
-//       TopPPlanPass2 and TopPGatherEntries) instead of the row; the ring, which copies only
-//       kTopPPrefetch chunks of pass 2 before this plan, goes on to the next row. Then exactly as
-//       the other kernels: need = ceil(top_p z); the band must hold the threshold (mass above <
-//       need <= mass above + candidates); a mass-weighted radix select over the candidates gives
-//       the smallest kept key; kept candidates join their entries; the draw as temperature rows,
-//       over the kept logits.
+//   top-p rows without top-k (TopPOnly), in one pass over the row for most rows, two for the rest
+//     (sampling.h, step 5: draws from the whole distribution, the first inside the nucleus kept):
+//     pass 1: the row max, each entry's weight, the total z and a histogram of the weights, all
+//       relative to a reference logit rbase (the first chunk's max), so no pass needs the row max
+//       beforehand: a weight's float bits give its bin (32 per octave, 64 octaves above rbase and
+//       64 below) and its mantissa the bin's fixed-point increment (TopPWindow). After it: the
+//       bins whose cumulative mass from the top can hold top_p of z, [b_lo, b_hi] (FindTopPBand:
+//       usually one bin, the margin about the histogram's error: sim/topp_two_pass.py).
+//     the draws (TopPDrawAttempts): u_a * z over the entry weights, then inside the entry with
+//       exact weights (the entry re-read, 512 bytes), kWarps draws at once. A draw above the band
+//       is kept, below it is not, in it the histogram decides when it can (TopPResolveInBand);
+//       the first kept draw with none undecided before it is the token: the row is done after
+//       one read. Otherwise (a draw the histogram cannot decide, ~1e-3 of the draws in a N(0,
+//       3^2) row; or all kTopPAttempts draws outside the nucleus) the exact threshold decides:
+//     pass 2 (the second in reverse chunk order, so that it starts on the chunks the first read
+//       last, still in L2): per entry the weight above the band (surely kept), and the logits in
+//       the band as candidates. Only the entries whose max (pass 1 keeps each entry's) can reach
+//       the band can hold either: when the row's other chunks have at most kTopPGatherCap of them
+//       (LLM-like rows: a nucleus of a few strong tokens), pass 2 reads those entries alone (512
+//       bytes each, TopPPlanPass2 and TopPGatherEntries) instead of the row; the ring, which
+//       copies only kTopPPrefetch chunks of pass 2 before this plan, goes on to the next row.
+//       Then exactly as the other kernels: need = ceil(top_p z); the band must hold the
+//       threshold (mass above < need <= mass above + candidates); a mass-weighted radix select
+//       over the candidates gives the smallest kept key; the first draw kept by it is the token,
+//       or, if none is, the kept candidates join their entries and the last draw is made as
+//       temperature rows draw, over the kept logits.
 //     A failed bracket (the histogram's rounding at a bin edge), more than kTopPCandCap candidates
 //     (a nearly flat row, a wide band), a row of -inf, with +inf or with a logit 64 octaves of
 //     weight above the first chunk's max, or a temperature whose log2(e) / T overflows gives
@@ -162,7 +170,8 @@ __device__ int32_t TemperatureTail(PipeShared& s, const SamplingArgs& args, int6
     const bool live = e < entries && s.u.entry.max[e] != -INFINITY;
     mass[j] = live ? RowMath::Fixed(s.u.entry.sum[e] * row.WeightF(s.u.entry.max[e])) : 0;
   }
-  return DrawFromEntries(s, args, r, row, mass, /*min_key=*/0, best.id);
+  return DrawFromEntries(s, args, r, row, mass, /*min_key=*/0,
+                         SamplingUniformImpl(args.seeds[r], args.steps[r]), best.id);
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
@@ -236,23 +245,28 @@ __global__ void __launch_bounds__(kThreads, 2)
         ROWPIPE_TRACE(1);
         TopPBand band{};
         ok = ok && FindTopPBand(s, win, lane_max, z_rel, scale, args.top_p[r], &band);
+        // Draws from the whole distribution: most rows end here, with a draw surely kept.
+        const int32_t drawn = ok ? TopPDrawAttempts(s, args, r, scale, win, band) : -1;
+        const bool exact = ok && drawn < 0;  // uniform
         ROWPIPE_TRACE(2);
-        // Pass 2: the ring holds its first `pre` chunks (the row's last), copied during pass 1;
-        // then it streams the rest of the row, or reads alone the few entries of the rest that
-        // may hold a kept or band logit (TopPPlanPass2) while the ring moves on to the next row.
-        // A row that falls back reads nothing more.
+        // Pass 2, for the exact threshold: the ring holds its first `pre` chunks (the row's
+        // last), copied during pass 1; then it streams the rest of the row, or reads alone the
+        // few entries of the rest that may hold a kept or band logit (TopPPlanPass2) while the
+        // ring moves on to the next row. A row that is drawn or falls back reads nothing more.
         const int pre = TopPPrefetched(chunks);
-        const int gathered = ok ? TopPPlanPass2(s, win, band, scale, chunks, pre) : 0;
+        const int gathered = exact ? TopPPlanPass2(s, win, band, scale, chunks, pre) : 0;
         const int steps = gathered >= 0 ? chunks + pre : 2 * chunks;
         if (threadIdx.x == 0) {
           producer.Release(r, steps, s, ring, stages, args, with_top_k, chunks);
         }
         ring_io.StreamPairs(chunks, steps, [&](int, int chunk, const ChunkView& view) {
-          if (ok) TopPCollectChunk(s, view, chunk, scale, win, band);
+          if (exact) TopPCollectChunk(s, view, chunk, scale, win, band);
         });
         if (gathered > 0) TopPGatherEntries(s, args, r, gathered, scale, win, band);
         ROWPIPE_TRACE(3);
-        token = ok ? TopPTail(s, args, r, scale, win, band) : kFallbackToken;
+        token = drawn >= 0 ? drawn
+                : exact    ? TopPTail(s, args, r, scale, win, band)
+                           : kFallbackToken;
         ROWPIPE_TRACE(4);
         break;
       }

@@ -35,7 +35,7 @@ __device__ __forceinline__ float ReduceFourEntries(const float (&sum)[kPerWarp])
 // the caller keeps the argmax). All threads; begins with a barrier.
 __device__ int32_t DrawFromEntries(PipeShared& s, const SamplingArgs& args, int64_t r,
                                    const RowMath& row, const uint64_t (&mass)[kEntriesPerThread],
-                                   uint32_t min_key, int32_t otherwise) {
+                                   uint32_t min_key, double u, int32_t otherwise) {
   const int e0 = threadIdx.x * kEntriesPerThread;
   uint64_t mine = 0;
 #pragma unroll
@@ -44,7 +44,6 @@ __device__ int32_t DrawFromEntries(PipeShared& s, const SamplingArgs& args, int6
   uint64_t total = 0;
   const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
   if (total == 0) return otherwise;  // cannot happen: the max has weight 1
-  const double u = SamplingUniformImpl(args.seeds[r], args.steps[r]);
   const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
   if (before <= target && target < before + mine) {
     uint64_t rest = target - before;

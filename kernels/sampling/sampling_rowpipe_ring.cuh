@@ -7,11 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "kernels/sampling/block_reduce.cuh"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
 #include "kernels/sampling/sampling_internal.cuh"
+#include "kernels/sampling/sampling_rng.h"
 
 namespace tandem::sampling_rowpipe {
 
@@ -97,9 +99,16 @@ struct PipeShared {
           int32_t id[kTopPCandCap];
         } cand;
       };
-      float entry[kEntrySlots];         // pass 2: per entry the kept mass
+      float entry[kEntrySlots];         // per entry: pass 1 its weight, pass 2 its kept mass
       uint32_t entry_key[kEntrySlots];  // pass 1: per entry its max logit's key
       uint16_t gather[kTopPGatherCap];  // pass 2: the entries it reads alone
+      struct {                          // the draws from the whole distribution (TopPDrawAttempts)
+        int32_t token[kTopPAttempts];   // -1: the entry drawn had no weight (rounding)
+        float x[kTopPAttempts];         // the token's logit
+        int entry[kWarps];              // a round's entries, one per warp,
+        uint64_t rest[kWarps];          //   and the targets less the masses before them
+        int n;                          // draws made; TopPTail takes the first it keeps
+      } attempt;
     } topp;
   } u;
   uint64_t full[kMaxStages];  // mbarriers: stage holds its chunk
@@ -122,6 +131,9 @@ struct PipeShared {
   int32_t token;
 };
 
+static_assert(sizeof(std::declval<PipeShared&>().u.topp) <=
+                  sizeof(std::declval<PipeShared&>().u.cand),
+              "top-p rows' buffers fit in the top-k rows' (the ring starts where it did)");
 constexpr size_t kRingOffset = (sizeof(PipeShared) + 127) / 128 * 128;
 constexpr size_t SmemBytes(int stages) { return kRingOffset + size_t{4} * kChunk * stages; }
 static_assert(SmemBytes(kMaxStages) <= 227 * 1024, "one CTA per SM");

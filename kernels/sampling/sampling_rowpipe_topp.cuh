@@ -68,12 +68,13 @@ __device__ __forceinline__ uint32_t InBinWeight(float w) {
 
 // Top-p row, pass 1, one chunk: each entry's max (its key, for pass 2's plan: TopPPlanPass2) and
 // the lane's; before the first finite logit, the chunk's max starts the window (a block-wide max:
-// every thread takes this branch or none); every logit adds its weight to the lane's z (relative
-// to rbase) and, if it falls in a bin, to that bin. Per logit, no branches, so that the 16 chains
-// interleave: FFMA, MUFU.EX2, FADD, FMNMX, the slot (SHF, VIADDMNMX, its address), the increment
-// (LOP3, SHF) and a shared atomic; per entry a REDUX. Logits outside the bins add to a spill
-// slot: below the last bin they weigh less than 2^-64 of rbase; above the first (w >= 2^64, +inf,
-// NaN) the row falls back (FindTopPBand: the max's bin, z).
+// every thread takes this branch or none); every logit adds its weight (relative to rbase) to its
+// entry's sum (for the draws of TopPDrawAttempts; the lane's z is their sum) and, if it falls in
+// a bin, to that bin. Per logit, no branches, so that the 16 chains interleave: FFMA, MUFU.EX2,
+// FADD, FMNMX, the slot (SHF, VIADDMNMX, its address), the increment (LOP3, SHF) and a shared
+// atomic; per entry a REDUX, and the entry sums' transposed reduction. Logits outside the bins
+// add to a spill slot: below the last bin they weigh less than 2^-64 of rbase; above the first
+// (w >= 2^64, +inf, NaN) the row falls back (FindTopPBand: the max's bin, z).
 __device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkView& c, int chunk,
                                                    float scale, TopPWindow& win, float& lane_max,
                                                    double& z) {
@@ -92,10 +93,15 @@ __device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkVie
     const int e0 = chunk * kChunkEntries + kPerWarp * (threadIdx.x / 32);
     *reinterpret_cast<uint4*>(&s.u.topp.entry_key[e0]) = make_uint4(key[0], key[1], key[2], key[3]);
   }
+  const int lane = threadIdx.x % 32;
+  const int entry = chunk * kChunkEntries + kPerWarp * (threadIdx.x / 32) + lane / 8;
   if (win.rbase == -INFINITY) {  // uniform
     const float m =
         sampling_internal::BlockArgMax<kWarps>(ArgMaxPair{chunk_max, 0}, s.argmax_scratch).value;
-    if (m == -INFINITY) return;
+    if (m == -INFINITY) {  // the chunk weighs nothing
+      if ((lane & 7) == 0) s.u.topp.entry[entry] = 0.0f;
+      return;
+    }
     win.Start(m, scale);
   }
   lane_max = fmaxf(lane_max, chunk_max);
@@ -103,18 +109,20 @@ __device__ __forceinline__ void TopPHistogramChunk(PipeShared& s, const ChunkVie
   // lowest bin's, one VIADDMNMX with the clamp); slots out of range (below the window the
   // difference wraps) go to a slot of this lane past the histogram, never read, so that they
   // need no test and share no address.
-  const uint32_t spill = kTopPBins + threadIdx.x % 32;
-  float zc = 0.0f;
+  const uint32_t spill = kTopPBins + lane;
+  float sum[kPerWarp] = {};
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float w = win.Weight(q[j][e], scale);
-      zc += w;
+      sum[j] += w;
       atomicAdd(&s.u.topp.hist[min(TopPWindow::Slot(w), spill)], InBinWeight(w));
     }
   }
-  z += zc;
+  z += (sum[0] + sum[1]) + (sum[2] + sum[3]);
+  const float entry_sum = ReduceFourEntries(sum);
+  if ((lane & 7) == 0) s.u.topp.entry[entry] = entry_sum;
 }
 
 // Top-p row, between the passes (all threads; uniform result): the row max, and the band of bins
@@ -136,7 +144,18 @@ struct TopPBand {
   // the band (bin < b_lo), in [band_bits, above_bits) in it.
   uint32_t above_bits, band_bits;
   double z_rel;  // the total weight relative to rbase
+  // The histogram's scale and the band's ends in its units (TopPDrawAttempts' in-band draws):
+  // bins are shifted down by the octaves between theirs and the max's, and the band runs from the
+  // bin whose cumulative mass reaches lo_mass to the one reaching hi_mass.
+  int max_octave;
+  uint64_t lo_mass, hi_mass;
 };
+
+// Bin b's mass in FindTopPBand's units (16-bit fixed point relative to the max's octave).
+__device__ __forceinline__ uint64_t TopPBinMass(uint32_t hist_sum, int b, int max_octave) {
+  const int down = max(max_octave - ((kKeyTop - b) >> 5), 0);
+  return down < 48 ? (uint64_t{hist_sum} << 16) >> down : 0;
+}
 __device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_max, double z_rel,
                              float scale, float top_p, TopPBand* band) {
   {  // the row max and z in one round (the histogram's scan below reuses s.scratch)
@@ -166,8 +185,7 @@ __device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_ma
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int b = kPer * threadIdx.x + i;
-    const int down = max(max_octave - ((kKeyTop - b) >> 5), 0);
-    mass[i] = down < 48 ? (uint64_t{s.u.topp.hist[kTopPBins - 1 - b]} << 16) >> down : 0;
+    mass[i] = TopPBinMass(s.u.topp.hist[kTopPBins - 1 - b], b, max_octave);
     mine += mass[i];
   }
   if (threadIdx.x == 0) s.b_lo = kTopPBins, s.b_hi = kTopPBins;
@@ -188,9 +206,137 @@ __device__ bool FindTopPBand(PipeShared& s, const TopPWindow& win, float lane_ma
   }
   __syncthreads();
   const int b_lo = s.b_lo, b_hi = s.b_hi;
+  band->max_octave = max_octave, band->lo_mass = lo, band->hi_mass = hi;
   band->above_bits = static_cast<uint32_t>(kKeyTop + 1 - b_lo) << kKeyShift;
   band->band_bits = static_cast<uint32_t>(kKeyTop - b_hi) << kKeyShift;
   return b_hi < kTopPBins - 1;
+}
+
+// Top-p row, a draw of weight w (relative to rbase) in the band (all threads; uniform result):
+// whether top-p keeps it, from the histogram alone when it can tell. The logits heavier than w
+// weigh at least the bins above w's and at most those plus w's own bin less w's increment: below
+// the band's lower end (lo_mass) w is kept, at or above its upper end (hi_mass) it is not (the
+// band's margin covers the histogram's rounding, as for the bins outside the band). An LLM-like
+// row's threshold is often one strong token alone in its bin, which this decides. 1 kept, 0 not,
+// -1 unknown (pass 2 decides). Ends with a barrier.
+__device__ int TopPResolveInBand(PipeShared& s, const TopPBand& band, float w) {
+  const int bin = TopPWindow::Bin(w);
+  constexpr int kPer = kTopPBins / kThreads;
+  uint64_t above = 0, same = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int b = kPer * threadIdx.x + i;
+    const uint64_t m = TopPBinMass(s.u.topp.hist[kTopPBins - 1 - b], b, band.max_octave);
+    above += b < bin ? m : 0;
+    same += b == bin ? m : 0;
+  }
+  above = sampling_internal::WarpSum(above), same = sampling_internal::WarpSum(same);
+  if (threadIdx.x % 32 == 0) {
+    s.scratch[threadIdx.x / 32] = above, s.scratch2[threadIdx.x / 32] = same;
+  }
+  __syncthreads();
+  above = 0, same = 0;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) above += s.scratch[i], same += s.scratch2[i];
+  __syncthreads();  // s.scratch is read before it is written again
+  const uint64_t own = TopPBinMass(InBinWeight(w), bin, band.max_octave);
+  if (above + (same - min(own, same)) < band.lo_mass) return 1;
+  return above >= band.hi_mass ? 0 : -1;
+}
+
+// Top-p row, after the band (all threads; uniform result): the draws of sampling.h's step 5 from
+// the whole distribution, kWarps at a time. Entry masses from pass 1's sums; every thread finds
+// which of a round's targets u_a * total fall in its entries; warp w draws attempt a0 + w inside
+// its entry with exact weights (DrawFromEntries' arithmetic, the entry re-read: 512 bytes) and
+// keeps the token and its logit. Then, in attempt order, the token's weight against the band,
+// with the float bits pass 2 would test: above it the token is surely kept (its bin's cumulative
+// mass from the top is below top_p of z by more than FindTopPBand's margin), below it surely not.
+// A draw in the band is decided by the histogram when it can (TopPResolveInBand). Returns the
+// first draw kept when no draw before it is undecided: the row's token, from one read of the row.
+// Otherwise -1, with s.u.topp.attempt.n the draws made (up to the first kept one, or to the end of
+// the round with the first undecided one, or all kTopPAttempts): TopPTail decides them with the
+// exact threshold after pass 2. A N(0, 3^2) row at p = 0.95 draws in its band with a probability of
+// ~1e-3 per draw (its threshold's bin holds ~7e-4 of the mass; an LLM-like row's threshold may be
+// one strong token holding several percent: sim/topp_rejection.py).
+__device__ int32_t TopPDrawAttempts(PipeShared& s, const SamplingArgs& args, int64_t r, float scale,
+                                    const TopPWindow& win, const TopPBand& band) {
+  const RowMath row{band.max_logit, scale, 0.0f};
+  const float factor = exp2f((win.rbase - band.max_logit) * scale);
+  const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
+  const int e0 = threadIdx.x * kEntriesPerThread;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint64_t mass[kEntriesPerThread], mine = 0;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    mass[j] = e0 + j < entries ? RowMath::Fixed(s.u.topp.entry[e0 + j] * factor) : 0;
+    mine += mass[j];
+  }
+  uint64_t total = 0;
+  const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
+  if (threadIdx.x == 0) s.u.topp.attempt.n = 0;
+  if (total == 0) return -1;  // uniform; cannot happen (the max weighs 1): TopPTail falls back
+  const float* logits = args.logits + r * args.vocab_size;
+  bool undecided = false;
+  for (int a0 = 0; a0 < static_cast<int>(kTopPAttempts); a0 += kWarps) {
+#pragma unroll 1
+    for (int w = 0; w < kWarps; ++w) {
+      const double u = SamplingUniformImpl(args.seeds[r], args.steps[r], a0 + w);
+      const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
+      if (before <= target && target < before + mine) {
+        uint64_t rest = target - before;
+#pragma unroll
+        for (int j = 0; j < kEntriesPerThread; ++j) {
+          if (rest < mass[j]) {
+            s.u.topp.attempt.entry[w] = e0 + j, s.u.topp.attempt.rest[w] = rest;
+            break;
+          }
+          rest -= mass[j];
+        }
+      }
+    }
+    __syncthreads();
+    {  // warp `warp`: draw a0 + warp inside its entry
+      const int64_t first = int64_t{s.u.topp.attempt.entry[warp]} * kEntryLen;
+      const int64_t local = first + 4 * lane;
+      float q[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+      if (local < args.vocab_size) {  // vocab % 4 == 0
+        const float4 v = __ldg(reinterpret_cast<const float4*>(logits + local));
+        q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+      }
+      const int32_t t = sampling_internal::DrawIn128(q, static_cast<int32_t>(first), row,
+                                                     s.u.topp.attempt.rest[warp]);
+      const int at = t - static_cast<int32_t>(first);  // the token's lane and element
+      const float x = (at & 3) == 0 ? q[0] : (at & 3) == 1 ? q[1] : (at & 3) == 2 ? q[2] : q[3];
+      const float tx = __shfl_sync(0xffffffffu, x, (at >> 2) & 31);
+      if (lane == 0) s.u.topp.attempt.token[a0 + warp] = t, s.u.topp.attempt.x[a0 + warp] = tx;
+    }
+    __syncthreads();
+    for (int w = 0; w < kWarps; ++w) {  // uniform: every thread reads the same draws
+      const int a = a0 + w;
+      const int32_t t = s.u.topp.attempt.token[a];
+      const float weight = win.Weight(s.u.topp.attempt.x[a], scale);
+      const uint32_t bits = __float_as_uint(weight);
+      if (t < 0) {  // no draw: TopPTail falls back
+        if (threadIdx.x == 0) s.u.topp.attempt.n = a;
+        return -1;
+      }
+      const int kept = bits >= band.above_bits ? 1
+                       : bits < band.band_bits ? 0
+                                               : TopPResolveInBand(s, band, weight);
+      if (kept == 1) {
+        if (!undecided) return t;
+        if (threadIdx.x == 0) s.u.topp.attempt.n = a + 1;
+        return -1;
+      }
+      undecided = undecided || kept < 0;
+    }
+    if (undecided) {  // pass 2 decides; the draws after this round are not needed unless it
+      if (threadIdx.x == 0) s.u.topp.attempt.n = a0 + kWarps;  // rejects every one (then: fallback)
+      return -1;
+    }
+  }
+  if (threadIdx.x == 0) s.u.topp.attempt.n = kTopPAttempts;
+  return -1;
 }
 
 // Top-p row, pass 2, one logit: adds its weight to `kept` if it is above the band (surely kept);
@@ -347,6 +493,17 @@ __device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, 
   const uint64_t need = need_d >= 1.0 ? static_cast<uint64_t>(need_d) : 1;
   if (above >= need || above + cand < need) return kFallbackToken;  // not in the band
   const uint32_t kappa = SelectKeyInRange<true>(s, s.u.topp.cand.x, n, need - above, row);
+  // The draws from the whole distribution (TopPDrawAttempts), in order: the first kept one.
+  const int drawn = s.u.topp.attempt.n;
+  for (int a = 0; a < drawn; ++a) {  // uniform
+    if (KeyOf(s.u.topp.attempt.x[a]) >= kappa) return s.u.topp.attempt.token[a];
+  }
+  // None kept: all kTopPAttempts draws fell outside the nucleus (expected when few tokens hold
+  // top_p of a row that is mostly tail), then the draw over the nucleus. Fewer draws made, none
+  // kept: the round with an undecided draw had none kept after it (a draw in the band that pass 2
+  // rejects, then up to 7 rejected ones: rare), or one TopPDrawAttempts took for kept is not (the
+  // band's margin failed): the draws after them were not made; fall back.
+  if (drawn < static_cast<int>(kTopPAttempts)) return kFallbackToken;
   for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
     const float x = s.u.topp.cand.x[i];
     if (KeyOf(x) >= kappa) {
@@ -359,7 +516,9 @@ __device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, 
   for (int j = 0; j < kEntriesPerThread; ++j) {
     mass[j] = e0 + j < entries ? RowMath::Fixed(s.u.topp.entry[e0 + j] * factor) : 0;
   }
-  return DrawFromEntries(s, args, r, row, mass, kappa, kFallbackToken);
+  return DrawFromEntries(s, args, r, row, mass, kappa,
+                         SamplingUniformImpl(args.seeds[r], args.steps[r], kTopPAttempts),
+                         kFallbackToken);
 }
 
 }  // namespace tandem::sampling_rowpipe

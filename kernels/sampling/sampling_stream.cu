@@ -139,7 +139,8 @@ __device__ void StreamRow(S& s, const SamplingArgs& args, int64_t r, int parity,
   if (threadIdx.x < kCluster) *Peer(&s.peer_total[rank], threadIdx.x) = mass;
   cg::this_cluster().sync();
   uint64_t rest = 0;
-  const DrawOwner owner = sampling_cluster::FindDrawTarget(s.peer_total, rank, args, r, &rest);
+  const DrawOwner owner = sampling_cluster::FindDrawTarget(
+      s.peer_total, rank, SamplingUniformImpl(args.seeds[r], args.steps[r]), &rest);
   if (owner == DrawOwner::kNoMass) {  // keep the argmax
     if (rank == 0 && threadIdx.x == 0) args.out_tokens[r] = best.id;
     return;

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/sampling/sampling.h"
+#include "kernels/sampling/sampling_rng.h"
 
 namespace tandem {
 namespace {
@@ -144,6 +145,33 @@ TEST(SamplingRefTest, FrequenciesMatchFilteredDistribution) {
   CheckFrequencies(logits, {.temperature = 0.7f, .top_k = 5});
   CheckFrequencies(logits, {.temperature = 1.3f, .top_p = 0.8f});
   CheckFrequencies(logits, {.temperature = 0.7f, .top_k = 6, .top_p = 0.75f});
+}
+
+// Top-p rows without top-k draw from the whole distribution until a draw lands in the nucleus
+// (at most kTopPAttempts, then the inverse CDF over the nucleus with one more draw; sampling.h).
+// Two tied strong tokens hold 7.4% of this row: at p = 0.05 both are the nucleus (ties kept),
+// each draw lands there with probability 0.074, and ~8% of rows use all 32 draws and the last
+// step. Either way the frequencies must be the nucleus's, 1/2 each.
+TEST(SamplingRefTest, TopPRejectionDrawsKeepTheNucleusDistribution) {
+  std::vector<float> logits(502, 0.0f);
+  logits[17] = logits[333] = 3.0f;
+  CheckFrequencies(logits, {.temperature = 1.0f, .top_p = 0.05f});
+  // A nucleus of many tokens, most draws landing in it (p = 0.9), and one where most miss.
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.5f);
+  std::vector<float> normal(300);
+  for (float& x : normal) x = dist(rng);
+  CheckFrequencies(normal, {.temperature = 1.0f, .top_p = 0.9f});
+  CheckFrequencies(normal, {.temperature = 0.5f, .top_p = 0.2f});
+}
+
+TEST(SamplingUniformTest, AttemptsContinueTheSequence) {
+  EXPECT_EQ(SamplingUniform(7, 9, 0), SamplingUniform(7, 9));
+  for (uint32_t a = 1; a < kTopPAttempts + 1; ++a) {
+    EXPECT_NE(SamplingUniform(7, 9, a), SamplingUniform(7, 9, a - 1)) << a;
+    EXPECT_GE(SamplingUniform(7, 9, a), 0.0);
+    EXPECT_LT(SamplingUniform(7, 9, a), 1.0);
+  }
 }
 
 TEST(SamplingRefTest, TopKOneAndTinyTopPAreGreedy) {
