@@ -166,6 +166,37 @@ __device__ void SelectAndPushTau(ClusterShared& s, const RowMath& row, int64_t k
   if (threadIdx.x < kCluster) *Peer(&s.tau, threadIdx.x) = tau;
 }
 
+// Top-p rows without top-k (sampling.h, step 5), every CTA, all threads, after EntryMassPass over
+// every logit: draw `attempt` from the whole distribution. The CTA holding it pushes to every CTA
+// the token if top-p keeps it, else -1, or, before the exact threshold is known (exact false),
+// -2 when the bracket cannot tell: the draw's bin is the top-p bin b_lo (the bins above it are
+// kept, those below it are not, by the exact masses that chose it). kNoDraw when the row has no
+// mass (cannot happen: the max weighs 1). The same value in every CTA.
+constexpr int32_t kUndecided = -2, kNoDraw = -3;
+__device__ int32_t TopPAttempt(ClusterShared& s, const Slice& sl, const RowMath& row,
+                               const SamplingArgs& args, int64_t r, uint32_t attempt, bool exact,
+                               uint32_t tau) {
+  uint64_t rest = 0;
+  const double u = SamplingUniformImpl(args.seeds[r], args.steps[r], attempt);
+  const DrawOwner owner = FindDrawTarget(s.peer_total, sl.rank, u, &rest);
+  if (owner == DrawOwner::kNoMass) return kNoDraw;  // uniform
+  if (owner == DrawOwner::kThis && threadIdx.x < 32) {
+    const int32_t t = DrawInSlice(s, sl, row, 0, rest);
+    int32_t verdict = -1;
+    if (t >= 0) {
+      const float x = s.x[t - sl.base];
+      const int bin = static_cast<int>(row.Bin(x));
+      verdict = exact ? (KeyOf(x) >= tau ? t : -1)
+                      : (bin < s.b_lo   ? t
+                         : bin > s.b_lo ? -1
+                                        : kUndecided);
+    }
+    if (threadIdx.x < kCluster) *Peer(&s.a.attempt_token[attempt & 1], threadIdx.x) = verdict;
+  }
+  ClusterSync();
+  return s.a.attempt_token[attempt & 1];
+}
+
 // One row; every CTA of the cluster calls it with the same row. Returns after the row's last
 // cluster barrier (the caller's block barrier then protects shared memory from the next row).
 __device__ void SampleRow(ClusterShared& s, const SamplingArgs& args, int64_t r, int parity,
@@ -192,6 +223,8 @@ __device__ void SampleRow(ClusterShared& s, const SamplingArgs& args, int64_t r,
   const float top_p = args.top_p[r];
   const bool filter_k = k > 0 && k < args.vocab_size, filter_p = top_p < 1.0f;
   uint32_t tau = 0;  // keeps every logit
+  const bool top_p_only = filter_p && !filter_k;
+  uint32_t attempt = 0;  // top-p only: the draws from the whole distribution made
   if (filter_k || filter_p) {
     HistogramPass(s, sl, row, /*with_mass=*/!filter_k);
     if (!filter_k) {  // top-p only: every CTA merges a range of bins (sampling_cluster_topp.cuh)
@@ -200,7 +233,19 @@ __device__ void SampleRow(ClusterShared& s, const SamplingArgs& args, int64_t r,
       MergeAndBracket(s, k, filter_p);
     }
     ClusterSync();
-    if (!filter_k) BracketTopP(s, top_p);
+    if (top_p_only) {
+      BracketTopP(s, top_p);
+      // Most draws land outside the top-p bin: the row ends without its candidates and select.
+      EntryMassPass(s, sl, row, 0);
+      for (; attempt < kTopPAttempts; ++attempt) {
+        const int32_t got = TopPAttempt(s, sl, row, args, r, attempt, /*exact=*/false, 0);
+        if (got >= 0) {
+          if (rank == 0 && threadIdx.x == 0) args.out_tokens[r] = got;
+          return;
+        }
+        if (got != -1) break;  // undecided (or no mass): the exact threshold decides
+      }
+    }
     GatherCandidates(s, sl, row);
     if (s.direct) {  // rank 0 finishes the row alone; the others go on to their next row
       if (rank != 0 || threadIdx.x >= 32) return;
@@ -221,28 +266,14 @@ __device__ void SampleRow(ClusterShared& s, const SamplingArgs& args, int64_t r,
     ClusterSync();
     tau = s.tau;
   }
-  uint32_t attempt = 0;
-  if (filter_p && !filter_k) {
-    // Top-p without top-k (sampling.h, step 5): up to kTopPAttempts draws from the whole
-    // distribution; the CTA holding one pushes its token to every CTA if it is kept, else -1.
-    EntryMassPass(s, sl, row, 0);
+  if (top_p_only) {  // the draws left, from the undecided one on, against the exact threshold
     for (; attempt < kTopPAttempts; ++attempt) {
-      uint64_t rest = 0;
-      const double u = SamplingUniformImpl(args.seeds[r], args.steps[r], attempt);
-      const DrawOwner owner = FindDrawTarget(s.peer_total, rank, u, &rest);
-      if (owner == DrawOwner::kNoMass) break;  // uniform; cannot happen (the max weighs 1)
-      if (owner == DrawOwner::kThis && threadIdx.x < 32) {
-        const int32_t t = DrawInSlice(s, sl, row, 0, rest);
-        const bool kept = t >= 0 && KeyOf(s.x[t - sl.base]) >= tau;
-        if (threadIdx.x < kCluster)
-          *Peer(&s.a.attempt_token[attempt & 1], threadIdx.x) = kept ? t : -1;
-      }
-      ClusterSync();
-      const int32_t token = s.a.attempt_token[attempt & 1];  // uniform over the cluster
-      if (token >= 0) {
-        if (rank == 0 && threadIdx.x == 0) args.out_tokens[r] = token;
+      const int32_t got = TopPAttempt(s, sl, row, args, r, attempt, /*exact=*/true, tau);
+      if (got >= 0) {
+        if (rank == 0 && threadIdx.x == 0) args.out_tokens[r] = got;
         return;
       }
+      if (got == kNoDraw) break;
     }
   }
   EntryMassPass(s, sl, row, tau);
