@@ -1,7 +1,8 @@
-// The row-pipelined sampling kernel's top-p rows without top-k, in two passes over the row
-// (sampling_rowpipe.cu's header and kernels/sampling/README.md say why and how): pass 1's weight
-// histogram, the band of bins that may hold the threshold, pass 2's kept mass per entry and band
-// candidates, and the tail (the exact threshold by a mass-weighted select, then the draw).
+// The row-pipelined sampling kernel's top-p rows without top-k (sampling_rowpipe.cu's header and
+// kernels/sampling/README.md say why and how): pass 1's entry weights and weight histogram, the
+// band of bins that may hold the threshold, the draws from the whole distribution decided against
+// it (one read of the row for most rows), and for the others pass 2's kept mass per entry and band
+// candidates and the tail (the exact threshold by a mass-weighted select, then the draws decided).
 #pragma once
 
 #include <cstdint>

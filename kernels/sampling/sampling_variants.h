@@ -60,10 +60,10 @@ absl::Status SamplingRowPipeLaunch(const SamplingArgs& args, bool with_top_k, cu
 // 81.2 vs 107.2); at 64 the streaming kernel still is for temperature and top-k rows
 // (kernels/sampling/WORKLOG.md, sessions 7 and 10). Without top-k rows
 // (SamplingArgs::rows_may_use_top_k false: OpenAI-style requests) it is picked from 64 rows:
-// there its top-p rows take 69.8 / 49.2 us (N(0, 3^2) / LLM-like rows) against 81.0 / 73.7 on the
-// streaming and resident kernels, its greedy rows 19.2 against 20.4, its temperature rows 30.7
-// against 28.3 (run Z, session 12); at 32 the streaming kernel is faster but for LLM-like top-p
-// rows.
+// there its top-p rows take 48.2 / 47.8 us (N(0, 3^2) / LLM-like rows) against 62.9 / 61.4 on the
+// streaming and resident kernels, its greedy rows 19.1 against 21.1, its temperature rows 30.4
+// against 28.7 (run AC, session 13); at 32 the streaming kernel is faster for greedy and
+// temperature rows and as fast for top-p rows (43.4 us either way).
 constexpr int64_t kRowPipeMinBatch = 96;
 constexpr int64_t kRowPipeMinBatchNoTopK = 64;
 // Sampling() with its first kernel forced (tests and kb_bench): the streaming cluster kernel, or
