@@ -335,7 +335,7 @@ absl::Status SamplingRowPipeLaunch(const SamplingArgs& args, bool with_top_k, cu
     for (int i = 0; i < n; ++i) t0 = std::min(t0, h[i][8]), t_end = std::max(t_end, h[i][12]);
     std::printf("rowpipe trace: %d CTAs, first start -> last tail end %.2f us\n", n,
                 (t_end - t0) * 1e-3);
-    const char* names[] = {"pass 1", "band", "pass 2", "tail"};
+    const char* names[] = {"pass 1", "band+draws", "pass 2", "tail"};
     for (int e = 0; e < 4; ++e) {
       std::vector<double> us, cyc;
       for (int i = 0; i < n; ++i) {

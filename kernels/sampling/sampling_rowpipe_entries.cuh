@@ -29,6 +29,38 @@ __device__ __forceinline__ float ReduceFourEntries(const float (&sum)[kPerWarp])
   return mine;
 }
 
+// This thread's entries' masses (entry threadIdx.x * kEntriesPerThread + j; 0 past the row's
+// `entries`) from their float weights `sums` times `factor`, in fixed point; returns their sum.
+__device__ __forceinline__ uint64_t EntryMasses(const float* sums, float factor, int entries,
+                                                uint64_t (&mass)[kEntriesPerThread]) {
+  const int e0 = threadIdx.x * kEntriesPerThread;
+  uint64_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    mass[j] = e0 + j < entries ? RowMath::Fixed(sums[e0 + j] * factor) : 0;
+    mine += mass[j];
+  }
+  return mine;
+}
+
+// The thread whose entries hold `target` (its masses `mass`, their sum `mine`, the masses of the
+// entries before them `before`): true, with the entry and the target less the masses before it.
+__device__ __forceinline__ bool FindEntry(const uint64_t (&mass)[kEntriesPerThread], uint64_t mine,
+                                          uint64_t before, uint64_t target, int* entry,
+                                          uint64_t* rest) {
+  if (target < before || target >= before + mine) return false;
+  uint64_t left = target - before;
+#pragma unroll
+  for (int j = 0; j < kEntriesPerThread; ++j) {
+    if (left < mass[j]) {
+      *entry = threadIdx.x * kEntriesPerThread + j, *rest = left;
+      return true;
+    }
+    left -= mass[j];
+  }
+  return false;  // cannot happen: left < mine
+}
+
 // After a row's entry masses (mass[j]: entry threadIdx.x * kEntriesPerThread + j): the entry
 // holding u * total and the draw inside it (one warp; the entry re-read, 512 bytes) over the
 // logits with key >= min_key. Warp 0 returns the token (`otherwise` if the entry has no weight;
@@ -36,7 +68,6 @@ __device__ __forceinline__ float ReduceFourEntries(const float (&sum)[kPerWarp])
 __device__ int32_t DrawFromEntries(PipeShared& s, const SamplingArgs& args, int64_t r,
                                    const RowMath& row, const uint64_t (&mass)[kEntriesPerThread],
                                    uint32_t min_key, double u, int32_t otherwise) {
-  const int e0 = threadIdx.x * kEntriesPerThread;
   uint64_t mine = 0;
 #pragma unroll
   for (int j = 0; j < kEntriesPerThread; ++j) mine += mass[j];
@@ -45,17 +76,10 @@ __device__ int32_t DrawFromEntries(PipeShared& s, const SamplingArgs& args, int6
   const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
   if (total == 0) return otherwise;  // cannot happen: the max has weight 1
   const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
-  if (before <= target && target < before + mine) {
-    uint64_t rest = target - before;
-#pragma unroll
-    for (int j = 0; j < kEntriesPerThread; ++j) {
-      if (rest < mass[j]) {
-        s.draw_entry = e0 + j, s.draw_rest = rest;
-        break;
-      }
-      rest -= mass[j];
-    }
-  }
+  int entry;
+  uint64_t rest;
+  if (FindEntry(mass, mine, before, target, &entry, &rest))
+    s.draw_entry = entry, s.draw_rest = rest;
   __syncthreads();
   int32_t token = otherwise;
   if (threadIdx.x < 32) {

@@ -264,14 +264,9 @@ __device__ int32_t TopPDrawAttempts(PipeShared& s, const SamplingArgs& args, int
   const RowMath row{band.max_logit, scale, 0.0f};
   const float factor = exp2f((win.rbase - band.max_logit) * scale);
   const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
-  const int e0 = threadIdx.x * kEntriesPerThread;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  uint64_t mass[kEntriesPerThread], mine = 0;
-#pragma unroll
-  for (int j = 0; j < kEntriesPerThread; ++j) {
-    mass[j] = e0 + j < entries ? RowMath::Fixed(s.u.topp.entry[e0 + j] * factor) : 0;
-    mine += mass[j];
-  }
+  uint64_t mass[kEntriesPerThread];
+  const uint64_t mine = EntryMasses(s.u.topp.entry, factor, entries, mass);
   uint64_t total = 0;
   const uint64_t before = sampling_internal::BlockExclusiveScan<kWarps>(mine, s.scratch, &total);
   if (threadIdx.x == 0) s.u.topp.attempt.n = 0;
@@ -283,17 +278,7 @@ __device__ int32_t TopPDrawAttempts(PipeShared& s, const SamplingArgs& args, int
     for (int w = 0; w < kWarps; ++w) {
       const double u = SamplingUniformImpl(args.seeds[r], args.steps[r], a0 + w);
       const uint64_t target = min(static_cast<uint64_t>(u * static_cast<double>(total)), total - 1);
-      if (before <= target && target < before + mine) {
-        uint64_t rest = target - before;
-#pragma unroll
-        for (int j = 0; j < kEntriesPerThread; ++j) {
-          if (rest < mass[j]) {
-            s.u.topp.attempt.entry[w] = e0 + j, s.u.topp.attempt.rest[w] = rest;
-            break;
-          }
-          rest -= mass[j];
-        }
-      }
+      FindEntry(mass, mine, before, target, &s.u.topp.attempt.entry[w], &s.u.topp.attempt.rest[w]);
     }
     __syncthreads();
     {  // warp `warp`: draw a0 + warp inside its entry
@@ -470,15 +455,11 @@ __device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, 
   const RowMath row{band.max_logit, scale, 0.0f};
   const float factor = exp2f((win.rbase - band.max_logit) * scale);
   const int entries = static_cast<int>((args.vocab_size + kEntryLen - 1) / kEntryLen);
-  const int e0 = threadIdx.x * kEntriesPerThread;
   const uint32_t n = s.count;
   if (n > kTopPCandCap) return kFallbackToken;  // uniform
   // One round for the mass above the band, the candidates' mass and their key range.
-  uint64_t above = 0, cand = 0;
-#pragma unroll
-  for (int j = 0; j < kEntriesPerThread; ++j) {
-    above += e0 + j < entries ? RowMath::Fixed(s.u.topp.entry[e0 + j] * factor) : 0;
-  }
+  uint64_t mass[kEntriesPerThread];
+  uint64_t above = EntryMasses(s.u.topp.entry, factor, entries, mass), cand = 0;
   for (uint32_t i = threadIdx.x; i < n; i += kThreads) cand += row.Weight(s.u.topp.cand.x[i]);
   above = sampling_internal::WarpSum(above), cand = sampling_internal::WarpSum(cand);
   if (threadIdx.x % 32 == 0)
@@ -512,11 +493,7 @@ __device__ int32_t TopPTail(PipeShared& s, const SamplingArgs& args, int64_t r, 
     }
   }
   __syncthreads();
-  uint64_t mass[kEntriesPerThread];
-#pragma unroll
-  for (int j = 0; j < kEntriesPerThread; ++j) {
-    mass[j] = e0 + j < entries ? RowMath::Fixed(s.u.topp.entry[e0 + j] * factor) : 0;
-  }
+  EntryMasses(s.u.topp.entry, factor, entries, mass);
   return DrawFromEntries(s, args, r, row, mass, kappa,
                          SamplingUniformImpl(args.seeds[r], args.steps[r], kTopPAttempts),
                          kFallbackToken);

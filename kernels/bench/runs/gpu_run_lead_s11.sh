@@ -7,13 +7,7 @@
 # TANDEM_EXP_KEEP_PCT was read by the experiment builds only (the committed policy keeps 2/3).
 # Knobs: TEST_BIN (none skips), SAN=0, NCU=0. Logs in $OUT/logs.tgz.
 set -o pipefail
-S=${STAGE:-.gpu-lead}
-export LD_LIBRARY_PATH=$PWD/$S/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-source kernels/bench/runs/lead_tests.sh
+source kernels/bench/runs/lead_tests.sh  # S (the stage), the environment, OUT
 lead_tests "${TEST_BIN:-kernels_kb_gpu_test_d}"
 one() {  # one <bin> <pct> <batch> <mode>: prints "<bin> pct=<pct> B=<batch> <mode> <us>"
   local bin=$S/kb_bench

@@ -9,13 +9,7 @@
 # binaries in; carry [".gpu-lead"]. Every log ends up in $OUT/logs.tgz (a call brings back at most
 # 8 files).
 set -o pipefail
-S=${STAGE:-.gpu-lead}
-export LD_LIBRARY_PATH=$PWD/$S/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-source kernels/bench/runs/lead_tests.sh
+source kernels/bench/runs/lead_tests.sh  # S (the stage), the environment, OUT
 lead_tests "${TEST_BIN:-kernels_kb_gpu_test_b}"
 i=0
 for v in ${ROUNDS:-a b a b}; do

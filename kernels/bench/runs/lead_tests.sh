@@ -1,6 +1,15 @@
-# Sourced by the lead run scripts (gpu_run_lead_s9.sh, gpu_run_lead_s11.sh): lead_tests BIN runs
-# the test binary $S/BIN (its log in $OUT/BIN.log) and, unless SAN=0, compute-sanitizer memcheck
-# and racecheck on SamplingCudaTest.SmallBatchAllPaths ($OUT/sanitizer.log); BIN "none" skips.
+# Sourced by the lead run scripts (gpu_run_lead_s9.sh, gpu_run_lead_s11.sh): their set-up (S, the
+# stage directory, default .gpu-lead; its libraries on LD_LIBRARY_PATH; NVLink multicast off;
+# OUT created; the GPU's name and clocks printed), and lead_tests BIN, which runs the test binary
+# $S/BIN (its log in $OUT/BIN.log) and, unless SAN=0, compute-sanitizer memcheck and racecheck on
+# SamplingCudaTest.SmallBatchAllPaths ($OUT/sanitizer.log); BIN "none" skips.
+S=${STAGE:-.gpu-lead}
+export LD_LIBRARY_PATH=$PWD/$S/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+
 lead_tests() {
   local tb=$1
   [ "$tb" = none ] && return
