@@ -1,9 +1,11 @@
-# tandem_add_test(NAME name SRCS a.cc b.cc DEPS lib... [LABELS gpu ...] [TIMEOUT s])
+# tandem_add_test(NAME name SRCS a.cc b.cc DEPS lib... [LABELS gpu ...] [TIMEOUT s] [RUN_SERIAL])
+# RUN_SERIAL: ctest -j runs the test alone (tests whose timing checks must not share 2 cores
+# with the end-to-end tests' many processes).
 # One GoogleTest binary per call, registered with CTest (gtest_discover_tests would run every
 # binary at build time; one CTest entry per binary keeps the 2-core build fast).
 find_package(GTest REQUIRED)
 function(tandem_add_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "RUN_SERIAL" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SRCS})
   target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
@@ -16,4 +18,7 @@ function(tandem_add_test)
   endif()
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
                        ENVIRONMENT "TANDEM_SOURCE_DIR=${CMAKE_SOURCE_DIR};TANDEM_BINARY_DIR=${CMAKE_BINARY_DIR}")
+  if(T_RUN_SERIAL)
+    set_tests_properties(${T_NAME} PROPERTIES RUN_SERIAL TRUE)
+  endif()
 endfunction()
