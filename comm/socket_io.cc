@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/listen_error.h"
 
 namespace tandem {
 namespace {
@@ -79,11 +80,11 @@ absl::Status SplitHostPort(const std::string& address, std::string* host, int* p
   return absl::OkStatus();
 }
 
-absl::StatusOr<Socket> Listen(const std::string& host, int port) {
+absl::StatusOr<Socket> Listen(const std::string& host, int port, bool reuse_address) {
   Socket s(::socket(AF_INET, SOCK_STREAM, 0));
   if (!s.valid()) return ErrnoStatus("socket", errno);
   const int one = 1;
-  setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (reuse_address) setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -91,8 +92,9 @@ absl::StatusOr<Socket> Listen(const std::string& host, int port) {
     return absl::InvalidArgumentError(absl::StrCat("bad IPv4 listen host '", host, "'"));
   }
   if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("bind ", host, ":", port, ": ", std::strerror(errno)));
+    const int err = errno;
+    const std::string message = absl::StrCat("bind ", host, ":", port, ": ", std::strerror(err));
+    return err == EADDRINUSE ? PortTakenError(message) : absl::UnavailableError(message);
   }
   if (::listen(s.fd(), 128) < 0) return ErrnoStatus("listen", errno);
   if (absl::Status st = SetNonBlocking(s.fd()); !st.ok()) return st;

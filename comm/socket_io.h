@@ -38,8 +38,10 @@ class Socket {
   int fd_ = -1;
 };
 
-// Listens on host:port (port 0: any free port). Unavailable on bind failure.
-absl::StatusOr<Socket> Listen(const std::string& host, int port);
+// Listens on host:port (port 0: any free port). Unavailable on bind failure (IsPortTaken when the
+// port is in use).
+// reuse_address: SO_REUSEADDR (a port whose old connections linger in TIME_WAIT still binds).
+absl::StatusOr<Socket> Listen(const std::string& host, int port, bool reuse_address = true);
 // The local port a socket is bound to.
 absl::StatusOr<int> LocalPort(const Socket& socket);
 // Accepts one connection, waiting at most until `deadline`. DeadlineExceeded when none came;

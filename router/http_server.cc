@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/listen_error.h"
 #include "base/logging.h"
 #include "router/http_session.h"
 
@@ -66,8 +67,10 @@ absl::Status HttpServer::Start() {
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.address, ":",
-                                               options_.port, ": ", ec.message()));
+    const std::string message =
+        absl::StrCat("cannot listen on ", options_.address, ":", options_.port, ": ", ec.message());
+    return ec == net::error::address_in_use ? PortTakenError(message)
+                                            : absl::UnavailableError(message);
   }
   port_ = acceptor.local_endpoint().port();
   auto config = std::make_shared<SessionConfig>(SessionConfig{options_, handler_});

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "absl/time/clock.h"
+#include "base/listen_error.h"
 #include "base/logging.h"
 #include "router/router_server.h"
 
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
       tandem::router::RouterServer::Start(config);
   if (!server.ok()) {
     LOG(ERROR) << "tandem-router: " << server.status();
-    return 1;
+    return tandem::IsPortTaken(server.status()) ? tandem::kExitCannotListen : 1;
   }
   LOG(INFO) << "tandem-router: OpenAI API on http://" << config.host << ":"
             << (*server)->http_port() << "/v1, gRPC and worker registry on " << config.host << ":"

@@ -1,6 +1,7 @@
 #include "router/router_server.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/listen_error.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
 
@@ -39,13 +40,15 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   s->generation_service_ =
       std::make_unique<GenerationGrpcService>(s->model_.context, s->service_.get(), config.api_key);
   grpc::ServerBuilder builder;
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // as the workers (run_worker.cc)
   builder.AddListeningPort(absl::StrCat(config.host, ":", config.grpc_port),
                            grpc::InsecureServerCredentials(), &s->grpc_port_);
   builder.RegisterService(s->registry_service_.get());
   builder.RegisterService(s->generation_service_.get());
   s->grpc_server_ = builder.BuildAndStart();
   if (s->grpc_server_ == nullptr || s->grpc_port_ == 0) {
-    return absl::UnavailableError(
+    // gRPC does not say why: taken as a port in use (a launcher retries a few times only).
+    return PortTakenError(
         absl::StrCat("cannot listen for gRPC on ", config.host, ":", config.grpc_port));
   }
 

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "base/listen_error.h"
 #include "base/logging.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "worker/router_client.h"
@@ -89,6 +90,9 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
   }
   // Bind the gRPC port first: the worker id defaults to "<role>-<port>".
   grpc::ServerBuilder builder;
+  // No SO_REUSEPORT (gRPC's default on Linux): a second server on this port would silently share
+  // its connections; instead the bind fails and the launcher picks another port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(absl::StrCat(o.host, ":", o.port), grpc::InsecureServerCredentials(),
                            &port);
@@ -99,7 +103,7 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
         o.worker_id.empty() ? RoleName(o.role) : o.worker_id, o.served_model_name);
     if (!m.ok()) {
       LOG(ERROR) << m.status();
-      return 1;
+      return IsPortTaken(m.status()) ? kExitCannotListen : 1;
     }
     metrics = *std::move(m);
   }
@@ -107,7 +111,7 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
   absl::StatusOr<std::unique_ptr<WorkerService>> service = make_service(env);
   if (!service.ok()) {
     LOG(ERROR) << "cannot start the " << RoleName(o.role) << " service: " << service.status();
-    return 1;
+    return IsPortTaken(service.status()) ? kExitCannotListen : 1;
   }
   EngineLoop loop(*std::move(engine), (*service)->Handlers());
   (*service)->Attach(&loop);
@@ -115,7 +119,7 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     LOG(ERROR) << "cannot listen on " << o.host << ":" << o.port;
-    return 1;
+    return kExitCannotListen;
   }
   if (o.worker_id.empty()) o.worker_id = absl::StrCat(RoleName(o.role), "-", port);
   loop.Start();

@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "base/listen_error.h"
 #include "base/logging.h"
 
 namespace tandem {
@@ -47,7 +48,8 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
   try {  // prometheus-cpp (CivetWeb) throws when it cannot bind
     m->exposer_ = std::make_unique<prometheus::Exposer>(bind_address, 1);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
+    // CivetWeb does not say why: taken as a port in use (a launcher retries a few times only).
+    return PortTakenError(
         absl::StrCat("metrics exposer cannot listen on ", bind_address, ": ", e.what()));
   }
   const auto ports = m->exposer_->GetListeningPorts();

@@ -2,13 +2,17 @@
 
 #include <signal.h>
 
+#include <fstream>
 #include <map>
+#include <random>
 #include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "base/listen_error.h"
+#include "base/logging.h"
 #include "comm/socket_io.h"
 #include "deploy/launcher/http_get.h"
 
@@ -62,11 +66,33 @@ std::map<std::string, int> HealthyWorkers(const std::string& metrics_text) {
 
 }  // namespace
 
+std::pair<int, int> EphemeralPortRange() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  if (f >> lo >> hi && 0 < lo && lo <= hi && hi < 65536) return {lo, hi};
+  return {32768, 60999};  // Linux's default
+}
+
 absl::StatusOr<int> PickFreePort(const std::string& host) {
-  // The kernel may hand the same just-closed port out twice in a row; never return a port this
-  // process already returned (holding the duplicate open while asking again).
+  // Never return a port this process already returned: the caller may not have bound it yet.
   static absl::Mutex mu;
   static auto* given = new std::set<int>;
+  static auto* rng = new std::mt19937(std::random_device{}());
+  // Below the ephemeral range when it leaves room: random candidates, the first one that binds
+  // without SO_REUSEADDR (so not one whose old connections linger, which a child's listener
+  // without that option could not bind).
+  const int below = EphemeralPortRange().first - 1;
+  if (below - kFirstPickedPort >= 1000) {
+    for (int attempt = 0; attempt < 256; ++attempt) {
+      absl::MutexLock l(&mu);
+      const int port = std::uniform_int_distribution<int>(kFirstPickedPort, below)(*rng);
+      if (given->count(port) != 0 || !Listen(host, port, /*reuse_address=*/false).ok()) continue;
+      given->insert(port);
+      return port;
+    }
+  }
+  // Otherwise the kernel's choice (bind to port 0); it may hand the same just-closed port out
+  // twice in a row, so a duplicate is held open while asking again.
   std::vector<Socket> duplicates;
   for (int attempt = 0; attempt < 64; ++attempt) {
     absl::StatusOr<Socket> s = Listen(host, 0);
@@ -85,80 +111,145 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
   std::unique_ptr<Cluster> c(new Cluster);
   c->log_dir_ = options.log_dir;
   const std::string model = options.model_dir.empty() ? layout.model : options.model_dir;
-  const std::string& host = layout.host;
-  auto port_or_free = [&](int port) -> absl::StatusOr<int> {
-    return port != 0 ? absl::StatusOr<int>(port) : PickFreePort(host);
-  };
-  absl::StatusOr<int> http_port = port_or_free(layout.router_port);
-  absl::StatusOr<int> grpc_port = port_or_free(layout.router_grpc_port);
-  if (!http_port.ok()) return http_port.status();
-  if (!grpc_port.ok()) return grpc_port.status();
-  c->http_address_ = absl::StrCat(host, ":", *http_port);
-  Process router = MakeProcess("router", "router", absl::StrCat(host, ":", *grpc_port),
-                               absl::StrCat("http://", c->http_address_, "/metrics"));
-  router.argv = {options.bin_dir + "/tandem-router",
-                 "--model-dir",
-                 model,
-                 "--host",
-                 host,
-                 "--port",
-                 std::to_string(*http_port),
-                 "--grpc-port",
-                 std::to_string(*grpc_port),
-                 "--drain-timeout-s",
-                 std::to_string(options.router_drain_timeout_s)};
+  const std::string host = layout.host;
+  const absl::Time deadline = absl::Now() + options.ready_timeout;
+  const std::function<absl::StatusOr<int>(const std::string&)> pick =
+      options.pick_port ? options.pick_port : PickFreePort;
+
+  // The router first, on its own until it listens: the workers are given its address.
+  Process router = MakeProcess("router", "router", "", "");
+  const int fixed_http = layout.router_port, fixed_grpc = layout.router_grpc_port;
+  std::vector<std::string> router_flags = {"--drain-timeout-s",
+                                           std::to_string(options.router_drain_timeout_s)};
   if (!layout.served_model_name.empty()) {
-    router.argv.insert(router.argv.end(), {"--served-model-name", layout.served_model_name});
+    router_flags.insert(router_flags.end(), {"--served-model-name", layout.served_model_name});
   }
-  router.argv.insert(router.argv.end(), layout.router_args.begin(), layout.router_args.end());
+  router_flags.insert(router_flags.end(), layout.router_args.begin(), layout.router_args.end());
+  Cluster* self = c.get();
+  router.assign_ports = [self, pick, host, model, fixed_http, fixed_grpc, router_flags,
+                         bin = options.bin_dir](Process& p) -> absl::Status {
+    absl::StatusOr<int> http_port = fixed_http != 0 ? fixed_http : pick(host);
+    absl::StatusOr<int> grpc_port = fixed_grpc != 0 ? fixed_grpc : pick(host);
+    if (!http_port.ok()) return http_port.status();
+    if (!grpc_port.ok()) return grpc_port.status();
+    self->http_address_ = absl::StrCat(host, ":", *http_port);
+    p.grpc_address = absl::StrCat(host, ":", *grpc_port);
+    p.metrics_url = absl::StrCat("http://", self->http_address_, "/metrics");
+    p.argv = {bin + "/tandem-router",
+              "--model-dir",
+              model,
+              "--host",
+              host,
+              "--port",
+              std::to_string(*http_port),
+              "--grpc-port",
+              std::to_string(*grpc_port)};
+    p.argv.insert(p.argv.end(), router_flags.begin(), router_flags.end());
+    return absl::OkStatus();
+  };
+  router.ports_picked = fixed_http == 0 || fixed_grpc == 0;
   c->processes_.push_back(std::move(router));
+  if (absl::Status st = c->LaunchPickingPorts(c->processes_[0]); !st.ok()) return st;
+  if (absl::Status st = c->WaitForRouter(deadline); !st.ok()) return st;
+
   std::map<std::string, int> per_role;
   for (const GroupSpec& g : layout.groups) {
     for (int i = 0; i < g.count; ++i) {
-      absl::StatusOr<int> port = PickFreePort(host);
-      absl::StatusOr<int> metrics_port = PickFreePort(host);
-      absl::StatusOr<int> kv_port = PickFreePort(host);
-      if (!port.ok() || !metrics_port.ok() || !kv_port.ok()) {
-        return absl::UnavailableError("no free ports");
-      }
       const std::string name = absl::StrCat(g.role, "-", per_role[g.role]++);
-      Process w = MakeProcess(name, g.role, absl::StrCat(host, ":", *port),
-                              absl::StrCat("http://", host, ":", *metrics_port, "/metrics"));
-      const std::string binary =
-          g.role == "prefill" ? "/tandem-prefill-worker" : "/tandem-decode-worker";
-      w.argv = {options.bin_dir + binary,
-                "--model",
-                model,
-                "--worker-id",
-                name,
-                "--host",
-                host,
-                "--port",
-                std::to_string(*port),
-                "--metrics-port",
-                std::to_string(*metrics_port),
-                "--router",
-                c->router().grpc_address};
-      if (g.role != "prefill") {
-        w.argv.insert(w.argv.end(), {"--role", g.role, "--kv-port", std::to_string(*kv_port)});
-      }
+      Process w = MakeProcess(name, g.role, "", "");
+      std::vector<std::string> flags = {"--worker-id", name, "--router", c->router().grpc_address};
       if (!layout.served_model_name.empty()) {
-        w.argv.insert(w.argv.end(), {"--served-model-name", layout.served_model_name});
+        flags.insert(flags.end(), {"--served-model-name", layout.served_model_name});
       }
-      for (std::string& f : EngineFlags(layout)) w.argv.push_back(std::move(f));
-      w.argv.insert(w.argv.end(), g.args.begin(), g.args.end());
+      for (std::string& f : EngineFlags(layout)) flags.push_back(std::move(f));
+      flags.insert(flags.end(), g.args.begin(), g.args.end());
+      const std::string binary = options.bin_dir + (g.role == "prefill" ? "/tandem-prefill-worker"
+                                                                        : "/tandem-decode-worker");
+      w.assign_ports = [pick, host, model, binary, role = g.role,
+                        flags](Process& p) -> absl::Status {
+        absl::StatusOr<int> port = pick(host);
+        absl::StatusOr<int> metrics_port = pick(host);
+        absl::StatusOr<int> kv_port = role != "prefill" ? pick(host) : 0;
+        if (!port.ok() || !metrics_port.ok() || !kv_port.ok()) {
+          return absl::UnavailableError("no free ports");
+        }
+        p.grpc_address = absl::StrCat(host, ":", *port);
+        p.metrics_url = absl::StrCat("http://", host, ":", *metrics_port, "/metrics");
+        p.argv = {binary,
+                  "--model",
+                  model,
+                  "--host",
+                  host,
+                  "--port",
+                  std::to_string(*port),
+                  "--metrics-port",
+                  std::to_string(*metrics_port)};
+        if (role != "prefill") {
+          p.argv.insert(p.argv.end(), {"--role", role, "--kv-port", std::to_string(*kv_port)});
+        }
+        p.argv.insert(p.argv.end(), flags.begin(), flags.end());
+        return absl::OkStatus();
+      };
+      w.ports_picked = true;
       if (!g.gpus.empty()) w.env.push_back({"CUDA_VISIBLE_DEVICES", std::to_string(g.gpus[i])});
       c->processes_.push_back(std::move(w));
     }
   }
   c->expected_.assign(per_role.begin(), per_role.end());
-  for (Process& p : c->processes_) {
-    if (absl::Status st = c->Launch(p); !st.ok()) return st;
+  for (Process* w : c->workers()) {
+    if (absl::Status st = c->LaunchPickingPorts(*w); !st.ok()) return st;
   }
-  if (absl::Status st = c->WaitForWorkers(c->expected_, options.ready_timeout); !st.ok()) {
+  if (absl::Status st = c->WaitReady(c->expected_, deadline, /*repick_taken_ports=*/true);
+      !st.ok()) {
     return st;
   }
   return c;
+}
+
+absl::Status Cluster::LaunchPickingPorts(Process& p) {
+  if (absl::Status st = p.assign_ports(p); !st.ok()) return st;
+  ++p.launches;
+  return Launch(p);
+}
+
+bool Cluster::RelaunchIfPortTaken(Process& p, absl::Status* error) {
+  if (p.child->exit_code() != kExitCannotListen || !p.ports_picked ||
+      p.launches >= kMaxLaunchesForPorts) {
+    return false;
+  }
+  LOG(WARNING) << p.name << " could not listen on a port picked for it (taken since); starting it"
+               << " again on new ports";
+  *error = LaunchPickingPorts(p);
+  return true;
+}
+
+absl::Status Cluster::WaitForRouter(absl::Time deadline) {
+  Process& router = processes_[0];
+  while (absl::Now() < deadline) {
+    if (!router.child->Running()) {
+      absl::Status relaunched;
+      if (RelaunchIfPortTaken(router, &relaunched)) {
+        if (!relaunched.ok()) return relaunched;
+        continue;
+      }
+      return ExitedError(router);
+    }
+    // Short: a program that took the port may accept and never answer. And the answer must be
+    // the router's, not that program's.
+    absl::StatusOr<HttpResponse> r = HttpGet(http_address_, "/metrics", absl::Milliseconds(250));
+    if (r.ok() && r->status == 200 && absl::StrContains(r->body, "tandem_router_workers{")) {
+      return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("router not listening in time (logs in ", log_dir_, ")"));
+}
+
+absl::Status Cluster::ExitedError(const Process& p) const {
+  return absl::UnavailableError(absl::StrCat(p.name, " exited with code ",
+                                             p.child->exit_code().value_or(-1), "; log tail:\n",
+                                             p.child->LogTail()));
 }
 
 Cluster::~Cluster() {
@@ -188,15 +279,21 @@ Process* Cluster::Find(const std::string& name) {
 
 absl::Status Cluster::WaitForWorkers(const std::vector<std::pair<std::string, int>>& expected,
                                      absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  return WaitReady(expected, absl::Now() + timeout, /*repick_taken_ports=*/false);
+}
+
+absl::Status Cluster::WaitReady(const std::vector<std::pair<std::string, int>>& expected,
+                                absl::Time deadline, bool repick_taken_ports) {
   std::string last;
   while (absl::Now() < deadline) {
     for (Process& p : processes_) {
-      if (p.child != nullptr && !p.child->Running()) {
-        return absl::UnavailableError(absl::StrCat(p.name, " exited with code ",
-                                                   p.child->exit_code().value_or(-1),
-                                                   "; log tail:\n", p.child->LogTail()));
+      if (p.child == nullptr || p.child->Running()) continue;
+      absl::Status relaunched;  // not the router: the workers were given its address
+      if (repick_taken_ports && &p != &processes_[0] && RelaunchIfPortTaken(p, &relaunched)) {
+        if (!relaunched.ok()) return relaunched;
+        continue;
       }
+      return ExitedError(p);
     }
     absl::StatusOr<HttpResponse> r = HttpGet(http_address_, "/metrics", absl::Seconds(2));
     if (r.ok() && r->status == 200) {

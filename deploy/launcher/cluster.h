@@ -4,6 +4,7 @@
 // end-to-end tests (which also kill and restart workers). Not thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +23,9 @@ struct ClusterOptions {
   std::string log_dir;    // one <name>.log per process
   absl::Duration ready_timeout = absl::Seconds(60);
   int router_drain_timeout_s = 30;
+  // Picks each port the layout leaves to the launcher; PickFreePort when unset (tests set it to
+  // hand out a port that is taken).
+  std::function<absl::StatusOr<int>(const std::string& host)> pick_port;
 };
 
 struct Process {
@@ -32,12 +36,20 @@ struct Process {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;
   std::unique_ptr<ChildProcess> child;
+  // Picks the process's ports (those the layout leaves to the launcher) and writes argv and the
+  // addresses above. ports_picked: some were picked, so a start that finds one taken (the child
+  // exits with kExitCannotListen) is retried on new ones, up to kMaxLaunchesForPorts starts.
+  std::function<absl::Status(Process&)> assign_ports;
+  bool ports_picked = false;
+  int launches = 0;
 };
 
 class Cluster {
  public:
-  // Starts the router then every worker and waits until the router reports each worker healthy
-  // (or fails with the log tail of the process that died or stalled).
+  // Starts the router, waits until it listens, then starts every worker and waits until the
+  // router reports each worker healthy (or fails with the log tail of the process that died or
+  // stalled). A process that finds a port picked for it taken by the time it binds it (another
+  // program got there first) is started again on new ports.
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(const Layout& layout,
                                                         const ClusterOptions& options);
   ~Cluster();  // kills whatever still runs
@@ -59,8 +71,18 @@ class Cluster {
   absl::Status Shutdown(absl::Duration grace);
 
  private:
+  static constexpr int kMaxLaunchesForPorts = 4;
+
   Cluster() = default;
   absl::Status Launch(Process& p);
+  absl::Status LaunchPickingPorts(Process& p);  // assign_ports, then Launch
+  // For a process that exited because a port picked for it was taken: picks new ports and starts
+  // it again (true; *error tells whether that start failed). False when that does not apply.
+  bool RelaunchIfPortTaken(Process& p, absl::Status* error);
+  absl::Status WaitForRouter(absl::Time deadline);  // until its HTTP port answers
+  absl::Status WaitReady(const std::vector<std::pair<std::string, int>>& expected,
+                         absl::Time deadline, bool repick_taken_ports);
+  absl::Status ExitedError(const Process& p) const;  // "<name> exited with code ..." + log tail
 
   std::string http_address_;
   std::string log_dir_;
@@ -68,7 +90,15 @@ class Cluster {
   std::vector<Process> processes_;  // [0] is the router
 };
 
-// A free TCP port on `host` right now (bind to port 0, read it, close).
+// A TCP port on `host` that is free right now, for a child process to listen on. It is picked at
+// random in [kFirstPickedPort, the ephemeral range's start) and checked by binding it: the kernel
+// hands ports of the ephemeral range (net.ipv4.ip_local_port_range) to every outgoing connection
+// and every bind to port 0, so one found free there (by binding port 0, then closing it) can be
+// taken by some connection before the child binds it, and on a busy host it was. Where the range
+// leaves no room below it, the kernel's choice. Never the same port twice in one process.
+inline constexpr int kFirstPickedPort = 10000;
 absl::StatusOr<int> PickFreePort(const std::string& host);
+// net.ipv4.ip_local_port_range as {first, last}; Linux's default if it cannot be read.
+std::pair<int, int> EphemeralPortRange();
 
 }  // namespace tandem::launcher

@@ -41,10 +41,11 @@ const std::string& TinyModelDir() {
   return *dir;
 }
 
-std::unique_ptr<launcher::Cluster> StartCluster(const std::string& layout_yaml) {
+absl::StatusOr<std::unique_ptr<launcher::Cluster>> TryStartCluster(
+    const std::string& layout_yaml,
+    const std::function<void(launcher::Layout&, launcher::ClusterOptions&)>& adjust) {
   absl::StatusOr<launcher::Layout> layout = launcher::ParseLayout(layout_yaml);
-  EXPECT_TRUE(layout.ok()) << layout.status();
-  if (!layout.ok()) return nullptr;
+  if (!layout.ok()) return layout.status();
   layout->router_port = 0;
   layout->router_grpc_port = 0;
   launcher::ClusterOptions options;
@@ -53,7 +54,14 @@ std::unique_ptr<launcher::Cluster> StartCluster(const std::string& layout_yaml) 
   options.log_dir = MakeTempDir("tandem-e2e-logs-");
   options.ready_timeout = absl::Seconds(60);
   options.router_drain_timeout_s = 5;
-  absl::StatusOr<std::unique_ptr<launcher::Cluster>> c = launcher::Cluster::Start(*layout, options);
+  if (adjust) adjust(*layout, options);
+  return launcher::Cluster::Start(*layout, options);
+}
+
+std::unique_ptr<launcher::Cluster> StartCluster(
+    const std::string& layout_yaml,
+    const std::function<void(launcher::Layout&, launcher::ClusterOptions&)>& adjust) {
+  absl::StatusOr<std::unique_ptr<launcher::Cluster>> c = TryStartCluster(layout_yaml, adjust);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? *std::move(c) : nullptr;
 }

@@ -21,7 +21,14 @@ const std::string& TinyModelDir();
 
 // Starts a cluster of `layout_yaml` (groups etc.; model, ports and logs are filled in) with
 // every process's log under a fresh temp dir. Fails the test (returns null) if not ready.
-std::unique_ptr<launcher::Cluster> StartCluster(const std::string& layout_yaml);
+// `adjust` may change the layout (its router ports are 0: picked) and the launcher's options.
+std::unique_ptr<launcher::Cluster> StartCluster(
+    const std::string& layout_yaml,
+    const std::function<void(launcher::Layout&, launcher::ClusterOptions&)>& adjust = nullptr);
+// The same, returning the launcher's error instead of failing the test.
+absl::StatusOr<std::unique_ptr<launcher::Cluster>> TryStartCluster(
+    const std::string& layout_yaml,
+    const std::function<void(launcher::Layout&, launcher::ClusterOptions&)>& adjust = nullptr);
 
 struct StreamResult {
   std::vector<int32_t> tokens;

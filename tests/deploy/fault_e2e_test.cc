@@ -1,12 +1,16 @@
 // Worker failures with real processes: a decode worker killed mid-request, a prefill worker
 // killed mid-prefill. Their clients get a terminal error (not a hang) within a bounded time,
 // the router stops routing to the dead worker, new requests succeed on the others, and a
-// restarted worker registers again and takes traffic. No pages leak on the survivors.
+// restarted worker registers again and takes traffic. No pages leak on the survivors. And a
+// port picked for a process but taken before it binds it: the launcher starts it again on new
+// ports (the router and a worker), or fails with the reason when the layout fixed that port.
 #include <signal.h>
 
 #include <atomic>
 #include <thread>
 
+#include "base/listen_error.h"
+#include "comm/socket_io.h"
 #include "gtest/gtest.h"
 #include "tests/deploy/e2e_harness.h"
 
@@ -146,6 +150,61 @@ TEST(FaultE2E, PrefillWorkerKilledMidPrefill) {
   ASSERT_NE(c, nullptr);
   KillAndCheck(*c, "prefill-0", /*decode=*/false);
   EXPECT_TRUE(c->Shutdown(absl::Seconds(20)).ok());
+}
+
+TEST(FaultE2E, PortTakenBeforeTheProcessBindsItIsPickedAgain) {
+  // A port held open here, handed out as the router's HTTP port (the first pick) and as the
+  // first worker's gRPC port (the first pick after the router's second start).
+  absl::StatusOr<Socket> held = Listen("127.0.0.1", 0);
+  ASSERT_TRUE(held.ok()) << held.status();
+  const int taken = *LocalPort(*held);
+  int picks = 0;
+  std::unique_ptr<launcher::Cluster> c = StartCluster(
+      R"(
+engine: {page_size: 16, num_pages: 256}
+groups:
+  - {role: prefill, count: 1}
+  - {role: decode, count: 1}
+)",
+      [&](launcher::Layout&, launcher::ClusterOptions& options) {
+        options.pick_port = [&](const std::string& host) -> absl::StatusOr<int> {
+          const int n = picks++;
+          if (n == 0 || n == 4) return taken;
+          return launcher::PickFreePort(host);
+        };
+      });
+  ASSERT_NE(c, nullptr);
+  // Router: http (taken), grpc; again: http, grpc. prefill-0: grpc (taken), metrics; then
+  // decode-0: grpc, metrics, kv; prefill-0 again: grpc, metrics.
+  EXPECT_EQ(picks, 11);
+  EXPECT_EQ(c->router().launches, 2);
+  launcher::Process* prefill = c->Find("prefill-0");
+  launcher::Process* decode = c->Find("decode-0");
+  ASSERT_NE(prefill, nullptr);
+  ASSERT_NE(decode, nullptr);
+  EXPECT_EQ(prefill->launches, 2);
+  EXPECT_EQ(decode->launches, 1);
+  EXPECT_NE(prefill->grpc_address, "127.0.0.1:" + std::to_string(taken));
+  GenerateArgs args;
+  args.prompt = Prompt(20, 3);
+  args.max_tokens = 4;
+  StreamResult r = Generate(c->router().grpc_address, args);
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, ReferenceGreedy(TinyModelDir(), args));
+  EXPECT_TRUE(c->Shutdown(absl::Seconds(20)).ok());
+
+  // A router port fixed by the layout is not moved (its gRPC port, picked, is: it is started a
+  // few times), and the start fails and says why.
+  absl::StatusOr<std::unique_ptr<launcher::Cluster>> fixed = TryStartCluster(
+      "groups:\n  - {role: mixed, count: 1}\n",
+      [&](launcher::Layout& layout, launcher::ClusterOptions&) { layout.router_port = taken; });
+  ASSERT_FALSE(fixed.ok());
+  EXPECT_NE(
+      fixed.status().message().find(absl::StrCat("router exited with code ", kExitCannotListen)),
+      absl::string_view::npos)
+      << fixed.status();
+  EXPECT_NE(fixed.status().message().find("cannot listen"), absl::string_view::npos)
+      << fixed.status();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ Exits 77 (skipped) where the `openai` package is not installed.
 import argparse
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -71,10 +72,30 @@ def write_model(directory):
                    "num_hidden_layers": 2, "num_key_value_heads": 2}, f)
 
 
+_given_ports = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a child to listen on, picked at random below the kernel's ephemeral range (as
+    the launcher's PickFreePort does): a port found free by binding port 0 lies in that range,
+    where an outgoing connection can take it before the child binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            first = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        first = 32768
+    for _ in range(256):
+        port = random.randint(10000, first - 1) if first - 1 - 10000 >= 1000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        if port not in _given_ports:
+            _given_ports.add(port)
+            return port
+    raise RuntimeError("no free port")
 
 
 def wait_ready(port, timeout=20.0):
