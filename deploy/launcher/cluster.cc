@@ -212,27 +212,24 @@ absl::Status Cluster::LaunchPickingPorts(Process& p) {
   return Launch(p);
 }
 
-bool Cluster::RelaunchIfPortTaken(Process& p, absl::Status* error) {
-  if (p.child->exit_code() != kExitCannotListen || !p.ports_picked ||
+absl::Status Cluster::RestartIfPortTaken(Process& p, bool may_repick) {
+  if (!may_repick || p.child->exit_code() != kExitCannotListen || !p.ports_picked ||
       p.launches >= kMaxLaunchesForPorts) {
-    return false;
+    return absl::UnavailableError(absl::StrCat(p.name, " exited with code ",
+                                               p.child->exit_code().value_or(-1), "; log tail:\n",
+                                               p.child->LogTail()));
   }
   LOG(WARNING) << p.name << " could not listen on a port picked for it (taken since); starting it"
                << " again on new ports";
-  *error = LaunchPickingPorts(p);
-  return true;
+  return LaunchPickingPorts(p);
 }
 
 absl::Status Cluster::WaitForRouter(absl::Time deadline) {
   Process& router = processes_[0];
   while (absl::Now() < deadline) {
     if (!router.child->Running()) {
-      absl::Status relaunched;
-      if (RelaunchIfPortTaken(router, &relaunched)) {
-        if (!relaunched.ok()) return relaunched;
-        continue;
-      }
-      return ExitedError(router);
+      if (absl::Status st = RestartIfPortTaken(router, /*may_repick=*/true); !st.ok()) return st;
+      continue;
     }
     // Short: a program that took the port may accept and never answer. And the answer must be
     // the router's, not that program's.
@@ -244,12 +241,6 @@ absl::Status Cluster::WaitForRouter(absl::Time deadline) {
   }
   return absl::DeadlineExceededError(
       absl::StrCat("router not listening in time (logs in ", log_dir_, ")"));
-}
-
-absl::Status Cluster::ExitedError(const Process& p) const {
-  return absl::UnavailableError(absl::StrCat(p.name, " exited with code ",
-                                             p.child->exit_code().value_or(-1), "; log tail:\n",
-                                             p.child->LogTail()));
 }
 
 Cluster::~Cluster() {
@@ -288,12 +279,9 @@ absl::Status Cluster::WaitReady(const std::vector<std::pair<std::string, int>>& 
   while (absl::Now() < deadline) {
     for (Process& p : processes_) {
       if (p.child == nullptr || p.child->Running()) continue;
-      absl::Status relaunched;  // not the router: the workers were given its address
-      if (repick_taken_ports && &p != &processes_[0] && RelaunchIfPortTaken(p, &relaunched)) {
-        if (!relaunched.ok()) return relaunched;
-        continue;
-      }
-      return ExitedError(p);
+      // Never the router's ports: the workers were given its address.
+      const bool may_repick = repick_taken_ports && &p != &processes_[0];
+      if (absl::Status st = RestartIfPortTaken(p, may_repick); !st.ok()) return st;
     }
     absl::StatusOr<HttpResponse> r = HttpGet(http_address_, "/metrics", absl::Seconds(2));
     if (r.ok() && r->status == 200) {

@@ -76,13 +76,13 @@ class Cluster {
   Cluster() = default;
   absl::Status Launch(Process& p);
   absl::Status LaunchPickingPorts(Process& p);  // assign_ports, then Launch
-  // For a process that exited because a port picked for it was taken: picks new ports and starts
-  // it again (true; *error tells whether that start failed). False when that does not apply.
-  bool RelaunchIfPortTaken(Process& p, absl::Status* error);
+  // For a process that has exited: when it exited because a port picked for it was taken (and
+  // may_repick), picks new ports and starts it again; OK unless that start failed. Otherwise the
+  // error "<name> exited with code ...", with its log tail.
+  absl::Status RestartIfPortTaken(Process& p, bool may_repick);
   absl::Status WaitForRouter(absl::Time deadline);  // until its HTTP port answers
   absl::Status WaitReady(const std::vector<std::pair<std::string, int>>& expected,
                          absl::Time deadline, bool repick_taken_ports);
-  absl::Status ExitedError(const Process& p) const;  // "<name> exited with code ..." + log tail
 
   std::string http_address_;
   std::string log_dir_;
