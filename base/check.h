@@ -1,6 +1,6 @@
 // CHECK / DCHECK: invariants that only a bug can break. A failed check prints file:line, the
 // condition and a message, then aborts. Bad input never reaches a CHECK: validate it and return
-// an absl::Status instead (STYLE.md, "Errors and threads").
+// an absl::Status instead (docs/style.md, "Errors").
 #pragma once
 
 #include <cstdio>

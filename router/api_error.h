@@ -1,5 +1,5 @@
 // Errors as the API reports them: an absl::Status whose code picks the HTTP status and gRPC code
-// (STYLE.md: InvalidArgument → 400, Unauthenticated → 401, NotFound → 404, ResourceExhausted →
+// (docs/style.md: InvalidArgument → 400, Unauthenticated → 401, NotFound → 404, ResourceExhausted →
 // 429, Unavailable → 503, DeadlineExceeded → 504) plus the offending request field ("param" in
 // the OpenAI envelope), carried as a status payload so it survives RETURN_IF_ERROR.
 #pragma once

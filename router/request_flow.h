@@ -1,5 +1,5 @@
-// RequestFlow: one admitted request's path through the workers (DESIGN.md §1), as a state
-// machine driven by gRPC callbacks:
+// RequestFlow: one admitted request's path through the workers (docs/architecture.md §2), as a
+// state machine driven by gRPC callbacks:
 //
 //   Start → Route ─┬─ pair:  decode.ReservePages → prefill.Prefill (stream: first token at once,
 //                  │         then transfer_done) → decode.GenerateFromPrefill (stream of tokens)

@@ -1,5 +1,5 @@
 // RouterMetrics: the router's Prometheus metrics (prometheus-cpp core), served on the HTTP
-// front end's /metrics. Base units (seconds, bytes), `_total` counters (DESIGN.md §7):
+// front end's /metrics. Base units (seconds, bytes), `_total` counters (Prometheus conventions):
 //   tandem_requests_total{outcome=stop|length|abort|error}      requests that ended
 //   tandem_requests_rejected_total{reason=...}                   refused before running
 //   tandem_prompt_tokens_total, tandem_generation_tokens_total

@@ -1,5 +1,5 @@
 // Routing policies: which worker(s) serve a request, decided from a registry snapshot and
-// returned as a value (STYLE.md: policies behind one small interface).
+// returned as a value (docs/style.md: decisions are values, policies behind one interface).
 //
 // A request goes to a (prefill, decode) pair when at least one healthy, non-draining prefill and
 // decode worker exist; otherwise to a mixed worker; otherwise Unavailable.

@@ -2,7 +2,7 @@
 // reference count. It owns no memory (KvCache does); a page id names the same page in every
 // layer (kernels/common/kv_layout.h).
 //
-// Page-ownership state machine (DESIGN.md §5), one owner at a time:
+// Page-ownership state machine (docs/architecture.md, "KV pages"), one owner at a time:
 //
 //   kFree ──Allocate──────────────────────────────▶ kOwned ──Free (last ref)──▶ kFree
 //   kFree ──Reserve──▶ kReserved ──BeginReceive──▶ kReceiving ──Commit──▶ kOwned
