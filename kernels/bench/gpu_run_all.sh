@@ -10,8 +10,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${STAGE:-.gpu-all}
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/all-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv >"$OUT/smi.txt"

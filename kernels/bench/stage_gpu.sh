@@ -15,5 +15,5 @@ bins=(attention_gpu_test attention_prefill_gpu_test kernels_kb_gpu_test attentio
 cmake --build "$dir" --target "${bins[@]}" -j"$(nproc)"
 rm -rf "$stage" && mkdir -p "$stage"
 for b in "${bins[@]}"; do cp "$(find "$dir" -name "$b" -type f -perm -u+x | head -1)" "$stage/"; done
-/work/shared/gpu/bundle-libs.sh "$stage/_libs" "$stage"/* >/dev/null
+tools/gpu/bundle-libs.sh "$stage/_libs" "$stage"/* >/dev/null
 du -sh "$stage"

@@ -10,15 +10,15 @@
 # base/attention_bench, _libs. Staged here: cmake --build build-bw --target attention_gpu_test
 # attention_bench kernels_kb_gpu_test kb_bench; base/attention_bench = attention_bench built
 # from the commit before the kernel changes under test (runs 1-3: f62b290) with this commit's
-# attention_bench.cc (for the decode_rope mode); then /work/shared/gpu/bundle-libs.sh
+# attention_bench.cc (for the decode_rope mode); then tools/gpu/bundle-libs.sh
 # .gpu-bw/_libs <the five binaries>.
 # First argument: "quick" (no sanitizers, no ncu), "full" (more profiles: decode stall
 # reasons, the old decode kernel, the bulk-copy GEMM), default: tests, sanitizers, benchmarks,
 # peers and ncu of the default paths.
 set -o pipefail
 B=.gpu-bw
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 # The prefill tests in the decode filter use the mma.sync prefill kernel (the Hopper one is
 # checked by gpu_run_prefill.sh), so this run depends only on the kernels it is about.
 export TANDEM_PREFILL_KERNEL=fa2

@@ -7,11 +7,11 @@
 # launches (.gpu-dec/trace/attention_bench: a -DTANDEM_DECODE_TRACE build, see
 # paged_attention.cu); logs under $OUT and a short table last.
 # Carried: .gpu-dec/ = attention_gpu_test, attention_bench, base/attention_bench,
-# trace/attention_bench, _libs (/work/shared/gpu/bundle-libs.sh .gpu-dec/_libs <binaries>).
+# trace/attention_bench, _libs (tools/gpu/bundle-libs.sh .gpu-dec/_libs <binaries>).
 set -o pipefail
 B=.gpu-dec
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 N=/tmp/dec-logs  # per-tool logs, concatenated under $OUT (only ~8 files come back)
 mkdir -p "$OUT" $N

@@ -10,8 +10,7 @@
 # Carried: .gpu-dec4/ = attention_bench, trace/attention_bench, _libs.
 set -o pipefail
 B=.gpu-dec4
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
 OUT=${OUT:-/tmp/out}
 N=/tmp/dec4
 mkdir -p "$OUT" $N

@@ -6,11 +6,11 @@
 # same call, interleaved, two rounds each, the SDPA peer, the phase trace of both
 # (-DTANDEM_DECODE_TRACE builds: trace/attention_bench, base/attention_bench_trace), and ncu
 # source counters of the new kernel at B=1 L=1k and B=32 L=4k page 16. Logs under $OUT, a short
-# table last. Carried: .gpu-dec4/ (binaries + _libs, /work/shared/gpu/bundle-libs.sh).
+# table last. Carried: .gpu-dec4/ (binaries + _libs, tools/gpu/bundle-libs.sh).
 set -o pipefail
 B=.gpu-dec4
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 N=/tmp/dec4
 mkdir -p "$OUT" $N

@@ -9,8 +9,8 @@
 # (v1/ and the TANDEM_DECODE_SPLIT_HINT switch existed for this run only: WORKLOG.md step 9.)
 set -o pipefail
 B=.gpu-dec4
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 N=/tmp/dec4
 mkdir -p "$OUT" $N

@@ -5,8 +5,7 @@
 # `attention_bench decode` of both, interleaved, two rounds, and the phase trace at B=1.
 set -o pipefail
 B=.gpu-dec4
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
 OUT=${OUT:-/tmp/out}
 N=/tmp/dec4
 mkdir -p "$OUT" $N

@@ -2,13 +2,13 @@
 # One GPU-machine run for the attention kernels (paged attention, RoPE/KV-store): GPU tests,
 # compute-sanitizer memcheck + racecheck on small shapes, the benchmark with its ceilings, the
 # PyTorch peer, a SASS summary; logs under $OUT, a short table last.
-# Carried: .gpu-ka/ (attention_gpu_test, attention_bench, _libs from bundle-libs.sh).
+# Carried: .gpu-ka/ (attention_gpu_test, attention_bench, _libs from tools/gpu/bundle-libs.sh).
 # Optional first argument: "quick" skips the sanitizers; "ncu" adds an Nsight Compute profile of
 # one decode (B=32, L=4k) and one prefill (L=16k) launch.
 set -o pipefail
 B=.gpu-ka
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv | tee "$OUT/smi.txt"

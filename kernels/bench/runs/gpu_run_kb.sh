@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (see /work/shared/gpu/README.md): the GEMM/elementwise/sampling GPU
+# Runs on the GPU machine (see tools/gpu/README.md): the GEMM/elementwise/sampling GPU
 # tests, kb_bench and its PyTorch peer; full logs under $OUT, the merged table printed last.
 # Built here first:  cmake --build build-kb --target kernels_kb_gpu_test kb_bench, then
 #   mkdir -p .gpu-kb && cp build-kb/tests/kernels_kb_gpu_test build-kb/bin/kb_bench .gpu-kb/ &&
-#   /work/shared/gpu/bundle-libs.sh .gpu-kb/_libs .gpu-kb/kernels_kb_gpu_test .gpu-kb/kb_bench
+#   tools/gpu/bundle-libs.sh .gpu-kb/_libs .gpu-kb/kernels_kb_gpu_test .gpu-kb/kb_bench
 # Usage there: kernels/bench/runs/gpu_run_kb.sh [test|bench|all] [gtest filter]
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-export LD_LIBRARY_PATH=$PWD/.gpu-kb/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/.gpu-kb/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/kb-out}
 mkdir -p "$OUT"
 what=${1:-all}

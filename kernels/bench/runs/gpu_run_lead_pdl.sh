@@ -7,8 +7,8 @@
 # Staged here: .gpu-lead/{attention_gpu_test,attention_bench,_libs}.
 set -o pipefail
 B=.gpu-lead
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 timeout 150 $B/attention_gpu_test >"$OUT/tests.log" 2>&1

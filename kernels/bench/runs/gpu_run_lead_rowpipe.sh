@@ -6,8 +6,8 @@
 # NCU=1 adds ncu of the kernel at B = 256 (NCU_MODES, default top-k 50 + top-p 0.9 and greedy).
 set -o pipefail
 B=${STAGE:-.gpu-lead}
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 timeout 240 $B/kernels_kb_gpu_test >"$OUT/tests.log" 2>&1

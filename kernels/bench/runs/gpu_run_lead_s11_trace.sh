@@ -8,7 +8,7 @@
 # kb_bench in .gpu-lead/). Carry [".gpu-lead"].
 set -o pipefail
 S=${STAGE:-.gpu-lead}
-export LD_LIBRARY_PATH=$PWD/$S/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
+source tools/gpu/gpu-env.sh --libs "$PWD/$S/_libs"  # NVLink multicast off, CUDA paths
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 IFS=, read -ra cfgs <<<"${CFGS:-256 topp0.95,256 topp0.999,128 topp0.95,192 topp0.95}"

@@ -5,8 +5,8 @@
 # default dispatch's sampling rows at B = 1, 32, 256 (TANDEM_BENCH_SAMPLING_BATCH), A B A B.
 set -o pipefail
 B=.gpu-lead
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 timeout 200 $B/kernels_kb_gpu_test >"$OUT/tests.log" 2>&1

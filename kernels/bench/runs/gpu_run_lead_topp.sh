@@ -9,8 +9,8 @@
 # .gpu-lead; carry [".gpu-lead"].
 set -o pipefail
 B=${STAGE:-.gpu-lead}
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 for t in ${TESTS:-kernels_kb_gpu_test attention_gpu_test attention_prefill_gpu_test}; do

@@ -5,11 +5,11 @@
 # same run, the PyTorch peer (flash, cuDNN), ncu of one 16k launch, a SASS summary; full logs
 # under $OUT, a short table last.
 # Carried: .gpu-pf/ (attention_prefill_gpu_test, attention_gpu_test, attention_bench and
-# _libs from /work/shared/gpu/bundle-libs.sh). Optional first argument "quick": no sanitizers.
+# _libs from tools/gpu/bundle-libs.sh). Optional first argument "quick": no sanitizers.
 set -o pipefail
 B=.gpu-pf
-export LD_LIBRARY_PATH=$PWD/$B/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$B/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv | tee "$OUT/smi.txt"

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (see /work/shared/gpu/README.md) for the sampling kernels: the sampling
+# Runs on the GPU machine (see tools/gpu/README.md) for the sampling kernels: the sampling
 # GPU tests (every kernel against SamplingRef), compute-sanitizer memcheck on a small batch, ncu on
 # the cluster kernel at B = 256, kb_bench's sampling rows (default dispatch and the one-block-per-
 # row kernel) and the PyTorch peer; full logs under $OUT, the table printed last.
 # Built here first:  cmake --build build-smp --target kernels_kb_gpu_test kb_bench, then
 #   mkdir -p .gpu-smp && cp build-smp/tests/kernels_kb_gpu_test build-smp/bin/kb_bench .gpu-smp/ &&
-#   /work/shared/gpu/bundle-libs.sh .gpu-smp/_libs .gpu-smp/kernels_kb_gpu_test .gpu-smp/kb_bench
+#   tools/gpu/bundle-libs.sh .gpu-smp/_libs .gpu-smp/kernels_kb_gpu_test .gpu-smp/kb_bench
 # Usage there: kernels/bench/runs/gpu_run_smp.sh [all|test|sanitize|profile|bench] [gtest filter]
 # (all = test, profile, bench; the sanitizer runs only when asked for).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-export LD_LIBRARY_PATH=$PWD/.gpu-smp/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/.gpu-smp/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/smp-out}
 mkdir -p "$OUT"
 what=${1:-all}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (see /work/shared/gpu/README.md) for the sampling kernels, in one call
+# Runs on the GPU machine (see tools/gpu/README.md) for the sampling kernels, in one call
 # under a wall-clock budget (each step's timeout is cut to what is left of it): the streaming top-k
 # test (first and alone, so a hang stops the run early), kb_bench's sampling section (run A), the
 # other sampling GPU tests (every kernel against SamplingRef), compute-sanitizer memcheck on the
@@ -9,12 +9,12 @@
 # were then rows of kb_bench, timed interleaved with the default in each run).
 # Built here first:  cmake --build build-smp --target kernels_kb_gpu_test kb_bench, then
 #   rm -rf .gpu-smp && mkdir -p .gpu-smp && cp build-smp/tests/kernels_kb_gpu_test
-#   build-smp/bin/kb_bench .gpu-smp/ && /work/shared/gpu/bundle-libs.sh .gpu-smp/_libs .gpu-smp/*
+#   build-smp/bin/kb_bench .gpu-smp/ && tools/gpu/bundle-libs.sh .gpu-smp/_libs .gpu-smp/*
 # Usage there: kernels/bench/runs/gpu_run_smp2.sh [budget in seconds, default 145]
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-export LD_LIBRARY_PATH=$PWD/.gpu-smp/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/.gpu-smp/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/smp-out}
 mkdir -p "$OUT"
 budget=${1:-145}

@@ -8,8 +8,8 @@
 # source-level stall sampling, per-line summary). Logs under $OUT; a table of the bench rows last.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-export LD_LIBRARY_PATH=$PWD/.gpu-smp4/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/.gpu-smp4/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/smp4-out}
 mkdir -p "$OUT"
 steps=${1:-bench}

@@ -4,8 +4,8 @@
 # $S/BIN (its log in $OUT/BIN.log) and, unless SAN=0, compute-sanitizer memcheck and racecheck on
 # SamplingCudaTest.SmallBatchAllPaths ($OUT/sanitizer.log); BIN "none" skips.
 S=${STAGE:-.gpu-lead}
-export LD_LIBRARY_PATH=$PWD/$S/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+source tools/gpu/gpu-env.sh --libs "$PWD/$S/_libs"  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader

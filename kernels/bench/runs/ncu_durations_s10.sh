@@ -1,7 +1,7 @@
 #!/bin/bash
 # Per-kernel durations (ncu) of the default sampling dispatch: which kernel holds the top-p gap.
 S=.gpu-lead
-export LD_LIBRARY_PATH=$PWD/$S/_libs:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu
+source tools/gpu/gpu-env.sh --libs "$PWD/$S/_libs"  # NVLink multicast off, CUDA paths
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 for b in 128 256; do for mode in topp0.95 greedy; do
   TANDEM_BENCH_SAMPLING_BATCH=$b TANDEM_BENCH_SAMPLING_MODE=$mode timeout 120 ncu --clock-control none --cache-control none \
