@@ -1,18 +1,21 @@
-// CUDA sampling: one 1024-thread block per row; semantics exactly those of sampling.h, without
-// sorting the vocabulary. Per row:
+// One-block-per-row sampling kernel: one 1024-thread block per row, semantics exactly those of
+// sampling.h, without sorting the vocabulary. Sampling() runs it for vocabularies above the
+// resident cluster kernel's 155648, up to 262144. Per row:
 //   A. one pass over the logits (from HBM): max and argmax (greedy rows stop here); the first
 //      kCacheTiles tiles are kept in shared memory for the later passes.
-//   B. (top-k or top-p only) a 3072-bin count histogram over the distance from the max,
-//      bin = (max - x) / temperature * 128; exact counts and bounds on each bin's mass bracket
-//      both thresholds to a bin range [b_lo, b_hi]; everything in a lower bin is surely kept, in
-//      a higher bin surely dropped.
+//   B. (top-k or top-p only) a kBins-bin count histogram over the distance from the max,
+//      bin = (max - x) / temperature * kBinsPerUnit; exact counts and bounds on each bin's mass
+//      bracket both thresholds to a bin range [b_lo, b_hi]; everything in a lower bin is surely
+//      kept, in a higher bin surely dropped.
 //   C. the elements in [b_lo, b_hi] are compacted into shared memory (usually a few hundred), and
 //      exact radix selects on them find the top-k key and then the top-p key (counts and masses
 //      are integers, so results do not depend on thread order). If they do not fit, the same
 //      selects run over the whole row (slow but exact).
 //      Pass C also sums the surely-kept mass per tile, so no further pass over the row is needed.
 //   D. per-tile kept mass (a full pass only without top-k/top-p), then the tile holding
-//      u * (kept mass) is scanned in id order.
+//      u * (kept mass) is scanned in id order. Top-p rows without top-k draw by rejection
+//      (sampling.h, step 5): a full pass for the whole row's tile masses, then up to
+//      kTopPAttempts draws, and a last pass over the kept mass only if all of them are dropped.
 // Weights: w = 2^((x - max) * log2(e) / T) in f32 (as SamplingRef), summed as fixed point
 // floor(w * 2^40), so a weight below 2^-40 of the max counts as 0 and sums are exact integers
 // (the result does not depend on thread order).
@@ -56,8 +59,9 @@ __device__ ArgMaxPair MaxPass(Shared& s, const RowView& row) {
   return BlockArgMax(best, s.argmax_scratch);  // its barriers also publish the cache
 }
 
-// Bounds on the mass of bin b (count c): its elements have (max - x) / T in [b, b + 1) / 128, so
-// weights in (e^-(b+1)/128, e^-b/128]; the slack covers f32 rounding of the distance and exp2.
+// Bounds on the mass of bin b (count c): its elements have (max - x) / T in [b, b + 1) / n, so
+// weights in (e^-(b+1)/n, e^-b/n] (n = kBinsPerUnit); the slack covers f32 rounding of the
+// distance and exp2.
 __device__ __forceinline__ double BinMassLo(int b, uint32_t c) {
   if (b == kBins - 1) return 0.0;
   return c * static_cast<double>(exp2f(-(b + 1) * (kSamplingLog2e / kBinsPerUnit))) * 0.999;
@@ -350,48 +354,6 @@ absl::Status SamplingOneBlockPerRow(const SamplingArgs& args, cudaStream_t strea
   SamplingKernel<<<args.batch, kSampleThreads, smem, stream>>>(args, vec_ok);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
-}
-
-namespace {
-
-// Vocabularies that fit the cluster kernels: rows without top-k / top-p and, unless the caller
-// says no row uses top-k (SamplingArgs::rows_may_use_top_k), top-k rows with k <= 128 stream
-// through the first kernel (the streaming cluster kernel, or from kRowPipeMinBatch rows on, 64
-// without top-k rows, the row-pipelined one, which also takes the top-p rows without top-k, in two
-// passes); the others (and the first kernel's kFallbackToken rows) through the resident cluster
-// kernel (each launch skips the other's rows; kernels/sampling/WORKLOG.md, steps 6-12 and sessions
-// 5, 7 and 8).
-absl::Status SampleWithClusterKernels(const SamplingArgs& args, bool row_pipe,
-                                      cudaStream_t stream) {
-  const bool top_k = args.rows_may_use_top_k;
-  if (row_pipe && SamplingRowPipeSupports(args)) {
-    if (absl::Status st = SamplingRowPipeLaunch(args, top_k, stream); !st.ok()) return st;
-    return SamplingClusterLaunch(
-        args, top_k ? ClusterRows::kLeftByRowPipe : ClusterRows::kLeftByRowPipeNoTopK, stream);
-  }
-  const StreamBuild build = top_k ? StreamBuild::kWithTopK : StreamBuild::kNoTopK;
-  if (absl::Status st = SamplingStreamLaunch(args, top_k, stream, build); !st.ok()) return st;
-  return SamplingClusterLaunch(args, top_k ? ClusterRows::kLeftByStream : ClusterRows::kFiltered,
-                               stream);
-}
-
-}  // namespace
-
-// Longer rows than the cluster kernels take: the one-block-per-row kernel.
-absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream) {
-  if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
-    const int64_t min_batch = args.rows_may_use_top_k ? kRowPipeMinBatch : kRowPipeMinBatchNoTopK;
-    return SampleWithClusterKernels(args, args.batch >= min_batch, stream);
-  }
-  return SamplingOneBlockPerRow(args, stream);
-}
-
-absl::Status SamplingWithFirstKernel(const SamplingArgs& args, FirstKernel first,
-                                     cudaStream_t stream) {
-  if (args.vocab_size > 0 && SamplingClusterSupports(args.vocab_size)) {
-    return SampleWithClusterKernels(args, first == FirstKernel::kRowPipe, stream);
-  }
-  return SamplingOneBlockPerRow(args, stream);
 }
 
 }  // namespace tandem
