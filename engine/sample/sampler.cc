@@ -1,6 +1,5 @@
 #include "engine/sample/sampler.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
@@ -61,10 +60,6 @@ absl::StatusOr<std::vector<int32_t>> Sampler::Sample(const float* logits, int64_
   args.out_tokens = tokens.data();
   args.batch = static_cast<int64_t>(n);
   args.vocab_size = vocab_size;
-  // The CUDA dispatch's host-side hint (sampling.h): whether any row keeps a top-k set.
-  args.rows_may_use_top_k = std::any_of(rows.begin(), rows.end(), [&](const SampleRow& r) {
-    return r.top_k > 0 && r.top_k < vocab_size;
-  });
   if (backend_ != Backend::kCpu) {
     return absl::UnimplementedError("sampling on the CUDA backend is not wired up yet");
   }

@@ -44,8 +44,9 @@ __global__ void FillF32Kernel(float* p, int64_t n, uint64_t seed, float lo, floa
   }
 }
 
-// LLM-like rows (kernels/sampling/sim/topp_nucleus_sizes.py's "peaked" rows): per row, `strong`
-// logits at hashed positions raised by 8 to 16 (a collision raises one twice).
+// LLM-like rows (at top-p 0.95 a nucleus of a few tokens; kernels/sampling/WORKLOG.md, session
+// 10): per row, `strong` logits at hashed positions raised by 8 to 16 (a collision raises one
+// twice).
 __global__ void AddPeaksKernel(float* p, int64_t rows, int64_t vocab, int strong, uint64_t seed) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= rows * strong) return;

@@ -1,7 +1,8 @@
 // Benchmark of the GEMM, elementwise and sampling kernels on H200-sized shapes (Qwen3-8B /
-// Llama-3-8B: hidden 4096, intermediate 12288, vocab 152064). Prints one row per kernel and
-// shape: median time, achieved TB/s or TFLOP/s, and the fraction of the ceiling measured in the
-// same run. Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling]
+// Llama-3-8B: hidden 4096, intermediate 12288, vocab 152064; the sampler also at Gemma 3's
+// 262144). Prints one row per kernel and shape: median time, achieved TB/s or TFLOP/s, and the
+// fraction of the ceiling measured in the same run.
+// Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling]
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -317,25 +318,6 @@ void BenchElementwise(const Ceilings& c) {
   }
 }
 
-// One greedy row of 4 zero logits in device memory (allocated once): a small unrelated kernel.
-const SamplingArgs& TinyGreedyRow() {
-  static const SamplingArgs args = [] {
-    void* p = Alloc(64);
-    BENCH_CUDA(cudaMemset(p, 0, 64));
-    char* b = static_cast<char*>(p);
-    return SamplingArgs{.logits = reinterpret_cast<const float*>(b),
-                        .temperature = reinterpret_cast<const float*>(b + 16),
-                        .top_k = reinterpret_cast<const int32_t*>(b + 20),
-                        .top_p = reinterpret_cast<const float*>(b + 24),
-                        .seeds = reinterpret_cast<const uint64_t*>(b + 32),
-                        .steps = reinterpret_cast<const uint64_t*>(b + 40),
-                        .out_tokens = reinterpret_cast<int32_t*>(b + 48),
-                        .batch = 1,
-                        .vocab_size = 4};
-  }();
-  return args;
-}
-
 // GEMMs that stand in for the kernel an engine runs before the sampler (its LM head): the skinny
 // kernel at M = 1 and cuBLASLt at M = 256, 4096 -> 4096 (bf16, weights allocated once). Their
 // output is not the sampler's input: only which kernel runs before the sampler is measured.
@@ -353,195 +335,137 @@ const GemmArgs& PredecessorGemm(bool cublaslt) {
   return args[cublaslt ? 1 : 0];
 }
 
+struct SamplingMode {
+  const char* name;
+  float temperature;
+  int32_t top_k;
+  float top_p;
+  bool peaked = false;  // LLM-like logits (FillPeakedF32) instead of N(0, 3^2)
+};
+const SamplingMode kSamplingModes[] = {{"greedy", 0, 0, 1},
+                                       {"temp0.7", 0.7f, 0, 1},
+                                       {"topk50_topp0.9", 0.7f, 50, 0.9f},
+                                       {"topp0.95", 1.0f, 0, 0.95f},
+                                       {"topp0.999", 1.0f, 0, 0.999f},
+                                       // A nucleus of a few tokens.
+                                       {"topp0.95_peaked", 1.0f, 0, 0.95f, true},
+                                       {"topp0.99_peaked", 1.0f, 0, 0.99f, true}};
+// Step vectors: each timed call takes the next one, as an engine's steps advance with every
+// token (a top-p row's work depends on where its draws land: sampling.h, step 5).
+constexpr int kStepSets = 128;
+constexpr int kSamplingRuns = 100;  // timed calls per row
+
+// The sampling rows of one (batch, vocab) shape. compare: also the one-block-per-row kernel on
+// the same rows (at B = 1 / 32 / 256) and, from 96 rows, Sampling() after a GEMM.
+void BenchSamplingShape(const Ceilings& c, int64_t batch, int64_t vocab, bool compare) {
+  const char* only_mode = std::getenv("TANDEM_BENCH_SAMPLING_MODE");
+  const size_t bytes = batch * vocab * 4;
+  const int copies = RotationCopies(bytes);
+  std::vector<float*> normal(copies), peaked(copies);
+  for (int i = 0; i < copies; ++i) {
+    normal[i] = static_cast<float*>(Alloc(bytes));
+    FillNormalF32(normal[i], batch * vocab, 100 + i, 3.0f);
+    peaked[i] = static_cast<float*>(Alloc(bytes));
+    FillPeakedF32(peaked[i], batch, vocab, 200 + i);
+  }
+  float* temp = static_cast<float*>(Alloc(batch * 4));
+  float* top_p = static_cast<float*>(Alloc(batch * 4));
+  int32_t* top_k = static_cast<int32_t*>(Alloc(batch * 4));
+  uint64_t* seeds = static_cast<uint64_t*>(Alloc(batch * 8));
+  uint64_t* steps = static_cast<uint64_t*>(Alloc(batch * 8 * kStepSets));
+  int32_t* out = static_cast<int32_t*>(Alloc(batch * 4));
+  FillUniformF32(reinterpret_cast<float*>(seeds), batch * 2, 7, 0, 1e6f);
+  FillUniformF32(reinterpret_cast<float*>(steps), batch * 2 * kStepSets, 8, 0, 1e6f);
+  const bool after_gemm = compare && batch >= 96;
+  if (after_gemm) {
+    for (bool cublaslt : {false, true}) {
+      const double us =
+          MedianMicros([&](int) { Ok(Gemm(PredecessorGemm(cublaslt), nullptr)); }, nullptr);
+      Report(cublaslt ? "sampling_predecessor.cublaslt_gemm" : "sampling_predecessor.skinny_gemm",
+             absl::StrCat("B=", batch, ",M=", cublaslt ? 256 : 1, ",K=N=4096"), us, "us", us,
+             1e300);
+    }
+  }
+  const std::string shape = absl::StrCat("B=", batch, " V=", vocab);
+  // The literal "time to read the logits once", launch included, like the sampling rows.
+  const double once_us = ReadOnceMicros(
+      c, [&](int it) { return normal[it % copies]; }, bytes);
+  const double read_us = bytes / (c.read_tbps * 1e6);
+  Report("sampling.read_logits_once", shape, once_us, "x read", once_us / read_us, 2.0 * 1e300);
+  for (const SamplingMode& m : kSamplingModes) {
+    if (only_mode != nullptr && std::string(only_mode) != m.name) continue;
+    const std::vector<float*>& logits = m.peaked ? peaked : normal;
+    std::vector<float> t(batch, m.temperature), p(batch, m.top_p);
+    std::vector<int32_t> k(batch, m.top_k);
+    BENCH_CUDA(cudaMemcpy(temp, t.data(), batch * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(top_p, p.data(), batch * 4, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(top_k, k.data(), batch * 4, cudaMemcpyHostToDevice));
+    const SamplingArgs args{.temperature = temp,
+                            .top_k = top_k,
+                            .top_p = top_p,
+                            .seeds = seeds,
+                            .steps = steps,
+                            .out_tokens = out,
+                            .batch = batch,
+                            .vocab_size = vocab};
+    // The median of kSamplingRuns calls, each on the next logits copy and step vector, and beside
+    // it their mean, 90th percentile and max (top-p rows: the calls where a row's draw needed
+    // the exact threshold).
+    auto time = [&](const char* prefix, absl::Status (*fn)(const SamplingArgs&, cudaStream_t)) {
+      std::vector<float> runs = RunMicros(
+          [&](int it) {
+            SamplingArgs x = args;
+            x.logits = logits[it % copies];
+            x.steps = steps + (it % kStepSets) * batch;
+            Ok(fn(x, nullptr));
+          },
+          nullptr, 5, kSamplingRuns);
+      std::sort(runs.begin(), runs.end());
+      double mean = 0.0;
+      for (float us : runs) mean += us / kSamplingRuns;
+      const double us = runs[kSamplingRuns / 2];
+      const std::string name = absl::StrCat(prefix, m.name);
+      Report(name, shape, us, "x read", us / read_us, 2.0 * 1e300);
+      std::printf("sampling spread %s %s: median %.1f mean %.1f p90 %.1f max %.1f us\n",
+                  name.c_str(), shape.c_str(), us, mean, runs[kSamplingRuns * 9 / 10], runs.back());
+    };
+    time("sampling.", &Sampling);
+    if (compare && (batch == 1 || batch == 32 || batch == 256)) {
+      time("sampling_1blk.", &SamplingOneBlockPerRow);
+    }
+    // Sampling() after a GEMM (an engine's order: LM head, then sampler), to set against the
+    // GEMM alone ("sampling_predecessor.*") and Sampling() back to back.
+    if (after_gemm) {
+      time("sampling_after_skinny_gemm.", [](const SamplingArgs& a, cudaStream_t st) {
+        if (absl::Status s = Gemm(PredecessorGemm(false), st); !s.ok()) return s;
+        return Sampling(a, st);
+      });
+      time("sampling_after_cublaslt_gemm.", [](const SamplingArgs& a, cudaStream_t st) {
+        if (absl::Status s = Gemm(PredecessorGemm(true), st); !s.ok()) return s;
+        return Sampling(a, st);
+      });
+    }
+  }
+  for (float* l : normal) cudaFree(l);
+  for (float* l : peaked) cudaFree(l);
+  cudaFree(temp), cudaFree(top_p), cudaFree(top_k), cudaFree(seeds), cudaFree(steps), cudaFree(out);
+}
+
 // Sampling: the ceiling column is the time to read the logits once at the read bandwidth;
-// "x read" = time / that (target <= 2). "sampling.*" is the default dispatch (for this vocab the
-// streaming and the resident cluster kernels, each skipping the other's rows) with
-// SamplingArgs::rows_may_use_top_k set as a serving engine sets it (true only for the top-k
-// mode); "sampling_flipped_hint.*" the same rows with the other hint value: for rows without
-// top-k the streaming build with top-k code, for top-k rows the resident kernel (the dispatch
-// before top-k rows were streamed). "sampling_stream_first.*" and "sampling_rowpipe_first.*" force
-// the first kernel (the default takes the row-pipelined one from kRowPipeMinBatch rows on, from
-// kRowPipeMinBatchNoTopK without top-k rows).
-// The one-block-per-row kernel ("sampling_1blk.*", at B = 1 / 32 / 256) and, at
-// B = 256, the resident cluster kernel on every row ("sampling_resident.*") are timed in the same
-// run. Each streaming build's occupancy and resources are printed first.
-// TANDEM_BENCH_SAMPLING_BATCH=<b> times only the default dispatch at that batch, and
+// "x read" = time / that. "sampling.*" is Sampling(): at V = 152064 (Qwen) the resident cluster
+// kernel, at V = 262144 (Gemma 3) the one-block-per-row kernel; "sampling_1blk.*" is the latter
+// on the V = 152064 rows, beside the former (kernels/sampling/README.md).
+// TANDEM_BENCH_SAMPLING_BATCH=<b> times only Sampling() at that batch (V = 152064), and
 // TANDEM_BENCH_SAMPLING_MODE=<name> only that mode (greedy, temp0.7, ...; for ncu).
 void BenchSampling(const Ceilings& c) {
-  const int64_t vocab = 152064;
-  for (StreamBuild b : {StreamBuild::kWithTopK, StreamBuild::kNoTopK}) {
-    std::printf("sampling stream build %s: %s\n",
-                b == StreamBuild::kWithTopK ? "with top-k" : "no top-k",
-                SamplingStreamDescribe(b).c_str());
+  if (const char* only = std::getenv("TANDEM_BENCH_SAMPLING_BATCH"); only != nullptr) {
+    BenchSamplingShape(c, std::atoll(only), 152064, /*compare=*/false);
+    return;
   }
-  struct Mode {
-    const char* name;
-    float temperature;
-    int32_t top_k;
-    float top_p;
-    bool peaked = false;  // LLM-like logits (FillPeakedF32) instead of N(0, 3^2)
-  };
-  const Mode modes[] = {{"greedy", 0, 0, 1},
-                        {"temp0.7", 0.7f, 0, 1},
-                        {"topk50_topp0.9", 0.7f, 50, 0.9f},
-                        {"topp0.95", 1.0f, 0, 0.95f},
-                        // Session 8's band margin: ~4k candidates, 1% of rows over the cap.
-                        {"topp0.999", 1.0f, 0, 0.999f},
-                        // A nucleus of a few tokens: the row-pipelined kernel's pass 2 reads only
-                        // their entries (TopPPlanPass2); at p = 0.99 some rows need the whole row.
-                        {"topp0.95_peaked", 1.0f, 0, 0.95f, true},
-                        {"topp0.99_peaked", 1.0f, 0, 0.99f, true}};
-  const char* only_batch = std::getenv("TANDEM_BENCH_SAMPLING_BATCH");
-  const char* only_mode = std::getenv("TANDEM_BENCH_SAMPLING_MODE");
   for (int64_t batch : {1, 32, 64, 96, 128, 192, 256}) {
-    if (only_batch != nullptr && std::atoll(only_batch) != batch) continue;
-    const size_t bytes = batch * vocab * 4;
-    const int copies = RotationCopies(bytes);
-    std::vector<float*> normal(copies), peaked(copies);
-    for (int i = 0; i < copies; ++i) {
-      normal[i] = static_cast<float*>(Alloc(bytes));
-      FillNormalF32(normal[i], batch * vocab, 100 + i, 3.0f);
-      peaked[i] = static_cast<float*>(Alloc(bytes));
-      FillPeakedF32(peaked[i], batch, vocab, 200 + i);
-    }
-    float* temp = static_cast<float*>(Alloc(batch * 4));
-    float* top_p = static_cast<float*>(Alloc(batch * 4));
-    int32_t* top_k = static_cast<int32_t*>(Alloc(batch * 4));
-    uint64_t* seeds = static_cast<uint64_t*>(Alloc(batch * 8));
-    // Each timed call takes the next of kStepSets step vectors, as an engine's steps advance
-    // with every token: top-p rows' work depends on where their draws land (sampling.h, step 5).
-    constexpr int kStepSets = 128;
-    uint64_t* steps = static_cast<uint64_t*>(Alloc(batch * 8 * kStepSets));
-    int32_t* out = static_cast<int32_t*>(Alloc(batch * 4));
-    FillUniformF32(reinterpret_cast<float*>(seeds), batch * 2, 7, 0, 1e6f);
-    FillUniformF32(reinterpret_cast<float*>(steps), batch * 2 * kStepSets, 8, 0, 1e6f);
-    if (batch >= kRowPipeMinBatch && only_batch == nullptr) {
-      for (bool cublaslt : {false, true}) {
-        const double us =
-            MedianMicros([&](int) { Ok(Gemm(PredecessorGemm(cublaslt), nullptr)); }, nullptr);
-        Report(cublaslt ? "sampling_predecessor.cublaslt_gemm" : "sampling_predecessor.skinny_gemm",
-               absl::StrCat("B=", batch, ",M=", cublaslt ? 256 : 1, ",K=N=4096"), us, "us", us,
-               1e300);
-      }
-    }
-    // The literal "time to read the logits once", launch included, like the sampling rows.
-    const double once_us = ReadOnceMicros(
-        c, [&](int it) { return normal[it % copies]; }, bytes);
-    Report("sampling.read_logits_once", absl::StrCat("B=", batch, " V=", vocab), once_us, "x read",
-           once_us / (bytes / (c.read_tbps * 1e6)), 2.0 * 1e300);
-    for (const Mode& m : modes) {
-      if (only_mode != nullptr && std::string(only_mode) != m.name) continue;
-      const std::vector<float*>& logits = m.peaked ? peaked : normal;
-      std::vector<float> t(batch, m.temperature), p(batch, m.top_p);
-      std::vector<int32_t> k(batch, m.top_k);
-      BENCH_CUDA(cudaMemcpy(temp, t.data(), batch * 4, cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(top_p, p.data(), batch * 4, cudaMemcpyHostToDevice));
-      BENCH_CUDA(cudaMemcpy(top_k, k.data(), batch * 4, cudaMemcpyHostToDevice));
-      SamplingArgs args{.temperature = temp,
-                        .top_k = top_k,
-                        .top_p = top_p,
-                        .seeds = seeds,
-                        .steps = steps,
-                        .out_tokens = out,
-                        .batch = batch,
-                        .vocab_size = vocab,
-                        .rows_may_use_top_k = m.top_k > 0};
-      const double read_us = bytes / (c.read_tbps * 1e6);
-      // The median of kSamplingRuns calls, each on the next logits copy and step vector, and
-      // beside it their mean, 90th percentile and max (top-p rows: the calls where a row's draw
-      // needed the exact threshold).
-      constexpr int kSamplingRuns = 100;
-      auto time = [&](const char* prefix, absl::Status (*fn)(const SamplingArgs&, cudaStream_t)) {
-        std::vector<float> runs = RunMicros(
-            [&](int it) {
-              SamplingArgs x = args;
-              x.logits = logits[it % copies];
-              x.steps = steps + (it % kStepSets) * batch;
-              Ok(fn(x, nullptr));
-            },
-            nullptr, 5, kSamplingRuns);
-        std::sort(runs.begin(), runs.end());
-        double mean = 0.0;
-        for (float us : runs) mean += us / kSamplingRuns;
-        const double us = runs[kSamplingRuns / 2];
-        const std::string name = absl::StrCat(prefix, m.name);
-        Report(name, absl::StrCat("B=", batch, " V=", vocab), us, "x read", us / read_us,
-               2.0 * 1e300);
-        std::printf("sampling spread %s B=%lld: median %.1f mean %.1f p90 %.1f max %.1f us\n",
-                    name.c_str(), static_cast<long long>(batch), us, mean,
-                    runs[kSamplingRuns * 9 / 10], runs.back());
-      };
-      time("sampling.", &Sampling);
-      if (only_batch == nullptr) {
-        time("sampling_stream_first.", [](const SamplingArgs& a, cudaStream_t st) {
-          return SamplingWithFirstKernel(a, FirstKernel::kStream, st);
-        });
-        time("sampling_rowpipe_first.", [](const SamplingArgs& a, cudaStream_t st) {
-          return SamplingWithFirstKernel(a, FirstKernel::kRowPipe, st);
-        });
-        // The row-pipelined kernel without the resident kernel after it (every mode here is
-        // one it samples itself; at N(0, 3^2) no row falls back): what the second launch costs.
-        time("sampling_rowpipe_alone.", [](const SamplingArgs& a, cudaStream_t st) {
-          return SamplingRowPipeLaunch(a, a.rows_may_use_top_k, st);
-        });
-        // Diagnostic (session 10): the row-pipelined kernel, then an unrelated small kernel (the
-        // one-block-per-row kernel on one greedy row of 4 logits, which reads nothing of it),
-        // against "alone": what a kernel between two samplers costs them. Its temperature and
-        // top-p rows lose more than the other kernel's own time after this kernel, not after
-        // itself, the resident kernel or a GEMM (kernels/sampling/WORKLOG.md, runs U5-U9).
-        if (batch >= kRowPipeMinBatch) {
-          time("sampling_rowpipe_then_other.", [](const SamplingArgs& a, cudaStream_t st) {
-            if (absl::Status s = SamplingRowPipeLaunch(a, a.rows_may_use_top_k, st); !s.ok()) {
-              return s;
-            }
-            return SamplingOneBlockPerRow(TinyGreedyRow(), st);
-          });
-        }
-        // The default dispatch after a GEMM (an engine's order: LM head, then sampler), to set
-        // against the GEMM alone ("sampling_predecessor.*", timed once per batch below) and
-        // the dispatch back to back.
-        if (batch >= kRowPipeMinBatch) {
-          time("sampling_after_skinny_gemm.", [](const SamplingArgs& a, cudaStream_t st) {
-            if (absl::Status s = Gemm(PredecessorGemm(false), st); !s.ok()) return s;
-            return Sampling(a, st);
-          });
-          time("sampling_after_cublaslt_gemm.", [](const SamplingArgs& a, cudaStream_t st) {
-            if (absl::Status s = Gemm(PredecessorGemm(true), st); !s.ok()) return s;
-            return Sampling(a, st);
-          });
-        }
-        // How many rows it leaves to the resident kernel (tokens outside the vocabulary: its
-        // fallback marker), over every input copy: those rows pay the resident kernel's time.
-        int64_t left = 0;
-        std::vector<int32_t> tokens(batch);
-        for (int i = 0; i < copies; ++i) {
-          SamplingArgs x = args;
-          x.logits = logits[i];
-          Ok(SamplingRowPipeLaunch(x, x.rows_may_use_top_k, nullptr));
-          BENCH_CUDA(cudaMemcpy(tokens.data(), out, batch * 4, cudaMemcpyDeviceToHost));
-          for (int32_t t : tokens) left += t < 0 || t >= vocab;
-        }
-        std::printf(
-            "sampling_rowpipe_alone.%s B=%lld: %lld of %lld rows left to the resident "
-            "kernel\n",
-            m.name, static_cast<long long>(batch), static_cast<long long>(left),
-            static_cast<long long>(batch * copies));
-      }
-      if (only_batch == nullptr) {
-        args.rows_may_use_top_k = !args.rows_may_use_top_k;
-        time("sampling_flipped_hint.", &Sampling);
-        args.rows_may_use_top_k = !args.rows_may_use_top_k;
-      }
-      if (only_batch == nullptr && (batch < 64 || batch == 256)) {
-        time("sampling_1blk.", &SamplingOneBlockPerRow);
-      }
-      if (batch == 256 && only_batch == nullptr) time("sampling_resident.", &SamplingCluster);
-    }
-    for (float* l : normal) cudaFree(l);
-    for (float* l : peaked) cudaFree(l);
-    cudaFree(temp), cudaFree(top_p), cudaFree(top_k), cudaFree(seeds), cudaFree(steps),
-        cudaFree(out);
+    BenchSamplingShape(c, batch, 152064, /*compare=*/true);
   }
+  for (int64_t batch : {1, 32, 256}) BenchSamplingShape(c, batch, 262144, /*compare=*/false);
 }
 
 }  // namespace

@@ -9,10 +9,7 @@
 // changes nothing for dependents launched without the attribute; it only lets a PDL dependent start
 // its independent prologue sooner. Kernels that sit in front of a decode GEMM (RMSNorm,
 // SiLU-and-mul) or of the decode attention (RopeKvStore; PagedAttentionArgs::overlap_launch) call
-// it at their start, and so does the decode attention (before the o_proj GEMM). The first
-// sampling kernels (streaming, row-pipelined) call it at their end instead, once each CTA has
-// sampled its rows: the resident sampling kernel launched behind them would otherwise wait beside
-// them for their whole run (kernels/sampling/WORKLOG.md, session 10).
+// it at their start, and so does the decode attention (before the o_proj GEMM).
 #pragma once
 
 #include <cuda_runtime.h>

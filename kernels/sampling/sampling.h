@@ -2,7 +2,7 @@
 // top-k, then top-p (nucleus) filtering, drawing with a per-row counter-based random number so a
 // (seed, step) pair always gives the same token, whatever the batch around it.
 //
-// Semantics per row (the CPU reference defines them; the CUDA kernel follows):
+// Semantics per row (the CPU reference defines them; the CUDA kernels follow):
 //   1. temperature <= 0: argmax, lowest token id on ties (no random draw).
 //   2. top-k: keep the tokens whose logit >= the k-th largest logit (ties at the boundary are kept,
 //      as Hugging Face's TopKLogitsWarper does). Temperature does not change this set.
@@ -18,9 +18,9 @@
 //      u_a = SamplingUniform(seed, step, a); the first one that top-p keeps is the sample. Only
 //      when all of them fall outside the nucleus, step 5 over the nucleus with u_32. Conditioned
 //      on landing in the nucleus a draw from the whole distribution is a draw from the nucleus,
-//      so the distribution is HF's; the point is speed: a draw that lands well inside or
-//      outside the nucleus needs only the histogram of the row's first read, not the exact
-//      threshold from a second (kernels/sampling/README.md). Expected attempts: at most 1 / top_p.
+//      so the distribution is HF's; the point is speed: a draw that lands above or below the
+//      threshold's histogram bin needs neither the exact threshold nor its select
+//      (kernels/sampling/README.md). Expected attempts: at most 1 / top_p.
 #pragma once
 
 #include <cstdint>
@@ -40,15 +40,6 @@ struct SamplingArgs {
   int32_t* out_tokens = nullptr;       // [batch]
   int64_t batch = 0;
   int64_t vocab_size = 0;
-  // Host-side hint from the caller, who knows its requests' parameters: false promises that no
-  // row has top-k (0 < top_k < vocab_size). Below 96 rows Sampling() then streams greedy and
-  // temperature rows with a build of the streaming kernel that has no top-k code (fewer
-  // registers, no spills, 4 KB of shared memory instead of 40: ~3 us less at batch 256) and
-  // leaves every row with top-k or top-p to the resident kernel; from 96 rows on the
-  // row-pipelined kernel (sampling_variants.h) takes greedy, temperature and top-p-only rows
-  // either way, and top-k rows only when the hint is true. Only speed depends on it: a row with
-  // top-k under a false hint is still sampled exactly, by the resident kernel.
-  bool rows_may_use_top_k = true;
 };
 
 // The uniform draw in [0, 1) for (seed, step) and attempt (step 5 above): shared by the CPU
@@ -56,6 +47,7 @@ struct SamplingArgs {
 double SamplingUniform(uint64_t seed, uint64_t step, uint32_t attempt = 0);
 
 void SamplingRef(const SamplingArgs& args);
+// The CUDA sampler, one launch on `stream` (vocab_size <= 262144; kernels/sampling/README.md).
 absl::Status Sampling(const SamplingArgs& args, cudaStream_t stream);
 
 }  // namespace tandem

@@ -1,20 +1,23 @@
 // Resident cluster sampling kernel: each row is read from HBM once, by a cluster of kCluster CTAs
 // that keep it in their shared memory (a slice of <= kSliceCap logits each); every later pass runs
 // over shared memory, and the CTAs exchange small results through distributed shared memory.
-// Semantics exactly those of sampling.h (and of the one-block-per-row kernel in sampling.cu).
-// Persistent: a grid of at most as many clusters as fit the GPU loops over the rows (so a launch
-// that finds no row for it costs little). Per row, cluster barriers (|) between the phases;
-// "push" = stores into peers' shared memory:
+// Semantics exactly those of sampling.h (and of the one-block-per-row kernel,
+// sampling_one_block.cu). Persistent: a grid of at most as many clusters as fit the GPU at once
+// loops over the rows. Per row, cluster barriers (|) between the phases; "push" = stores into
+// peers' shared memory:
 //   load slice + argmax, push (max, id) to all | greedy: done.
 //   top-k / top-p only:
 //     histogram of the distance from the max (bins of 1/32 of a temperature unit): counts with
 //     top-k, exact fixed-point masses for top-p-only rows, in each CTA | with top-k rank 0 pulls
 //     them all, brackets the thresholds to a bin range [b_lo, b_hi] (exact: bins below are surely
 //     kept), pushes it; top-p only: each CTA merges a range of bins, and then every CTA finds the
-//     top-p bin itself (sampling_cluster_topp.cuh) | every CTA pushes its logits in that range to
-//     rank 0 (candidates) | rank 0 runs the exact selects (top-p only: sub-bin masses and a
-//     block scan; else, or for many ties there, radix selects, one warp when few; over the whole
-//     row in DSMEM if they overflow), pushes tau |
+//     top-p bin itself (sampling_cluster_topp.cuh) |
+//     top-p only: the draws by rejection (sampling.h, step 5) over every logit's mass; a draw
+//     above the top-p bin is the token, one below it is dropped, and only a draw in that bin
+//     needs what follows (TopPAttempt) |
+//     every CTA pushes its logits in that range to rank 0 (candidates) | rank 0 runs the exact
+//     selects (top-p only: sub-bin masses and a block scan; else, or for many ties there, radix
+//     selects, one warp when few; over the whole row in DSMEM if they overflow), pushes tau |
 //   kept mass (key >= tau) per (tile, warp) entry, push the CTA's total to all | the CTA holding
 //   u * (total) finds the entry and draws inside it (one warp).
 // Shared memory read by peers is never rewritten before a barrier that the readers pass after
@@ -26,7 +29,6 @@
 #include "absl/status/statusor.h"
 #include "base/cuda_check.h"
 #include "kernels/common/launch_config.cuh"
-#include "kernels/common/pdl.cuh"
 #include "kernels/sampling/sampling.h"
 #include "kernels/sampling/sampling_cluster.cuh"
 #include "kernels/sampling/sampling_cluster_draw.cuh"
@@ -289,40 +291,20 @@ __device__ void SampleRow(ClusterShared& s, const SamplingArgs& args, int64_t r,
   if (threadIdx.x == 0) args.out_tokens[r] = token >= 0 ? token : best.id;
 }
 
-// Cluster c takes rows c, c + clusters, ... of the set `rows` (a ClusterRows).
+// Persistent: cluster c takes rows c, c + clusters, ...
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
-    SamplingClusterKernel(const __grid_constant__ SamplingArgs args, bool vec_ok, int slice_len,
-                          ClusterRows rows) {
+    SamplingClusterKernel(const __grid_constant__ SamplingArgs args, bool vec_ok, int slice_len) {
   extern __shared__ __align__(16) unsigned char smem[];
   ClusterShared& s = *reinterpret_cast<ClusterShared*>(smem);
   // Peers may push only once every CTA of the cluster runs: arrive now, wait before a first push.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-  // Launched behind the first kernel with programmatic dependent launch (rows other than kAll):
-  // its tokens (kFallbackToken marks) are read only after that kernel has finished and flushed.
-  if (rows != ClusterRows::kAll) cudaGridDependencySynchronize();  // griddepcontrol.wait
   int parity = 0;
-  ForEachRow<kThreads>(
-      s.row_flags, blockIdx.x / kCluster, gridDim.x / kCluster, args.batch,
-      [&](int64_t r) {
-        if (rows == ClusterRows::kAll) return true;
-        const RowParams p = RowParams::Load(args, r);
-        const int32_t token = args.out_tokens[r];  // loaded beside p, used for the left rows
-        if (!p.Filtered(args.vocab_size)) return false;
-        // Rows the first kernel took: sampled there unless it marked them kFallbackToken.
-        const bool took_top_k =
-            (rows == ClusterRows::kLeftByStream || rows == ClusterRows::kLeftByRowPipe) &&
-            p.StreamsTopK(args.vocab_size);
-        const bool took_top_p =
-            (rows == ClusterRows::kLeftByRowPipe || rows == ClusterRows::kLeftByRowPipeNoTopK) &&
-            p.TopPOnly(args.vocab_size);
-        return !(took_top_k || took_top_p) || token == kFallbackToken;
-      },
-      [&](int64_t r) {
-        SampleRow(s, args, r, parity, vec_ok, slice_len);
-        parity ^= 1;
-        __syncthreads();
-      });
+  for (int64_t r = blockIdx.x / kCluster; r < args.batch; r += gridDim.x / kCluster) {
+    SampleRow(s, args, r, parity, vec_ok, slice_len);
+    parity ^= 1;
+    __syncthreads();
+  }
 }
 
 }  // namespace
@@ -352,8 +334,7 @@ absl::StatusOr<int> ConfigureClusterKernel() {
 
 }  // namespace
 
-absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows,
-                                   cudaStream_t stream) {
+absl::Status SamplingCluster(const SamplingArgs& args, cudaStream_t stream) {
   if (args.batch < 0 || args.vocab_size <= 0 || !SamplingClusterSupports(args.vocab_size)) {
     return absl::InvalidArgumentError("SamplingCluster: needs batch >= 0, 0 < vocab <= 155648");
   }
@@ -364,21 +345,10 @@ absl::Status SamplingClusterLaunch(const SamplingArgs& args, ClusterRows rows,
       args.vocab_size % 4 == 0 && (reinterpret_cast<uintptr_t>(args.logits) & 15u) == 0;
   const int slice_len = static_cast<int>((args.vocab_size + 4 * kCluster - 1) / (4 * kCluster) * 4);
   const int64_t clusters = std::min<int64_t>(args.batch, *max_clusters);
-  // Behind a first kernel (every set but kAll), which allows its dependents once each CTA has
-  // sampled its rows (kernels/common/pdl.cuh): programmatic dependent launch, so that this launch
-  // and the clusters' start overlap that kernel's end; the kernel waits for it before it reads a
-  // token. 1-3 us less per call at every batch (WORKLOG.md, session 10). A trigger at the first
-  // kernel's start was slower: the clusters, resident beside its CTAs while they wait, cost its
-  // top-p rows up to 40% (B = 96) and its other rows 0.5-1 us.
-  CUDA_RETURN_IF_ERROR(
-      LaunchMaybePdl(SamplingClusterKernel, dim3(static_cast<unsigned>(clusters * kCluster)),
-                     dim3(kThreads), sizeof(ClusterShared), stream,
-                     /*pdl=*/rows != ClusterRows::kAll, args, vec_ok, slice_len, rows));
+  SamplingClusterKernel<<<static_cast<unsigned>(clusters * kCluster), kThreads,
+                          sizeof(ClusterShared), stream>>>(args, vec_ok, slice_len);
+  CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
-}
-
-absl::Status SamplingCluster(const SamplingArgs& args, cudaStream_t stream) {
-  return SamplingClusterLaunch(args, ClusterRows::kAll, stream);
 }
 
 }  // namespace tandem

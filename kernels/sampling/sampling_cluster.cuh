@@ -1,12 +1,12 @@
-// Internals of the cluster sampling kernel (sampling_cluster.cu): constants, the shared-memory
-// layout, the per-CTA view of a row slice, and the exact selects that rank 0 of a cluster runs over
-// the candidates (or, when they do not fit, over the whole row in distributed shared memory).
+// Internals of the resident cluster sampling kernel (sampling_cluster.cu): constants, the
+// shared-memory layout, the slices of a row, the draw's owner, and the views the exact selects
+// (sampling_cluster_select.cuh) run over: rank 0's candidates, or, when they do not fit, the whole
+// row in distributed shared memory.
 #pragma once
 
 #include <cooperative_groups.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/sampling/block_reduce.cuh"
 #include "kernels/sampling/sampling.h"
@@ -72,11 +72,10 @@ struct ClusterShared {
   ArgMaxPair peer_best[2][kCluster];  // pushed by each CTA: its (max, id); by row parity
   uint64_t scratch[kWarps];
   ArgMaxPair argmax_scratch[kWarps];
-  int row_flags[kThreads];  // ForEachRow
-  uint32_t cand_count;      // rank 0: candidates pushed (may exceed kCandCap)
-  int b_lo, b_hi;           // pushed by rank 0: candidate bins
-  uint32_t tau;             // pushed by rank 0: kept <=> KeyOf(x) >= tau
-  int direct;               // pushed by rank 0: it draws the row from the candidates itself
+  uint32_t cand_count;  // rank 0: candidates pushed (may exceed kCandCap)
+  int b_lo, b_hi;       // pushed by rank 0: candidate bins
+  uint32_t tau;         // pushed by rank 0: kept <=> KeyOf(x) >= tau
+  int direct;           // pushed by rank 0: it draws the row from the candidates itself
   // Rank 0 only.
   uint64_t cnt_sure, mass_sure, z;  // elements / mass in bins < b_lo; the row's mass (top-p)
   int bk;                           // the top-k bin
@@ -93,73 +92,10 @@ __device__ __forceinline__ T* Peer(T* p, int rank) {
   return cg::this_cluster().map_shared_rank(p, rank);
 }
 
-// Persistent grids: calls f(r) for the rows r = first, first + stride, ... below batch for which
-// keep(r) is non-zero, in order (the row parameters are read kThreads rows at a time, in
-// parallel); f(r, keep(r)) if f takes the value too (a row kind). Every thread of the CTA calls
-// it; f must end with a block barrier.
-template <int kThreads, typename Keep, typename F>
-__device__ void ForEachRow(int* flags, int64_t first, int64_t stride, int64_t batch, Keep&& keep,
-                           F&& f) {
-  for (int64_t r0 = first; r0 < batch; r0 += stride * kThreads) {
-    const int64_t mine = r0 + threadIdx.x * stride;
-    flags[threadIdx.x] = mine < batch ? static_cast<int>(keep(mine)) : 0;
-    __syncthreads();
-    for (int i = 0; i < kThreads && r0 + i * stride < batch; ++i) {
-      if (const int flag = flags[i]; flag != 0) {
-        if constexpr (std::is_invocable_v<F, int64_t, int>) {
-          f(r0 + i * stride, flag);
-        } else {
-          f(r0 + i * stride);
-        }
-      }
-    }
-    __syncthreads();
-  }
-}
-
 // Logits in the slice of CTA `rank` (slices of slice_len, the last one shorter or empty).
 __host__ __device__ inline int SliceLength(int slice_len, int64_t vocab, int rank) {
   const int64_t rest = vocab - int64_t{rank} * slice_len;
   return rest <= 0 ? 0 : (rest < slice_len ? static_cast<int>(rest) : slice_len);
-}
-
-// Top-k rows (temperature > 0, 0 < k < vocab, k <= kStreamTopKMax, any top-p) that the streaming
-// kernel samples in its single pass when Sampling() runs it with top-k (sampling_stream_topk.cuh).
-// Such a row whose candidates overflow its buffers gets kFallbackToken there, and the resident
-// kernel, launched after it on the same stream, samples it (ClusterRows::kLeftByStream).
-constexpr int kStreamTopKMax = 128;
-constexpr int32_t kFallbackToken = -2;
-
-// A row's sampling parameters, loaded together: three independent loads, where deciding the row's
-// kind test by test would chain them (greedy? then top-k? then top-p?), each waiting ~1 us for
-// the last. Every kernel's row scan (which rows are mine) starts with it (WORKLOG.md, session 10).
-struct RowParams {
-  float temperature;
-  int32_t top_k;
-  float top_p;
-  __device__ __forceinline__ static RowParams Load(const SamplingArgs& a, int64_t r) {
-    return RowParams{a.temperature[r], a.top_k[r], a.top_p[r]};
-  }
-  __device__ __forceinline__ bool Greedy() const { return !(temperature > 0.0f); }
-  __device__ __forceinline__ bool FiltersK(int64_t vocab) const {
-    return top_k > 0 && top_k < vocab;
-  }
-  __device__ __forceinline__ bool FiltersP() const { return top_p < 1.0f; }
-  // Top-k or top-p, sampled (not greedy).
-  __device__ __forceinline__ bool Filtered(int64_t vocab) const {
-    return !Greedy() && (FiltersK(vocab) || FiltersP());
-  }
-  __device__ __forceinline__ bool StreamsTopK(int64_t vocab) const {
-    return !Greedy() && FiltersK(vocab) && top_k <= kStreamTopKMax;
-  }
-  // Top-p rows without top-k, which the row-pipelined kernel samples in two passes
-  // (sampling_rowpipe.cu; kFallbackToken there too when its bracket fails).
-  __device__ __forceinline__ bool TopPOnly(int64_t vocab) const {
-    return !Greedy() && !FiltersK(vocab) && FiltersP();
-  }
-};
-__device__ __forceinline__ bool StreamsTopK(const SamplingArgs& args, int64_t r) {
-  return RowParams::Load(args, r).StreamsTopK(args.vocab_size);
 }
 
 // After the cluster barrier that published every CTA's mass (peer_total[i] of CTA i, in id

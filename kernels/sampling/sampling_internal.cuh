@@ -1,6 +1,7 @@
-// Internals of the one-block-per-row sampling kernel (sampling.cu): shared-memory layout, the row
-// and candidate views, and the exact radix selects; RowMath, KeyOf and the fixed-point constants
-// are shared with the cluster kernels (sampling_cluster.cuh).
+// Internals of the one-block-per-row sampling kernel (sampling_one_block.cu): shared-memory layout,
+// the row and candidate views, and the exact radix selects; RowMath, KeyOf, the split 64-bit
+// atomics and the bin and fixed-point constants are shared with the resident cluster kernel
+// (sampling_cluster.cuh).
 #pragma once
 
 #include <cstdint>
@@ -62,19 +63,8 @@ __device__ __forceinline__ uint32_t KeyOf(float x) {
   const uint32_t u = __float_as_uint(x);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
-__device__ __forceinline__ float KeyToFloat(uint32_t key) {  // inverse of KeyOf
-  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
 
-// 2^x in one MUFU.EX2 (flushes results below 2^-126 to 0): for the streaming kernels' entry sums,
-// which only pick the entry; the draw inside it uses the exact weights of sampling.h.
-__device__ __forceinline__ float FastExp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// The weights and bins of one row (every sampling kernel; the same arithmetic in every CTA of a
+// The weights and bins of one row (both sampling kernels; the same arithmetic in every CTA of a
 // cluster).
 struct RowMath {
   float max_logit;

@@ -1,9 +1,8 @@
-// CUDA Sampling against SamplingRef, for each kernel (the default dispatch with either value of
-// the top-k hint, the dispatch with its first kernel forced to the streaming or the row-pipelined
-// kernel at every batch size, the one-block-per-row kernel, and the cluster kernel on every row):
-// greedy rows must match exactly; sampled rows must match except at rounding boundaries
-// (fixed-point weights on the GPU, float/double on the CPU), which the test bounds to 1% of rows,
-// and every GPU token must lie in the row's top-k set.
+// CUDA Sampling against SamplingRef, for each kernel: Sampling() (the resident cluster kernel up to
+// a vocabulary of 155648, the one-block-per-row kernel above) and the one-block-per-row kernel on
+// every vocabulary. Greedy rows must match exactly; sampled rows must match except at rounding
+// boundaries (fixed-point weights on the GPU, float/double on the CPU), which the tests bound to
+// 1-2% of rows, and every GPU token must lie in the row's top-k set.
 #include "kernels/sampling/sampling.h"
 
 #include <algorithm>
@@ -27,39 +26,8 @@ struct Variant {
   SampleFn fn;
   int64_t max_vocab;
 };
-// Sampling() with the caller's hint that no row uses top-k (SamplingArgs::rows_may_use_top_k):
-// the streaming kernel's build without top-k code, every row with top-k or top-p resident. The
-// tests give it rows with top-k too: the hint may only change the speed, never the token.
-absl::Status SamplingNoTopKHint(const SamplingArgs& args, cudaStream_t stream) {
-  SamplingArgs hinted = args;
-  hinted.rows_may_use_top_k = false;
-  return Sampling(hinted, stream);
-}
-
-// Sampling() with its first kernel forced, whatever the batch size (the default switches at
-// kRowPipeMinBatch rows, kRowPipeMinBatchNoTopK without top-k rows): the streaming cluster kernel,
-// or the row-pipelined one (where it supports the logits: vocab % 4 == 0; the streaming kernel
-// otherwise).
-absl::Status SamplingStreamFirst(const SamplingArgs& args, cudaStream_t stream) {
-  return SamplingWithFirstKernel(args, FirstKernel::kStream, stream);
-}
-absl::Status SamplingRowPipeFirst(const SamplingArgs& args, cudaStream_t stream) {
-  return SamplingWithFirstKernel(args, FirstKernel::kRowPipe, stream);
-}
-absl::Status SamplingRowPipeNoTopKHint(const SamplingArgs& args, cudaStream_t stream) {
-  SamplingArgs hinted = args;
-  hinted.rows_may_use_top_k = false;
-  return SamplingWithFirstKernel(hinted, FirstKernel::kRowPipe, stream);
-}
-
-const Variant kVariants[] = {
-    {"Sampling", &Sampling, 262144},
-    {"Sampling/no-top-k hint", &SamplingNoTopKHint, 262144},
-    {"Sampling/stream first", &SamplingStreamFirst, 262144},
-    {"Sampling/row-pipe first", &SamplingRowPipeFirst, 262144},
-    {"Sampling/row-pipe, no-top-k hint", &SamplingRowPipeNoTopKHint, 262144},
-    {"OneBlockPerRow", &SamplingOneBlockPerRow, 262144},
-    {"Cluster", &SamplingCluster, 155648}};
+const Variant kVariants[] = {{"Sampling", &Sampling, 262144},
+                             {"OneBlockPerRow", &SamplingOneBlockPerRow, 262144}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 struct Batch {
@@ -80,9 +48,8 @@ void FillNormalLogits(Batch& b, int64_t batch, int64_t vocab, float spread, std:
 }
 
 // An LLM-like row from a N(0, 3^2) one: the background scaled to N(0, 2^2), then `strong` tokens
-// at uniform positions in [lo, hi) raised by `raise` to twice that (sim/topp_nucleus_sizes.py's
-// "peaked" rows at raise = 8: at p = 0.95 the nucleus is a handful of them). The row-pipelined
-// kernel's pass 2 then reads only the entries that may hold them (TopPPlanPass2).
+// at uniform positions in [lo, hi) raised by `raise` to twice that (kb_bench's *_peaked rows at
+// raise = 8: at p = 0.95 the nucleus is a handful of them).
 void AddPeaks(float* row, int64_t vocab, uint64_t seed, int strong, int64_t lo, int64_t hi,
               float raise = 8.0f) {
   for (int64_t i = 0; i < vocab; ++i) row[i] *= 2.0f / 3.0f;
@@ -210,6 +177,21 @@ TEST(SamplingCudaTest, MatchesReferenceOnAwkwardShapes) {
   tally.ExpectWithin(0.01);
 }
 
+// Vocabularies above the resident kernel's 155648, where Sampling() runs the one-block-per-row
+// kernel: just above it, odd (scalar loads), and the largest supported (Gemma 3's 262144).
+TEST(SamplingCudaTest, LargeVocabularies) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  Tally tally;
+  uint64_t seed = 500;
+  for (int64_t batch : {1, 17, 64}) {
+    for (int64_t vocab : {155649, 200003, 262144}) {
+      std::mt19937_64 rng(seed++);
+      CheckRows(MakeBatch(batch, vocab, 3.0f, rng), batch, vocab, &tally);
+    }
+  }
+  tally.ExpectWithin(0.02);
+}
+
 TEST(SamplingCudaTest, FlatLogitsTakeTheFullRowPath) {
   TANDEM_SKIP_WITHOUT_GPU();
   // Nearly equal logits put more candidates in the boundary bins than fit on chip: the exact
@@ -280,9 +262,9 @@ TEST(SamplingCudaTest, SpecialLogits) {
   tally.ExpectWithin(0.02);
 }
 
-// A small batch through every path (greedy, temperature, top-k, top-p, both, the whole-row
-// fallback of the cluster kernel, the streaming kernel's top-k rows and its fallback to the
-// resident kernel): small enough for compute-sanitizer (gpu_run_smp2.sh).
+// A small batch through every path of the resident kernel (greedy, temperature, top-k, top-p,
+// both, the whole-row selects when the candidates overflow, rank 0's direct draw of a top-k row,
+// an LLM-like top-p row): small enough for compute-sanitizer (kernels/bench/gpu_run_all.sh).
 TEST(SamplingCudaTest, SmallBatchAllPaths) {
   TANDEM_SKIP_WITHOUT_GPU();
   Tally tally;
@@ -292,9 +274,9 @@ TEST(SamplingCudaTest, SmallBatchAllPaths) {
   b.temperature[6] = 50.0f, b.top_k[6] = 40;  // wide bins: candidates overflow
   for (int64_t i = 0; i < vocab; ++i) b.logits[7 * vocab + i] *= 0.003f;  // nearly flat
   b.temperature[7] = 1.0f, b.top_p[7] = 0.9f;
-  std::fill(&b.logits[8 * vocab], &b.logits[9 * vocab], 1.5f);  // all tied: streaming overflows
+  std::fill(&b.logits[8 * vocab], &b.logits[9 * vocab], 1.5f);  // all tied: candidates overflow
   b.top_k[8] = 50;
-  AddPeaks(&b.logits[9 * vocab], vocab, 9, 40, 0, vocab);  // LLM-like: a short pass 2
+  AddPeaks(&b.logits[9 * vocab], vocab, 9, 40, 0, vocab);  // LLM-like
   b.temperature[9] = 1.0f, b.top_k[9] = 0, b.top_p[9] = 0.95f;
   CheckRows(b, batch, vocab, &tally);
   tally.ExpectWithin(0.12);  // at most 1 of the 9 sampled rows
@@ -308,79 +290,13 @@ TEST(SamplingCudaTest, GreedyTiesAndRejectsHugeVocab) {
   for (const Variant& v : kVariants) EXPECT_EQ(RunGpu(v.fn, b, 1, 5)[0], 1) << v.name;
   SamplingArgs args{.batch = 1, .vocab_size = 300000};
   EXPECT_EQ(Sampling(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  args.vocab_size = 262145;
+  EXPECT_EQ(Sampling(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
   args.vocab_size = 155649;
   EXPECT_EQ(SamplingCluster(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
   args.batch = 0, args.vocab_size = 1000;  // empty batch: nothing to do
   for (const Variant& v : kVariants) EXPECT_TRUE(v.fn(args, nullptr).ok()) << v.name;
-}
-
-// A first kernel alone (the streaming kernel, or the row-pipelined one on the vocabularies it
-// supports), with top-k: it samples every top-k row with k <= 128 (any top-p) of N(0, 3^2) logits
-// itself (no kFallbackToken), as SamplingRef does, samples the greedy and temperature-only rows
-// and, samples_top_p (the row-pipelined kernel), the top-p-only rows, also without a fallback; it
-// leaves the others (k > 128, and top-p only for the streaming kernel) unwritten for the resident
-// kernel. Batches 1 to 256; vocabularies that are not multiples of the tile, odd (scalar loads),
-// and small (most threads without a logit).
-void CheckFirstKernelSamplesItsRows(SampleFn first_only, bool needs_vocab_multiple_of_4,
-                                    bool samples_top_p) {
-  const int32_t ks[] = {1, 2, 7, 50, 64, 100, 127, 128, 129, 0};
-  // Seven values, so that the top-p-only rows (k = 0: r + batch = 9 mod 10) meet each of them;
-  // p = 0.999 at T ~ 1 fell back to the resident kernel before session 9's band margin.
-  const float ps[] = {1.0f, 0.9f, 0.5f, 1e-6f, 0.99f, 0.999f, 0.95f};
-  int rows = 0, mismatches = 0;
-  const std::pair<int64_t, int64_t> shapes[] = {
-      {1, 152064}, {3, 1000}, {17, 151937}, {255, 50257}, {256, 152064}};
-  for (const auto& [batch, vocab] : shapes) {
-    if (needs_vocab_multiple_of_4 && vocab % 4 != 0) continue;
-    SCOPED_TRACE(::testing::Message() << "batch=" << batch << " vocab=" << vocab);
-    std::mt19937_64 rng(batch * 7 + vocab);
-    Batch b;
-    for (int64_t r = 0; r < batch; ++r) {
-      b.AddRow(r % 11 == 10 ? 0.0f : 0.3f + 0.2f * (r % 6), ks[(r + batch) % 10],
-               ps[(r + batch) % 7], rng(), r);
-    }
-    FillNormalLogits(b, batch, vocab, 3.0f, rng);
-    const std::vector<int32_t> want = RunRef(b, batch, vocab);
-    const std::vector<int32_t> got = RunGpu(first_only, b, batch, vocab);
-    for (int64_t r = 0; r < batch; ++r) {
-      const int32_t k = b.top_k[r];
-      const bool greedy = !(b.temperature[r] > 0.0f), with_k = k > 0 && k < vocab;
-      const bool top_p_only = !greedy && !with_k && b.top_p[r] < 1.0f;
-      if (!greedy && ((with_k && k <= 128) || (top_p_only && samples_top_p))) {
-        ASSERT_GE(got[r], 0) << "row " << r << " (k=" << k << " p=" << b.top_p[r]
-                             << ") not sampled by the first kernel";
-        ASSERT_LT(got[r], vocab) << "row " << r;
-        ++rows;
-        mismatches += got[r] != want[r];
-      } else if (greedy || (!with_k && !(b.top_p[r] < 1.0f))) {
-        ASSERT_GE(got[r], 0) << "row " << r;
-        if (greedy) {
-          ASSERT_EQ(got[r], want[r]) << "greedy row " << r;
-        }
-      } else {
-        ASSERT_EQ(got[r], -1) << "row " << r << " is the resident kernel's";
-      }
-    }
-  }
-  EXPECT_LE(mismatches, rows * 0.01) << mismatches << " of " << rows << " sampled rows differ";
-}
-
-TEST(SamplingCudaTest, StreamTopKSamplesItsRows) {
-  TANDEM_SKIP_WITHOUT_GPU();
-  CheckFirstKernelSamplesItsRows(
-      [](const SamplingArgs& a, cudaStream_t s) {
-        return SamplingStreamLaunch(a, /*with_top_k=*/true, s);
-      },
-      /*needs_vocab_multiple_of_4=*/false, /*samples_top_p=*/false);
-}
-
-TEST(SamplingCudaTest, RowPipeTopKAndTopPSamplesItsRows) {
-  TANDEM_SKIP_WITHOUT_GPU();
-  CheckFirstKernelSamplesItsRows(
-      [](const SamplingArgs& a, cudaStream_t s) {
-        return SamplingRowPipeLaunch(a, /*with_top_k=*/true, s);
-      },
-      /*needs_vocab_multiple_of_4=*/true, /*samples_top_p=*/true);
+  EXPECT_TRUE(SamplingCluster(args, nullptr).ok());
 }
 
 // Adversarial shapes of row r (logits initially N(0, 3^2)) for the top-k / top-p stress tests.
@@ -437,14 +353,12 @@ void ShapeRow(float* row, int64_t vocab, int64_t r, RowShape shape, float consta
   }
 }
 
-// Top-k rows that stress the streaming kernel's candidate buffers, through every variant (the
-// default dispatch falls back to the resident kernel where they overflow): ascending logits (the
-// bound comes from the first load group: the later ones overflow the candidates) and descending
-// ones, k = 1 and k at and beyond
-// kStreamTopKMax (128), thousands of ties at the k-th value (integer logits, a constant row: the
-// buffers overflow), -inf everywhere but a few logits (fewer finite logits than k), one 1e30
-// logit among -1e30 ones.
-TEST(SamplingCudaTest, StreamTopKAdversarialRows) {
+// Top-k rows that stress the candidate buffers and selects, through every variant: ascending and
+// descending logits, k = 1 and k at and beyond the resident kernel's direct draw from rank 0's
+// candidates (kDirectDrawMax, 128), thousands of ties at the k-th value (integer logits, a
+// constant row: the candidates overflow, the whole-row selects run), -inf everywhere but a few
+// logits (fewer finite logits than k), one 1e30 logit among -1e30 ones, 300 tied maxima.
+TEST(SamplingCudaTest, TopKAdversarialRows) {
   TANDEM_SKIP_WITHOUT_GPU();
   Tally tally;
   const int32_t ks[] = {1, 50, 127, 128, 129};
@@ -468,7 +382,7 @@ TEST(SamplingCudaTest, StreamTopKAdversarialRows) {
   tally.ExpectWithin(0.02);
 }
 
-// Top-p-only rows (no top-k: the resident kernel's per-range merge and pairwise select,
+// Top-p-only rows (no top-k: the resident kernel's per-range merge and sub-bin select,
 // sampling_cluster_topp.cuh) at every batch and vocabulary shape, p from 1e-6 to 0.999 and
 // temperatures 0.05 to 5 (top-p bins from a handful of candidates to thousands, so the pairwise,
 // block radix and whole-row selects all run), mixed with greedy, temperature-only and top-k rows,
@@ -506,9 +420,8 @@ TEST(SamplingCudaTest, TopPRowsAcrossShapes) {
 // descending logits, integer logits (thousands of ties at the threshold), a constant row and a
 // nearly flat one (every logit in one bin: far more candidates than the pairwise select takes, so
 // the block radix and whole-row selects run), -inf everywhere but 20 logits, one 1e30 logit among
-// -1e30 ones, 300 tied maxima, -inf over the first 60% of the row (the row-pipelined kernel's
-// histogram window starts late), LLM-like rows, plain N(0, 3^2); p from 1e-6 to 0.999. Ascending
-// rows move that window after every chunk.
+// -1e30 ones, 300 tied maxima, -inf over the first 60% of the row (no finite logit in the first
+// slices), LLM-like rows, plain N(0, 3^2); p from 1e-6 to 0.999.
 TEST(SamplingCudaTest, TopPAdversarialRows) {
   TANDEM_SKIP_WITHOUT_GPU();
   Tally tally;
@@ -540,18 +453,14 @@ TEST(SamplingCudaTest, TopPAdversarialRows) {
   tally.ExpectWithin(0.02);
 }
 
-// LLM-like top-p-only rows (AddPeaks), which the row-pipelined kernel samples with a short pass 2
-// (TopPPlanPass2, TopPGatherEntries): the strong tokens anywhere in the row, only in its last two
-// chunks (the last one in the ring already), only in its first, all in one entry, and weak (raised
-// by 2.5 to 5: more entries than the short pass takes, so it streams the row); vocabularies of one
-// chunk (pass 2 all in the ring), a few, and the largest; batches on either side of the SM count
-// (11 or 4 stages of the ring in flight) and above twice it (CTAs with several rows: the ring waits
-// at each top-p row's plan), with greedy and temperature-only rows between the top-p rows. Every
-// variant against the reference, and the row-pipelined kernel alone must sample every row itself.
+// LLM-like top-p-only rows (AddPeaks): the strong tokens anywhere in the row, only in its last
+// 8192 logits, only in its first 4096, all in one entry of 128, and weak (raised by 2.5 to 5: a
+// nucleus of thousands); vocabularies of 4096 to the largest; batches above the clusters that fit
+// at once (each cluster takes several rows), with greedy and temperature-only rows between the
+// top-p rows. Every variant against the reference.
 TEST(SamplingCudaTest, TopPPeakedRows) {
   TANDEM_SKIP_WITHOUT_GPU();
   Tally tally;
-  int rows = 0, mismatches = 0;
   const float ps[] = {0.5f, 0.9f, 0.95f, 0.99f, 0.999f, 1e-6f, 0.8f};
   const float ts[] = {0.5f, 0.7f, 1.0f, 1.5f, 0.3f};
   const std::pair<int64_t, int64_t> shapes[] = {
@@ -574,7 +483,7 @@ TEST(SamplingCudaTest, TopPPeakedRows) {
         case 1:
           AddPeaks(row, vocab, seed, 40, 0, vocab);
           break;
-        case 2:  // the last two chunks, or the first
+        case 2:  // the last 8192 logits, or the first 4096
           AddPeaks(row, vocab, seed, 40, r % 2 ? std::max<int64_t>(vocab - 8192, 0) : 0,
                    r % 2 ? vocab : std::min<int64_t>(vocab, 4096));
           break;
@@ -586,25 +495,8 @@ TEST(SamplingCudaTest, TopPPeakedRows) {
       }
     }
     CheckRows(b, batch, vocab, &tally);
-    const std::vector<int32_t> want = RunRef(b, batch, vocab);
-    const std::vector<int32_t> got =
-        RunGpu([](const SamplingArgs& a,
-                  cudaStream_t s) { return SamplingRowPipeLaunch(a, /*with_top_k=*/false, s); },
-               b, batch, vocab);
-    for (int64_t r = 0; r < batch; ++r) {
-      ASSERT_GE(got[r], 0) << "row " << r << " (p=" << b.top_p[r] << " T=" << b.temperature[r]
-                           << ") not sampled by the row-pipelined kernel";
-      ASSERT_LT(got[r], vocab) << "row " << r;
-      if (!(b.temperature[r] > 0.0f)) {
-        ASSERT_EQ(got[r], want[r]) << "greedy row " << r;
-        continue;
-      }
-      ++rows;
-      mismatches += got[r] != want[r];
-    }
   }
   tally.ExpectWithin(0.01);
-  EXPECT_LE(mismatches, rows * 0.01) << mismatches << " of " << rows << " rows differ";
 }
 
 }  // namespace
