@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine call that checks every kernel: all GPU tests (attention decode/prefill/RoPE,
-# GEMM, norms, SiLU, embedding, sampling) against the CPU references, compute-sanitizer memcheck
-# and racecheck on small attention shapes and on the small all-paths sampling batch, both
+# GEMM, norms, SiLU, embedding, sampling, logits processing, logprobs) against the CPU
+# references, compute-sanitizer memcheck and racecheck on small attention shapes, on the small
+# all-paths sampling batch and on the small logits-processing and logprobs batches, both
 # benchmarks with the ceilings measured in the same run, and the PyTorch peers; full logs under
 # $OUT, the short tables last.
 # Staged here by kernels/bench/stage_gpu.sh into .gpu-all/ (carry: [".gpu-all"]).
@@ -21,7 +22,7 @@ fail=0
 # after the tables so that they are in the tail of the output).
 note() { echo "[${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
 : >"$OUT/tests.log"
-for t in attention_gpu_test attention_prefill_gpu_test kernels_kb_gpu_test; do
+for t in attention_gpu_test attention_prefill_gpu_test kernels_kb_gpu_test logits_gpu_test; do
   echo "===== $t" >>"$OUT/tests.log"
   timeout 240 $B/$t >"$OUT/test.tmp" 2>&1
   rc=$?
@@ -44,8 +45,11 @@ for tool in memcheck racecheck; do
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/kernels_kb_gpu_test \
     --gtest_filter=SamplingCudaTest.SmallBatchAllPaths >>"$OUT/san.tmp" 2>&1
   rc3=$?
-  [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ] || [ $rc3 -ne 0 ] && fail=1
-  note "compute-sanitizer $tool exit=$rc1/$rc2/$rc3: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san.tmp" | sort | uniq -c | tr '\n' ' ')"
+  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $B/logits_gpu_test \
+    --gtest_filter='*.SmallForSanitizer' >>"$OUT/san.tmp" 2>&1
+  rc4=$?
+  [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ] || [ $rc3 -ne 0 ] || [ $rc4 -ne 0 ] && fail=1
+  note "compute-sanitizer $tool exit=$rc1/$rc2/$rc3/$rc4: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san.tmp" | sort | uniq -c | tr '\n' ' ')"
   cat "$OUT/san.tmp" >>"$OUT/sanitizer.log"
 done
 rm -f "$OUT/san.tmp"

@@ -2,7 +2,8 @@
 // Llama-3-8B: hidden 4096, intermediate 12288, vocab 152064; the sampler also at Gemma 3's
 // 262144). Prints one row per kernel and shape: median time, achieved TB/s or TFLOP/s, and the
 // fraction of the ceiling measured in the same run.
-// Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling]
+// Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling|logits]
+// (logits: LogitsProcess and Logprobs, kernels/bench/logits_bench.cc)
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/bench/bench_util.h"
+#include "kernels/bench/logits_bench.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_variants.h"
@@ -474,7 +476,7 @@ void BenchSampling(const Ceilings& c) {
 int main(int argc, char** argv) {
   using namespace tandem::bench;  // NOLINT
   if (argc > 1 && std::string(argv[1]) != "-") SetJsonOutput(argv[1]);
-  const std::string only = argc > 2 ? argv[2] : "all";  // all | gemm | elementwise | sampling
+  const std::string only = argc > 2 ? argv[2] : "all";  // all | gemm | ... | logits
   const Ceilings c = MeasureCeilings();
   std::printf("ceilings: copy %.3f TB/s, read %.3f TB/s, cuBLAS bf16 %.1f TFLOP/s\n", c.copy_tbps,
               c.read_tbps, c.bf16_gemm_tflops);
@@ -484,5 +486,6 @@ int main(int argc, char** argv) {
   if (only == "all" || only == "gemm") BenchGemm(c);
   if (only == "all" || only == "elementwise") BenchElementwise(c);
   if (only == "all" || only == "sampling") BenchSampling(c);
+  if (only == "all" || only == "logits") BenchLogits(c);
   return 0;
 }
