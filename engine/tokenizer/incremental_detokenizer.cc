@@ -4,6 +4,11 @@
 // leading space of the sequence stripped, byte-fallback and byte-level runs that complete a
 // character). Text ending in U+FFFD is an incomplete character: it is held back until a later
 // token completes it (or Flush gives up on it).
+//
+// A later token can also change text already emitted: ByteFallback turns every byte token of an
+// invalid run into U+FFFD, so "<0x40>" reads "@" alone but "\uFFFD" next to a stray "<0xD0>".
+// Emitted text cannot be taken back; the delta is then what follows as many code points as were
+// emitted (as vLLM does), never a cut inside a character: deltas are always valid UTF-8.
 #include <vector>
 
 #include "engine/tokenizer/tokenizer.h"
@@ -15,6 +20,17 @@ namespace {
 bool EndsWithReplacement(const std::string& text) {
   const std::string_view r = utf8::kReplacementChar;
   return text.size() >= r.size() && text.compare(text.size() - r.size(), r.size(), r) == 0;
+}
+
+// What `text` adds to `prefix_text`: the bytes after it when it is a prefix of `text` (the
+// usual case), else what follows its number of code points.
+std::string DeltaAfter(const std::string& text, const std::string& prefix_text) {
+  if (text.compare(0, prefix_text.size(), prefix_text) == 0) return text.substr(prefix_text.size());
+  size_t emitted = 0;
+  for (size_t pos = 0; pos < prefix_text.size(); ++emitted) utf8::Next(prefix_text, &pos);
+  size_t cut = 0;
+  for (size_t i = 0; i < emitted && cut < text.size(); ++i) utf8::Next(text, &cut);
+  return text.substr(cut);
 }
 
 }  // namespace
@@ -39,7 +55,7 @@ std::string IncrementalDetokenizer::Add(int32_t token) {
   if (text.size() <= prefix_text.size() || EndsWithReplacement(text)) return "";
   prefix_offset_ = read_offset_;
   read_offset_ = tokens_.size();
-  return text.substr(prefix_text.size());
+  return DeltaAfter(text, prefix_text);
 }
 
 std::string IncrementalDetokenizer::Flush() {
@@ -50,7 +66,7 @@ std::string IncrementalDetokenizer::Flush() {
   const std::string text = tokenizer_->Decode(window, skip_special_tokens_);
   prefix_offset_ = read_offset_ = tokens_.size();
   if (text.size() <= prefix_text.size()) return "";
-  return text.substr(prefix_text.size());
+  return DeltaAfter(text, prefix_text);
 }
 
 }  // namespace tandem

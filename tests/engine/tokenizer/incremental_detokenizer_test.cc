@@ -1,6 +1,7 @@
 // IncrementalDetokenizer: deltas hold only whole UTF-8 code points, and concatenate to
 // Decode() of the whole stream, for emoji and CJK split across byte tokens and for
 // SentencePiece's leading-space rule.
+#include <random>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,44 @@ TEST(IncrementalDetokenizerTest, IgnoresSkippedAndUnknownIds) {
     streamed += detok.Flush();
     EXPECT_EQ(streamed, (*tok)->Decode(ids, true)) << f.name;
     EXPECT_EQ(streamed, (*tok)->Decode(text_ids, true)) << f.name;
+  }
+}
+
+// Random ids (what a random-weight model emits): byte tokens in invalid runs, where a later
+// token can turn an already emitted byte token's character into U+FFFD. Deltas stay valid
+// UTF-8 whatever the stream, and equal Decode() whenever the stream never rewrote its text.
+TEST(IncrementalDetokenizerTest, RandomStreamsGiveValidUtf8) {
+  for (const auto& f : testing::AllFamilies()) {
+    auto tok = Tokenizer::Load(testing::WriteFamily(f));
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    std::mt19937 rng(7);
+    int rewritten = 0;
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<int32_t> ids(40);
+      for (int32_t& id : ids) id = static_cast<int32_t>(rng() % (*tok)->vocab_size());
+      IncrementalDetokenizer detok(tok->get(), true);
+      std::string streamed;
+      bool prefix_stable = true;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const std::string delta = detok.Add(ids[i]);
+        EXPECT_TRUE(utf8::IsValid(delta)) << f.name << " trial " << trial << " token " << i;
+        streamed += delta;
+        const std::string decoded =
+            (*tok)->Decode(std::vector<int32_t>(ids.begin(), ids.begin() + i + 1), true);
+        prefix_stable = prefix_stable && decoded.compare(0, streamed.size(), streamed) == 0;
+      }
+      streamed += detok.Flush();
+      EXPECT_TRUE(utf8::IsValid(streamed));
+      if (prefix_stable) {
+        EXPECT_EQ(streamed, (*tok)->Decode(ids, true)) << f.name << " trial " << trial;
+      } else {
+        ++rewritten;
+      }
+    }
+    // Byte-level BPE never rewrites; the byte-fallback families did here (the case this is for).
+    if (f.family == TokenizerFamily::kLlama3 || f.family == TokenizerFamily::kQwen2) {
+      EXPECT_EQ(rewritten, 0) << f.name;
+    }
   }
 }
 
