@@ -26,18 +26,22 @@ const char* FinishReasonName(FinishReason reason) {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(options.model_dir, options.backend));
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (options.load_tokenizer) {
-    ASSIGN_OR_RETURN(tokenizer, Tokenizer::Load(options.model_dir));
+  std::vector<int> eos_token_ids = model->config().eos_token_ids;
+  if (eos_token_ids.empty()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(options.model_dir));
+    if (tokenizer->eos_id().has_value()) eos_token_ids.push_back(*tokenizer->eos_id());
   }
-  return CreateWithModel(options, std::move(model), std::move(tokenizer));
+  ASSIGN_OR_RETURN(std::unique_ptr<EngineImpl> engine,
+                   EngineImpl::Create(options, std::move(model), std::move(eos_token_ids)));
+  return std::unique_ptr<Engine>(std::move(engine));
 }
 
-absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateWithModel(
-    const EngineOptions& options, std::unique_ptr<Model> model,
-    std::unique_ptr<Tokenizer> tokenizer) {
+absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateWithModel(const EngineOptions& options,
+                                                                std::unique_ptr<Model> model) {
+  if (model == nullptr) return absl::InvalidArgumentError("engine needs a model");
+  std::vector<int> eos_token_ids = model->config().eos_token_ids;
   ASSIGN_OR_RETURN(std::unique_ptr<EngineImpl> engine,
-                   EngineImpl::Create(options, std::move(model), std::move(tokenizer)));
+                   EngineImpl::Create(options, std::move(model), std::move(eos_token_ids)));
   return std::unique_ptr<Engine>(std::move(engine));
 }
 

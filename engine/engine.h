@@ -18,7 +18,6 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "kernels/common/kv_layout.h"
 
 namespace tandem {
@@ -30,8 +29,10 @@ struct SamplingParams {
   std::optional<uint64_t> seed;  // unset: derived from the request id
   int max_tokens = 16;           // new tokens to generate, >= 1
   std::vector<int32_t> stop_token_ids;
-  std::vector<std::string> stop;  // stop strings (need a tokenizer); not included in the output
   bool ignore_eos = false;
+  // No stop strings: the engine knows tokens only. Text and stop strings are applied where text
+  // is streamed (engine/tokenizer/text_stream.h), which ends the request with Abort() on a
+  // match.
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kPrefillDone, kError };
@@ -43,7 +44,7 @@ struct EngineRequest {
   std::vector<int32_t> prompt_tokens;
   SamplingParams sampling;
   // Prefill worker: stop after the first token with kPrefillDone, keeping the pages. If that
-  // token already ends the request (EOS, stop token or string, max_tokens 1) it ends with that
+  // token already ends the request (EOS, a stop token, max_tokens 1) it ends with that
   // reason instead and its pages are freed: there is nothing to transfer.
   bool prefill_only = false;
 };
@@ -51,8 +52,7 @@ struct EngineRequest {
 // What one Step() produced for one request.
 struct RequestOutput {
   std::string id;
-  std::vector<int32_t> new_tokens;  // tokens sampled this step (usually 0 or 1)
-  std::string new_text;             // detokenized delta (whole code points), if a tokenizer is set
+  std::vector<int32_t> new_tokens;                   // tokens sampled this step (usually 0 or 1)
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
   std::string error;                                 // set when finish_reason == kError
 };
@@ -66,7 +66,6 @@ struct EngineOptions {
   int max_num_seqs = 256;             // running sequences per step
   int max_num_batched_tokens = 2048;  // token budget per step (chunked prefill)
   int max_model_len = 0;              // 0: the model's max_position_embeddings
-  bool load_tokenizer = true;         // needed for stop strings and text deltas
 };
 
 // Counters and gauges a shell exports (the engine knows nothing of Prometheus).
@@ -85,13 +84,14 @@ struct EngineStats {
 
 class Engine {
  public:
-  // Loads the model (and, if options.load_tokenizer, the tokenizer) from options.model_dir.
+  // Loads the model from options.model_dir. EOS ids come from its config.json and
+  // generation_config.json; a checkpoint naming its EOS only in tokenizer_config.json gets the
+  // tokenizer's (read once here: the engine keeps no tokenizer).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
-  // Like Create, over a model (and tokenizer, may be null) the caller already has: a test's
-  // fake, or a model loaded elsewhere. options.model_dir and load_tokenizer are ignored.
-  static absl::StatusOr<std::unique_ptr<Engine>> CreateWithModel(
-      const EngineOptions& options, std::unique_ptr<Model> model,
-      std::unique_ptr<Tokenizer> tokenizer);
+  // Like Create, over a model the caller already has: a test's fake, or a model loaded
+  // elsewhere (EOS ids from its config only). options.model_dir is ignored.
+  static absl::StatusOr<std::unique_ptr<Engine>> CreateWithModel(const EngineOptions& options,
+                                                                 std::unique_ptr<Model> model);
   virtual ~Engine() = default;
 
   // Queues a request. InvalidArgument: empty prompt, bad sampling params, prompt + max_tokens
@@ -122,7 +122,6 @@ class Engine {
   virtual const KvLayout& kv_layout() const = 0;
 
   virtual const ModelConfig& model_config() const = 0;
-  virtual const Tokenizer* tokenizer() const = 0;  // null if not loaded
   virtual int max_model_len() const = 0;
   virtual EngineStats Stats() const = 0;
 };

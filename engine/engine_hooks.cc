@@ -3,7 +3,6 @@
 #include "base/check.h"
 #include "base/status_macros.h"
 #include "engine/engine_impl.h"
-#include "engine/sample/stop_checker.h"
 
 namespace tandem {
 
@@ -54,7 +53,6 @@ absl::Status EngineImpl::AddPrefilledRequest(EngineRequest request, int32_t firs
   seq->abort_requested = reserved->abort_requested;
   seq->num_computed_tokens = seq->num_prompt_tokens;
   seq->tokens.push_back(first_token);
-  seq->stop->Prime(first_token);
   counters_.num_prompt_tokens_total += seq->num_prompt_tokens;
   scheduler_.AddRunning(seq.get());
   it->second = std::move(seq);

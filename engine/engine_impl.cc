@@ -6,7 +6,6 @@
 #include "base/check.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
-#include "engine/sample/stop_checker.h"
 
 namespace tandem {
 namespace {
@@ -33,9 +32,9 @@ absl::StatusOr<int> ResolveMaxModelLen(const EngineOptions& options, const Model
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(
-    const EngineOptions& options, std::unique_ptr<Model> model,
-    std::unique_ptr<Tokenizer> tokenizer) {
+absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& options,
+                                                               std::unique_ptr<Model> model,
+                                                               std::vector<int> eos_token_ids) {
   if (model == nullptr) return absl::InvalidArgumentError("engine needs a model");
   if (options.page_size < 1 || options.max_num_seqs < 1 || options.max_num_batched_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -56,34 +55,26 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(
   LOG(INFO) << "KV cache: " << layout.num_pages << " pages of " << layout.page_size << " tokens, "
             << (layout.PoolBytes() >> 20) << " MiB";
   return std::unique_ptr<EngineImpl>(new EngineImpl(options, max_model_len, std::move(model),
-                                                    std::move(tokenizer), std::move(kv_cache)));
+                                                    std::move(eos_token_ids), std::move(kv_cache)));
 }
 
 EngineImpl::EngineImpl(const EngineOptions& options, int max_model_len,
-                       std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tokenizer,
+                       std::unique_ptr<Model> model, std::vector<int> eos_token_ids,
                        std::unique_ptr<KvCache> kv_cache)
     : options_(options),
       max_model_len_(max_model_len),
       model_(std::move(model)),
-      tokenizer_(std::move(tokenizer)),
       kv_cache_(std::move(kv_cache)),
       scheduler_(
           SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.page_size},
           &kv_cache_->allocator()),
       runner_(model_.get(), kv_cache_.get()),
-      sampler_(options.backend) {
-  eos_token_ids_ = model_->config().eos_token_ids;
-  if (eos_token_ids_.empty() && tokenizer_ != nullptr && tokenizer_->eos_id().has_value()) {
-    eos_token_ids_.push_back(*tokenizer_->eos_id());
-  }
-}
+      sampler_(options.backend),
+      stop_checker_(std::move(eos_token_ids)) {}
 
 absl::Status EngineImpl::ValidateRequestBody(const EngineRequest& request) const {
   if (request.prompt_tokens.empty()) return absl::InvalidArgumentError("empty prompt");
   RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
-  if (!request.sampling.stop.empty() && tokenizer_ == nullptr) {
-    return absl::InvalidArgumentError("stop strings need a tokenizer; the engine has none");
-  }
   const int vocab = model_->config().vocab_size;
   for (int32_t t : request.prompt_tokens) {
     if (t < 0 || t >= vocab) {
@@ -116,7 +107,6 @@ std::unique_ptr<Sequence> EngineImpl::NewSequence(EngineRequest request) {
   seq->sampling = std::move(request.sampling);
   seq->prefill_only = request.prefill_only;
   seq->seed = seq->sampling.seed.value_or(SeedFromRequestId(seq->id));
-  seq->stop = std::make_unique<StopChecker>(seq->sampling, eos_token_ids_, tokenizer_.get());
   return seq;
 }
 

@@ -1,5 +1,5 @@
-// EngineImpl: the Engine (engine/engine.h) over a Model, a KvCache, a Scheduler, a Sampler and
-// per-request StopCheckers. Single-threaded: the engine loop owns it.
+// EngineImpl: the Engine (engine/engine.h) over a Model, a KvCache, a Scheduler, a Sampler and a
+// StopChecker. Single-threaded: the engine loop owns it.
 #pragma once
 
 #include <cstdint>
@@ -12,18 +12,19 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/runner/model_runner.h"
 #include "engine/sample/sampler.h"
+#include "engine/sample/stop_checker.h"
 #include "engine/sched/scheduler.h"
 #include "engine/sched/sequence.h"
-#include "engine/tokenizer/tokenizer.h"
 
 namespace tandem {
 
 class EngineImpl : public Engine {
  public:
-  // Validates `options` against the model and allocates the KV pool.
+  // Validates `options` against the model and allocates the KV pool. A request stops at any of
+  // `eos_token_ids` (unless ignore_eos).
   static absl::StatusOr<std::unique_ptr<EngineImpl>> Create(const EngineOptions& options,
                                                             std::unique_ptr<Model> model,
-                                                            std::unique_ptr<Tokenizer> tokenizer);
+                                                            std::vector<int> eos_token_ids);
 
   absl::Status AddRequest(EngineRequest request) override;
   absl::Status Abort(const std::string& id) override;
@@ -38,13 +39,12 @@ class EngineImpl : public Engine {
   const KvLayout& kv_layout() const override { return kv_cache_->layout(); }
 
   const ModelConfig& model_config() const override { return model_->config(); }
-  const Tokenizer* tokenizer() const override { return tokenizer_.get(); }
   int max_model_len() const override { return max_model_len_; }
   EngineStats Stats() const override;
 
  private:
   EngineImpl(const EngineOptions& options, int max_model_len, std::unique_ptr<Model> model,
-             std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<KvCache> kv_cache);
+             std::vector<int> eos_token_ids, std::unique_ptr<KvCache> kv_cache);
 
   // AddRequest's checks but the duplicate id: InvalidArgument.
   absl::Status ValidateRequestBody(const EngineRequest& request) const;
@@ -64,13 +64,12 @@ class EngineImpl : public Engine {
   EngineOptions options_;
   int max_model_len_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<KvCache> kv_cache_;
   Scheduler scheduler_;
   ModelRunner runner_;
   Sampler sampler_;
+  StopChecker stop_checker_;
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
-  std::vector<int> eos_token_ids_;
   int64_t next_arrival_ = 0;
   int num_abort_requested_ = 0;
   EngineStats counters_;  // the *_total fields; gauges are computed in Stats()

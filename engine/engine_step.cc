@@ -4,7 +4,6 @@
 #include "base/check.h"
 #include "base/logging.h"
 #include "engine/engine_impl.h"
-#include "engine/sample/stop_checker.h"
 
 namespace tandem {
 
@@ -53,19 +52,16 @@ absl::StatusOr<std::vector<int32_t>> EngineImpl::Sample(
 RequestOutput EngineImpl::AppendToken(Sequence* seq, int32_t token) {
   seq->tokens.push_back(token);
   ++counters_.num_generated_tokens_total;
-  StopChecker::Result r =
-      seq->stop->Add(token, seq->num_output_tokens(), seq->num_tokens(), max_model_len_);
   RequestOutput out;
   out.id = seq->id;
   out.new_tokens.push_back(token);
-  out.new_text = std::move(r.text);
-  out.finish_reason = r.finish_reason;
-  if (r.finish_reason != FinishReason::kNone) {
+  out.finish_reason = stop_checker_.Check(seq->sampling, token, seq->num_output_tokens(),
+                                          seq->num_tokens(), max_model_len_);
+  if (out.finish_reason != FinishReason::kNone) {
     Finish(seq);
   } else if (seq->prefill_only) {
     // The prompt's KV stays in the pages for the transfer until ReleaseRequest().
     out.finish_reason = FinishReason::kPrefillDone;
-    out.new_text += seq->stop->ReleaseHeldText();
     scheduler_.Detach(seq);
     seq->status = SequenceStatus::kPrefillDone;
   }

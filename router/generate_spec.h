@@ -13,7 +13,8 @@ namespace tandem::router {
 enum class ApiKind { kCompletion, kChat, kGrpc };
 
 // Resolved sampling options (defaults applied, ranges checked). Mirrors worker.proto
-// SamplingParams and engine/engine.h SamplingParams.
+// SamplingParams and engine/engine.h SamplingParams, but for `stop` and `skip_special_tokens`:
+// the text is the router's (TextStream), the workers know tokens only.
 struct SamplingSpec {
   float temperature = 1.0f;  // [0, 2]; 0 = greedy
   float top_p = 1.0f;        // (0, 1]

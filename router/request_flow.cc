@@ -28,8 +28,7 @@ RequestFlow::RequestFlow(FlowDeps* deps, GenerateSpec spec, std::string worker_r
       worker_request_id_(std::move(worker_request_id)),
       arrival_(absl::Now()),
       sink_(std::move(sink)),
-      detokenizer_(deps->tokenizer, spec_.sampling.skip_special_tokens),
-      stop_matcher_(spec_.sampling.stop) {
+      text_(deps->tokenizer, spec_.sampling.skip_special_tokens, spec_.sampling.stop) {
   ++deps_->flow_objects;
 }
 

@@ -8,7 +8,9 @@
 // A reservation refused with RESOURCE_EXHAUSTED is retried on another decode worker (or the same
 // one after a back-off) until the retry budget runs out; a worker found unreachable before any
 // token was sent is reported to the registry and the request is routed again. Tokens are
-// detokenized here (IncrementalDetokenizer) and stop strings applied (StopMatcher). Every flow
+// detokenized here and stop strings applied (TextStream: the workers know tokens only), over the
+// whole stream, the prefill worker's first token included; a stop string ends the flow with
+// "stop" and aborts the workers still holding the request, which frees its pages. Every flow
 // ends in exactly one sink terminal call; on any ending it releases its admission slot once,
 // aborts the workers that may still hold state, and cancels its open streams.
 //
@@ -27,13 +29,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/text_stream.h"
 #include "router/admission.h"
 #include "router/generate_spec.h"
 #include "router/generation_sink.h"
 #include "router/router_metrics.h"
 #include "router/routing_policy.h"
-#include "router/stop_matcher.h"
 #include "router/timer_thread.h"
 #include "router/worker_registry.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -129,8 +130,7 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
   std::shared_ptr<grpc::ClientContext> prefill_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> decode_ctx_ ABSL_GUARDED_BY(mu_);
 
-  IncrementalDetokenizer detokenizer_ ABSL_GUARDED_BY(mu_);
-  StopMatcher stop_matcher_ ABSL_GUARDED_BY(mu_);
+  TextStream text_ ABSL_GUARDED_BY(mu_);
   int completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time admitted_at_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_at_ ABSL_GUARDED_BY(mu_);

@@ -1,4 +1,5 @@
-// RequestFlow, output side: detokenizing, stop strings, the terminal event, metrics, cleanup.
+// RequestFlow, output side: text (TextStream: detokenizing, stop strings), the terminal event,
+// metrics, cleanup.
 #include "base/logging.h"
 #include "router/request_flow.h"
 #include "router/worker_calls.h"
@@ -29,8 +30,12 @@ void ObserveIfSet(prometheus::Histogram& histogram, double seconds) {
 
 }  // namespace
 
-void RequestFlow::EmitTokens(const google::protobuf::RepeatedField<int32_t>& ids, Actions& later) {
-  if (ids.empty()) return;
+void RequestFlow::EmitTokens(const google::protobuf::RepeatedField<int32_t>& all_ids,
+                             Actions& later) {
+  if (all_ids.empty()) return;
+  // Tokens after the one that completes a stop string are past the end of the output.
+  const TextStream::Delta delta = text_.Add(absl::MakeConstSpan(all_ids.data(), all_ids.size()));
+  const absl::Span<const int32_t> ids(all_ids.data(), delta.num_tokens);
   const absl::Time now = absl::Now();
   if (completion_tokens_ == 0) {
     const double ttft = absl::ToDoubleSeconds(now - arrival_);
@@ -39,17 +44,13 @@ void RequestFlow::EmitTokens(const google::protobuf::RepeatedField<int32_t>& ids
   } else {
     // Tokens that arrive together share the gap since the previous batch.
     const double gap = absl::ToDoubleSeconds(now - last_token_at_) / ids.size();
-    for (int i = 0; i < ids.size(); ++i) deps_->metrics->itl().Observe(gap);
+    for (size_t i = 0; i < ids.size(); ++i) deps_->metrics->itl().Observe(gap);
   }
   last_token_at_ = now;
-  std::string text;
-  for (int32_t id : ids) text += detokenizer_.Add(id);
   completion_tokens_ += ids.size();
   deps_->metrics->generation_tokens().Increment(ids.size());
-  bool stopped = false;
-  std::string out = stop_matcher_.Add(text, &stopped);
-  sink_->OnOutput(std::vector<int32_t>(ids.begin(), ids.end()), out);
-  if (stopped) {
+  sink_->OnOutput(std::vector<int32_t>(ids.begin(), ids.end()), delta.text);
+  if (delta.stopped) {
     // The workers may still be generating: Finish aborts them.
     Finish(tandem::v1::FINISH_REASON_STOP, later);
   }
@@ -65,15 +66,11 @@ void RequestFlow::MergeTimings(const tandem::v1::PhaseTimings& t) {
 
 void RequestFlow::Finish(FinishReason reason, Actions& later) {
   if (phase_ == Phase::kDone) return;
-  // Text held back by the detokenizer or the stop matcher goes out now (unless it stops).
-  bool stopped = false;
-  std::string tail = stop_matcher_.Add(detokenizer_.Flush(), &stopped);
-  if (stopped) {
-    reason = tandem::v1::FINISH_REASON_STOP;
-  } else {
-    tail += stop_matcher_.Flush();
-  }
-  if (!tail.empty()) sink_->OnOutput({}, tail);
+  // Text held back (an incomplete character, a possible stop string) goes out now, unless it
+  // completes a stop string.
+  const TextStream::Delta tail = text_.Finish();
+  if (tail.stopped) reason = tandem::v1::FINISH_REASON_STOP;
+  if (!tail.text.empty()) sink_->OnOutput({}, tail.text);
   const absl::Time now = absl::Now();
   timings_.set_queue_s(absl::ToDoubleSeconds(admitted_at_ - arrival_));
   timings_.set_e2e_s(absl::ToDoubleSeconds(now - arrival_));

@@ -12,7 +12,6 @@ tandem::v1::SamplingParams ToProto(const SamplingSpec& s) {
   if (s.seed) p.set_seed(*s.seed);
   p.set_max_tokens(s.max_tokens);
   for (int32_t id : s.stop_token_ids) p.add_stop_token_ids(id);
-  for (const std::string& stop : s.stop) p.add_stop(stop);
   p.set_ignore_eos(s.ignore_eos);
   return p;
 }

@@ -10,7 +10,6 @@ SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p) {
   if (p.has_seed()) s.seed = p.seed();
   s.max_tokens = p.max_tokens();
   s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
-  s.stop.assign(p.stop().begin(), p.stop().end());
   s.ignore_eos = p.ignore_eos();
   return s;
 }

@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "worker/router_client.h"
 
 namespace tandem {
@@ -39,7 +38,7 @@ tandem::v1::RegisterRequest MakeHello(const WorkerOptions& o, const Engine& engi
   const ModelConfig& c = engine.model_config();
   auto* m = r.mutable_model();
   m->set_name(o.served_model_name);
-  m->set_vocab_size(engine.tokenizer() ? engine.tokenizer()->vocab_size() : c.vocab_size);
+  m->set_vocab_size(c.vocab_size);  // config.json's, as the router reads it
   m->set_num_layers(c.num_layers);
   m->set_num_kv_heads(c.num_kv_heads);
   m->set_head_dim(c.head_dim);

@@ -1,7 +1,9 @@
 // tandem generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
-//                 [--top-k K] [--seed S] [--chat] [--ignore-eos]
+//                 [--top-k K] [--seed S] [--chat] [--ignore-eos] [--stop STR ...]
 // The single-process example: drives the Engine directly (no RPC), streams the text to stdout
-// and prints the throughput to stderr at the end.
+// and prints the throughput to stderr at the end. The engine knows tokens only: the text and the
+// stop strings come from a TextStream here, as in the router, and a stop string aborts the
+// request in the engine.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -12,6 +14,7 @@
 #include "absl/time/time.h"
 #include "deploy/cli/commands.h"
 #include "engine/engine.h"
+#include "engine/tokenizer/text_stream.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace tandem::cli {
@@ -27,8 +30,14 @@ struct GenerateOptions {
   int64_t seed = -1;
   bool chat = false;
   bool ignore_eos = false;
+  std::vector<std::string> stop;
   int64_t kv_memory_mib = 256;
 };
+
+void Write(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
 
 // The prompt's token ids: chat-formatted with the checkpoint's template if asked.
 absl::StatusOr<std::vector<int32_t>> EncodePrompt(const GenerateOptions& opts,
@@ -52,13 +61,19 @@ int Generate(const GenerateOptions& opts) {
     std::cerr << "generate: " << engine.status() << "\n";
     return 1;
   }
-  absl::StatusOr<std::vector<int32_t>> prompt = EncodePrompt(opts, *(*engine)->tokenizer());
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(opts.model_dir);
+  if (!tokenizer.ok()) {
+    std::cerr << "generate: " << tokenizer.status() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::vector<int32_t>> prompt = EncodePrompt(opts, **tokenizer);
   if (!prompt.ok()) {
     std::cerr << "generate: " << prompt.status() << "\n";
     return 1;
   }
+  const std::string request_id = "generate";
   EngineRequest request;
-  request.id = "generate";
+  request.id = request_id;
   request.prompt_tokens = *std::move(prompt);
   request.sampling.max_tokens = opts.max_tokens;
   request.sampling.temperature = opts.temperature;
@@ -76,6 +91,7 @@ int Generate(const GenerateOptions& opts) {
   absl::Time first_token;
   int64_t num_generated = 0;
   FinishReason reason = FinishReason::kNone;
+  TextStream text(tokenizer->get(), /*skip_special_tokens=*/true, opts.stop);
   while ((*engine)->HasWork()) {
     absl::StatusOr<std::vector<RequestOutput>> outputs = (*engine)->Step();
     if (!outputs.ok()) {
@@ -83,11 +99,22 @@ int Generate(const GenerateOptions& opts) {
       return 1;
     }
     for (const RequestOutput& out : *outputs) {
+      if (text.stopped()) continue;  // the abort's kAbort
       if (num_generated == 0 && !out.new_tokens.empty()) first_token = absl::Now();
-      num_generated += static_cast<int64_t>(out.new_tokens.size());
-      std::fwrite(out.new_text.data(), 1, out.new_text.size(), stdout);
-      std::fflush(stdout);
-      if (out.finish_reason != FinishReason::kNone) reason = out.finish_reason;
+      const TextStream::Delta delta = text.Add(out.new_tokens);
+      num_generated += delta.num_tokens;
+      Write(delta.text);
+      if (delta.stopped) {
+        reason = FinishReason::kStop;
+        (void)(*engine)->Abort(request_id);  // frees its pages at the next step
+        continue;
+      }
+      if (out.finish_reason != FinishReason::kNone) {
+        reason = out.finish_reason;
+        const TextStream::Delta tail = text.Finish();
+        if (tail.stopped) reason = FinishReason::kStop;
+        Write(tail.text);
+      }
       if (out.finish_reason == FinishReason::kError) std::cerr << "\ngenerate: " << out.error;
     }
   }
@@ -117,6 +144,8 @@ std::function<int()> AddGenerateCommand(CLI::App* sub) {
   sub->add_option("--seed", opts->seed, "Sampling seed (< 0: derived from the request)");
   sub->add_flag("--chat", opts->chat, "Format the prompt with the model's chat template");
   sub->add_flag("--ignore-eos", opts->ignore_eos, "Keep generating past EOS");
+  sub->add_option("--stop", opts->stop,
+                  "Stop string (repeatable); neither it nor what follows is printed");
   sub->add_option("--kv-memory-mib", opts->kv_memory_mib, "KV cache size")->capture_default_str();
   return [opts]() { return Generate(*opts); };
 }

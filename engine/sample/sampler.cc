@@ -20,9 +20,6 @@ absl::Status ValidateSamplingParams(const SamplingParams& params) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_tokens must be >= 1, got %d", params.max_tokens));
   }
-  for (const std::string& stop : params.stop) {
-    if (stop.empty()) return absl::InvalidArgumentError("stop strings must not be empty");
-  }
   return absl::OkStatus();
 }
 

@@ -23,7 +23,7 @@ struct SampleRow {
 };
 
 // InvalidArgument naming the field: temperature < 0 or not finite, top_p outside (0, 1],
-// max_tokens < 1, a stop string that is empty.
+// max_tokens < 1.
 absl::Status ValidateSamplingParams(const SamplingParams& params);
 
 // The seed of a request without an explicit one: a stable hash of its id.

@@ -5,12 +5,10 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/sample/stop_checker.h"
 
 namespace tandem {
 
@@ -34,7 +32,6 @@ struct Sequence {
   bool prefill_only = false;
   uint64_t seed = 0;  // sampling.seed, or derived from the id
   bool abort_requested = false;
-  std::unique_ptr<StopChecker> stop;  // null when the engine has no tokenizer
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

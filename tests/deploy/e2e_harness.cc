@@ -74,6 +74,7 @@ StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args) 
   req.mutable_sampling()->set_max_tokens(args.max_tokens);
   req.mutable_sampling()->set_temperature(0.0f);
   req.mutable_sampling()->set_ignore_eos(args.ignore_eos);
+  for (const std::string& stop : args.stop) req.mutable_sampling()->add_stop(stop);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + args.deadline));
   std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader =
@@ -83,6 +84,7 @@ StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args) 
   while (reader->Read(&msg)) {
     result.num_messages++;
     result.tokens.insert(result.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
+    result.text += msg.text();
     if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
       result.finish = msg.finish_reason();
     }

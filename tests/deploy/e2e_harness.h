@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<launcher::Cluster>> TryStartCluster(
 
 struct StreamResult {
   std::vector<int32_t> tokens;
+  std::string text;
   tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
   grpc::Status status;
   int num_messages = 0;
@@ -41,6 +42,7 @@ struct GenerateArgs {
   std::vector<int32_t> prompt;
   int max_tokens = 8;
   bool ignore_eos = true;
+  std::vector<std::string> stop;  // stop strings (the reference ignores them)
   // Called after each streamed message; return false to cancel the call (client disconnect).
   std::function<bool(const StreamResult&)> on_message;
   absl::Duration deadline = absl::Seconds(60);

@@ -2,10 +2,14 @@
 // Greedy output equals the single-engine reference token for token (2P + 2D and mixed); 200
 // concurrent streams of mixed lengths all finish and leave no page or queue entry behind; a
 // client that disconnects mid-stream (or right after its first token, while its KV is in
-// flight) has its pages freed on both workers within a second.
+// flight) has its pages freed on both workers within a second; a stop string straddling the
+// prefill worker's first token and the decode worker's second cuts the text there and frees the
+// pages on both workers.
 #include <atomic>
 #include <thread>
 
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
 #include "gtest/gtest.h"
 #include "tests/deploy/e2e_harness.h"
 
@@ -127,6 +131,58 @@ groups:
   EXPECT_EQ(r.tokens.size(), 5u);
   const absl::Status shutdown = cluster->Shutdown(absl::Seconds(20));
   EXPECT_TRUE(shutdown.ok()) << shutdown;
+}
+
+// The first token comes from the prefill worker, the rest from the decode worker: a stop string
+// made of the first token's last character and the second token's first one is found across
+// that boundary, the text ends before it, and the decode worker is stopped and holds no page.
+TEST(ServingE2E, StopStringAcrossTheFirstTokenOfADisaggregatedRequest) {
+  std::unique_ptr<launcher::Cluster> cluster = StartCluster(R"(
+engine: {page_size: 16, num_pages: 512}
+groups:
+  - {role: prefill, count: 1}
+  - {role: decode, count: 1}
+)");
+  ASSERT_NE(cluster, nullptr);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(TinyModelDir());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  // A prompt whose first two tokens each have text, with no earlier occurrence of the stop.
+  GenerateArgs args;
+  args.max_tokens = 12;
+  std::string stop, want;
+  std::vector<int32_t> free_tokens;
+  for (uint32_t seed = 1; seed < 200 && stop.empty(); ++seed) {
+    args.prompt = Prompt(20, seed);
+    StreamResult free_running = Generate(cluster->router().grpc_address, args);
+    ASSERT_TRUE(free_running.status.ok()) << free_running.status.error_message();
+    ASSERT_EQ(free_running.tokens.size(), 12u);
+    const std::string first = (*tokenizer)->Decode({free_running.tokens[0]}, true);
+    const std::string two =
+        (*tokenizer)->Decode({free_running.tokens[0], free_running.tokens[1]}, true);
+    if (first.empty() || !utf8::IsValid(first) || two.size() <= first.size() ||
+        two.compare(0, first.size(), first) != 0 || !utf8::IsValid(two.substr(first.size()))) {
+      continue;
+    }
+    const std::vector<std::string_view> a = utf8::SplitChars(first);
+    const std::vector<std::string_view> b = utf8::SplitChars(two.substr(first.size()));
+    const std::string candidate = std::string(a.back()) + std::string(b.front());
+    const size_t at = free_running.text.find(candidate);
+    if (at == first.size() - a.back().size()) {
+      stop = candidate;
+      want = free_running.text.substr(0, at);
+      free_tokens = free_running.tokens;
+    }
+  }
+  ASSERT_FALSE(stop.empty()) << "no prompt gave two tokens with text";
+  args.stop = {stop};
+  StreamResult got = Generate(cluster->router().grpc_address, args);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.finish, tandem::v1::FINISH_REASON_STOP);
+  EXPECT_EQ(got.text, want) << "stop '" << stop << "'";
+  EXPECT_EQ(got.tokens, std::vector<int32_t>(free_tokens.begin(), free_tokens.begin() + 2));
+  std::string why;
+  EXPECT_TRUE(WaitForIdle(*cluster, absl::Seconds(1), &why)) << why;
+  EXPECT_TRUE(cluster->Shutdown(absl::Seconds(20)).ok());
 }
 
 }  // namespace

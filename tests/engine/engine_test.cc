@@ -1,12 +1,14 @@
 // Engine behaviour over the FakeModel (tests/engine/fake_model.h): batching invariance with
-// chunked prefill, preemption, request validation, abort and the stop conditions. Every test
-// ends with all KV pages free.
+// chunked prefill, preemption, request validation, abort, the token-level stop conditions, and
+// a stop string applied by the caller (TextStream + Abort, as the router and `tandem generate`
+// do). Every test ends with all KV pages free.
 #include "engine/engine.h"
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "engine/tokenizer/text_stream.h"
 #include "gtest/gtest.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/engine/fake_tokenizer.h"
@@ -72,7 +74,7 @@ TEST(EngineTest, BatchingInvarianceWithChunkedPrefill) {
   const std::map<std::string, Finished> alone = RunAlone(options, specs);
 
   FakeModel* model = nullptr;
-  std::unique_ptr<Engine> engine = MakeEngine(options, FakeModel::Options(), nullptr, &model);
+  std::unique_ptr<Engine> engine = MakeEngine(options, FakeModel::Options(), &model);
   for (const Spec& s : specs) {
     ASSERT_TRUE(engine->AddRequest(Request(s.id, s.prompt, s.max_tokens, s.temperature)).ok());
   }
@@ -121,9 +123,6 @@ TEST(EngineTest, RejectsBadRequests) {
   EXPECT_EQ(code(Request("oov", {1, kVocab}, 1)), kInvalid);
   EXPECT_EQ(code(Request("neg", {-1}, 1)), kInvalid);
   EXPECT_EQ(code(Request("temp", {1}, 1, -0.5f)), kInvalid);
-  EngineRequest stop = Request("stop", {1}, 1);
-  stop.sampling.stop = {"x"};  // no tokenizer to find it with
-  EXPECT_EQ(code(stop), kInvalid);
   EXPECT_FALSE(engine->HasWork());
   ASSERT_TRUE(engine->AddRequest(Request("ok", {1, 2}, 3)).ok());
   EXPECT_EQ(code(Request("ok", {1, 2}, 3)), absl::StatusCode::kAlreadyExists);
@@ -131,9 +130,8 @@ TEST(EngineTest, RejectsBadRequests) {
   ExpectIdle(*engine);
 
   options.max_model_len = 65;  // beyond the model's
-  EXPECT_EQ(
-      Engine::CreateWithModel(options, std::make_unique<FakeModel>(model), nullptr).status().code(),
-      kInvalid);
+  EXPECT_EQ(Engine::CreateWithModel(options, std::make_unique<FakeModel>(model)).status().code(),
+            kInvalid);
 }
 
 TEST(EngineTest, AbortFreesPagesAndEndsTheRequestOnce) {
@@ -170,8 +168,7 @@ class EngineStopTest : public ::testing::Test {
     FakeModel::Options model;
     model.mode = FakeModel::Mode::kCount;
     model.eos_token_ids = {kEos};
-    engine_ = MakeEngine(SmallOptions(), model,
-                         std::make_unique<FakeTokenizer>(kVocab, std::vector<int32_t>{kEos}));
+    engine_ = MakeEngine(SmallOptions(), model);
   }
   void TearDown() override { ExpectIdle(*engine_); }
 
@@ -188,30 +185,46 @@ class EngineStopTest : public ::testing::Test {
 TEST_F(EngineStopTest, MaxTokens) {
   Finished f = Generate(Request("r", {7, 0}, 4));  // continues b c d e
   EXPECT_EQ(f.tokens, (std::vector<int32_t>{1, 2, 3, 4}));
-  EXPECT_EQ(f.text, "bcde");
   EXPECT_EQ(f.reason, FinishReason::kLength);
 }
 
-TEST_F(EngineStopTest, StopString) {
-  EngineRequest r = Request("r", {0}, 20);
-  r.sampling.stop = {"zz", "efg"};
-  Finished f = Generate(std::move(r));
-  EXPECT_EQ(f.text, "bcd");
-  EXPECT_EQ(f.tokens.size(), 6u);  // b c d e f g: the last three completed the stop string
-  EXPECT_EQ(f.reason, FinishReason::kStop);
+// Stop strings are the caller's: it streams the tokens through a TextStream and aborts the
+// request when a stop string completes; the engine ends it at its next step and frees its pages.
+TEST_F(EngineStopTest, StopStringThroughTheCallersTextStream) {
+  const FakeTokenizer tokenizer(kVocab, {kEos});
+  TextStream text(&tokenizer, /*skip_special_tokens=*/true, {"zz", "efg"});
+  ASSERT_TRUE(engine_->AddRequest(Request("r", {0}, 20)).ok());
+  std::string out;
+  int streamed = 0;
+  std::map<std::string, Finished> results;
+  while (engine_->HasWork()) {
+    const std::vector<RequestOutput> outputs = *engine_->Step();
+    Collect(outputs, &results);
+    for (const RequestOutput& o : outputs) {
+      if (text.stopped()) continue;
+      TextStream::Delta d = text.Add(o.new_tokens);
+      out += d.text;
+      streamed += d.num_tokens;
+      if (d.stopped) {
+        ASSERT_TRUE(engine_->Abort("r").ok());
+      }
+    }
+  }
+  EXPECT_EQ(out, "bcd");
+  EXPECT_EQ(streamed, 6);  // b c d e f g: the last three completed the stop string
+  EXPECT_EQ(results["r"].tokens.size(), 6u);  // aborted before it sampled another
+  EXPECT_EQ(results["r"].reason, FinishReason::kAbort);
 }
 
 TEST_F(EngineStopTest, StopTokenIdAndEos) {
   EngineRequest r = Request("ids", {0}, 20);
   r.sampling.stop_token_ids = {4};
   Finished f = Generate(std::move(r));
-  EXPECT_EQ(f.tokens, (std::vector<int32_t>{1, 2, 3, 4}));
-  EXPECT_EQ(f.text, "bcd");
+  EXPECT_EQ(f.tokens, (std::vector<int32_t>{1, 2, 3, 4}));  // the stop token is returned
   EXPECT_EQ(f.reason, FinishReason::kStop);
 
   f = Generate(Request("eos", {27}, 20));  // 28 29 then EOS (30)
   EXPECT_EQ(f.tokens, (std::vector<int32_t>{28, 29, kEos}));
-  EXPECT_EQ(f.text, "cd");
   EXPECT_EQ(f.reason, FinishReason::kStop);
 }
 
@@ -220,7 +233,6 @@ TEST_F(EngineStopTest, IgnoreEos) {
   r.sampling.ignore_eos = true;
   Finished f = Generate(std::move(r));
   EXPECT_EQ(f.tokens, (std::vector<int32_t>{28, 29, kEos, 31, 32}));
-  EXPECT_EQ(f.text, "cdfg");  // the special EOS token has no text
   EXPECT_EQ(f.reason, FinishReason::kLength);
 }
 

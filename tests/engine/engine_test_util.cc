@@ -2,18 +2,16 @@
 
 #include <random>
 
-#include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 
 namespace tandem::testing {
 
 std::unique_ptr<Engine> MakeEngine(const EngineOptions& options,
-                                   const FakeModel::Options& model_options,
-                                   std::unique_ptr<Tokenizer> tokenizer, FakeModel** model) {
+                                   const FakeModel::Options& model_options, FakeModel** model) {
   auto fake = std::make_unique<FakeModel>(model_options);
   if (model != nullptr) *model = fake.get();
   absl::StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::CreateWithModel(options, std::move(fake), std::move(tokenizer));
+      Engine::CreateWithModel(options, std::move(fake));
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? *std::move(engine) : nullptr;
 }
@@ -23,7 +21,6 @@ void Collect(const std::vector<RequestOutput>& outputs, std::map<std::string, Fi
     Finished& f = (*results)[out.id];
     EXPECT_EQ(f.num_terminal_events, 0) << out.id << " produced output after finishing";
     f.tokens.insert(f.tokens.end(), out.new_tokens.begin(), out.new_tokens.end());
-    f.text += out.new_text;
     if (out.finish_reason != FinishReason::kNone) {
       f.reason = out.finish_reason;
       f.error = out.error;

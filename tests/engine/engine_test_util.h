@@ -14,7 +14,6 @@ namespace tandem::testing {
 
 struct Finished {
   std::vector<int32_t> tokens;
-  std::string text;
   FinishReason reason = FinishReason::kNone;
   std::string error;
   int num_terminal_events = 0;
@@ -23,7 +22,6 @@ struct Finished {
 // Engine over a FakeModel; *model (optional) gets the model's address for its counters.
 std::unique_ptr<Engine> MakeEngine(const EngineOptions& options,
                                    const FakeModel::Options& model_options,
-                                   std::unique_ptr<Tokenizer> tokenizer = nullptr,
                                    FakeModel** model = nullptr);
 
 // Steps until the engine has no work (at most max_steps), collecting each request's outputs.

@@ -1,6 +1,6 @@
 // FakeTokenizer: token id i decodes to one lower-case letter, 'a' + i % 26, except the ids
-// listed as special, which decode to "<s{id}>" (dropped with skip_special_tokens). Enough for
-// the engine's text streaming and stop-string logic without a tokenizer.json.
+// listed as special, which decode to "<s{id}>" (dropped with skip_special_tokens). Enough to
+// stream an engine test's output through a TextStream without a tokenizer.json.
 #pragma once
 
 #include <algorithm>

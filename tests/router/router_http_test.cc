@@ -118,6 +118,24 @@ TEST_F(RouterHttpTest, StopStringAndEos) {
   ExpectIdle();
 }
 
+// The fake prefill worker samples "h", the decode worker continues "ello...": the stop string
+// "he" spans the two. The text ends before it, the usage counts the two tokens, and the decode
+// worker is stopped at once (not after its 200 tokens).
+TEST_F(RouterHttpTest, StopStringAcrossTheFirstTokenStopsTheDecodeWorker) {
+  StartPair(/*token_delay_ms=*/20);
+  HttpResult r =
+      Post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": 200, "stop": ["he"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["choices"][0]["text"], "");
+  EXPECT_EQ(r.Json()["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r.Json()["usage"]["completion_tokens"], 2);
+  EXPECT_TRUE(RouterTestEnv::WaitFor(
+      [&] { return decode_->aborts() > 0 || decode_->cancelled_streams() > 0; }, absl::Seconds(1)));
+  EXPECT_TRUE(
+      RouterTestEnv::WaitFor([&] { return decode_->streams_open() == 0; }, absl::Seconds(1)));
+  ExpectIdle();
+}
+
 TEST_F(RouterHttpTest, EndpointsAndMetrics) {
   EXPECT_EQ(HttpCall(port(), "GET", "/health").status, 200);
   HttpResult ready = HttpCall(port(), "GET", "/ready");

@@ -1,11 +1,10 @@
-// Stop strings, routing policies, admission and the worker registry: the router's decisions,
+// Routing policies, admission and the worker registry: the router's decisions,
 // tested as values without any network.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "router/admission.h"
 #include "router/routing_policy.h"
-#include "router/stop_matcher.h"
 #include "router/worker_registry.h"
 
 namespace tandem::router {
@@ -14,41 +13,6 @@ namespace {
 using tandem::v1::WORKER_ROLE_DECODE;
 using tandem::v1::WORKER_ROLE_MIXED;
 using tandem::v1::WORKER_ROLE_PREFILL;
-
-TEST(StopMatcherTest, HoldsBackPossibleStopAndCutsBeforeIt) {
-  StopMatcher m({"STOP"});
-  bool stopped = false;
-  EXPECT_EQ(m.Add("hello S", &stopped), "hell");  // "o S" could start "STOP"
-  EXPECT_FALSE(stopped);
-  EXPECT_EQ(m.Add("T", &stopped), "o");  // " ST" is still a possible start
-  EXPECT_EQ(m.Add("OP and more", &stopped), " ");
-  EXPECT_TRUE(stopped);
-}
-
-TEST(StopMatcherTest, FlushReturnsHeldTextWhenNoStop) {
-  StopMatcher m({"xyz"});
-  bool stopped = false;
-  std::string out = m.Add("abcx", &stopped);
-  out += m.Add("y", &stopped);
-  EXPECT_FALSE(stopped);
-  out += m.Flush();
-  EXPECT_EQ(out, "abcxy");
-}
-
-TEST(StopMatcherTest, NeverSplitsACodePoint) {
-  StopMatcher m({"ab"});
-  bool stopped = false;
-  const std::string out = m.Add("\xE4\xB8\xAD", &stopped);  // 3-byte char, hold 1 byte
-  EXPECT_TRUE(out.empty() || out == "\xE4\xB8\xAD");
-  EXPECT_EQ(out + m.Flush(), "\xE4\xB8\xAD");
-}
-
-TEST(StopMatcherTest, EarliestOfSeveralStops) {
-  StopMatcher m({"cd", "b"});
-  bool stopped = false;
-  EXPECT_EQ(m.Add("abcd", &stopped), "a");
-  EXPECT_TRUE(stopped);
-}
 
 WorkerSnapshot Worker(const std::string& id, tandem::v1::WorkerRole role, int outstanding = 0,
                       int free_pages = 100) {
