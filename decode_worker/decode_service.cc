@@ -13,11 +13,10 @@ using tandem::v1::TokenEvent;
 
 DecodeService::DecodeService(const WorkerEnv& env) : WorkerService(env) {}
 
-DecodeService::~DecodeService() { Stop(); }
+DecodeService::~DecodeService() = default;
 
 absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(const WorkerEnv& env) {
   std::unique_ptr<DecodeService> s(new DecodeService(env));
-  if (env.options->role == WorkerRole::kMixed) return s;
   DecodeService* self = s.get();
   absl::StatusOr<std::unique_ptr<TcpKvReceiver>> receiver = TcpKvReceiver::Create(
       env.options->host, env.options->kv_port, env.engine->kv_pool(), env.engine->kv_layout(),
@@ -26,17 +25,28 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(const Worke
       });
   if (!receiver.ok()) return receiver.status();
   s->receiver_ = *std::move(receiver);
+  // Advertise the routable host with the receiver's bound port.
+  const std::string addr = s->receiver_->address();
+  s->kv_transfer_address_ = absl::StrCat(env.options->advertise_host, addr.substr(addr.rfind(':')));
   return s;
 }
 
-void DecodeService::Stop() { receiver_.reset(); }
-
-std::string DecodeService::kv_transfer_address() const {
-  if (receiver_ == nullptr) return "";
-  // Advertise the routable host with the receiver's bound port.
-  const std::string addr = receiver_->address();
-  return absl::StrCat(env_.options->advertise_host, addr.substr(addr.rfind(':')));
+void DecodeService::Stop() {
+  // On the loop, so that no task uses the receiver once it is gone: the reservations still
+  // waiting for their KV (the only state that uses it) are dropped first.
+  loop_->RunSync([this](Engine& engine) {
+    std::vector<std::string> reserved;
+    for (const auto& [id, r] : requests_) {
+      if (r.state == State::kReserved) reserved.push_back(id);
+    }
+    for (const std::string& id : reserved) {
+      DropReservation(engine, id, absl::UnavailableError("the decode worker is stopping"));
+    }
+    receiver_.reset();  // its threads are joined: nothing posts OnKvDone any more
+  });
 }
+
+std::string DecodeService::kv_transfer_address() const { return kv_transfer_address_; }
 
 EngineLoop::Handlers DecodeService::Handlers() {
   EngineLoop::Handlers h;
@@ -51,9 +61,6 @@ EngineLoop::Handlers DecodeService::Handlers() {
 grpc::Status DecodeService::ReservePages(grpc::ServerContext*,
                                          const tandem::v1::ReservePagesRequest* req,
                                          tandem::v1::ReservePagesResponse* resp) {
-  if (receiver_ == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "a mixed worker takes Generate");
-  }
   if (grpc::Status st = AdmitNew(); !st.ok()) return st;
   absl::StatusOr<std::vector<int32_t>> pages;
   loop_->RunSync([&](Engine& e) { pages = ReserveOnLoop(e, *req); });
@@ -98,9 +105,6 @@ absl::StatusOr<std::vector<int32_t>> DecodeService::ReserveOnLoop(
 grpc::Status DecodeService::GenerateFromPrefill(grpc::ServerContext* ctx,
                                                 const tandem::v1::GenerateFromPrefillRequest* req,
                                                 grpc::ServerWriter<TokenEvent>* writer) {
-  if (receiver_ == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "a mixed worker takes Generate");
-  }
   // No AdmitNew(): a claim finishes a request already in flight, even while draining.
   auto channel = std::make_shared<Channel>();
   EngineRequest er;
@@ -171,7 +175,7 @@ void DecodeService::Commit(Engine& engine, const std::string& id, Request& r) {
 
 void DecodeService::DropReservation(Engine& engine, const std::string& id,
                                     const absl::Status& status) {
-  if (receiver_ != nullptr) receiver_->Cancel(id);  // no byte lands after this returns
+  receiver_->Cancel(id);  // no byte lands after this returns
   (void)engine.ReleaseRequest(id);
   Finish(id, status);
 }
@@ -187,66 +191,15 @@ void DecodeService::Finish(const std::string& id, absl::Status status) {
   num_live_--;
 }
 
-grpc::Status DecodeService::Generate(grpc::ServerContext* ctx,
-                                     const tandem::v1::WorkerGenerateRequest* req,
-                                     grpc::ServerWriter<TokenEvent>* writer) {
-  if (receiver_ != nullptr) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "a decode worker takes ReservePages + GenerateFromPrefill");
-  }
-  if (grpc::Status st = AdmitNew(); !st.ok()) return st;
-  auto channel = std::make_shared<Channel>();
-  EngineRequest er;
-  er.id = req->request_id();
-  er.prompt_tokens.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
-  er.sampling = SamplingFromProto(req->sampling());
-  loop_->Post([this, er = std::move(er), channel](Engine& e) mutable {
-    GenerateOnLoop(e, std::move(er), channel);
-  });
-  return StreamEvents(ctx, writer, *channel, req->request_id());
-}
-
-void DecodeService::GenerateOnLoop(Engine& engine, EngineRequest request,
-                                   std::shared_ptr<Channel> channel) {
-  if (requests_.contains(request.id)) {
-    channel->Close(absl::AlreadyExistsError(absl::StrCat("request ", request.id, " is live")));
-    return;
-  }
-  const std::string id = request.id;
-  if (absl::Status st = engine.AddRequest(std::move(request)); !st.ok()) {
-    channel->Close(st);
-    return;
-  }
-  Request r;
-  r.state = State::kRunning;
-  r.channel = std::move(channel);
-  r.arrival = absl::Now();
-  r.joined = r.arrival;
-  r.mixed = true;
-  requests_.emplace(id, std::move(r));
-  num_live_++;
-}
-
 void DecodeService::OnOutput(Engine& engine, const RequestOutput& out, absl::Time step_start) {
   auto it = requests_.find(out.id);
   if (it == requests_.end() || it->second.state != State::kRunning) return;
   Request& r = it->second;
-  const absl::Time now = absl::Now();
-  TokenEvent ev;
-  ev.mutable_token_ids()->Assign(out.new_tokens.begin(), out.new_tokens.end());
+  TokenEvent ev = TokenEventFor(out);
   tandem::v1::PhaseTimings* t = ev.mutable_timings();
   if (r.num_outputs++ == 0) {
-    if (r.mixed) {
-      t->set_prefill_queue_s(absl::ToDoubleSeconds(step_start - r.arrival));
-      t->set_prefill_s(absl::ToDoubleSeconds(now - step_start));
-      if (env_.metrics) {
-        env_.metrics->ObserveQueueTime(t->prefill_queue_s());
-        env_.metrics->ObservePrefillTime(t->prefill_s());
-      }
-    } else {
-      t->set_first_decode_step_s(absl::ToDoubleSeconds(now - r.joined));
-      if (env_.metrics) env_.metrics->ObserveFirstDecodeStep(t->first_decode_step_s());
-    }
+    t->set_first_decode_step_s(absl::ToDoubleSeconds(absl::Now() - r.joined));
+    if (env_.metrics) env_.metrics->ObserveFirstDecodeStep(t->first_decode_step_s());
   }
   if (out.finish_reason == FinishReason::kNone) {
     if (!out.new_tokens.empty()) r.channel->Push(std::move(ev));
@@ -257,8 +210,6 @@ void DecodeService::OnOutput(Engine& engine, const RequestOutput& out, absl::Tim
     Finish(out.id, absl::AbortedError("request aborted"));
     return;
   }
-  ev.set_finish_reason(FinishReasonToProto(out.finish_reason));
-  if (out.finish_reason == FinishReason::kError) ev.set_error_message(out.error);
   t->set_kv_transfer_s(absl::ToDoubleSeconds(r.kv_stats.duration));
   t->set_kv_transfer_bytes(r.kv_stats.bytes);
   r.channel->Push(std::move(ev));

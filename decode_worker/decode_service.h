@@ -1,8 +1,7 @@
-// DecodeService: the decode role (and the mixed role: one engine doing both phases, no
-// transfer). Decode: ReservePages reserves the request's pages and tells the KV receiver to
-// expect them; GenerateFromPrefill claims the reservation, and once the KV has landed commits it
-// (Engine::AddPrefilledRequest) and streams tokens. The two may complete in either order.
-// Mixed: Generate runs a whole request in the engine.
+// DecodeService: the decode role. ReservePages reserves the request's pages and tells the KV
+// receiver to expect them; GenerateFromPrefill claims the reservation, and once the KV has
+// landed commits it (Engine::AddPrefilledRequest) and streams tokens. The two may complete in
+// either order. Generate is not served (UNIMPLEMENTED): the mixed role is MixedService.
 //
 // Per-request state machine (loop thread only):
 //   kReserved   pages reserved, KV receiving     --KV ok + claimed--> kRunning
@@ -25,12 +24,14 @@ namespace tandem {
 
 class DecodeService : public WorkerService {
  public:
-  // Decode role: creates its TCP KV receiver on the worker's host and --kv-port.
+  // Creates the TCP KV receiver on the worker's host and --kv-port.
   static absl::StatusOr<std::unique_ptr<DecodeService>> Create(const WorkerEnv& env);
   ~DecodeService() override;
 
   EngineLoop::Handlers Handlers() override;
   std::string kv_transfer_address() const override;
+  // Drops the reservations still waiting for their KV and stops the KV receiver (on the loop,
+  // which must be running).
   void Stop() override;
 
   grpc::Status ReservePages(grpc::ServerContext* ctx, const tandem::v1::ReservePagesRequest* req,
@@ -38,8 +39,6 @@ class DecodeService : public WorkerService {
   grpc::Status GenerateFromPrefill(grpc::ServerContext* ctx,
                                    const tandem::v1::GenerateFromPrefillRequest* req,
                                    grpc::ServerWriter<tandem::v1::TokenEvent>* writer) override;
-  grpc::Status Generate(grpc::ServerContext* ctx, const tandem::v1::WorkerGenerateRequest* req,
-                        grpc::ServerWriter<tandem::v1::TokenEvent>* writer) override;
 
  protected:
   bool AbortOnLoop(Engine& engine, const std::string& request_id,
@@ -50,7 +49,7 @@ class DecodeService : public WorkerService {
   enum class State { kReserved, kRunning };
   struct Request {
     State state = State::kReserved;
-    std::shared_ptr<Channel> channel;      // set once claimed (or for Generate)
+    std::shared_ptr<Channel> channel;      // set once claimed
     std::optional<EngineRequest> pending;  // claimed, waiting for the KV
     int32_t first_token = 0;
     bool kv_ready = false;
@@ -58,7 +57,6 @@ class DecodeService : public WorkerService {
     absl::Time arrival;
     absl::Time ttl_deadline;  // unclaimed reservation lifetime
     absl::Time joined;        // entered the running batch
-    bool mixed = false;       // Generate: report prefill timings on the first event
     int num_outputs = 0;
   };
 
@@ -67,7 +65,6 @@ class DecodeService : public WorkerService {
                                                      const tandem::v1::ReservePagesRequest& req);
   void ClaimOnLoop(Engine& engine, EngineRequest request, int32_t first_token,
                    std::shared_ptr<Channel> channel);
-  void GenerateOnLoop(Engine& engine, EngineRequest request, std::shared_ptr<Channel> channel);
   void OnKvDone(Engine& engine, const std::string& id, const absl::Status& status,
                 const KvTransferStats& stats);
   void Commit(Engine& engine, const std::string& id, Request& r);
@@ -78,7 +75,8 @@ class DecodeService : public WorkerService {
   void Finish(const std::string& id, absl::Status status);
   void FailAll(Engine& engine, const absl::Status& status);
 
-  std::unique_ptr<KvReceiver> receiver_;                // null for the mixed role
+  std::unique_ptr<KvReceiver> receiver_;  // reset by Stop(), on the loop
+  std::string kv_transfer_address_;
   absl::flat_hash_map<std::string, Request> requests_;  // loop thread only
   // Reservations whose transfer failed before they were claimed: the claim gets this error
   // rather than NOT_FOUND. Expire with the reservation TTL. Loop thread only.

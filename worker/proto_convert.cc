@@ -31,4 +31,12 @@ tandem::v1::FinishReason FinishReasonToProto(FinishReason r) {
   return tandem::v1::FINISH_REASON_UNSPECIFIED;
 }
 
+tandem::v1::TokenEvent TokenEventFor(const RequestOutput& out) {
+  tandem::v1::TokenEvent ev;
+  ev.mutable_token_ids()->Assign(out.new_tokens.begin(), out.new_tokens.end());
+  ev.set_finish_reason(FinishReasonToProto(out.finish_reason));
+  if (out.finish_reason == FinishReason::kError) ev.set_error_message(out.error);
+  return ev;
+}
+
 }  // namespace tandem

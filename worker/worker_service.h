@@ -42,7 +42,7 @@ class WorkerService : public tandem::v1::Worker::Service {
   void Attach(EngineLoop* loop) { loop_ = loop; }
   virtual EngineLoop::Handlers Handlers() = 0;
   // Stops the role's own threads (transport, transfer workers) so that nothing posts to the
-  // loop any more. Called after the gRPC server stopped and before the loop is destroyed.
+  // loop any more. Called after the gRPC server stopped, while the loop still runs.
   virtual void Stop() {}
   // Where KV pushes land (decode, mixed); empty otherwise.
   virtual std::string kv_transfer_address() const { return ""; }

@@ -246,6 +246,25 @@ TEST_F(WorkerPairTest, PrefillClientCancelFreesPrefillPages) {
   EXPECT_TRUE(Idle(*decode_, absl::Seconds(1)));
 }
 
+// Each role serves its own RPCs only (worker.proto): a decode worker is no mixed one.
+TEST_F(WorkerPairTest, EachRoleRefusesTheOtherRolesRpcs) {
+  tandem::v1::WorkerGenerateRequest gen;
+  gen.set_request_id("not-here");
+  gen.add_prompt_tokens(1);
+  *gen.mutable_sampling() = Greedy(2);
+  grpc::ClientContext gctx;
+  tandem::v1::TokenEvent ev;
+  auto reader = decode_->stub->Generate(&gctx, gen);
+  EXPECT_FALSE(reader->Read(&ev));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  tandem::v1::ReservePagesRequest rreq;
+  tandem::v1::ReservePagesResponse rresp;
+  grpc::ClientContext rctx;
+  EXPECT_EQ(prefill_->stub->ReservePages(&rctx, rreq, &rresp).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_TRUE(Idle(*decode_, absl::Seconds(1)));
+}
+
 TEST(MixedWorker, GenerateMatchesSingleEngine) {
   RunningWorker mixed = StartWorker("tandem-decode-worker", {"--role", "mixed"});
   const std::vector<int32_t> prompt = Prompt(37, 11);
