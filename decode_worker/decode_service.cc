@@ -53,7 +53,7 @@ EngineLoop::Handlers DecodeService::Handlers() {
   h.on_output = [this](Engine& e, const RequestOutput& out, absl::Time step_start) {
     OnOutput(e, out, step_start);
   };
-  h.on_step_error = [this](Engine& e, const absl::Status& st) { FailAll(e, st); };
+  h.on_step_error = [this](Engine& e, const absl::Status& st) { OnEngineBroken(e, st); };
   h.on_tick = [this](Engine& e) { OnTick(e); };
   return h;
 }
@@ -244,14 +244,25 @@ bool DecodeService::AbortOnLoop(Engine& engine, const std::string& request_id,
   return true;  // otherwise the engine reports kAbort at its next step
 }
 
-void DecodeService::FailAll(Engine& engine, const absl::Status& status) {
+void DecodeService::FailAllOnLoop(Engine&, const absl::Status& error) {
+  RequestOutput failed;
+  failed.finish_reason = FinishReason::kError;
+  failed.error = EngineFailureMessage(error);
   std::vector<std::string> ids;
-  for (const auto& [id, r] : requests_) {
-    if (r.state == State::kRunning) ids.push_back(id);
-  }
+  for (const auto& [id, r] : requests_) ids.push_back(id);
   for (const std::string& id : ids) {
-    (void)engine.Abort(id);
-    Finish(id, absl::InternalError(absl::StrCat("engine step failed: ", status.message())));
+    Request& r = requests_.at(id);
+    if (r.state == State::kReserved) {
+      receiver_->Cancel(id);  // the prefill worker's push is refused from now on
+      if (r.channel == nullptr)
+        failed_[id] = {absl::UnavailableError(failed.error), r.ttl_deadline};
+    }
+    if (r.channel != nullptr) {
+      failed.id = id;
+      r.channel->Push(TokenEventFor(failed));
+      if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonName(FinishReason::kError));
+    }
+    Finish(id, absl::OkStatus());
   }
 }
 

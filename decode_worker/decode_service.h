@@ -7,6 +7,8 @@
 //   kReserved   pages reserved, KV receiving     --KV ok + claimed--> kRunning
 //               (unclaimed past its TTL, KV failure, Abort: receiver cancelled, pages released)
 //   kRunning    in the engine's batch            --terminal output / Abort--> gone
+// If the engine breaks, every request ends at once (FailAllOnLoop): a claimed one with the error
+// event a failed batch gets, an unclaimed reservation with that error for its claim.
 // Page safety: pages are released only after KvReceiver::Cancel() returned (or the transfer
 // ended), so a late transfer can never write into pages that a new request reuses.
 #pragma once
@@ -73,7 +75,7 @@ class DecodeService : public WorkerService {
   // Cancels the transfer, releases the pages and ends the stream (if any) with `status`.
   void DropReservation(Engine& engine, const std::string& id, const absl::Status& status);
   void Finish(const std::string& id, absl::Status status);
-  void FailAll(Engine& engine, const absl::Status& status);
+  void FailAllOnLoop(Engine& engine, const absl::Status& error) override;
 
   std::unique_ptr<KvReceiver> receiver_;  // reset by Stop(), on the loop
   std::string kv_transfer_address_;

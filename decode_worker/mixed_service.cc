@@ -15,7 +15,7 @@ EngineLoop::Handlers MixedService::Handlers() {
   h.on_output = [this](Engine& e, const RequestOutput& out, absl::Time step_start) {
     OnOutput(e, out, step_start);
   };
-  h.on_step_error = [this](Engine& e, const absl::Status& st) { FailAll(e, st); };
+  h.on_step_error = [this](Engine& e, const absl::Status& st) { OnEngineBroken(e, st); };
   return h;
 }
 
@@ -95,12 +95,17 @@ bool MixedService::AbortOnLoop(Engine& engine, const std::string& request_id,
   return true;  // otherwise the engine reports kAbort at its next step
 }
 
-void MixedService::FailAll(Engine& engine, const absl::Status& status) {
+void MixedService::FailAllOnLoop(Engine&, const absl::Status& error) {
+  RequestOutput failed;
+  failed.finish_reason = FinishReason::kError;
+  failed.error = EngineFailureMessage(error);
   std::vector<std::string> ids;
   for (const auto& [id, r] : requests_) ids.push_back(id);
   for (const std::string& id : ids) {
-    (void)engine.Abort(id);
-    Finish(id, absl::InternalError(absl::StrCat("engine step failed: ", status.message())));
+    failed.id = id;
+    requests_.at(id).channel->Push(TokenEventFor(failed));
+    if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonName(FinishReason::kError));
+    Finish(id, absl::OkStatus());
   }
 }
 

@@ -6,7 +6,8 @@
 // (UNIMPLEMENTED, the gRPC default).
 //
 // Per-request state (loop thread only): in the engine from Generate until its terminal output,
-// an Abort, or a client that went away (→ Engine::Abort, then kAbort).
+// an Abort, or a client that went away (→ Engine::Abort, then kAbort); if the engine breaks,
+// every stream gets the error event a failed batch gets (FailAllOnLoop).
 #pragma once
 
 #include <memory>
@@ -41,7 +42,7 @@ class MixedService : public WorkerService {
   void GenerateOnLoop(Engine& engine, EngineRequest request, std::shared_ptr<Channel> channel);
   void OnOutput(Engine& engine, const RequestOutput& out, absl::Time step_start);
   void Finish(const std::string& id, absl::Status status);
-  void FailAll(Engine& engine, const absl::Status& status);
+  void FailAllOnLoop(Engine& engine, const absl::Status& error) override;
 
   absl::flat_hash_map<std::string, Request> requests_;  // loop thread only
 };

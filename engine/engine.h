@@ -102,6 +102,16 @@ class Engine {
   // pages a transfer is still reading or writing (finish the transfer, or cancel it, first).
   virtual absl::Status Abort(const std::string& id) = 0;
   // Runs one scheduling step: schedule → build inputs → forward → sample → post-process.
+  //
+  // Failures (engine/model/model.h, Forward). An error confined to the batch ends the batch's
+  // requests with kError outputs; the others continue and Step() succeeds. An error that makes
+  // the backend unusable (IsBackendUnusable: a sticky device error fails every later step too)
+  // breaks the engine, not the batch: Step() returns it, having ended every request it held —
+  // waiting, running, prefilled, reserved — with no output and their pages freed (nothing runs
+  // on them again, so a transfer still writing reserved pages is harmless). From then on Step()
+  // returns that error, AddRequest / ReservePages / AddPrefilledRequest return
+  // FailedPrecondition and HasWork() is false. The caller fails its own requests and stops
+  // serving (a worker reports itself unhealthy).
   virtual absl::StatusOr<std::vector<RequestOutput>> Step() = 0;
   virtual bool HasWork() const = 0;
 

@@ -8,6 +8,7 @@ namespace tandem {
 
 absl::StatusOr<std::vector<int32_t>> EngineImpl::ReservePages(const std::string& id,
                                                               int num_tokens) {
+  if (!broken_.ok()) return BrokenError();
   if (sequences_.contains(id)) {
     return absl::AlreadyExistsError(absl::StrFormat("request '%s' already exists", id));
   }
@@ -28,6 +29,7 @@ absl::StatusOr<std::vector<int32_t>> EngineImpl::ReservePages(const std::string&
 }
 
 absl::Status EngineImpl::AddPrefilledRequest(EngineRequest request, int32_t first_token) {
+  if (!broken_.ok()) return BrokenError();
   auto it = sequences_.find(request.id);
   if (it == sequences_.end() || it->second->status != SequenceStatus::kReserved) {
     return absl::NotFoundError(absl::StrFormat("no reservation for request '%s'", request.id));

@@ -111,6 +111,7 @@ std::unique_ptr<Sequence> EngineImpl::NewSequence(EngineRequest request) {
 }
 
 absl::Status EngineImpl::AddRequest(EngineRequest request) {
+  if (!broken_.ok()) return BrokenError();
   if (sequences_.contains(request.id)) {
     return absl::AlreadyExistsError(absl::StrFormat("request '%s' already exists", request.id));
   }
@@ -139,6 +140,7 @@ bool EngineImpl::HasWork() const {
 }
 
 absl::StatusOr<std::vector<RequestOutput>> EngineImpl::Step() {
+  if (!broken_.ok()) return broken_;
   std::vector<RequestOutput> outputs = FinishAborted();
   const ScheduleDecision decision = scheduler_.Schedule();
   if (decision.empty()) return outputs;
@@ -148,6 +150,7 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::Step() {
   absl::StatusOr<std::vector<int32_t>> tokens =
       result.ok() ? Sample(decision, *result) : result.status();
   if (!tokens.ok()) {
+    if (IsBackendUnusable(tokens.status())) return Break(tokens.status());
     FailBatch(decision, tokens.status(), &outputs);
     return outputs;
   }

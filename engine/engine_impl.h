@@ -59,6 +59,10 @@ class EngineImpl : public Engine {
   RequestOutput AppendToken(Sequence* seq, int32_t token);
   void FailBatch(const ScheduleDecision& decision, const absl::Status& error,
                  std::vector<RequestOutput>* outputs);
+  // The backend is unusable: ends every request (pages freed) and remembers `error`.
+  absl::Status Break(const absl::Status& error);
+  // FailedPrecondition naming broken_, for calls that take new work after Break.
+  absl::Status BrokenError() const;
   void Finish(Sequence* seq);  // frees pages, forgets the sequence
 
   EngineOptions options_;
@@ -72,6 +76,7 @@ class EngineImpl : public Engine {
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
   int64_t next_arrival_ = 0;
   int num_abort_requested_ = 0;
+  absl::Status broken_;   // OK until the backend became unusable (Break)
   EngineStats counters_;  // the *_total fields; gauges are computed in Stats()
 };
 

@@ -1,6 +1,8 @@
-// EngineImpl: the parts of Step() after scheduling — sampling, stop checks, finishing.
+// EngineImpl: the parts of Step() after scheduling — sampling, stop checks, finishing, and
+// stopping for good when the backend is unusable.
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "base/logging.h"
 #include "engine/engine_impl.h"
@@ -92,6 +94,22 @@ void EngineImpl::FailBatch(const ScheduleDecision& decision, const absl::Status&
     outputs->push_back(std::move(out));
     Finish(chunk.seq);
   }
+}
+
+absl::Status EngineImpl::Break(const absl::Status& error) {
+  LOG(ERROR) << "the backend is unusable; ending all " << sequences_.size()
+             << " requests and refusing new ones: " << error;
+  broken_ = error;
+  std::vector<Sequence*> all;
+  all.reserve(sequences_.size());
+  for (auto& [id, seq] : sequences_) all.push_back(seq.get());
+  for (Sequence* seq : all) Finish(seq);
+  return broken_;
+}
+
+absl::Status EngineImpl::BrokenError() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("the engine stopped after a backend failure: ", broken_.message()));
 }
 
 }  // namespace tandem

@@ -34,7 +34,7 @@ EngineLoop::Handlers PrefillService::Handlers() {
   h.on_output = [this](Engine& e, const RequestOutput& out, absl::Time step_start) {
     OnOutput(e, out, step_start);
   };
-  h.on_step_error = [this](Engine& e, const absl::Status& st) { FailAll(e, st); };
+  h.on_step_error = [this](Engine& e, const absl::Status& st) { OnEngineBroken(e, st); };
   return h;
 }
 
@@ -227,14 +227,15 @@ bool PrefillService::AbortOnLoop(Engine& engine, const std::string& request_id,
   return true;  // the engine reports kAbort at its next step
 }
 
-void PrefillService::FailAll(Engine& engine, const absl::Status& status) {
+void PrefillService::FailAllOnLoop(Engine&, const absl::Status& error) {
+  const std::string message = EngineFailureMessage(error);
   std::vector<std::string> ids;
-  for (auto& [id, r] : requests_) {
-    if (r.phase == Phase::kInEngine) ids.push_back(id);
-  }
+  for (const auto& [id, r] : requests_) ids.push_back(id);
   for (const std::string& id : ids) {
-    (void)engine.Abort(id);
-    Finish(id, absl::InternalError(absl::StrCat("engine step failed: ", status.message())));
+    // A transfer in flight stops at its next layer; its OnTransferDone finds nothing left.
+    requests_.at(id).cancelled->store(true);
+    if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonName(FinishReason::kError));
+    Finish(id, absl::InternalError(message));
   }
 }
 

@@ -9,6 +9,8 @@
 //   kTransferring pages held, sender pushing      --ack or failure--> pages released, gone
 // Abort / client cancel: kInEngine -> Engine::Abort; kTransferring -> the transfer is aborted
 // (the decode side sees TransferAbort) and the pages are released when the sender returns.
+// If the engine breaks, every stream ends at once with INTERNAL, as a failed batch's do
+// (FailAllOnLoop; transfers in flight are aborted).
 #pragma once
 
 #include <atomic>
@@ -67,7 +69,7 @@ class PrefillService : public WorkerService {
   void OnTransferDone(Engine& engine, const std::string& id, absl::Status status,
                       const KvTransferStats& stats);
   void Finish(const std::string& id, absl::Status status);
-  void FailAll(Engine& engine, const absl::Status& status);
+  void FailAllOnLoop(Engine& engine, const absl::Status& error) override;
   void TransferThread();
   absl::StatusOr<KvTransferStats> RunTransfer(const TransferJob& job);
 

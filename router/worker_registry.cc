@@ -106,6 +106,8 @@ absl::StatusOr<RegisterResponse> WorkerRegistry::Register(const RegisterRequest&
 }
 
 HeartbeatResponse WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
+  // An unhealthy worker is marked down first: then told to register again, which it will not do.
+  if (!request.unhealthy_reason().empty()) ReportUnhealthy(request);
   HeartbeatResponse response;
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.worker_id());
@@ -120,7 +122,20 @@ HeartbeatResponse WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
   return response;
 }
 
-bool WorkerRegistry::MarkDown(Entry& entry, const char* why) {
+void WorkerRegistry::ReportUnhealthy(const HeartbeatRequest& request) {
+  std::vector<std::pair<std::string, uint64_t>> down;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(request.worker_id());
+    if (it != workers_.end() && it->second.state.epoch == request.epoch() &&
+        MarkDown(it->second, absl::StrCat("unhealthy: ", request.unhealthy_reason()))) {
+      down.emplace_back(request.worker_id(), request.epoch());
+    }
+  }
+  Notify(down);
+}
+
+bool WorkerRegistry::MarkDown(Entry& entry, std::string_view why) {
   if (!entry.state.healthy) return false;
   entry.state.healthy = false;
   LOG(WARNING) << "worker '" << entry.state.id << "' (epoch " << entry.state.epoch

@@ -3,7 +3,8 @@
 // Workers Register (protocol version and model identity checked; a mismatch is refused with
 // FAILED_PRECONDITION and a message naming both sides) and then Heartbeat. A worker whose last
 // heartbeat is older than missed_heartbeats_limit * heartbeat_interval is marked down, as is one
-// an RPC found unreachable (ReportUnreachable); a down worker gets no new requests, and the
+// an RPC found unreachable (ReportUnreachable), as is one whose heartbeat reports it unhealthy
+// (unhealthy_reason: its engine failed for good); a down worker gets no new requests, and the
 // down-listener fails the requests in flight on it. The next heartbeat of a down or unknown
 // worker is answered with reregister = true; a new registration (new epoch) replaces the old
 // entry and, if the old one was still up, counts as the old one going down (it restarted).
@@ -15,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -81,8 +83,10 @@ class WorkerRegistry {
   };
 
   absl::Status CheckCompatible(const tandem::v1::RegisterRequest& request) const;
+  // A heartbeat carried an unhealthy_reason: marks that worker down (and notifies).
+  void ReportUnhealthy(const tandem::v1::HeartbeatRequest& request);
   // Marks `entry` down; returns true if it was up (the caller then notifies the listener).
-  static bool MarkDown(Entry& entry, const char* why);
+  static bool MarkDown(Entry& entry, std::string_view why);
   void Notify(const std::vector<std::pair<std::string, uint64_t>>& down);
 
   const RegistryOptions options_;

@@ -22,7 +22,9 @@ class EngineLoop {
   struct Handlers {
     // Each output of a step (on the loop thread). `step_start` is when that step began.
     std::function<void(Engine&, const RequestOutput&, absl::Time step_start)> on_output;
-    // A step failed: every request in the engine is in an unknown state.
+    // Step() failed: the engine is broken for good (engine/engine.h: it ended every request and
+    // freed their pages; it will refuse new ones). The role fails its requests and the worker
+    // turns unhealthy (WorkerService::OnEngineBroken).
     std::function<void(Engine&, const absl::Status&)> on_step_error;
     // Called about every `tick` (deadlines, TTLs).
     std::function<void(Engine&)> on_tick;

@@ -51,7 +51,19 @@ int RouterClient::registrations() const {
   return registrations_;
 }
 
+absl::Status RouterClient::Health() const {
+  return options_.health ? options_.health() : absl::OkStatus();
+}
+
 bool RouterClient::Register() {
+  if (absl::Status health = Health(); !health.ok()) {
+    if (!said_unhealthy_) {
+      LOG(ERROR) << options_.hello.worker_id()
+                 << " is unhealthy and will not register again until restarted: " << health;
+      said_unhealthy_ = true;
+    }
+    return false;
+  }
   tandem::v1::RegisterRequest req = options_.hello;
   *req.mutable_load() = options_.load();
   tandem::v1::RegisterResponse resp;
@@ -94,6 +106,9 @@ void RouterClient::Heartbeat() {
   }
   *req.mutable_load() = options_.load();
   req.set_draining(options_.draining && options_.draining());
+  if (absl::Status health = Health(); !health.ok()) {
+    req.set_unhealthy_reason(std::string(health.message()));
+  }
   tandem::v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);

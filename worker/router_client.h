@@ -2,7 +2,9 @@
 // load report. Keeps doing so for the life of the process: if the router is unreachable it
 // retries; if a heartbeat answers `reregister` (router restarted, or it had marked us down) it
 // registers again. A refused registration (FAILED_PRECONDITION: protocol or model mismatch) is
-// logged loudly and retried slowly: the operator must fix the deployment.
+// logged loudly and retried slowly: the operator must fix the deployment. An unhealthy worker
+// (Options::health not OK) says so in its heartbeats, so the router marks it down, and never
+// registers again: only a restart heals it.
 #pragma once
 
 #include <functional>
@@ -11,6 +13,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -24,6 +27,7 @@ class RouterClient {
     tandem::v1::RegisterRequest hello;  // everything but the load report
     std::function<tandem::v1::LoadReport()> load;
     std::function<bool()> draining;
+    std::function<absl::Status()> health;  // null: always healthy
   };
 
   explicit RouterClient(Options options);
@@ -40,6 +44,7 @@ class RouterClient {
   void Run();
   bool Register();
   void Heartbeat();
+  absl::Status Health() const;
 
   Options options_;
   std::unique_ptr<tandem::v1::WorkerRegistry::Stub> stub_;
@@ -54,6 +59,7 @@ class RouterClient {
   absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(500);
   int missed_limit_ ABSL_GUARDED_BY(mu_) = 3;
   int failed_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  bool said_unhealthy_ = false;  // heartbeat thread only: logged why it stays unregistered
 };
 
 }  // namespace tandem

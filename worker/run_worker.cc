@@ -127,8 +127,11 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
     WorkerService* svc = service->get();
     router = std::make_unique<RouterClient>(RouterClient::Options{
         o.router, MakeHello(o, loop.engine(), port, svc->kv_transfer_address()),
-        [svc] { return svc->Load(); }, [svc] { return svc->draining(); }});
+        [svc] { return svc->Load(); }, [svc] { return svc->draining(); },
+        [svc] { return svc->health(); }});
     router->Start();
+    // An engine that breaks is reported at once, not at the next heartbeat.
+    svc->SetUnhealthyListener([r = router.get()] { r->Wake(); });
   }
   std::printf(
       "tandem %s worker %s: grpc %s:%d kv %s metrics %s\n", RoleName(o.role), o.worker_id.c_str(),
@@ -148,6 +151,7 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
     absl::SleepFor(absl::Milliseconds(20));
   }
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+  (*service)->SetUnhealthyListener(nullptr);
   router.reset();
   (*service)->Stop();
   LOG(INFO) << o.worker_id << ": stopped";

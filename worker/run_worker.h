@@ -1,7 +1,8 @@
 // RunWorker: the whole life of a worker process, shared by tandem-prefill-worker and
 // tandem-decode-worker: parse flags, build the engine, start the gRPC service, the engine loop,
 // metrics and registration; on SIGTERM / SIGINT drain (refuse new work, tell the router, let
-// in-flight requests finish up to --drain-timeout-ms) and exit 0.
+// in-flight requests finish up to --drain-timeout-ms) and exit 0. A worker whose engine broke
+// (WorkerService::health) keeps running, unhealthy and unregistered, until stopped.
 #pragma once
 
 #include <functional>

@@ -1,5 +1,10 @@
 #include "worker/worker_service.h"
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/logging.h"
+
 namespace tandem {
 
 grpc::Status ToGrpc(const absl::Status& status) {
@@ -37,8 +42,39 @@ grpc::Status WorkerService::Abort(grpc::ServerContext*, const tandem::v1::AbortR
 }
 
 grpc::Status WorkerService::AdmitNew() const {
+  if (absl::Status h = health(); !h.ok()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("worker is unhealthy: ", h.message()));
+  }
   if (draining_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is draining");
   return grpc::Status::OK;
+}
+
+absl::Status WorkerService::health() const {
+  absl::MutexLock l(&health_mu_);
+  return health_;
+}
+
+void WorkerService::SetUnhealthyListener(std::function<void()> listener) {
+  absl::MutexLock l(&health_mu_);
+  unhealthy_listener_ = std::move(listener);
+}
+
+std::string WorkerService::EngineFailureMessage(const absl::Status& error) {
+  return absl::StrCat("the worker's engine failed and it stopped serving: ", error.message());
+}
+
+void WorkerService::OnEngineBroken(Engine& engine, const absl::Status& error) {
+  LOG(ERROR) << "engine failed for good; failing " << NumLive()
+             << " requests and reporting this worker unhealthy: " << error;
+  std::function<void()> listener;
+  {
+    absl::MutexLock l(&health_mu_);
+    if (health_.ok()) health_ = error.ok() ? absl::InternalError("engine failed") : error;
+    listener = unhealthy_listener_;
+  }
+  FailAllOnLoop(engine, error);
+  if (listener) listener();
 }
 
 }  // namespace tandem

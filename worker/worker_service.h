@@ -1,7 +1,14 @@
 // WorkerService: the gRPC Worker service of one worker process (worker.proto), shared shape of
 // the prefill, decode and mixed roles. A role implements its RPCs and the engine-loop handlers;
-// this base answers GetLoad and Abort (through AbortOnLoop), refuses new work while draining,
-// and streams a request's events to its client (StreamEvents).
+// this base answers GetLoad and Abort (through AbortOnLoop), refuses new work while draining or
+// unhealthy, and streams a request's events to its client (StreamEvents).
+//
+// Health: a worker is healthy until its engine breaks (engine/engine.h, Step(): the backend is
+// unusable, e.g. a sticky device error). The role's on_step_error handler calls
+// OnEngineBroken: every request the role holds ends with a terminal error (FailAllOnLoop; the
+// engine already freed their pages), new work is refused with UNAVAILABLE, and health() turns
+// into that error, which the heartbeat carries to the router (worker/router_client.h): the
+// router marks the worker down and routes nothing more to it. Only a restart heals it.
 //
 // Threading: RPC handlers run on gRPC threads and only Post() work to the EngineLoop; all
 // per-request state lives in the role's tables, touched only on the loop thread.
@@ -13,6 +20,7 @@
 #include <functional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "worker/engine_loop.h"
@@ -51,6 +59,11 @@ class WorkerService : public tandem::v1::Worker::Service {
   // From now on new work is refused with UNAVAILABLE; in-flight requests finish.
   void StartDraining() { draining_ = true; }
   bool draining() const { return draining_.load(); }
+  // OK, or the error that broke the engine (then for good). Thread-safe.
+  absl::Status health() const;
+  // Called on the loop thread right after the worker turned unhealthy (the process shell wakes
+  // its heartbeat with it). Thread-safe; null clears it.
+  void SetUnhealthyListener(std::function<void()> listener);
   tandem::v1::LoadReport Load() const;
 
   grpc::Status GetLoad(grpc::ServerContext* ctx, const tandem::v1::GetLoadRequest* req,
@@ -62,8 +75,17 @@ class WorkerService : public tandem::v1::Worker::Service {
   // On the loop thread: drops everything held for `request_id`; true if anything was.
   virtual bool AbortOnLoop(Engine& engine, const std::string& request_id,
                            tandem::v1::AbortReason reason) = 0;
-  // UNAVAILABLE while draining, else OK.
+  // UNAVAILABLE while unhealthy or draining, else OK.
   grpc::Status AdmitNew() const;
+  // The roles' on_step_error handler (EngineLoop::Handlers): the engine broke. Records the
+  // error, has the role end every request (FailAllOnLoop) and tells the listener.
+  void OnEngineBroken(Engine& engine, const absl::Status& error);
+  // On the loop thread, once the engine broke: ends every request the role holds with a
+  // terminal error naming `error` (a failed stream, or the error event a failed batch gets)
+  // and forgets it. The engine already freed their pages.
+  virtual void FailAllOnLoop(Engine& engine, const absl::Status& error) = 0;
+  // The message clients get for a request the broken engine ended.
+  static std::string EngineFailureMessage(const absl::Status& error);
 
   // Pumps `channel` to `writer` until it closes; a client that goes away (or a failed write)
   // aborts the request on the loop and returns CANCELLED. Blocks the calling gRPC thread.
@@ -75,6 +97,11 @@ class WorkerService : public tandem::v1::Worker::Service {
   EngineLoop* loop_ = nullptr;
   std::atomic<int> num_live_{0};  // written on the loop thread
   std::atomic<bool> draining_{false};
+
+ private:
+  mutable absl::Mutex health_mu_;
+  absl::Status health_ ABSL_GUARDED_BY(health_mu_);
+  std::function<void()> unhealthy_listener_ ABSL_GUARDED_BY(health_mu_);
 };
 
 template <typename Event>

@@ -86,12 +86,30 @@ absl::Status FakeModel::Score(const StepInputs& in, const KvLayout& layout, cons
   return absl::OkStatus();
 }
 
+void FakeModel::InjectFault(absl::Status status, int64_t at_call, bool sticky) {
+  absl::MutexLock lock(&fault_mu_);
+  fault_ = std::move(status);
+  fault_at_call_ = at_call;
+  fault_sticky_ = sticky;
+}
+
+absl::Status FakeModel::Fault() {
+  absl::MutexLock lock(&fault_mu_);
+  if (fault_at_call_ == -1 && fault_.ok()) return absl::OkStatus();
+  if (fault_at_call_ == -1) fault_at_call_ = num_forward_calls_;  // armed for "the next call"
+  const bool hit =
+      fault_sticky_ ? num_forward_calls_ >= fault_at_call_ : num_forward_calls_ == fault_at_call_;
+  return hit ? fault_ : absl::OkStatus();
+}
+
 absl::Status FakeModel::Forward(const StepInputs& in, const KvLayout& layout, void* kv_pool,
                                 float* logits) {
   if (layout.dtype != DType::kF32 || layout.head_dim < 4) {
     return absl::InvalidArgumentError("FakeModel needs an fp32 cache with head_dim >= 4");
   }
+  absl::Status fault = Fault();
   ++num_forward_calls_;
+  RETURN_IF_ERROR(fault);
   max_tokens_per_forward_ = std::max(max_tokens_per_forward_, in.num_tokens);
   max_seqs_per_forward_ = std::max(max_seqs_per_forward_, in.num_seqs);
   float* pool = static_cast<float*>(kv_pool);

@@ -9,11 +9,16 @@
 //       kHash:  logits = a hash of all (token, position) pairs and the candidate id, so the
 //               greedy continuation depends on every earlier token;
 //       kCount: the argmax is (last token + 1) % vocab_size: predictable text for stop tests.
+// InjectFault makes Forward fail from a given call on: once (a bad batch) or for good (a sticky
+// device error, Internal: the backend is unusable).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/model/model.h"
 
 namespace tandem::testing {
@@ -41,6 +46,11 @@ class FakeModel : public Model {
   int64_t max_tokens_per_forward() const { return max_tokens_per_forward_; }
   int max_seqs_per_forward() const { return max_seqs_per_forward_; }
 
+  // Forward call number `at_call` (counting from 0; -1: the next call) returns `status`, and
+  // so does every later call if `sticky`. Thread-safe: a test may arm it while an engine loop
+  // thread steps the engine.
+  void InjectFault(absl::Status status, int64_t at_call = -1, bool sticky = true);
+
  private:
   absl::Status Store(const StepInputs& inputs, const KvLayout& layout, float* pool) const;
   // Fills one logits row for query row `row` of sequence `seq`.
@@ -52,6 +62,13 @@ class FakeModel : public Model {
   int64_t num_forward_calls_ = 0;
   int64_t max_tokens_per_forward_ = 0;
   int max_seqs_per_forward_ = 0;
+
+  // Returns the injected fault for the current call, if any.
+  absl::Status Fault();
+  absl::Mutex fault_mu_;
+  absl::Status fault_ ABSL_GUARDED_BY(fault_mu_);
+  int64_t fault_at_call_ ABSL_GUARDED_BY(fault_mu_) = -1;  // -1: none armed
+  bool fault_sticky_ ABSL_GUARDED_BY(fault_mu_) = false;
 };
 
 }  // namespace tandem::testing

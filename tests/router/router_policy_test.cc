@@ -179,5 +179,33 @@ TEST(WorkerRegistryTest, HeartbeatsExpiryAndReregistration) {
   EXPECT_TRUE(registry.Snapshot()[0].healthy);
 }
 
+// A worker whose engine broke says so in its heartbeat: it is down at once (its requests are
+// failed through the listener), routing skips it, and only a new registration brings it back.
+TEST(WorkerRegistryTest, UnhealthyHeartbeatMarksTheWorkerDown) {
+  WorkerRegistry registry(RegistryOptions{});
+  std::vector<std::pair<std::string, uint64_t>> down;
+  registry.SetDownListener(
+      [&](const std::string& id, uint64_t epoch) { down.emplace_back(id, epoch); });
+  absl::StatusOr<tandem::v1::RegisterResponse> reg =
+      registry.Register(Registration("m0", WORKER_ROLE_MIXED));
+  ASSERT_TRUE(reg.ok());
+  tandem::v1::HeartbeatRequest hb;
+  hb.set_worker_id("m0");
+  hb.set_epoch(reg->epoch());
+  EXPECT_FALSE(registry.Heartbeat(hb).reregister());
+  EXPECT_TRUE(registry.Snapshot()[0].healthy);
+  hb.set_unhealthy_reason("illegal memory access");
+  registry.Heartbeat(hb);
+  ASSERT_EQ(down.size(), 1u);
+  EXPECT_EQ(down[0], std::make_pair(std::string("m0"), reg->epoch()));
+  EXPECT_FALSE(registry.Snapshot()[0].healthy);
+  EXPECT_FALSE(MakeLeastLoadedPolicy()->Pick(registry.Snapshot(), RouteQuery()).ok());
+  registry.Heartbeat(hb);  // again: already down, no second notification
+  EXPECT_EQ(down.size(), 1u);
+  hb.set_epoch(reg->epoch() + 7);  // another epoch's report changes nothing
+  EXPECT_TRUE(registry.Heartbeat(hb).reregister());
+  EXPECT_EQ(down.size(), 1u);
+}
+
 }  // namespace
 }  // namespace tandem::router
