@@ -10,7 +10,7 @@ namespace tandem::router {
 GenerationService::GenerationService(FlowOptions options, const Tokenizer* tokenizer,
                                      WorkerRegistry* registry, RoutingPolicy* policy,
                                      AdmissionController* admission, RouterMetrics* metrics)
-    : id_salt_(std::random_device()()) {
+    : id_salt_(std::random_device()()), timers_(options.clock) {
   deps_.options = options;
   deps_.tokenizer = tokenizer;
   deps_.registry = registry;
@@ -25,7 +25,8 @@ GenerationService::GenerationService(FlowOptions options, const Tokenizer* token
   registry->SetDownListener(
       [this](const std::string& worker_id, uint64_t epoch) { OnWorkerDown(worker_id, epoch); });
   const absl::Duration period = registry->options().heartbeat_interval / 2;
-  timers_.RunEvery(period, [registry] { registry->ExpireStale(absl::Now()); });
+  timers_.RunEvery(period,
+                   [registry, clock = options.clock] { registry->ExpireStale(clock->Now()); });
 }
 
 GenerationService::~GenerationService() {
@@ -43,11 +44,18 @@ void GenerationService::CancelAll() {
   for (auto& flow : flows) flow->Cancel();
 }
 
+bool GenerationService::AwaitIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return live_.empty(); };
+  return deps_.options.clock->AwaitWithTimeout(&mu_, absl::Condition(&idle), timeout);
+}
+
 bool GenerationService::WaitForFlows(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  Clock* real = Clock::Real();  // flow_objects has no notification: poll it
+  const absl::Time deadline = real->Now() + timeout;
   while (deps_.flow_objects.load() > 0) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(5));
+    if (real->Now() >= deadline) return false;
+    real->SleepFor(absl::Milliseconds(5));
   }
   return true;
 }

@@ -47,8 +47,10 @@ class GenerationService {
   bool draining() const { return draining_; }
   // Cancels every live request.
   void CancelAll();
+  // Waits until no request is live, up to `timeout` on the flows' clock; false on timeout.
+  bool AwaitIdle(absl::Duration timeout);
   // Waits until no RequestFlow object is left (gRPC callbacks hold them a little longer than
-  // their terminal event); false on timeout.
+  // their terminal event); false on timeout. Real time: it waits for gRPC, not for a policy.
   bool WaitForFlows(absl::Duration timeout);
 
  private:

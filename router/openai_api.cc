@@ -41,7 +41,7 @@ OpenAiApi::OpenAiApi(ApiOptions options, ModelContext model, GenerationService* 
       service_(service),
       registry_(registry),
       metrics_(metrics),
-      created_(absl::ToUnixSeconds(absl::Now())) {}
+      created_(absl::ToUnixSeconds(options_.clock->Now())) {}
 
 HttpHandler OpenAiApi::Handler() {
   return [this](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
@@ -131,7 +131,7 @@ void OpenAiApi::HandleGenerate(const HttpRequest& request, std::shared_ptr<HttpR
   }
   ResponseMeta meta;
   meta.id = (kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + RandomHex();
-  meta.created = absl::ToUnixSeconds(absl::Now());
+  meta.created = absl::ToUnixSeconds(options_.clock->Now());
   meta.model = model_.served_name;
   meta.kind = kind;
   meta.include_usage = spec->stream && spec->include_usage;

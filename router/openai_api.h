@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "base/clock.h"
 #include "router/generation_service.h"
 #include "router/http_server.h"
 #include "router/openai_request.h"
@@ -23,6 +24,7 @@ struct ApiOptions {
   std::string api_key;     // empty: no authentication
   std::string model_root;  // /v1/models "root" (the model directory)
   std::string version = "0.1.0";
+  Clock* clock = Clock::Real();  // the responses' "created" times
 };
 
 class OpenAiApi {

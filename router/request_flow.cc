@@ -26,7 +26,7 @@ RequestFlow::RequestFlow(FlowDeps* deps, GenerateSpec spec, std::string worker_r
     : deps_(deps),
       spec_(std::move(spec)),
       worker_request_id_(std::move(worker_request_id)),
-      arrival_(absl::Now()),
+      arrival_(deps->options.clock->Now()),
       sink_(std::move(sink)),
       text_(deps->tokenizer, spec_.sampling.skip_special_tokens, spec_.sampling.stop) {
   ++deps_->flow_objects;
@@ -52,7 +52,7 @@ void RequestFlow::Start() {
     if (phase_ == Phase::kDone) {  // cancelled while its start was already on its way
       later.push_back([this] { deps_->admission->Release(); });
     } else {
-      admitted_at_ = absl::Now();
+      admitted_at_ = deps_->options.clock->Now();
       reserve_deadline_ = admitted_at_ + deps_->options.reserve_retry_budget;
       deps_->metrics->prompt_tokens().Increment(static_cast<double>(spec_.prompt_tokens.size()));
       later.push_back([self = shared_from_this()] { self->Route(); });
@@ -146,7 +146,7 @@ void RequestFlow::OnReserved(const grpc::Status& status, const ReservePagesRespo
       later.push_back([self = shared_from_this(), response] { self->StartPrefill(response); });
     } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       abort_decode_.reset();
-      if (absl::Now() >= reserve_deadline_) {
+      if (deps_->options.clock->Now() >= reserve_deadline_) {
         Fail(absl::ResourceExhaustedError(
                  "no decode worker had free KV pages for this request within the retry budget"),
              later);

@@ -29,6 +29,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "engine/tokenizer/text_stream.h"
 #include "router/admission.h"
 #include "router/generate_spec.h"
@@ -46,6 +47,8 @@ struct FlowOptions {
   absl::Duration reserve_retry_budget = absl::Seconds(30);  // KV pages busy everywhere
   int reservation_ttl_ms = 30000;
   int max_route_attempts = 3;  // routing again after an unreachable worker
+  // Arrival, TTFT / ITL / e2e timings, the retry budget and retry delays; outlives the flows.
+  Clock* clock = Clock::Real();
 };
 
 // Shared services a flow uses; owned by GenerationService, outlive every flow.

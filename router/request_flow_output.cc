@@ -36,7 +36,7 @@ void RequestFlow::EmitTokens(const google::protobuf::RepeatedField<int32_t>& all
   // Tokens after the one that completes a stop string are past the end of the output.
   const TextStream::Delta delta = text_.Add(absl::MakeConstSpan(all_ids.data(), all_ids.size()));
   const absl::Span<const int32_t> ids(all_ids.data(), delta.num_tokens);
-  const absl::Time now = absl::Now();
+  const absl::Time now = deps_->options.clock->Now();
   if (completion_tokens_ == 0) {
     const double ttft = absl::ToDoubleSeconds(now - arrival_);
     timings_.set_ttft_s(ttft);
@@ -71,7 +71,7 @@ void RequestFlow::Finish(FinishReason reason, Actions& later) {
   const TextStream::Delta tail = text_.Finish();
   if (tail.stopped) reason = tandem::v1::FINISH_REASON_STOP;
   if (!tail.text.empty()) sink_->OnOutput({}, tail.text);
-  const absl::Time now = absl::Now();
+  const absl::Time now = deps_->options.clock->Now();
   timings_.set_queue_s(absl::ToDoubleSeconds(admitted_at_ - arrival_));
   timings_.set_e2e_s(absl::ToDoubleSeconds(now - arrival_));
   FinishInfo info;
@@ -106,7 +106,7 @@ void RequestFlow::Fail(absl::Status status, Actions& later) {
   if (!cancelled) {
     LOG(WARNING) << "request " << worker_request_id_ << " failed: " << status;
   }
-  deps_->metrics->e2e().Observe(absl::ToDoubleSeconds(absl::Now() - arrival_));
+  deps_->metrics->e2e().Observe(absl::ToDoubleSeconds(deps_->options.clock->Now() - arrival_));
   std::shared_ptr<GenerationSink> sink = sink_;
   EndCommon(
       cancelled ? "abort" : "error",

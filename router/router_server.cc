@@ -24,15 +24,19 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   registry_options.expected_model = s->model_.identity;
   // Workers may be started with another served name; the shape is what must match.
   registry_options.expected_model.clear_name();
+  registry_options.clock = config.clock;
   s->registry_ = std::make_unique<WorkerRegistry>(registry_options);
   ASSIGN_OR_RETURN(s->policy_, MakeRoutingPolicy(config.routing_policy));
   s->admission_ = std::make_unique<AdmissionController>(config.max_running, config.max_waiting);
-  s->service_ = std::make_unique<GenerationService>(config.flow, s->model_.tokenizer.get(),
-                                                    s->registry_.get(), s->policy_.get(),
-                                                    s->admission_.get(), s->metrics_.get());
+  FlowOptions flow = config.flow;
+  flow.clock = config.clock;
+  s->service_ =
+      std::make_unique<GenerationService>(flow, s->model_.tokenizer.get(), s->registry_.get(),
+                                          s->policy_.get(), s->admission_.get(), s->metrics_.get());
   ApiOptions api_options;
   api_options.api_key = config.api_key;
   api_options.model_root = s->model_.dir;
+  api_options.clock = config.clock;
   s->api_ = std::make_unique<OpenAiApi>(api_options, s->model_.context, s->service_.get(),
                                         s->registry_.get(), s->metrics_.get());
 
@@ -66,15 +70,13 @@ void RouterServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   service_->SetDraining(true);
-  const absl::Time deadline = absl::Now() + grace;
-  while (service_->num_live() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-  if (service_->num_live() > 0) {
+  if (!service_->AwaitIdle(grace)) {
     LOG(WARNING) << "cancelling " << service_->num_live() << " requests still running";
   }
   service_->CancelAll();
   service_->WaitForFlows(absl::Seconds(5));
   http_->Stop();
-  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  grpc_server_->Shutdown(absl::ToChronoTime(Clock::Real()->Now() + absl::Seconds(1)));
 }
 
 RouterServer::~RouterServer() { Shutdown(absl::ZeroDuration()); }

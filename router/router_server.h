@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "router/admission.h"
 #include "router/generation_service.h"
 #include "router/grpc_frontend.h"
@@ -39,7 +40,9 @@ struct RouterConfig {
   int heartbeat_interval_ms = 500;
   int missed_heartbeats = 3;
   int drain_timeout_s = 30;
-  FlowOptions flow;
+  FlowOptions flow;  // its clock is replaced by `clock`
+  // Every time decision of the router: heartbeat expiry, retry budget, timings, drain grace.
+  Clock* clock = Clock::Real();
 };
 
 class RouterServer {

@@ -4,21 +4,19 @@
 
 namespace tandem::router {
 
-TimerThread::TimerThread() : thread_([this] { Loop(); }) {}
+TimerThread::TimerThread(Clock* clock) : clock_(clock), thread_([this] { Loop(); }) {}
 
 TimerThread::~TimerThread() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.Signal();
   thread_.join();
 }
 
 void TimerThread::RunAfter(absl::Duration delay, std::function<void()> callback) {
   absl::MutexLock lock(&mu_);
-  tasks_.emplace(absl::Now() + delay, std::move(callback));
-  cv_.Signal();
+  tasks_.emplace(clock_->Now() + delay, std::move(callback));
 }
 
 void TimerThread::RunEvery(absl::Duration period, std::function<void()> callback) {
@@ -35,15 +33,14 @@ void TimerThread::RunEvery(absl::Duration period, std::function<void()> callback
 void TimerThread::Loop() {
   absl::MutexLock lock(&mu_);
   while (!stop_) {
-    if (tasks_.empty()) {
-      cv_.Wait(&mu_);
-      continue;
-    }
-    const absl::Time next = tasks_.begin()->first;
-    if (absl::Now() < next) {
-      cv_.WaitWithDeadline(&mu_, next);  // woken early when an earlier task arrives
-      continue;
-    }
+    const absl::Time next = tasks_.empty() ? absl::InfiniteFuture() : tasks_.begin()->first;
+    // Woken early by stop or by a task due before `next` (the condition is re-evaluated
+    // whenever a RunAfter releases mu_).
+    auto changed = [this, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || (!tasks_.empty() && tasks_.begin()->first < next);
+    };
+    if (clock_->AwaitWithDeadline(&mu_, absl::Condition(&changed), next)) continue;
+    // The deadline `next` passed with no earlier task: the first task is due.
     std::function<void()> task = std::move(tasks_.begin()->second);
     tasks_.erase(tasks_.begin());
     mu_.Unlock();

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
+#include "base/clock.h"
 
 namespace tandem::router {
 
@@ -73,7 +74,8 @@ struct UnaryCall {
                     std::function<void(const grpc::Status&, const Response&)> done) {
     auto call = std::make_shared<UnaryCall>();
     call->request = std::move(request);
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    // gRPC measures the deadline itself: real time, whatever clock the caller runs on.
+    call->context.set_deadline(absl::ToChronoTime(Clock::Real()->Now() + timeout));
     start(&call->context, &call->request, &call->response,
           [call, done = std::move(done)](grpc::Status status) { done(status, call->response); });
   }

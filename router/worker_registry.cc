@@ -91,7 +91,7 @@ absl::StatusOr<RegisterResponse> WorkerRegistry::Register(const RegisterRequest&
     entry.state.load = request.load();
     entry.state.healthy = true;
     entry.stub = std::move(stub);
-    entry.last_heartbeat = absl::Now();
+    entry.last_heartbeat = options_.clock->Now();
     response.set_epoch(entry.state.epoch);
   }
   response.set_heartbeat_interval_ms(
@@ -118,7 +118,7 @@ HeartbeatResponse WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
   }
   it->second.state.load = request.load();
   it->second.state.draining = request.draining();
-  it->second.last_heartbeat = absl::Now();
+  it->second.last_heartbeat = options_.clock->Now();
   return response;
 }
 

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::router {
@@ -48,6 +49,7 @@ struct RegistryOptions {
   int missed_heartbeats_limit = 3;
   // Model identity every worker must match; empty name / zero fields are not checked.
   tandem::v1::ModelIdentity expected_model;
+  Clock* clock = Clock::Real();  // stamps heartbeats (ExpireStale compares against it)
 };
 
 class WorkerRegistry {
