@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/listen_error.h"
 
 namespace tandem {
@@ -39,7 +40,7 @@ absl::Status SetNonBlocking(int fd) {
 // it), DeadlineExceeded otherwise.
 absl::Status WaitFor(int fd, short events, absl::Time deadline, absl::string_view what) {
   while (true) {
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - Clock::Real()->Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
     }

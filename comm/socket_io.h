@@ -1,6 +1,7 @@
 // Thin POSIX TCP helpers with deadlines, for the host KV transport. Every socket is
 // non-blocking; reads and writes poll() until the deadline, so a silent peer can never hang a
-// caller. Writes use MSG_NOSIGNAL: a dead peer is an error status, not SIGPIPE.
+// caller. Writes use MSG_NOSIGNAL: a dead peer is an error status, not SIGPIPE. Deadlines are
+// real time (Clock::Real()): poll(2) is what waits them out.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 #include "comm/tcp_kv_receiver.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -11,9 +12,9 @@
 namespace tandem {
 namespace {
 
-// How long a fresh connection may take to name its transfer.
+// How long a fresh connection may take to name its transfer (real time: a socket deadline).
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
-// Granularity of the accept and deadline loops (bounds shutdown latency).
+// Granularity of the accept loop (bounds shutdown latency), in real time.
 constexpr absl::Duration kPollInterval = absl::Milliseconds(20);
 
 }  // namespace
@@ -21,10 +22,10 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(20);
 struct TcpKvReceiver::Transfer {
   std::string id;
   std::vector<int32_t> pages;  // receiver page ids, request order
-  absl::Time deadline;
-  bool claimed = false;  // a sender connected (guarded by the receiver's mu_)
-  absl::Time start;      // when the sender connected (guarded by the receiver's mu_)
-  absl::Mutex mu;        // held while bytes are copied into `pages`
+  absl::Time deadline;         // on the receiver's clock; set once by Expect
+  bool claimed = false;        // a sender connected (guarded by the receiver's mu_)
+  absl::Time start;            // when the sender connected (receiver's clock; receiver's mu_)
+  absl::Mutex mu;              // held while bytes are copied into `pages`
   bool live ABSL_GUARDED_BY(mu) = true;  // false once cancelled or completed
   KvTransferStats stats ABSL_GUARDED_BY(mu);
 };
@@ -32,20 +33,22 @@ struct TcpKvReceiver::Transfer {
 absl::StatusOr<std::unique_ptr<TcpKvReceiver>> TcpKvReceiver::Create(const std::string& host,
                                                                      int port, void* pool,
                                                                      const KvLayout& layout,
-                                                                     DoneCallback done) {
+                                                                     DoneCallback done,
+                                                                     Clock* clock) {
   ASSIGN_OR_RETURN(Socket listener, Listen(host, port));
   ASSIGN_OR_RETURN(int bound, LocalPort(listener));
   return std::unique_ptr<TcpKvReceiver>(new TcpKvReceiver(
-      std::move(listener), absl::StrCat(host, ":", bound), pool, layout, std::move(done)));
+      std::move(listener), absl::StrCat(host, ":", bound), pool, layout, std::move(done), clock));
 }
 
 TcpKvReceiver::TcpKvReceiver(Socket listener, std::string address, void* pool,
-                             const KvLayout& layout, DoneCallback done)
+                             const KvLayout& layout, DoneCallback done, Clock* clock)
     : listener_(std::move(listener)),
       address_(std::move(address)),
       pool_(static_cast<char*>(pool)),
       layout_(layout),
-      done_(std::move(done)) {
+      done_(std::move(done)),
+      clock_(clock) {
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
 }
@@ -86,6 +89,7 @@ absl::Status TcpKvReceiver::Expect(const std::string& transfer_id, std::vector<i
   if (!transfers_.emplace(transfer_id, t).second) {
     return absl::AlreadyExistsError(absl::StrCat("transfer ", transfer_id, " already expected"));
   }
+  ++num_expected_;
   return absl::OkStatus();
 }
 
@@ -115,7 +119,7 @@ void TcpKvReceiver::Complete(const std::shared_ptr<Transfer>& t, const absl::Sta
     auto it = transfers_.find(t->id);
     if (it == transfers_.end() || it->second != t) return;  // cancelled or already ended
     transfers_.erase(it);
-    duration = t->claimed ? absl::Now() - t->start : absl::ZeroDuration();
+    duration = t->claimed ? clock_->Now() - t->start : absl::ZeroDuration();
   }
   KvTransferStats stats;
   {
@@ -134,11 +138,11 @@ void TcpKvReceiver::AcceptLoop() {
       JoinFinishedLocked();
       if (stopping_) return;
     }
-    absl::StatusOr<Socket> accepted = Accept(listener_, absl::Now() + kPollInterval * 5);
+    absl::StatusOr<Socket> accepted = Accept(listener_, Clock::Real()->Now() + kPollInterval * 5);
     if (!accepted.ok()) {
       if (!absl::IsDeadlineExceeded(accepted.status())) {
         LOG(WARNING) << "KV receiver accept: " << accepted.status();
-        absl::SleepFor(kPollInterval);
+        Clock::Real()->SleepFor(kPollInterval);
       }
       continue;
     }
@@ -170,8 +174,16 @@ void TcpKvReceiver::JoinFinishedLocked() {
 void TcpKvReceiver::ReaperLoop() {
   absl::MutexLock l(&mu_);
   while (!stopping_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), kPollInterval);
-    const absl::Time now = absl::Now();
+    // Sleeps until the earliest deadline; a new transfer (maybe due earlier) or stopping wakes
+    // it. Transfers that end meanwhile only make it wake for nothing.
+    absl::Time next = absl::InfiniteFuture();
+    for (const auto& [id, t] : transfers_) next = std::min(next, t->deadline);
+    const uint64_t seen = num_expected_;
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || num_expected_ != seen;
+    };
+    if (clock_->AwaitWithDeadline(&mu_, absl::Condition(&changed), next)) continue;
+    const absl::Time now = clock_->Now();
     std::vector<std::shared_ptr<Transfer>> expired;
     for (auto& [id, t] : transfers_) {
       if (t->deadline <= now) expired.push_back(t);
@@ -208,12 +220,12 @@ void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
     Complete(t, outcome);
   }
   (void)kv_wire::WriteFrame(*socket, kv_wire::FrameType::kStatus, kv_wire::EncodeStatus(outcome),
-                            absl::Now() + absl::Milliseconds(200));
+                            Clock::Real()->Now() + absl::Milliseconds(200));
 }
 
 absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(const Socket& socket,
                                                                               int* sender_pages) {
-  const absl::Time deadline = absl::Now() + kHandshakeTimeout;
+  const absl::Time deadline = Clock::Real()->Now() + kHandshakeTimeout;
   ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
   absl::StatusOr<kv_wire::Hello> hello =
       frame.type == kv_wire::FrameType::kHello
@@ -238,7 +250,7 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
     } else {
       t = it->second;
       t->claimed = true;
-      t->start = absl::Now();
+      t->start = clock_->Now();
       *sender_pages = hello->num_pages;
     }
   }
@@ -265,8 +277,10 @@ absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int 
   std::vector<char> staging(static_cast<size_t>(layout_.PageBytes()));
   std::vector<bool> received(static_cast<size_t>(layout_.num_layers) * sender_pages, false);
   int64_t num_received = 0;
-  // Reads may run a little past the deadline; the reaper ends the transfer exactly at it.
-  const absl::Time deadline = t.deadline + kPollInterval * 5;
+  // Reads may run a little past the deadline (the transfer's, carried over to real time); the
+  // reaper ends the transfer exactly at it.
+  const absl::Time deadline =
+      Clock::Real()->Now() + (t.deadline - clock_->Now()) + kPollInterval * 5;
   while (true) {
     ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
     if (frame.type == kv_wire::FrameType::kAbort) {

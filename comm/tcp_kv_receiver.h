@@ -3,6 +3,9 @@
 // into a one-page staging buffer and copied into the pool under the transfer's lock, so Cancel()
 // can guarantee that no byte lands in the pages after it returns (the pages may then be reused).
 //
+// Time: transfer deadlines (Expect) and the transfer durations are on the Clock given at
+// Create; the socket reads and writes under them are bounded in real time (socket_io.h).
+//
 // Threads: one accept thread, one reaper thread (deadlines), one thread per live connection.
 // All public methods are thread-safe.
 #pragma once
@@ -17,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 #include "comm/kv_transport.h"
 #include "comm/socket_io.h"
 
@@ -26,9 +30,11 @@ class TcpKvReceiver : public KvReceiver {
  public:
   // Listens on host:port (port 0: any free port) and writes transfers into `pool`, laid out as
   // `layout`; `pool` must outlive the receiver. `done` reports each transfer's outcome.
+  // Deadlines passed to Expect are on `clock`, which must outlive the receiver.
   static absl::StatusOr<std::unique_ptr<TcpKvReceiver>> Create(const std::string& host, int port,
                                                                void* pool, const KvLayout& layout,
-                                                               DoneCallback done);
+                                                               DoneCallback done,
+                                                               Clock* clock = Clock::Real());
   ~TcpKvReceiver() override;
 
   std::string address() const override { return address_; }
@@ -41,7 +47,7 @@ class TcpKvReceiver : public KvReceiver {
   struct Transfer;
 
   TcpKvReceiver(Socket listener, std::string address, void* pool, const KvLayout& layout,
-                DoneCallback done);
+                DoneCallback done, Clock* clock);
   void AcceptLoop();
   void ReaperLoop();
   void ServeConnection(int conn_id, Socket* socket);
@@ -60,10 +66,12 @@ class TcpKvReceiver : public KvReceiver {
   char* const pool_;
   const KvLayout layout_;
   const DoneCallback done_;
+  Clock* const clock_;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);
+  uint64_t num_expected_ ABSL_GUARDED_BY(mu_) = 0;  // Expect calls so far (wakes the reaper)
   // Live connection threads and their sockets (shut down on destruction to unblock them).
   int next_conn_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, std::thread> conn_threads_ ABSL_GUARDED_BY(mu_);

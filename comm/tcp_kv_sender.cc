@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/status_macros.h"
 #include "comm/kv_wire.h"
 
@@ -19,7 +20,7 @@ class TcpKvSendOp : public KvSendOp {
         layout_(layout),
         num_pages_(num_pages),
         deadline_(deadline),
-        start_(absl::Now()) {}
+        start_(Clock::Real()->Now()) {}
   ~TcpKvSendOp() override {
     if (!finished_) Abort("sender dropped the transfer");
   }
@@ -55,7 +56,7 @@ class TcpKvSendOp : public KvSendOp {
     finished_ = true;
     socket_.Close();
     if (!st.ok()) return st;
-    stats_.duration = absl::Now() - start_;
+    stats_.duration = Clock::Real()->Now() - start_;
     return stats_;
   }
 
@@ -63,7 +64,7 @@ class TcpKvSendOp : public KvSendOp {
     if (finished_) return;
     finished_ = true;
     (void)kv_wire::WriteFrame(socket_, kv_wire::FrameType::kAbort, std::string(reason),
-                              std::min(deadline_, absl::Now() + kAbortNotifyTimeout));
+                              std::min(deadline_, Clock::Real()->Now() + kAbortNotifyTimeout));
     socket_.Close();
   }
 
@@ -82,7 +83,7 @@ class TcpKvSendOp : public KvSendOp {
   absl::Status Fail(const absl::Status& write_error) {
     finished_ = true;
     absl::Status verdict =
-        ReadVerdict(socket_, std::min(deadline_, absl::Now() + absl::Milliseconds(50)));
+        ReadVerdict(socket_, std::min(deadline_, Clock::Real()->Now() + absl::Milliseconds(50)));
     socket_.Close();
     return verdict.ok() ? write_error : verdict;
   }
@@ -102,7 +103,7 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
                                                              const std::string& transfer_id,
                                                              const KvLayout& layout, int num_pages,
                                                              absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = Clock::Real()->Now() + timeout;
   ASSIGN_OR_RETURN(Socket socket, Connect(peer, deadline));
   kv_wire::Hello hello{layout, num_pages, transfer_id};
   RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kHello,

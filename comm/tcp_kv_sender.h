@@ -1,6 +1,7 @@
 // TcpKvSender: the host KV transport's sender (prefill side). One TCP connection per transfer;
 // SendLayer copies page bytes straight from the pool onto the socket (no staging copy).
 // Thread-safe: Begin may be called from any thread; each KvSendOp is driven by one thread.
+// Time is real (Clock::Real()): its deadlines bound socket I/O and its durations measure it.
 #pragma once
 
 #include <memory>
