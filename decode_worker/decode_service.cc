@@ -22,7 +22,8 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(const Worke
       env.options->host, env.options->kv_port, env.engine->kv_pool(), env.engine->kv_layout(),
       [self](const std::string& id, absl::Status st, KvTransferStats stats) {
         self->loop_->Post([self, id, st, stats](Engine& e) { self->OnKvDone(e, id, st, stats); });
-      });
+      },
+      env.clock);
   if (!receiver.ok()) return receiver.status();
   s->receiver_ = *std::move(receiver);
   // Advertise the routable host with the receiver's bound port.
@@ -85,7 +86,7 @@ absl::StatusOr<std::vector<int32_t>> DecodeService::ReserveOnLoop(
   }
   absl::StatusOr<std::vector<int32_t>> pages = engine.ReservePages(id, req.num_prompt_tokens());
   if (!pages.ok()) return pages.status();
-  const absl::Time now = absl::Now();
+  const absl::Time now = env_.clock->Now();
   absl::Status expect =
       receiver_->Expect(id, *pages, now + absl::Milliseconds(env_.options->kv_transfer_timeout_ms));
   if (!expect.ok()) {
@@ -170,7 +171,7 @@ void DecodeService::Commit(Engine& engine, const std::string& id, Request& r) {
     return;
   }
   r.state = State::kRunning;
-  r.joined = absl::Now();
+  r.joined = env_.clock->Now();
 }
 
 void DecodeService::DropReservation(Engine& engine, const std::string& id,
@@ -185,7 +186,8 @@ void DecodeService::Finish(const std::string& id, absl::Status status) {
   if (it == requests_.end()) return;
   if (it->second.channel != nullptr) it->second.channel->Close(std::move(status));
   if (env_.metrics) {
-    env_.metrics->ObserveRequestDuration(absl::ToDoubleSeconds(absl::Now() - it->second.arrival));
+    env_.metrics->ObserveRequestDuration(
+        absl::ToDoubleSeconds(env_.clock->Now() - it->second.arrival));
   }
   requests_.erase(it);
   num_live_--;
@@ -198,7 +200,7 @@ void DecodeService::OnOutput(Engine& engine, const RequestOutput& out, absl::Tim
   TokenEvent ev = TokenEventFor(out);
   tandem::v1::PhaseTimings* t = ev.mutable_timings();
   if (r.num_outputs++ == 0) {
-    t->set_first_decode_step_s(absl::ToDoubleSeconds(absl::Now() - r.joined));
+    t->set_first_decode_step_s(absl::ToDoubleSeconds(env_.clock->Now() - r.joined));
     if (env_.metrics) env_.metrics->ObserveFirstDecodeStep(t->first_decode_step_s());
   }
   if (out.finish_reason == FinishReason::kNone) {
@@ -217,7 +219,7 @@ void DecodeService::OnOutput(Engine& engine, const RequestOutput& out, absl::Tim
 }
 
 void DecodeService::OnTick(Engine& engine) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = env_.clock->Now();
   std::vector<std::string> expired;
   for (const auto& [id, r] : requests_) {
     if (r.state == State::kReserved && r.channel == nullptr && r.ttl_deadline <= now) {

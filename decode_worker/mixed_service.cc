@@ -45,7 +45,7 @@ void MixedService::GenerateOnLoop(Engine& engine, EngineRequest request,
     channel->Close(st);
     return;
   }
-  requests_.emplace(id, Request{std::move(channel), absl::Now()});
+  requests_.emplace(id, Request{std::move(channel), env_.clock->Now()});
   num_live_++;
 }
 
@@ -58,7 +58,7 @@ void MixedService::OnOutput(Engine&, const RequestOutput& out, absl::Time step_s
     // The step that sampled the first token approximates prefill; earlier chunks count as queue.
     tandem::v1::PhaseTimings* t = ev.mutable_timings();
     t->set_prefill_queue_s(absl::ToDoubleSeconds(step_start - r.arrival));
-    t->set_prefill_s(absl::ToDoubleSeconds(absl::Now() - step_start));
+    t->set_prefill_s(absl::ToDoubleSeconds(env_.clock->Now() - step_start));
     if (env_.metrics) {
       env_.metrics->ObserveQueueTime(t->prefill_queue_s());
       env_.metrics->ObservePrefillTime(t->prefill_s());
@@ -82,7 +82,8 @@ void MixedService::Finish(const std::string& id, absl::Status status) {
   if (it == requests_.end()) return;
   it->second.channel->Close(std::move(status));
   if (env_.metrics) {
-    env_.metrics->ObserveRequestDuration(absl::ToDoubleSeconds(absl::Now() - it->second.arrival));
+    env_.metrics->ObserveRequestDuration(
+        absl::ToDoubleSeconds(env_.clock->Now() - it->second.arrival));
   }
   requests_.erase(it);
   num_live_--;

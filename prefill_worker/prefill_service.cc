@@ -46,7 +46,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx,
   state.channel = std::make_shared<Channel>();
   if (req->has_destination()) state.destination = req->destination();
   state.num_prompt_tokens = req->prompt_tokens_size();
-  state.arrival = absl::Now();
+  state.arrival = env_.clock->Now();
   EngineRequest er;
   er.id = req->request_id();
   er.prompt_tokens.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
@@ -78,7 +78,7 @@ void PrefillService::OnOutput(Engine& engine, const RequestOutput& out, absl::Ti
   auto it = requests_.find(out.id);
   if (it == requests_.end()) return;
   Request& r = it->second;
-  const absl::Time now = absl::Now();
+  const absl::Time now = env_.clock->Now();
   if (!out.new_tokens.empty()) {
     PrefillEvent ev;
     auto* first = ev.mutable_first_token();

@@ -7,8 +7,9 @@
 
 namespace tandem {
 
-EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, Handlers handlers, absl::Duration tick)
-    : engine_(std::move(engine)), handlers_(std::move(handlers)), tick_(tick) {
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, Handlers handlers, absl::Duration tick,
+                       Clock* clock)
+    : engine_(std::move(engine)), handlers_(std::move(handlers)), tick_(tick), clock_(clock) {
   stats_ = engine_->Stats();
 }
 
@@ -56,7 +57,7 @@ void EngineLoop::RunTasks() {
 }
 
 void EngineLoop::Run() {
-  absl::Time next_tick = absl::Now() + tick_;
+  absl::Time next_tick = clock_->Now() + tick_;
   while (true) {
     {
       absl::MutexLock l(&mu_);
@@ -64,17 +65,17 @@ void EngineLoop::Run() {
       if (!engine_->HasWork()) {
         auto wake = [this]()
                         ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !tasks_.empty(); };
-        mu_.AwaitWithDeadline(absl::Condition(&wake), next_tick);
+        clock_->AwaitWithDeadline(&mu_, absl::Condition(&wake), next_tick);
         if (stopping_) return;
       }
     }
     RunTasks();
-    if (absl::Now() >= next_tick) {
-      next_tick = absl::Now() + tick_;
+    if (clock_->Now() >= next_tick) {
+      next_tick = clock_->Now() + tick_;
       if (handlers_.on_tick) handlers_.on_tick(*engine_);
     }
     if (engine_->HasWork()) {
-      const absl::Time step_start = absl::Now();
+      const absl::Time step_start = clock_->Now();
       absl::StatusOr<std::vector<RequestOutput>> outputs = engine_->Step();
       if (!outputs.ok()) {
         LOG(ERROR) << "engine step failed: " << outputs.status();

@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "engine/engine.h"
 
 namespace tandem {
@@ -26,12 +27,13 @@ class EngineLoop {
     // freed their pages; it will refuse new ones). The role fails its requests and the worker
     // turns unhealthy (WorkerService::OnEngineBroken).
     std::function<void(Engine&, const absl::Status&)> on_step_error;
-    // Called about every `tick` (deadlines, TTLs).
+    // Called about every `tick` of `clock` (deadlines, TTLs).
     std::function<void(Engine&)> on_tick;
   };
 
+  // `clock` times the ticks and the step starts; it must outlive the loop.
   EngineLoop(std::unique_ptr<Engine> engine, Handlers handlers,
-             absl::Duration tick = absl::Milliseconds(50));
+             absl::Duration tick = absl::Milliseconds(50), Clock* clock = Clock::Real());
   ~EngineLoop();  // stops the thread; posted tasks not yet run are dropped
 
   void Start();
@@ -52,6 +54,7 @@ class EngineLoop {
   std::unique_ptr<Engine> engine_;
   Handlers handlers_;
   absl::Duration tick_;
+  Clock* const clock_;
   std::thread thread_;
 
   mutable absl::Mutex mu_;

@@ -1,6 +1,7 @@
 // EventChannel: hands one request's events from the engine loop thread to the gRPC handler
 // thread that streams them. Push/Close never block (the loop must not wait on a slow client);
-// Next blocks the handler with a timeout so it can poll for client cancellation.
+// Next blocks the handler with a timeout so it can poll for client cancellation (gRPC's sync
+// API has no notification for it), in real time: a poll interval, not a deadline of the request.
 // Thread-safe.
 #pragma once
 
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 
 namespace tandem {
 
@@ -39,7 +41,7 @@ class EventChannel {
   Result Next(Event* event, absl::Status* status, absl::Duration timeout) {
     absl::MutexLock l(&mu_);
     auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return closed_ || !events_.empty(); };
-    mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    Clock::Real()->AwaitWithTimeout(&mu_, absl::Condition(&ready), timeout);
     if (!events_.empty()) {
       *event = std::move(events_.front());
       events_.pop_front();

@@ -13,8 +13,9 @@ constexpr absl::Duration kRpcTimeout = absl::Seconds(2);
 constexpr absl::Duration kRetryInterval = absl::Milliseconds(250);
 constexpr absl::Duration kRefusedRetryInterval = absl::Seconds(5);
 
+// gRPC measures the deadline itself: real time.
 void SetDeadline(grpc::ClientContext* ctx) {
-  ctx->set_deadline(absl::ToChronoTime(absl::Now() + kRpcTimeout));
+  ctx->set_deadline(absl::ToChronoTime(Clock::Real()->Now() + kRpcTimeout));
 }
 
 }  // namespace
@@ -76,7 +77,7 @@ bool RouterClient::Register() {
       LOG(ERROR) << "router refused registration of " << req.worker_id() << ": "
                  << st.error_message();
       absl::MutexLock l(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), kRefusedRetryInterval);
+      options_.clock->AwaitWithTimeout(&mu_, absl::Condition(&stopping_), kRefusedRetryInterval);
     } else {
       LOG(DEBUG) << "register with router " << options_.router_address
                  << " failed: " << st.error_message();
@@ -144,7 +145,7 @@ void RouterClient::Run() {
     absl::MutexLock l(&mu_);
     wait = registered_ ? interval_ : kRetryInterval;
     auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || wake_; };
-    mu_.AwaitWithTimeout(absl::Condition(&woken), wait);
+    options_.clock->AwaitWithTimeout(&mu_, absl::Condition(&woken), wait);
     wake_ = false;
   }
 }

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem {
@@ -28,6 +29,7 @@ class RouterClient {
     std::function<tandem::v1::LoadReport()> load;
     std::function<bool()> draining;
     std::function<absl::Status()> health;  // null: always healthy
+    Clock* clock = Clock::Real();          // heartbeat and retry intervals; outlives the client
   };
 
   explicit RouterClient(Options options);

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
 #include "worker/router_client.h"
@@ -106,13 +107,14 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
     }
     metrics = *std::move(m);
   }
-  WorkerEnv env{&o, metrics.get(), engine->get()};
+  Clock* const clock = Clock::Real();  // a process runs on real time
+  WorkerEnv env{&o, metrics.get(), engine->get(), clock};
   absl::StatusOr<std::unique_ptr<WorkerService>> service = make_service(env);
   if (!service.ok()) {
     LOG(ERROR) << "cannot start the " << RoleName(o.role) << " service: " << service.status();
     return IsPortTaken(service.status()) ? kExitCannotListen : 1;
   }
-  EngineLoop loop(*std::move(engine), (*service)->Handlers());
+  EngineLoop loop(*std::move(engine), (*service)->Handlers(), absl::Milliseconds(50), clock);
   (*service)->Attach(&loop);
   builder.RegisterService(service->get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -128,7 +130,7 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
     router = std::make_unique<RouterClient>(RouterClient::Options{
         o.router, MakeHello(o, loop.engine(), port, svc->kv_transfer_address()),
         [svc] { return svc->Load(); }, [svc] { return svc->draining(); },
-        [svc] { return svc->health(); }});
+        [svc] { return svc->health(); }, clock});
     router->Start();
     // An engine that breaks is reported at once, not at the next heartbeat.
     svc->SetUnhealthyListener([r = router.get()] { r->Wake(); });
@@ -146,11 +148,11 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
   LOG(INFO) << o.worker_id << ": draining (" << (*service)->NumLive() << " requests in flight)";
   (*service)->StartDraining();
   if (router) router->Wake();
-  const absl::Time drain_deadline = absl::Now() + absl::Milliseconds(o.drain_timeout_ms);
-  while ((*service)->NumLive() > 0 && absl::Now() < drain_deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
+  const absl::Time drain_deadline = clock->Now() + absl::Milliseconds(o.drain_timeout_ms);
+  while ((*service)->NumLive() > 0 && clock->Now() < drain_deadline) {
+    clock->SleepFor(absl::Milliseconds(20));
   }
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+  server->Shutdown(absl::ToChronoTime(clock->Now() + absl::Milliseconds(500)));
   (*service)->SetUnhealthyListener(nullptr);
   router.reset();
   (*service)->Stop();

@@ -22,6 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "base/clock.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "worker/engine_loop.h"
 #include "worker/event_channel.h"
@@ -37,6 +38,8 @@ struct WorkerEnv {
   // Before the loop takes it: for constants (kv_pool, kv_layout, config) only; never call its
   // mutating methods outside loop tasks.
   Engine* engine = nullptr;
+  // Request timestamps, reservation TTLs and KV transfer deadlines; the loop's clock too.
+  Clock* clock = Clock::Real();
 };
 
 grpc::Status ToGrpc(const absl::Status& status);
