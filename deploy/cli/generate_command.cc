@@ -10,8 +10,8 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/clock.h"
 #include "deploy/cli/commands.h"
 #include "engine/engine.h"
 #include "engine/tokenizer/text_stream.h"
@@ -55,7 +55,7 @@ int Generate(const GenerateOptions& opts) {
   EngineOptions options;
   options.model_dir = opts.model_dir;
   options.kv_memory_bytes = opts.kv_memory_mib << 20;
-  const absl::Time load_start = absl::Now();
+  const absl::Time load_start = Clock::Real()->Now();
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
   if (!engine.ok()) {
     std::cerr << "generate: " << engine.status() << "\n";
@@ -87,7 +87,7 @@ int Generate(const GenerateOptions& opts) {
     return 1;
   }
 
-  const absl::Time start = absl::Now();
+  const absl::Time start = Clock::Real()->Now();
   absl::Time first_token;
   int64_t num_generated = 0;
   FinishReason reason = FinishReason::kNone;
@@ -100,7 +100,7 @@ int Generate(const GenerateOptions& opts) {
     }
     for (const RequestOutput& out : *outputs) {
       if (text.stopped()) continue;  // the abort's kAbort
-      if (num_generated == 0 && !out.new_tokens.empty()) first_token = absl::Now();
+      if (num_generated == 0 && !out.new_tokens.empty()) first_token = Clock::Real()->Now();
       const TextStream::Delta delta = text.Add(out.new_tokens);
       num_generated += delta.num_tokens;
       Write(delta.text);
@@ -118,7 +118,7 @@ int Generate(const GenerateOptions& opts) {
       if (out.finish_reason == FinishReason::kError) std::cerr << "\ngenerate: " << out.error;
     }
   }
-  const absl::Time end = absl::Now();
+  const absl::Time end = Clock::Real()->Now();
   const double decode_s = absl::ToDoubleSeconds(end - first_token);
   std::cerr << absl::StrFormat(
       "\n[%d prompt tokens, %d generated, finish: %s] load %.2f s, prefill %.3f s, "

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 
 namespace tandem::launcher {
 namespace {
@@ -93,10 +94,10 @@ void ChildProcess::Signal(int signal) {
 }
 
 std::optional<int> ChildProcess::Wait(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = Clock::Real()->Now() + timeout;
   while (Running()) {
-    if (absl::Now() >= deadline) return std::nullopt;
-    absl::SleepFor(absl::Milliseconds(10));
+    if (Clock::Real()->Now() >= deadline) return std::nullopt;
+    Clock::Real()->SleepFor(absl::Milliseconds(10));
   }
   return exit_code_;
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
 #include "comm/socket_io.h"
@@ -112,7 +113,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
   c->log_dir_ = options.log_dir;
   const std::string model = options.model_dir.empty() ? layout.model : options.model_dir;
   const std::string host = layout.host;
-  const absl::Time deadline = absl::Now() + options.ready_timeout;
+  const absl::Time deadline = Clock::Real()->Now() + options.ready_timeout;
   const std::function<absl::StatusOr<int>(const std::string&)> pick =
       options.pick_port ? options.pick_port : PickFreePort;
 
@@ -226,7 +227,7 @@ absl::Status Cluster::RestartIfPortTaken(Process& p, bool may_repick) {
 
 absl::Status Cluster::WaitForRouter(absl::Time deadline) {
   Process& router = processes_[0];
-  while (absl::Now() < deadline) {
+  while (Clock::Real()->Now() < deadline) {
     if (!router.child->Running()) {
       if (absl::Status st = RestartIfPortTaken(router, /*may_repick=*/true); !st.ok()) return st;
       continue;
@@ -237,7 +238,7 @@ absl::Status Cluster::WaitForRouter(absl::Time deadline) {
     if (r.ok() && r->status == 200 && absl::StrContains(r->body, "tandem_router_workers{")) {
       return absl::OkStatus();
     }
-    absl::SleepFor(absl::Milliseconds(20));
+    Clock::Real()->SleepFor(absl::Milliseconds(20));
   }
   return absl::DeadlineExceededError(
       absl::StrCat("router not listening in time (logs in ", log_dir_, ")"));
@@ -270,13 +271,13 @@ Process* Cluster::Find(const std::string& name) {
 
 absl::Status Cluster::WaitForWorkers(const std::vector<std::pair<std::string, int>>& expected,
                                      absl::Duration timeout) {
-  return WaitReady(expected, absl::Now() + timeout, /*repick_taken_ports=*/false);
+  return WaitReady(expected, Clock::Real()->Now() + timeout, /*repick_taken_ports=*/false);
 }
 
 absl::Status Cluster::WaitReady(const std::vector<std::pair<std::string, int>>& expected,
                                 absl::Time deadline, bool repick_taken_ports) {
   std::string last;
-  while (absl::Now() < deadline) {
+  while (Clock::Real()->Now() < deadline) {
     for (Process& p : processes_) {
       if (p.child == nullptr || p.child->Running()) continue;
       // Never the router's ports: the workers were given its address.
@@ -297,7 +298,7 @@ absl::Status Cluster::WaitReady(const std::vector<std::pair<std::string, int>>& 
       last = r.ok() ? absl::StrCat("router /metrics answered ", r->status)
                     : std::string(r.status().message());
     }
-    absl::SleepFor(absl::Milliseconds(100));
+    Clock::Real()->SleepFor(absl::Milliseconds(100));
   }
   return absl::DeadlineExceededError(
       absl::StrCat("cluster not ready in time: ", last, " (logs in ", log_dir_, ")"));
@@ -323,7 +324,7 @@ std::vector<std::pair<std::string, int>> Cluster::Exited() {
 }
 
 absl::Status Cluster::Shutdown(absl::Duration grace) {
-  const absl::Time deadline = absl::Now() + grace;
+  const absl::Time deadline = Clock::Real()->Now() + grace;
   std::string failures;
   auto stop = [&](Process& p) {
     if (p.child == nullptr) return;
@@ -331,7 +332,8 @@ absl::Status Cluster::Shutdown(absl::Duration grace) {
   };
   auto reap = [&](Process& p) {
     if (p.child == nullptr) return;
-    std::optional<int> code = p.child->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    std::optional<int> code =
+        p.child->Wait(std::max(deadline - Clock::Real()->Now(), absl::ZeroDuration()));
     if (!code.has_value()) {
       p.child->Signal(SIGKILL);
       code = p.child->Wait(absl::Seconds(5));

@@ -1,7 +1,8 @@
 // Cluster: the processes of one layout on this node — a router and its workers — started as
 // separate programs, each with its own log, ports chosen up front (so they can be printed and
 // a restarted worker comes back on the same address). Used by `tandem serve` and by the
-// end-to-end tests (which also kill and restart workers). Not thread-safe.
+// end-to-end tests (which also kill and restart workers). Not thread-safe. Real time throughout
+// (Clock::Real()): it waits on real processes and sockets.
 #pragma once
 
 #include <functional>

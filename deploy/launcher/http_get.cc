@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "comm/socket_io.h"
 
 namespace tandem::launcher {
@@ -14,7 +15,7 @@ namespace {
 // Sends `request` and reads the response until the server closes the connection.
 absl::StatusOr<HttpResponse> Exchange(const std::string& host_port, const std::string& request,
                                       absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = Clock::Real()->Now() + timeout;
   absl::StatusOr<Socket> s = Connect(host_port, deadline);
   if (!s.ok()) return s.status();
   if (absl::Status st = WriteAll(*s, request.data(), request.size(), deadline); !st.ok()) {
