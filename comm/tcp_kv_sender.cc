@@ -52,7 +52,8 @@ class TcpKvSendOp : public KvSendOp {
   absl::StatusOr<KvTransferStats> Finish() override {
     if (finished_) return absl::FailedPreconditionError("transfer already finished or aborted");
     absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kDone, "", deadline_);
-    if (st.ok()) st = ReadVerdict(socket_, deadline_);
+    if (!st.ok()) return Fail(st);
+    st = ReadVerdict(socket_, deadline_);
     finished_ = true;
     socket_.Close();
     if (!st.ok()) return st;
