@@ -1,7 +1,10 @@
 // The host KV transport over loopback TCP: a correct transfer lands every byte in the right
 // pages, and every failure (sender dies, aborts, goes silent; receiver cancels, dies, never
 // hears from a sender; mismatched layouts) ends in a terminal status on both sides, quickly,
-// with no byte written after a cancel.
+// with no byte written after a cancel or the deadline.
+//
+// The receiver runs on a FakeClock: its transfer deadlines pass exactly when a test advances
+// time, and never otherwise. The sender's deadlines bound socket I/O and are real time.
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -13,6 +16,7 @@
 #include "comm/tcp_kv_receiver.h"
 #include "comm/tcp_kv_sender.h"
 #include "gtest/gtest.h"
+#include "tests/base/fake_clock.h"
 
 namespace tandem {
 namespace {
@@ -65,8 +69,8 @@ class TcpKvTransportTest : public ::testing::Test {
     std::mt19937 rng(7);
     for (auto& b : src_pool_) b = static_cast<char>(rng());
     dst_pool_.assign(dst_layout_.PoolBytes(), 0);
-    auto r =
-        TcpKvReceiver::Create("127.0.0.1", 0, dst_pool_.data(), dst_layout_, outcomes_.Callback());
+    auto r = TcpKvReceiver::Create("127.0.0.1", 0, dst_pool_.data(), dst_layout_,
+                                   outcomes_.Callback(), &clock_);
     ASSERT_TRUE(r.ok()) << r.status();
     receiver_ = std::move(*r);
   }
@@ -83,6 +87,7 @@ class TcpKvTransportTest : public ::testing::Test {
     return true;
   }
 
+  testing::FakeClock clock_;  // first: outlives the receiver
   KvLayout src_layout_, dst_layout_;
   std::vector<char> src_pool_, dst_pool_;
   Outcomes outcomes_;
@@ -91,7 +96,7 @@ class TcpKvTransportTest : public ::testing::Test {
 };
 
 TEST_F(TcpKvTransportTest, PagesLandInReservedPagesLayerByLayer) {
-  ASSERT_TRUE(receiver_->Expect("r1", {5, 2, 9, 11}, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2, 9, 11}, clock_.Now() + absl::Seconds(5)).ok());
   const std::vector<int32_t> src = {1, 3, 0};  // 3 prompt pages; decode reserved one extra
   auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 3, absl::Seconds(5));
   ASSERT_TRUE(op.ok()) << op.status();
@@ -99,6 +104,7 @@ TEST_F(TcpKvTransportTest, PagesLandInReservedPagesLayerByLayer) {
     // Split each layer into two ranges, last range first: order must not matter.
     ASSERT_TRUE((*op)->SendLayer(layer, src_pool_.data(), {src.data() + 1, 2}, 1).ok());
     ASSERT_TRUE((*op)->SendLayer(layer, src_pool_.data(), {src.data(), 1}, 0).ok());
+    clock_.Advance(absl::Milliseconds(40));
   }
   auto stats = (*op)->Finish();
   ASSERT_TRUE(stats.ok()) << stats.status();
@@ -108,6 +114,8 @@ TEST_F(TcpKvTransportTest, PagesLandInReservedPagesLayerByLayer) {
     absl::MutexLock l(&outcomes_.mu);
     EXPECT_EQ(outcomes_.last_stats.bytes, 3 * 3 * src_layout_.PageBytes());
     EXPECT_EQ(outcomes_.last_stats.pages, 9);
+    // From the sender's hello to its last page, on the receiver's clock.
+    EXPECT_EQ(outcomes_.last_stats.duration, absl::Milliseconds(120));
   }
   const int dst[] = {5, 2, 9};
   for (int layer = 0; layer < 3; ++layer) {
@@ -117,7 +125,7 @@ TEST_F(TcpKvTransportTest, PagesLandInReservedPagesLayerByLayer) {
 }
 
 TEST_F(TcpKvTransportTest, MissingPagesAreDataLossOnBothSides) {
-  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, clock_.Now() + absl::Seconds(5)).ok());
   const std::vector<int32_t> src = {1, 3};
   auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
   ASSERT_TRUE(op.ok());
@@ -127,7 +135,7 @@ TEST_F(TcpKvTransportTest, MissingPagesAreDataLossOnBothSides) {
 }
 
 TEST_F(TcpKvTransportTest, SenderAbortIsReportedWithItsReason) {
-  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, clock_.Now() + absl::Seconds(5)).ok());
   auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
   ASSERT_TRUE(op.ok());
   (*op)->Abort("prefill cancelled");
@@ -137,7 +145,7 @@ TEST_F(TcpKvTransportTest, SenderAbortIsReportedWithItsReason) {
 }
 
 TEST_F(TcpKvTransportTest, SenderDroppedMidTransferAborts) {
-  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, clock_.Now() + absl::Seconds(5)).ok());
   const std::vector<int32_t> src = {1, 3};
   {
     auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
@@ -150,7 +158,7 @@ TEST_F(TcpKvTransportTest, SenderDroppedMidTransferAborts) {
 TEST_F(TcpKvTransportTest, SenderProcessDeathIsUnavailable) {
   // A raw connection that sends a valid hello and half a page, then vanishes (no abort frame),
   // as a killed prefill process would.
-  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, clock_.Now() + absl::Seconds(5)).ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(2);
   {
     auto s = Connect(receiver_->address(), deadline);
@@ -171,16 +179,61 @@ TEST_F(TcpKvTransportTest, SenderProcessDeathIsUnavailable) {
 }
 
 TEST_F(TcpKvTransportTest, TransferThatNeverStartsHitsItsDeadline) {
-  const absl::Time start = absl::Now();
-  ASSERT_TRUE(receiver_->Expect("r1", {5}, start + absl::Milliseconds(150)).ok());
-  EXPECT_EQ(outcomes_.WaitFor(1).code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(150));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  const absl::Time deadline = clock_.Now() + absl::Milliseconds(150);
+  ASSERT_TRUE(receiver_->Expect("r2", {7}, clock_.Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(receiver_->Expect("r1", {5}, deadline).ok());
+  // The reaper sleeps until exactly the earliest deadline, and not a moment less.
+  ASSERT_TRUE(clock_.AwaitWaiterUntil(deadline));
+  clock_.Advance(absl::Milliseconds(149));
+  EXPECT_TRUE(clock_.AwaitWaiterUntil(deadline));
+  EXPECT_EQ(outcomes_.Count(), 0u);
+  EXPECT_EQ(receiver_->NumPending(), 2);
+  clock_.Advance(absl::Milliseconds(1));
+  absl::Status st = outcomes_.WaitFor(1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(st.message().find("r1 never started"), std::string::npos) << st;
+  // Then it sleeps until the next one.
+  ASSERT_TRUE(clock_.AwaitWaiterUntil(clock_.Now() + absl::Milliseconds(4850)));
+  EXPECT_EQ(receiver_->NumPending(), 1);
+  EXPECT_TRUE(receiver_->Cancel("r2"));
+}
+
+TEST_F(TcpKvTransportTest, TransferThatStallsHitsItsDeadlineAndNothingLandsAfterIt) {
+  const absl::Time deadline = clock_.Now() + absl::Milliseconds(300);
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, deadline).ok());
+  const std::vector<int32_t> src = {1, 3};
+  auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
+  ASSERT_TRUE(op.ok()) << op.status();
+  ASSERT_TRUE((*op)->SendLayer(0, src_pool_.data(), src, 0).ok());
+  clock_.Advance(absl::Milliseconds(299));  // the sender goes quiet
+  EXPECT_TRUE(clock_.AwaitWaiterUntil(deadline));
+  EXPECT_EQ(outcomes_.Count(), 0u);
+  clock_.Advance(absl::Milliseconds(1));
+  absl::Status st = outcomes_.WaitFor(1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(st.message().find("r1 did not finish"), std::string::npos) << st;
   EXPECT_EQ(receiver_->NumPending(), 0);
+  // The sender wakes up and carries on: it learns the transfer is over, and none of it lands
+  // (layer 0 may or may not have landed before the deadline).
+  absl::Status sent;
+  for (int layer = 1; layer < 3 && sent.ok(); ++layer) {
+    sent = (*op)->SendLayer(layer, src_pool_.data(), src, 0);
+  }
+  if (sent.ok()) sent = (*op)->Finish().status();
+  EXPECT_EQ(sent.code(), absl::StatusCode::kCancelled) << sent;
+  std::vector<char> zero(static_cast<size_t>(dst_layout_.PageBytes()), 0);
+  for (int layer = 1; layer < 3; ++layer) {
+    for (int page : {5, 2}) {
+      EXPECT_EQ(std::memcmp(dst_pool_.data() + dst_layout_.PageOffset(layer, page) * 2, zero.data(),
+                            zero.size()),
+                0)
+          << "layer " << layer << " page " << page;
+    }
+  }
 }
 
 TEST_F(TcpKvTransportTest, CancelStopsWritesAndSuppressesTheCallback) {
-  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, clock_.Now() + absl::Seconds(5)).ok());
   const std::vector<int32_t> src = {1, 3};
   auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
   ASSERT_TRUE(op.ok());
@@ -205,18 +258,18 @@ TEST_F(TcpKvTransportTest, HandshakeRefusals) {
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
-  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, clock_.Now() + absl::Seconds(5)).ok());
   EXPECT_EQ(
       sender_.Begin(receiver_->address(), "r1", src_layout_, 3, absl::Seconds(2)).status().code(),
       absl::StatusCode::kFailedPrecondition);  // more pages than reserved
   EXPECT_EQ(outcomes_.WaitFor(1).code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(receiver_->Expect("r2", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(receiver_->Expect("r2", {5, 2}, clock_.Now() + absl::Seconds(5)).ok());
   KvLayout other = src_layout_;
   other.head_dim = 16;
   EXPECT_EQ(sender_.Begin(receiver_->address(), "r2", other, 2, absl::Seconds(2)).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(outcomes_.WaitFor(2).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(receiver_->Expect("r3", {99}, absl::Now()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(receiver_->Expect("r3", {99}, clock_.Now()).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(TcpKvTransportTest, SilentReceiverTimesOutTheSender) {
@@ -231,7 +284,7 @@ TEST_F(TcpKvTransportTest, SilentReceiverTimesOutTheSender) {
 }
 
 TEST_F(TcpKvTransportTest, ReceiverDeathFailsTheSender) {
-  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(receiver_->Expect("r1", {5, 2}, clock_.Now() + absl::Seconds(5)).ok());
   const std::vector<int32_t> src = {1, 3};
   auto op = sender_.Begin(receiver_->address(), "r1", src_layout_, 2, absl::Seconds(5));
   ASSERT_TRUE(op.ok());
@@ -253,7 +306,7 @@ TEST_F(TcpKvTransportTest, ManyConcurrentTransfers) {
   std::atomic<int> ok{0};
   for (int i = 0; i < kN; ++i) {
     const std::string id = "r" + std::to_string(i);
-    ASSERT_TRUE(receiver_->Expect(id, {i}, absl::Now() + absl::Seconds(10)).ok());
+    ASSERT_TRUE(receiver_->Expect(id, {i}, clock_.Now() + absl::Seconds(10)).ok());
     threads.emplace_back([&, id, i] {
       const std::vector<int32_t> src = {i % 8};
       auto op = sender_.Begin(receiver_->address(), id, src_layout_, 1, absl::Seconds(10));

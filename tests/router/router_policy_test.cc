@@ -6,6 +6,7 @@
 #include "router/admission.h"
 #include "router/routing_policy.h"
 #include "router/worker_registry.h"
+#include "tests/base/fake_clock.h"
 
 namespace tandem::router {
 namespace {
@@ -140,9 +141,11 @@ TEST(WorkerRegistryTest, RefusesMismatchedProtocolAndModel) {
 }
 
 TEST(WorkerRegistryTest, HeartbeatsExpiryAndReregistration) {
+  ::tandem::testing::FakeClock clock;
   RegistryOptions options;
   options.heartbeat_interval = absl::Milliseconds(100);
   options.missed_heartbeats_limit = 3;
+  options.clock = &clock;
   WorkerRegistry registry(options);
   std::vector<std::pair<std::string, uint64_t>> down;
   registry.SetDownListener(
@@ -157,9 +160,17 @@ TEST(WorkerRegistryTest, HeartbeatsExpiryAndReregistration) {
   hb.mutable_load()->set_num_waiting(4);
   EXPECT_FALSE(registry.Heartbeat(hb).reregister());
   EXPECT_EQ(registry.Snapshot()[0].load.num_waiting(), 4);
-  // Within the limit nothing happens; past it the worker is down and must re-register.
-  EXPECT_EQ(registry.ExpireStale(absl::Now() + absl::Milliseconds(200)), 0);
-  EXPECT_EQ(registry.ExpireStale(absl::Now() + absl::Milliseconds(400)), 1);
+  // Within the limit nothing happens; a heartbeat starts the limit again; a nanosecond past it
+  // the worker is down and must re-register.
+  clock.Advance(absl::Milliseconds(200));
+  EXPECT_EQ(registry.ExpireStale(clock.Now()), 0);
+  EXPECT_FALSE(registry.Heartbeat(hb).reregister());
+  clock.Advance(absl::Milliseconds(300));
+  EXPECT_EQ(registry.ExpireStale(clock.Now()), 0);
+  EXPECT_TRUE(down.empty());
+  clock.Advance(absl::Nanoseconds(1));
+  EXPECT_EQ(registry.ExpireStale(clock.Now()), 1);
+  EXPECT_EQ(registry.ExpireStale(clock.Now() + absl::Hours(1)), 0);  // already down
   ASSERT_EQ(down.size(), 1u);
   EXPECT_EQ(down[0].second, reg->epoch());
   EXPECT_FALSE(registry.Snapshot()[0].healthy);
@@ -177,6 +188,12 @@ TEST(WorkerRegistryTest, HeartbeatsExpiryAndReregistration) {
   EXPECT_EQ(down[1].second, again->epoch());
   registry.ReportUnreachable("d0", again->epoch());  // stale epoch: ignored
   EXPECT_TRUE(registry.Snapshot()[0].healthy);
+  // A registration counts as the first heartbeat.
+  clock.Advance(absl::Milliseconds(300));
+  EXPECT_EQ(registry.ExpireStale(clock.Now()), 0);
+  clock.Advance(absl::Nanoseconds(1));
+  EXPECT_EQ(registry.ExpireStale(clock.Now()), 1);
+  EXPECT_EQ(down.size(), 3u);
 }
 
 // A worker whose engine broke says so in its heartbeat: it is down at once (its requests are
