@@ -28,24 +28,30 @@ std::string HttpRequest::Header(const std::string& name) const {
 
 struct HttpServer::Impl {
   net::io_context ioc;
+  // Every use of the acceptor (re-arming the accept, closing it) runs on this strand: with
+  // several I/O threads, a close racing an accept completion would otherwise re-arm a closed
+  // acceptor.
+  net::strand<net::io_context::executor_type> accept_strand{net::make_strand(ioc)};
   std::optional<tcp::acceptor> acceptor;
 };
 
 namespace {
 
 void Accept(std::shared_ptr<HttpServer::Impl> impl, std::shared_ptr<SessionConfig> config) {
-  impl->acceptor->async_accept(net::make_strand(impl->ioc),
-                               [impl, config](beast::error_code ec, tcp::socket socket) {
-                                 if (!impl->acceptor->is_open()) return;
-                                 if (!ec) {
-                                   beast::error_code ignored;
-                                   socket.set_option(tcp::no_delay(true), ignored);
-                                   StartSession(std::move(socket), config, impl);
-                                 } else {
-                                   LOG(WARNING) << "accept failed: " << ec.message();
-                                 }
-                                 Accept(impl, config);
-                               });
+  impl->acceptor->async_accept(
+      net::make_strand(impl->ioc),
+      net::bind_executor(impl->accept_strand,
+                         [impl, config](beast::error_code ec, tcp::socket socket) {
+                           if (!impl->acceptor->is_open()) return;
+                           if (!ec) {
+                             beast::error_code ignored;
+                             socket.set_option(tcp::no_delay(true), ignored);
+                             StartSession(std::move(socket), config, impl);
+                           } else {
+                             LOG(WARNING) << "accept failed: " << ec.message();
+                           }
+                           Accept(impl, config);
+                         }));
 }
 
 }  // namespace
@@ -83,7 +89,7 @@ absl::Status HttpServer::Start() {
 
 void HttpServer::Stop() {
   if (threads_.empty()) return;
-  net::post(impl_->ioc, [impl = impl_] {
+  net::post(impl_->accept_strand, [impl = impl_] {
     beast::error_code ignored;
     impl->acceptor->close(ignored);
   });
