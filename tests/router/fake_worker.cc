@@ -1,7 +1,6 @@
 #include "tests/router/fake_worker.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 
 namespace tandem::router::testing {
 namespace {
@@ -10,10 +9,6 @@ using tandem::v1::FINISH_REASON_LENGTH;
 using tandem::v1::FINISH_REASON_STOP;
 
 constexpr int32_t kEos = 257;
-
-void Sleep(int ms) {
-  if (ms > 0) absl::SleepFor(absl::Milliseconds(ms));
-}
 
 }  // namespace
 
@@ -49,7 +44,7 @@ absl::Status FakeWorker::Register() {
   request.mutable_kv_pool()->set_num_pages(options_.num_pages);
   tandem::v1::RegisterResponse response;
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  context.set_deadline(absl::ToChronoTime(Clock::Real()->Now() + absl::Seconds(5)));
   grpc::Status status = registry_->Register(&context, request, &response);
   if (!status.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
@@ -61,7 +56,7 @@ absl::Status FakeWorker::Register() {
 
 void FakeWorker::HeartbeatLoop() {
   while (!stop_) {
-    Sleep(options_.heartbeat_ms);
+    Sleep(Clock::Real(), options_.heartbeat_ms);
     if (stop_) break;
     tandem::v1::HeartbeatRequest request;
     request.set_worker_id(options_.id);
@@ -75,16 +70,26 @@ void FakeWorker::HeartbeatLoop() {
     request.mutable_load()->set_num_running(streams_open_);
     tandem::v1::HeartbeatResponse response;
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    context.set_deadline(absl::ToChronoTime(Clock::Real()->Now() + absl::Seconds(1)));
     if (registry_->Heartbeat(&context, request, &response).ok() && response.reregister()) {
       Register().IgnoreError();
     }
   }
 }
 
+void FakeWorker::Sleep(Clock* clock, int ms) {
+  if (ms <= 0) return;
+  absl::MutexLock lock(&mu_);
+  clock->AwaitWithTimeout(&mu_, absl::Condition(&dying_), absl::Milliseconds(ms));
+}
+
 void FakeWorker::Kill() {
   if (killed_.exchange(true)) return;
   stop_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    dying_ = true;
+  }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (server_) server_->Shutdown(std::chrono::system_clock::now());
 }
@@ -122,6 +127,7 @@ grpc::Status FakeWorker::ReservePages(grpc::ServerContext*,
                                       const tandem::v1::ReservePagesRequest* request,
                                       tandem::v1::ReservePagesResponse* response) {
   if (options_.refuse_reservations) {
+    ++reservations_refused_;
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no free pages");
   }
   absl::MutexLock lock(&mu_);
@@ -139,7 +145,7 @@ grpc::Status FakeWorker::Prefill(grpc::ServerContext* context,
                                  grpc::ServerWriter<tandem::v1::PrefillEvent>* writer) {
   ++streams_open_;
   ++requests_served_;
-  Sleep(options_.token_delay_ms);
+  Sleep(options_.clock, options_.token_delay_ms);
   grpc::Status result = grpc::Status::OK;
   tandem::v1::PrefillEvent first;
   first.mutable_first_token()->set_token_id(TokenAt(0));
@@ -154,7 +160,7 @@ grpc::Status FakeWorker::Prefill(grpc::ServerContext* context,
   } else if (!writer->Write(first)) {
     result = grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
   } else if (first.first_token().finish_reason() == tandem::v1::FINISH_REASON_UNSPECIFIED) {
-    Sleep(options_.token_delay_ms);  // the "transfer"
+    Sleep(options_.clock, options_.token_delay_ms);  // the "transfer"
     tandem::v1::PrefillEvent done;
     done.mutable_transfer_done()->set_bytes(4096);
     done.mutable_transfer_done()->set_kv_transfer_s(0.002);
@@ -172,7 +178,7 @@ grpc::Status FakeWorker::StreamTokens(grpc::ServerContext* context, const std::s
                                       const tandem::v1::SamplingParams& sampling,
                                       grpc::ServerWriter<tandem::v1::TokenEvent>* writer) {
   for (int i = from; i < sampling.max_tokens(); ++i) {
-    Sleep(options_.token_delay_ms);
+    Sleep(options_.clock, options_.token_delay_ms);
     if (Stopped(context, id)) return grpc::Status(grpc::StatusCode::CANCELLED, "stopped");
     tandem::v1::TokenEvent event;
     const int32_t token = TokenAt(i);

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "base/clock.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::router::testing {
@@ -29,7 +30,8 @@ struct FakeWorkerOptions {
   int num_pages = 1000;
   bool refuse_reservations = false;  // ReservePages → RESOURCE_EXHAUSTED
   int protocol_version = tandem::v1::PROTOCOL_VERSION_CURRENT;
-  int heartbeat_ms = 100;
+  int heartbeat_ms = 100;        // real time
+  Clock* clock = Clock::Real();  // token delays sleep on it (tests of the router's timings)
 };
 
 class FakeWorker final : public tandem::v1::Worker::Service {
@@ -47,6 +49,7 @@ class FakeWorker final : public tandem::v1::Worker::Service {
   std::set<std::string> aborted_ids() const;
   int cancelled_streams() const { return cancelled_streams_; }
   int reservations_held() const;
+  int reservations_refused() const { return reservations_refused_; }
   int streams_open() const { return streams_open_; }
   int requests_served() const { return requests_served_; }
 
@@ -73,6 +76,8 @@ class FakeWorker final : public tandem::v1::Worker::Service {
                             const tandem::v1::SamplingParams& sampling,
                             grpc::ServerWriter<tandem::v1::TokenEvent>* writer);
   bool Stopped(grpc::ServerContext* context, const std::string& id);
+  // Sleeps `ms` on `clock`; Kill() ends the sleep early.
+  void Sleep(Clock* clock, int ms);
   void HeartbeatLoop();
   absl::Status Register();
 
@@ -86,11 +91,13 @@ class FakeWorker final : public tandem::v1::Worker::Service {
   std::atomic<int> cancelled_streams_{0};
   std::atomic<int> streams_open_{0};
   std::atomic<int> requests_served_{0};
+  std::atomic<int> reservations_refused_{0};
   mutable absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> reserved_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> aborted_ ABSL_GUARDED_BY(mu_);
   int aborts_ ABSL_GUARDED_BY(mu_) = 0;
+  bool dying_ ABSL_GUARDED_BY(mu_) = false;  // wakes sleeps (a fake clock may never get there)
 };
 
 }  // namespace tandem::router::testing

@@ -120,6 +120,12 @@ bool StreamingCall::ReadUntil(const std::string& needle, int timeout_ms) {
   return true;
 }
 
+std::vector<std::string> StreamingCall::Events() const {
+  const size_t head_end = received_.find("\r\n\r\n");
+  if (head_end == std::string::npos) return {};
+  return SseData(Dechunk(received_.substr(head_end + 4)));
+}
+
 void StreamingCall::Close() {
   if (socket_ && socket_->is_open()) {
     boost::system::error_code ec;

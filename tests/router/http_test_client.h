@@ -38,6 +38,8 @@ class StreamingCall {
   // Reads until the raw response contains `needle` or `timeout_ms` passes; true if found.
   bool ReadUntil(const std::string& needle, int timeout_ms);
   const std::string& received() const { return received_; }
+  // The SSE "data: " payloads received so far (the chunked body decoded).
+  std::vector<std::string> Events() const;
   void Close();
 
  private:
