@@ -1,5 +1,10 @@
 // The benchmark's time base: the monotonic clock, as nanoseconds since Start(). All loadgen
 // timestamps (arrivals, sends, token chunks) use it, so wall-clock jumps never bend a latency.
+//
+// Not base/clock.h on purpose: the loadgen measures a real server's latencies in real time, its
+// waits are asio steady_timers on the io_context (At() gives their expiry), which a FakeClock
+// could not drive, and its tests check it against a scripted server running in real time. A
+// Clock speaks absl::Time (wall time, for deadlines shared with absl::Mutex and gRPC).
 #pragma once
 
 #include <chrono>
