@@ -99,7 +99,7 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
   std::unique_ptr<WorkerMetrics> metrics;
   if (o.metrics_port >= 0) {
     absl::StatusOr<std::unique_ptr<WorkerMetrics>> m = WorkerMetrics::Create(
-        absl::StrCat(o.host, ":", o.metrics_port), RoleName(o.role),
+        o.host, o.metrics_port, RoleName(o.role),
         o.worker_id.empty() ? RoleName(o.role) : o.worker_id, o.served_model_name);
     if (!m.ok()) {
       LOG(ERROR) << m.status();

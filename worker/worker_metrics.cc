@@ -1,16 +1,11 @@
 #include "worker/worker_metrics.h"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
-#include <exception>
-
-#include "absl/strings/str_cat.h"
-#include "base/listen_error.h"
-#include "base/logging.h"
+#include "worker/metrics_http_server.h"
 
 namespace tandem {
 namespace {
@@ -41,21 +36,17 @@ const Histogram::BucketBoundaries& ByteBuckets() {
 
 WorkerMetrics::~WorkerMetrics() = default;
 
-absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
-    const std::string& bind_address, const std::string& role, const std::string& worker_id,
-    const std::string& model) {
+absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(const std::string& host,
+                                                                     int port,
+                                                                     const std::string& role,
+                                                                     const std::string& worker_id,
+                                                                     const std::string& model) {
   std::unique_ptr<WorkerMetrics> m(new WorkerMetrics);
-  try {  // prometheus-cpp (CivetWeb) throws when it cannot bind
-    m->exposer_ = std::make_unique<prometheus::Exposer>(bind_address, 1);
-  } catch (const std::exception& e) {
-    // CivetWeb does not say why: taken as a port in use (a launcher retries a few times only).
-    return PortTakenError(
-        absl::StrCat("metrics exposer cannot listen on ", bind_address, ": ", e.what()));
-  }
-  const auto ports = m->exposer_->GetListeningPorts();
-  m->port_ = ports.empty() ? 0 : ports[0];
   m->registry_ = std::make_shared<prometheus::Registry>();
-  m->exposer_->RegisterCollectable(m->registry_);
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start({.host = host, .port = port}, m->registry_);
+  if (!server.ok()) return server.status();
+  m->server_ = *std::move(server);
   // Constant labels on every family.
   const prometheus::Labels labels = {{"role", role}, {"worker", worker_id}, {"model", model}};
   prometheus::Registry& r = *m->registry_;

@@ -1,9 +1,9 @@
 // WorkerMetrics: the Prometheus metrics every worker exports on its metrics port (pull model,
-// GET /metrics). Names follow the project convention (reference: ecosystem-and-reliability.md
-// §4.5): `tandem_` prefix, base units, `_total` counters, constant labels {role, worker, model}.
-// Histograms per request phase: queue, prefill, KV transfer (seconds and bytes), first decode
-// step, and the worker-side request duration. Thread-safe (prometheus-cpp metrics are atomic),
-// except UpdateEngine (one caller).
+// GET /metrics, served by MetricsHttpServer). Names follow the project convention (reference:
+// ecosystem-and-reliability.md §4.5): `tandem_` prefix, base units, `_total` counters, constant
+// labels {role, worker, model}. Histograms per request phase: queue, prefill, KV transfer (seconds
+// and bytes), first decode step, and the worker-side request duration. Thread-safe (prometheus-cpp
+// metrics are atomic), except UpdateEngine (one caller).
 #pragma once
 
 #include <cstdint>
@@ -12,9 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
+#include "worker/metrics_http_server.h"
 
 namespace prometheus {
-class Exposer;
 class Registry;
 class Counter;
 class Gauge;
@@ -27,14 +27,15 @@ namespace tandem {
 
 class WorkerMetrics {
  public:
-  // Serves /metrics on `bind_address` ("host:port"; port 0 picks a free one).
-  static absl::StatusOr<std::unique_ptr<WorkerMetrics>> Create(const std::string& bind_address,
+  // Serves /metrics on host:port (port 0 picks a free one). Errors: MetricsHttpServer::Start's
+  // (PortTakenError when the port is taken).
+  static absl::StatusOr<std::unique_ptr<WorkerMetrics>> Create(const std::string& host, int port,
                                                                const std::string& role,
                                                                const std::string& worker_id,
                                                                const std::string& model);
   ~WorkerMetrics();
 
-  int port() const { return port_; }
+  int port() const { return server_->port(); }
 
   void ObserveQueueTime(double seconds);
   void ObservePrefillTime(double seconds);
@@ -51,9 +52,8 @@ class WorkerMetrics {
  private:
   WorkerMetrics() = default;
 
-  std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;
-  int port_ = 0;
+  std::unique_ptr<MetricsHttpServer> server_;  // serves registry_ (holds a reference to it)
   prometheus::Histogram* queue_time_ = nullptr;
   prometheus::Histogram* prefill_time_ = nullptr;
   prometheus::Histogram* kv_transfer_time_ = nullptr;

@@ -1,0 +1,301 @@
+#include "worker/metrics_http_server.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/listen_error.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/worker/raw_http_client.h"
+#include "worker/worker_metrics.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::HttpGetOnce;
+using ::tandem::testing::RawHttpConnection;
+using ::tandem::testing::RawHttpResponse;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+std::string Get(const std::string& path) {
+  return "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+}
+
+class MetricsHttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer({}); }
+
+  void StartServer(MetricsHttpServer::Options options) {
+    registry_ = std::make_shared<prometheus::Registry>();
+    counter_ = &prometheus::BuildCounter()
+                    .Name("tandem_test_events_total")
+                    .Help("Events seen by the test")
+                    .Register(*registry_)
+                    .Add({{"kind", "scrape"}});
+    counter_->Increment(3);
+    server_.reset();
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+        MetricsHttpServer::Start(options, registry_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    ASSERT_GT(server_->port(), 0);
+  }
+
+  int port() const { return server_->port(); }
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Counter* counter_ = nullptr;
+  std::unique_ptr<MetricsHttpServer> server_;
+};
+
+TEST_F(MetricsHttpServerTest, GetServesTheRegistryAtEachScrape) {
+  std::optional<RawHttpResponse> r = HttpGetOnce(port(), "/metrics");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->Header("Content-Type"), kContentType);
+  EXPECT_EQ(r->Header("Content-Length"), std::to_string(r->body.size()));
+  EXPECT_THAT(r->body, HasSubstr("# TYPE tandem_test_events_total counter\n"));
+  EXPECT_THAT(r->body, HasSubstr("tandem_test_events_total{kind=\"scrape\"} 3\n"));
+
+  counter_->Increment(2);
+  r = HttpGetOnce(port(), "/metrics?name=ignored");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_THAT(r->body, HasSubstr("tandem_test_events_total{kind=\"scrape\"} 5\n"));
+}
+
+TEST_F(MetricsHttpServerTest, HeadSendsTheHeadersOfGetAndNoBody) {
+  RawHttpConnection c;
+  ASSERT_TRUE(c.Connect(port()));
+  ASSERT_TRUE(c.Send(Get("/metrics")));
+  std::optional<RawHttpResponse> get = c.ReadResponse();
+  ASSERT_TRUE(get.has_value());
+  ASSERT_EQ(get->status, 200);
+
+  ASSERT_TRUE(c.Send("HEAD /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  std::optional<RawHttpResponse> head = c.ReadResponse(/*body_expected=*/false);
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->Header("Content-Type"), kContentType);
+  EXPECT_EQ(head->Header("Content-Length"), std::to_string(get->body.size()));
+  // Nothing follows the headers, and the connection stays open: the next bytes are the next
+  // response's.
+  EXPECT_EQ(c.ReadFor(absl::Milliseconds(300)), "");
+  ASSERT_TRUE(c.Send(Get("/metrics")));
+  EXPECT_THAT(c.ReadFor(absl::Milliseconds(300)), StartsWith("HTTP/1.1 200 OK\r\n"));
+}
+
+TEST_F(MetricsHttpServerTest, UnknownPathIs404) {
+  for (const char* path : {"/", "/metricsx", "/metrics/", "/v1/models"}) {
+    std::optional<RawHttpResponse> r = HttpGetOnce(port(), path);
+    ASSERT_TRUE(r.has_value()) << path;
+    EXPECT_EQ(r->status, 404) << path;
+    EXPECT_THAT(r->body, Not(HasSubstr("tandem_test_events_total"))) << path;
+  }
+  RawHttpConnection c;  // HEAD of a missing page: 404, still no body
+  ASSERT_TRUE(c.Connect(port()));
+  ASSERT_TRUE(c.Send("HEAD /nope HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  std::optional<RawHttpResponse> head = c.ReadResponse(/*body_expected=*/false);
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(head->status, 404);
+  EXPECT_EQ(c.ReadFor(absl::Milliseconds(200)), "");
+}
+
+TEST_F(MetricsHttpServerTest, OtherMethodsAre405AndTheConnectionStaysUsable) {
+  RawHttpConnection c;
+  ASSERT_TRUE(c.Connect(port()));
+  ASSERT_TRUE(
+      c.Send("POST /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello"));
+  std::optional<RawHttpResponse> post = c.ReadResponse();
+  ASSERT_TRUE(post.has_value());
+  EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(post->Header("Allow"), "GET, HEAD");
+  ASSERT_TRUE(c.Send("DELETE /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  std::optional<RawHttpResponse> del = c.ReadResponse();
+  ASSERT_TRUE(del.has_value());
+  EXPECT_EQ(del->status, 405);
+  ASSERT_TRUE(c.Send(Get("/metrics")));  // the POST body was consumed, not taken as a request
+  std::optional<RawHttpResponse> get = c.ReadResponse();
+  ASSERT_TRUE(get.has_value());
+  EXPECT_EQ(get->status, 200);
+}
+
+TEST_F(MetricsHttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  RawHttpConnection c;
+  ASSERT_TRUE(c.Connect(port()));
+  ASSERT_TRUE(c.Send(Get("/metrics")));
+  std::optional<RawHttpResponse> first = c.ReadResponse();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->status, 200);
+  EXPECT_NE(first->Header("Connection"), "close");
+  counter_->Increment();
+  ASSERT_TRUE(c.Send(Get("/metrics")));
+  std::optional<RawHttpResponse> second = c.ReadResponse();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->status, 200);
+  EXPECT_THAT(second->body, HasSubstr("tandem_test_events_total{kind=\"scrape\"} 4\n"));
+  // Two pipelined requests in one write: two responses, in order.
+  ASSERT_TRUE(c.Send(Get("/metrics") + Get("/nope")));
+  std::optional<RawHttpResponse> a = c.ReadResponse();
+  std::optional<RawHttpResponse> b = c.ReadResponse();
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(a->status, 200);
+  EXPECT_EQ(b->status, 404);
+  EXPECT_FALSE(c.ClosedWithin(absl::Milliseconds(200)));
+}
+
+TEST_F(MetricsHttpServerTest, ConnectionCloseAndHttp10CloseAfterTheResponse) {
+  for (const std::string& request :
+       {std::string("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+        std::string("GET /metrics HTTP/1.0\r\n\r\n")}) {
+    RawHttpConnection c;
+    ASSERT_TRUE(c.Connect(port()));
+    ASSERT_TRUE(c.Send(request));
+    std::optional<RawHttpResponse> r = c.ReadResponse();
+    ASSERT_TRUE(r.has_value()) << request;
+    EXPECT_EQ(r->status, 200) << request;
+    EXPECT_TRUE(c.ClosedWithin(absl::Seconds(2))) << request;
+  }
+}
+
+TEST_F(MetricsHttpServerTest, MalformedRequestIs400ThenClosed) {
+  RawHttpConnection c;
+  ASSERT_TRUE(c.Connect(port()));
+  ASSERT_TRUE(c.Send("this is not http\r\n\r\n"));
+  std::optional<RawHttpResponse> r = c.ReadResponse();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 400);
+  EXPECT_TRUE(c.ClosedWithin(absl::Seconds(2)));
+}
+
+TEST_F(MetricsHttpServerTest, IdleOrSlowConnectionsDoNotBlockAnotherClient) {
+  RawHttpConnection idle;  // connected, sends nothing
+  ASSERT_TRUE(idle.Connect(port()));
+  RawHttpConnection slow;  // half a request
+  ASSERT_TRUE(slow.Connect(port()));
+  ASSERT_TRUE(slow.Send("GET /metr"));
+  const absl::Time start = absl::Now();
+  std::optional<RawHttpResponse> r = HttpGetOnce(port(), "/metrics");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // The slow one is still served once it finishes its request.
+  ASSERT_TRUE(slow.Send("ics HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  std::optional<RawHttpResponse> late = slow.ReadResponse();
+  ASSERT_TRUE(late.has_value());
+  EXPECT_EQ(late->status, 200);
+}
+
+TEST_F(MetricsHttpServerTest, ReadTimeoutClosesIdleAndSlowConnections) {
+  StartServer({.read_timeout = absl::Milliseconds(200)});
+  RawHttpConnection idle;
+  ASSERT_TRUE(idle.Connect(port()));
+  RawHttpConnection slow;
+  ASSERT_TRUE(slow.Connect(port()));
+  ASSERT_TRUE(slow.Send("GET /metrics HTTP/1.1\r\n"));  // headers never end
+  RawHttpConnection kept;                               // idle after a response (keep-alive)
+  ASSERT_TRUE(kept.Connect(port()));
+  ASSERT_TRUE(kept.Send(Get("/metrics")));
+  ASSERT_TRUE(kept.ReadResponse().has_value());
+  EXPECT_TRUE(idle.ClosedWithin(absl::Seconds(3)));
+  EXPECT_TRUE(slow.ClosedWithin(absl::Seconds(3)));
+  EXPECT_TRUE(kept.ClosedWithin(absl::Seconds(3)));
+}
+
+TEST_F(MetricsHttpServerTest, ConnectionsBeyondTheCapAreClosed) {
+  StartServer({.max_connections = 1});
+  RawHttpConnection first;
+  ASSERT_TRUE(first.Connect(port()));
+  ASSERT_TRUE(first.Send(Get("/metrics")));  // served: the server holds this connection
+  ASSERT_TRUE(first.ReadResponse().has_value());
+  RawHttpConnection second;
+  ASSERT_TRUE(second.Connect(port()));  // the kernel accepts; the server closes it
+  EXPECT_TRUE(second.ClosedWithin(absl::Seconds(2)));
+  first.Close();
+  // Once the server has seen the first one go, a new connection is served again.
+  std::optional<RawHttpResponse> r;
+  for (int i = 0; i < 50 && !r.has_value(); ++i) {
+    r = HttpGetOnce(port(), "/metrics");
+    if (!r.has_value()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(MetricsHttpServerTest, StopReturnsPromptlyWithOpenConnections) {
+  RawHttpConnection idle;
+  ASSERT_TRUE(idle.Connect(port()));
+  RawHttpConnection kept;
+  ASSERT_TRUE(kept.Connect(port()));
+  ASSERT_TRUE(kept.Send(Get("/metrics")));
+  ASSERT_TRUE(kept.ReadResponse().has_value());
+  RawHttpConnection slow;
+  ASSERT_TRUE(slow.Connect(port()));
+  ASSERT_TRUE(slow.Send("GET /metrics HTTP/1.1\r\n"));
+  const int stopped_port = port();
+  const absl::Time start = absl::Now();
+  server_->Stop();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_TRUE(idle.ClosedWithin(absl::Seconds(1)));
+  EXPECT_TRUE(kept.ClosedWithin(absl::Seconds(1)));
+  EXPECT_TRUE(slow.ClosedWithin(absl::Seconds(1)));
+  RawHttpConnection late;
+  EXPECT_FALSE(late.Connect(stopped_port));  // no longer listening
+  server_->Stop();                           // idempotent
+}
+
+TEST_F(MetricsHttpServerTest, PortTakenIsReportedAsPortTaken) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> second =
+      MetricsHttpServer::Start({.port = port()}, registry_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(IsPortTaken(second.status())) << second.status();
+  EXPECT_TRUE(absl::IsUnavailable(second.status())) << second.status();
+  // The worker's path: WorkerMetrics::Create on a taken port.
+  absl::StatusOr<std::unique_ptr<WorkerMetrics>> metrics =
+      WorkerMetrics::Create("127.0.0.1", port(), "decode", "decode-0", "m");
+  ASSERT_FALSE(metrics.ok());
+  EXPECT_TRUE(IsPortTaken(metrics.status())) << metrics.status();
+  // The first server is unharmed.
+  std::optional<RawHttpResponse> r = HttpGetOnce(port(), "/metrics");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST(MetricsHttpServerStartTest, BadHostOrPortIsInvalidArgument) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  for (const MetricsHttpServer::Options& o :
+       {MetricsHttpServer::Options{.host = "not an address!", .port = 0},
+        MetricsHttpServer::Options{.host = "127.0.0.1", .port = -1},
+        MetricsHttpServer::Options{.host = "127.0.0.1", .port = 65536}}) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> s = MetricsHttpServer::Start(o, registry);
+    ASSERT_FALSE(s.ok()) << o.host << ":" << o.port;
+    EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
+    EXPECT_FALSE(IsPortTaken(s.status()));
+  }
+}
+
+TEST(WorkerMetricsTest, ServesTheWorkerFamiliesWithTheirLabels) {
+  absl::StatusOr<std::unique_ptr<WorkerMetrics>> m =
+      WorkerMetrics::Create("127.0.0.1", 0, "decode", "decode-7", "tiny");
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_GT((*m)->port(), 0);
+  (*m)->CountRequestOutcome("stop");
+  std::optional<RawHttpResponse> r = HttpGetOnce((*m)->port(), "/metrics");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_THAT(r->body, HasSubstr("tandem_request_success_total{model=\"tiny\",role=\"decode\","
+                                 "worker=\"decode-7\",finished_reason=\"stop\"} 1\n"));
+  EXPECT_THAT(r->body, HasSubstr("tandem_num_requests_running{"));
+}
+
+}  // namespace
+}  // namespace tandem
