@@ -2,7 +2,7 @@
 
 #include "base/status_macros.h"
 #include "engine/engine_impl.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem {
 

@@ -31,7 +31,7 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   // No stop strings: the engine knows tokens only. Text and stop strings are applied where text
-  // is streamed (engine/tokenizer/text_stream.h), which ends the request with Abort() on a
+  // is streamed (tokenizer/text_stream.h), which ends the request with Abort() on a
   // match.
 };
 

@@ -3,7 +3,7 @@
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem::loadgen {
 namespace {

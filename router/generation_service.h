@@ -12,7 +12,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "router/admission.h"
 #include "router/generate_spec.h"
 #include "router/generation_sink.h"
@@ -21,6 +20,7 @@
 #include "router/routing_policy.h"
 #include "router/timer_thread.h"
 #include "router/worker_registry.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem::router {
 

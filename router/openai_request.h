@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json_fwd.hpp"
 #include "router/generate_spec.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem::router {
 

@@ -30,7 +30,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
-#include "engine/tokenizer/text_stream.h"
 #include "router/admission.h"
 #include "router/generate_spec.h"
 #include "router/generation_sink.h"
@@ -39,6 +38,7 @@
 #include "router/timer_thread.h"
 #include "router/worker_registry.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tokenizer/text_stream.h"
 
 namespace tandem::router {
 

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "router/openai_request.h"
 #include "tandem/v1/worker.pb.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem::router {
 

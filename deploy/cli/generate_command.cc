@@ -14,8 +14,8 @@
 #include "base/clock.h"
 #include "deploy/cli/commands.h"
 #include "engine/engine.h"
-#include "engine/tokenizer/text_stream.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "tokenizer/text_stream.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem::cli {
 namespace {

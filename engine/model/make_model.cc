@@ -8,7 +8,7 @@
 #include "base/status_macros.h"
 #include "engine/model/presets.h"
 #include "engine/model/random_weights.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem {
 namespace {

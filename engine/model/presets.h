@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/model_config.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem {
 

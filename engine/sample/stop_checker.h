@@ -3,7 +3,7 @@
 //      part of the output);
 //   2. max_tokens reached, or the sequence reached max_model_len: finish kLength.
 // Stop strings are not here: the engine knows tokens only, and text is matched where it is
-// streamed (engine/tokenizer/text_stream.h explains why). Immutable: one per engine.
+// streamed (tokenizer/text_stream.h explains why). Immutable: one per engine.
 #pragma once
 
 #include <cstdint>

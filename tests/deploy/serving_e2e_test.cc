@@ -8,10 +8,10 @@
 #include <atomic>
 #include <thread>
 
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
 #include "gtest/gtest.h"
 #include "tests/deploy/e2e_harness.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace tandem::e2e {
 namespace {

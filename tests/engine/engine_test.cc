@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/text_stream.h"
 #include "gtest/gtest.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/engine/fake_tokenizer.h"
+#include "tokenizer/text_stream.h"
 
 namespace tandem::testing {
 namespace {

@@ -5,9 +5,9 @@
 #include <fstream>
 #include <set>
 
-#include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "loadgen/tokenizer_prompt_source.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem::loadgen {
 namespace {

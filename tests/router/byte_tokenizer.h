@@ -1,11 +1,11 @@
-// The router tests' model over a ByteTokenizer (tests/engine/tokenizer/byte_tokenizer.h).
+// The router tests' model over a ByteTokenizer (tests/tokenizer/byte_tokenizer.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "router/openai_request.h"
-#include "tests/engine/tokenizer/byte_tokenizer.h"
+#include "tests/tokenizer/byte_tokenizer.h"
 
 namespace tandem::router::testing {
 

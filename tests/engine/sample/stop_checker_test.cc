@@ -1,6 +1,6 @@
 // StopChecker: stop token ids and EOS end a request with kStop (unless ignore_eos, which stop
 // token ids override), max_tokens and max_model_len with kLength, whichever comes first. The
-// text side of stopping (stop strings, what is emitted) is tests/engine/tokenizer/
+// text side of stopping (stop strings, what is emitted) is tests/tokenizer/
 // text_stream_test.cc.
 #include "engine/sample/stop_checker.h"
 
