@@ -6,24 +6,6 @@
 
 namespace tandem {
 
-const char* FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kPrefillDone:
-      return "prefill_done";
-    case FinishReason::kError:
-      return "error";
-    case FinishReason::kNone:
-      break;
-  }
-  return "none";
-}
-
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(options.model_dir, options.backend));
   std::vector<int> eos_token_ids = model->config().eos_token_ids;

@@ -7,8 +7,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/backend.h"
 #include "engine/model/model_config.h"
-#include "engine/runner/step_inputs.h"
+#include "engine/model/step_inputs.h"
 #include "kernels/common/kv_layout.h"
 
 namespace tandem {
@@ -40,8 +41,6 @@ class Model {
 inline bool IsBackendUnusable(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInternal;
 }
-
-enum class Backend { kCpu, kCuda };
 
 // Loads config.json and the safetensors weights of the Hugging Face folder `dir`.
 // NotFound / InvalidArgument / Unimplemented with a message naming the file or tensor at fault.

@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "engine/model/model_config.h"
-#include "engine/runner/step_inputs.h"
+#include "engine/model/step_inputs.h"
 #include "kernels/common/kv_layout.h"
 
 namespace tandem {

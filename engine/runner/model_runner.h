@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
-#include "engine/runner/step_inputs.h"
+#include "engine/model/step_inputs.h"
 #include "engine/sched/schedule_policy.h"
 
 namespace tandem {

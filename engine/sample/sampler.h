@@ -10,7 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/engine.h"
+#include "engine/backend.h"
+#include "engine/request.h"
 
 namespace tandem {
 

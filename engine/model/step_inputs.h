@@ -1,6 +1,7 @@
-// StepInputs: everything one forward pass needs, built once per step on the host by the model
-// runner from the scheduler's decision (plan once per step, run once per layer). Sequences are
-// laid out back to back: sequence s owns query rows [query_start[s], query_start[s + 1]).
+// StepInputs: everything one forward pass needs, the input of Model::Forward. The model runner
+// (engine/runner) builds it once per step on the host from the scheduler's decision (plan once
+// per step, run once per layer). Sequences are laid out back to back: sequence s owns query rows
+// [query_start[s], query_start[s + 1]).
 #pragma once
 
 #include <cstdint>

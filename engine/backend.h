@@ -1,0 +1,9 @@
+// Backend: where the engine's model and sampler run. Its own header so that the sampler can name
+// it without the Model interface.
+#pragma once
+
+namespace tandem {
+
+enum class Backend { kCpu, kCuda };
+
+}  // namespace tandem
