@@ -87,6 +87,20 @@ class AttentionPlan {
   // Fills the plan for a prefill launch: tiles of kPrefillRows rows, no splits, longest first.
   absl::Status BuildPrefill(const AttentionBatchShape& shape, cudaStream_t stream);
 
+  // The same two plans, built on the host only (no upload): host_items(), host_merges() and
+  // host_counts() then hold what BuildDecode / BuildPrefill would upload. A caller that moves
+  // a whole step's inputs in one copy (the engine's CUDA backend) packs them with the rest and
+  // lands them in device_items(), device_merges() and device_counts() itself, before the
+  // launches that read the plan.
+  absl::Status PlanDecode(const AttentionBatchShape& shape);
+  absl::Status PlanPrefill(const AttentionBatchShape& shape);
+  const AttentionWorkItem* host_items() const;
+  const AttentionMergeItem* host_merges() const;
+  const int32_t* host_counts() const;  // [2]: items, merges
+  AttentionWorkItem* device_items() const { return items_; }
+  AttentionMergeItem* device_merges() const { return merges_; }
+  int32_t* device_counts() const { return counts_; }
+
   // Device views used by the launchers.
   const AttentionWorkItem* items() const { return items_; }
   const AttentionMergeItem* merges() const { return merges_; }
@@ -95,6 +109,8 @@ class AttentionPlan {
   uint16_t* partial_out() const { return partial_out_; }       // bf16 bits
   float* partial_lse() const { return partial_lse_; }
   const Capacity& capacity() const { return capacity_; }
+  // Device memory the plan's buffers take (for a caller's memory budget).
+  int64_t DeviceBytes() const;
   // Host copies of the counts of the last build (for tests and benchmarks).
   int num_items() const { return num_items_; }
   int num_merges() const { return num_merges_; }
@@ -106,6 +122,7 @@ class AttentionPlan {
  private:
   explicit AttentionPlan(const Capacity& capacity) : capacity_(capacity) {}
   absl::Status Upload(cudaStream_t stream);
+  void SetHostCounts();  // writes num_items_ / num_merges_ into host_counts()
 
   Capacity capacity_;
   AttentionWorkItem* items_ = nullptr;    // device [max_items]

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "base/status_macros.h"
 #include "kernels/paged_attention/attention_plan.h"
 
 namespace tandem {
@@ -57,9 +58,13 @@ int AttentionPlan::DecodeSlots() {
 absl::StatusOr<std::unique_ptr<AttentionPlan>> AttentionPlan::Create(const Capacity& capacity) {
   std::unique_ptr<AttentionPlan> plan(new AttentionPlan(capacity));
   const Capacity& c = capacity;
-  CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->items_, sizeof(AttentionWorkItem) * c.max_items));
-  CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->merges_, sizeof(AttentionMergeItem) * c.max_merges));
-  CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->counts_, sizeof(int32_t) * 2));
+  // 16 bytes of slack after each array: a caller that lands a host plan with a copy padded to
+  // 16 bytes (PlanDecode + kernels/unpack) may write that far past the last item.
+  constexpr size_t kSlack = 16;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->items_, sizeof(AttentionWorkItem) * c.max_items + kSlack));
+  CUDA_RETURN_IF_ERROR(
+      cudaMalloc(&plan->merges_, sizeof(AttentionMergeItem) * c.max_merges + kSlack));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->counts_, sizeof(int32_t) * 2 + kSlack));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->merge_counters_, sizeof(int32_t) * c.max_merges));
   CUDA_RETURN_IF_ERROR(cudaMemset(plan->merge_counters_, 0, sizeof(int32_t) * c.max_merges));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&plan->partial_out_, sizeof(uint16_t) * int64_t{c.max_partials} *
@@ -74,6 +79,15 @@ absl::StatusOr<std::unique_ptr<AttentionPlan>> AttentionPlan::Create(const Capac
   plan->uploaded_ = event;
   CUDA_RETURN_IF_ERROR(cudaEventRecord(event, 0));
   return plan;
+}
+
+int64_t AttentionPlan::DeviceBytes() const {
+  const Capacity& c = capacity_;
+  return int64_t{sizeof(AttentionWorkItem)} * c.max_items +
+         int64_t{sizeof(AttentionMergeItem)} * c.max_merges +
+         int64_t{sizeof(int32_t)} * (2 + c.max_merges) +
+         int64_t{sizeof(uint16_t)} * c.max_partials * kDecodeRows * c.max_head_dim +
+         int64_t{sizeof(float)} * c.max_partials * kDecodeRows + 3 * 16;
 }
 
 AttentionPlan::~AttentionPlan() {
@@ -92,6 +106,28 @@ AttentionPlan::~AttentionPlan() {
 }
 
 absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream_t stream) {
+  RETURN_IF_ERROR(PlanDecode(b));
+  return Upload(stream);
+}
+
+absl::Status AttentionPlan::BuildPrefill(const AttentionBatchShape& b, cudaStream_t stream) {
+  RETURN_IF_ERROR(PlanPrefill(b));
+  return Upload(stream);
+}
+
+const AttentionWorkItem* AttentionPlan::host_items() const {
+  return reinterpret_cast<const AttentionWorkItem*>(staging_);
+}
+
+const AttentionMergeItem* AttentionPlan::host_merges() const {
+  return reinterpret_cast<const AttentionMergeItem*>(host_items() + capacity_.max_items);
+}
+
+const int32_t* AttentionPlan::host_counts() const {
+  return reinterpret_cast<const int32_t*>(host_merges() + capacity_.max_merges);
+}
+
+absl::Status AttentionPlan::PlanDecode(const AttentionBatchShape& b) {
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
   const int tile_rows = kDecodeRows;
   int64_t total_keys = 0;
@@ -157,10 +193,11 @@ absl::Status AttentionPlan::BuildDecode(const AttentionBatchShape& b, cudaStream
   num_items_ = n;
   num_merges_ = m;
   num_partials_ = p;
-  return Upload(stream);
+  SetHostCounts();
+  return absl::OkStatus();
 }
 
-absl::Status AttentionPlan::BuildPrefill(const AttentionBatchShape& b, cudaStream_t stream) {
+absl::Status AttentionPlan::PlanPrefill(const AttentionBatchShape& b) {
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
   std::vector<AttentionWorkItem> list;
   for (int s = 0; s < b.num_seqs; ++s) {
@@ -186,15 +223,20 @@ absl::Status AttentionPlan::BuildPrefill(const AttentionBatchShape& b, cudaStrea
   num_items_ = static_cast<int>(list.size());
   num_merges_ = 0;
   num_partials_ = 0;
-  return Upload(stream);
+  SetHostCounts();
+  return absl::OkStatus();
+}
+
+void AttentionPlan::SetHostCounts() {
+  int32_t* counts = const_cast<int32_t*>(host_counts());
+  counts[0] = num_items_;
+  counts[1] = num_merges_;
 }
 
 absl::Status AttentionPlan::Upload(cudaStream_t stream) {
   auto* items = reinterpret_cast<AttentionWorkItem*>(staging_);
   auto* merges = reinterpret_cast<AttentionMergeItem*>(items + capacity_.max_items);
   auto* counts = reinterpret_cast<int32_t*>(merges + capacity_.max_merges);
-  counts[0] = num_items_;
-  counts[1] = num_merges_;
   if (num_items_ > 0) {
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(items_, items, sizeof(*items) * num_items_,
                                          cudaMemcpyHostToDevice, stream));
