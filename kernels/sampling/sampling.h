@@ -8,6 +8,11 @@
 //      as Hugging Face's TopKLogitsWarper does). Temperature does not change this set.
 //   3. weights w_i = exp((logit_i - max_logit) / temperature) over the kept tokens, computed in
 //      f32 as exp2((logit_i - max_logit) * (log2(e) / temperature)).
+//      min_p (vLLM's order: after temperature, before top-k and top-p): tokens whose probability
+//      is below min_p times the most likely token's are dropped first, i.e. logits below
+//      cutoff = max_logit + log2f(min_p) / (log2(e) / temperature) (f32; min_p = 0 gives -inf:
+//      nothing dropped). transformers applies min_p after top-p instead; the two differ only for
+//      rows that set both.
 //   4. top-p: keep the smallest set, in descending weight, whose mass >= top_p of the kept mass
 //      (at least one token; ties with the last weight kept), i.e. HF's TopPLogitsWarper after
 //      temperature and top-k — the order HF applies them in.
@@ -35,6 +40,7 @@ struct SamplingArgs {
   const float* temperature = nullptr;  // [batch]; 0 means greedy (argmax, lowest id on ties)
   const int32_t* top_k = nullptr;      // [batch]; <= 0 or >= vocab_size means no top-k
   const float* top_p = nullptr;        // [batch] in (0, 1]; 1 means no top-p
+  const float* min_p = nullptr;        // [batch] in [0, 1]; 0 means no min_p; null: none
   const uint64_t* seeds = nullptr;     // [batch] per-request seed
   const uint64_t* steps = nullptr;     // [batch] per-request step counter (tokens sampled so far)
   int32_t* out_tokens = nullptr;       // [batch]

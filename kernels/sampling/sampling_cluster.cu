@@ -85,6 +85,16 @@ __device__ ArgMaxPair LoadSlice(ClusterShared& s, const Slice& sl, bool vec_ok) 
   return sampling_internal::BlockArgMax<kWarps>(best, s.argmax_scratch);
 }
 
+// min_p (sampling.h, step 3): the logits of this CTA's slice below `cutoff` become -inf, as if
+// the row had never had them (every later pass reads the slice from shared memory). Peers read
+// a slice only after the cluster barrier that ends the histogram pass.
+__device__ void DropBelow(ClusterShared& s, const Slice& sl, float cutoff) {
+  for (int i = threadIdx.x; i < sl.n; i += kThreads) {
+    if (s.x[i] < cutoff) s.x[i] = -INFINITY;
+  }
+  __syncthreads();
+}
+
 // Histogram of this CTA's slice in its own shared memory, which the merge pulls after the barrier
 // that ends this pass: counts (rows with top-k), or exact fixed-point masses (top-p-only rows).
 __device__ void HistogramPass(ClusterShared& s, const Slice& sl, const RowMath& row,
@@ -221,6 +231,8 @@ __device__ void SampleRow(ClusterShared& s, const SamplingArgs& args, int64_t r,
     return;
   }
   const RowMath row{best.value, kSamplingLog2e / temperature, kBinsPerUnit / temperature};
+  const float min_p = args.min_p != nullptr ? args.min_p[r] : 0.0f;
+  if (min_p > 0.0f) DropBelow(s, sl, best.value + log2f(min_p) / row.scale);
   const int64_t k = args.top_k[r];
   const float top_p = args.top_p[r];
   const bool filter_k = k > 0 && k < args.vocab_size, filter_p = top_p < 1.0f;

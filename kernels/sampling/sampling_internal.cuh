@@ -97,6 +97,8 @@ struct RowView : RowMath {
   int64_t vocab;
   bool vec_ok;  // vocab % 4 == 0 and 16-byte aligned rows
   int tiles;
+  // min_p (sampling.h, step 3): logits below it read as -inf; -inf (the default) drops nothing.
+  float cutoff = -INFINITY;
 
   // The 4 logits of thread t in tile `tile` from global memory; NaN and padding read as -inf.
   __device__ void LoadGlobal(int tile, float (&q)[4]) const {
@@ -109,12 +111,14 @@ struct RowView : RowMath {
       for (int e = 0; e < 4; ++e) q[e] = base + e < vocab ? logits[base + e] : -INFINITY;
     }
 #pragma unroll
-    for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) ? -INFINITY : q[e];
+    for (int e = 0; e < 4; ++e) q[e] = isnan(q[e]) || q[e] < cutoff ? -INFINITY : q[e];
   }
   __device__ void Load(const Shared& s, int tile, float (&q)[4]) const {
     if (tile < kCacheTiles) {
       const float4 v = *reinterpret_cast<const float4*>(&s.cache[tile * kTile + 4 * threadIdx.x]);
       q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) q[e] = q[e] < cutoff ? -INFINITY : q[e];
     } else {
       LoadGlobal(tile, q);
     }

@@ -317,6 +317,8 @@ __global__ void __launch_bounds__(kSampleThreads, 1)
   row.max_logit = best.value;
   row.scale = kSamplingLog2e / temperature;
   row.bin_scale = kBinsPerUnit / temperature;
+  const float min_p = args.min_p != nullptr ? args.min_p[r] : 0.0f;
+  if (min_p > 0.0f) row.cutoff = best.value + log2f(min_p) / row.scale;
   const int64_t k = args.top_k[r];
   const float top_p = args.top_p[r];
   const bool filter_k = k > 0 && k < args.vocab_size, filter_p = top_p < 1.0f;

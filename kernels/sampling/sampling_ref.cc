@@ -51,13 +51,17 @@ int32_t SampleRow(const SamplingArgs& args, int64_t row) {
   const float* logits = args.logits + row * vocab;
   const float temperature = args.temperature[row];
   if (!(temperature > 0.0f)) return ArgMax(logits, vocab);
-  // 1. top-k as a logit threshold (HF TopKLogitsWarper: ties with the k-th value are kept).
+  // 1. top-k as a logit threshold (HF TopKLogitsWarper: ties with the k-th value are kept), and
+  // min_p's cutoff: dropping the logits below the cutoff before top-k keeps, of the k largest,
+  // those at or above it, so the two thresholds combine as a max.
   const int64_t k = args.top_k[row];
   const bool filter_k = k > 0 && k < vocab;
-  const float min_logit = filter_k ? KthLargest(logits, vocab, k) : -INFINITY;
   const float max_logit = logits[ArgMax(logits, vocab)];
-  // 2. temperature-scaled softmax weights of the survivors; 0 for the filtered ones.
   const float scale = kSamplingLog2e / temperature;
+  const float min_p = args.min_p != nullptr ? args.min_p[row] : 0.0f;
+  const float cutoff = min_p > 0.0f ? max_logit + std::log2(min_p) / scale : -INFINITY;
+  const float min_logit = std::max(filter_k ? KthLargest(logits, vocab, k) : -INFINITY, cutoff);
+  // 2. temperature-scaled softmax weights of the survivors; 0 for the filtered ones.
   std::vector<float> w(vocab);
   double total = 0.0;
   for (int64_t i = 0; i < vocab; ++i) {

@@ -19,12 +19,13 @@ struct RowParams {
   float top_p = 1.0f;
   uint64_t seed = 0;
   uint64_t step = 0;
+  float min_p = 0.0f;
 };
 
 // Samples `rows` rows that share one logits vector (copied per row) and per-row params.
 std::vector<int32_t> Sample(const std::vector<float>& logits, const std::vector<RowParams>& rows) {
   const int64_t vocab = logits.size(), batch = rows.size();
-  std::vector<float> all(batch * vocab), temp(batch), top_p(batch);
+  std::vector<float> all(batch * vocab), temp(batch), top_p(batch), min_p(batch);
   std::vector<int32_t> top_k(batch), out(batch, -1);
   std::vector<uint64_t> seeds(batch), steps(batch);
   for (int64_t r = 0; r < batch; ++r) {
@@ -32,6 +33,7 @@ std::vector<int32_t> Sample(const std::vector<float>& logits, const std::vector<
     temp[r] = rows[r].temperature;
     top_k[r] = rows[r].top_k;
     top_p[r] = rows[r].top_p;
+    min_p[r] = rows[r].min_p;
     seeds[r] = rows[r].seed;
     steps[r] = rows[r].step;
   }
@@ -39,6 +41,7 @@ std::vector<int32_t> Sample(const std::vector<float>& logits, const std::vector<
                .temperature = temp.data(),
                .top_k = top_k.data(),
                .top_p = top_p.data(),
+               .min_p = min_p.data(),
                .seeds = seeds.data(),
                .steps = steps.data(),
                .out_tokens = out.data(),
@@ -47,26 +50,34 @@ std::vector<int32_t> Sample(const std::vector<float>& logits, const std::vector<
   return out;
 }
 
-// HF's temperature -> top-k -> top-p, written independently: full sort, double precision.
+// temperature -> min_p -> top-k -> top-p (vLLM's order; HF's without min_p), written
+// independently: full sort, double precision.
 std::vector<double> FilteredDistribution(const std::vector<float>& logits, const RowParams& p) {
   const int64_t vocab = logits.size();
   std::vector<int64_t> order(vocab);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t x, int64_t y) { return logits[x] > logits[y]; });
-  std::vector<double> prob(vocab, 0.0);
-  const int64_t keep_k = (p.top_k > 0 && p.top_k < vocab) ? p.top_k : vocab;
-  double z = 0.0;
-  for (int64_t j = 0; j < keep_k; ++j) {
-    z += prob[order[j]] = std::exp((logits[order[j]] - logits[order[0]]) / p.temperature);
+  auto weight = [&](int64_t i) {
+    return std::exp((double{logits[i]} - logits[order[0]]) / p.temperature);
+  };
+  // min_p: the most likely token weighs 1, so p_i / p_max is the weight itself.
+  std::vector<int64_t> kept;
+  for (int64_t i : order) {
+    if (weight(i) >= p.min_p) kept.push_back(i);
   }
+  std::vector<double> prob(vocab, 0.0);
+  const int64_t keep_k =
+      (p.top_k > 0 && p.top_k < static_cast<int64_t>(kept.size())) ? p.top_k : kept.size();
+  double z = 0.0;
+  for (int64_t j = 0; j < keep_k; ++j) z += prob[kept[j]] = weight(kept[j]);
   double cum = 0.0;
   for (int64_t j = 0; j < keep_k; ++j) {
-    if (cum >= p.top_p) prob[order[j]] = 0.0;  // prefix already reached top_p
-    cum += std::exp((logits[order[j]] - logits[order[0]]) / p.temperature) / z;
+    if (cum >= p.top_p) prob[kept[j]] = 0.0;  // prefix already reached top_p
+    cum += weight(kept[j]) / z;
   }
-  const double kept = std::accumulate(prob.begin(), prob.end(), 0.0);
-  for (double& x : prob) x /= kept;
+  const double mass = std::accumulate(prob.begin(), prob.end(), 0.0);
+  for (double& x : prob) x /= mass;
   return prob;
 }
 
@@ -145,6 +156,20 @@ TEST(SamplingRefTest, FrequenciesMatchFilteredDistribution) {
   CheckFrequencies(logits, {.temperature = 0.7f, .top_k = 5});
   CheckFrequencies(logits, {.temperature = 1.3f, .top_p = 0.8f});
   CheckFrequencies(logits, {.temperature = 0.7f, .top_k = 6, .top_p = 0.75f});
+}
+
+// min_p drops tokens below min_p times the top probability (at this temperature), before top-k
+// and top-p: logits 3.1, 2.5, 2.0, 1.7 ... at T = 1 weigh 1, 0.55, 0.33, 0.25, ...
+TEST(SamplingRefTest, MinPDropsUnlikelyTokensFirst) {
+  const std::vector<float> logits = {1.0f, 2.5f, 0.3f, 2.0f, -1.0f, 1.7f, 0.9f, 3.1f, -0.5f, 1.2f};
+  CheckFrequencies(logits, {.temperature = 1.0f, .min_p = 0.3f});  // keeps 3.1, 2.5, 2.0
+  CheckFrequencies(logits, {.temperature = 2.0f, .min_p = 0.3f});  // hotter: keeps more
+  CheckFrequencies(logits, {.temperature = 1.0f, .top_k = 2, .min_p = 0.3f});
+  CheckFrequencies(logits, {.temperature = 1.0f, .top_p = 0.7f, .min_p = 0.2f});
+  // min_p = 1 keeps the top token (and its ties) alone; 0 keeps everything.
+  const auto one = Sample(logits, {{.temperature = 1.0f, .seed = 3, .min_p = 1.0f}});
+  EXPECT_EQ(one[0], 7);
+  CheckFrequencies(logits, {.temperature = 0.9f, .min_p = 0.0f});
 }
 
 // Top-p rows without top-k draw from the whole distribution until a draw lands in the nucleus

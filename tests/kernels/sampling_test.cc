@@ -31,11 +31,11 @@ const Variant kVariants[] = {{"Sampling", &Sampling, 262144},
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 struct Batch {
-  std::vector<float> logits, temperature, top_p;
+  std::vector<float> logits, temperature, top_p, min_p;
   std::vector<int32_t> top_k;
   std::vector<uint64_t> seeds, steps;
-  void AddRow(float t, int32_t k, float p, uint64_t seed, uint64_t step) {
-    temperature.push_back(t), top_k.push_back(k), top_p.push_back(p);
+  void AddRow(float t, int32_t k, float p, uint64_t seed, uint64_t step, float mp = 0.0f) {
+    temperature.push_back(t), top_k.push_back(k), top_p.push_back(p), min_p.push_back(mp);
     seeds.push_back(seed), steps.push_back(step);
   }
 };
@@ -59,7 +59,8 @@ void AddPeaks(float* row, int64_t vocab, uint64_t seed, int strong, int64_t lo, 
   for (int i = 0; i < strong; ++i) row[at(rng)] += by(rng);
 }
 
-// Row r cycles through: greedy, temperature only, top-k, top-p, top-k + top-p.
+// Row r cycles through: greedy, temperature only, top-k, top-p, top-k + top-p; every third row
+// also sets min_p (0.01 .. 0.2).
 Batch MakeBatch(int64_t batch, int64_t vocab, float spread, std::mt19937_64& rng) {
   Batch b;
   FillNormalLogits(b, batch, vocab, spread, rng);
@@ -67,7 +68,8 @@ Batch MakeBatch(int64_t batch, int64_t vocab, float spread, std::mt19937_64& rng
     const int kind = r % 5;
     b.AddRow(kind == 0 ? 0.0f : 0.5f + 0.1f * (r % 7),
              kind == 2 || kind == 4 ? static_cast<int32_t>(1 + (r * 37) % 200) : 0,
-             kind == 3 || kind == 4 ? 0.5f + 0.05f * (r % 9) : 1.0f, rng(), r * 3);
+             kind == 3 || kind == 4 ? 0.5f + 0.05f * (r % 9) : 1.0f, rng(), r * 3,
+             r % 3 == 1 ? 0.01f * (1 + r % 20) : 0.0f);
   }
   return b;
 }
@@ -77,6 +79,7 @@ SamplingArgs ArgsOf(const Batch& b, int64_t batch, int64_t vocab) {
           .temperature = b.temperature.data(),
           .top_k = b.top_k.data(),
           .top_p = b.top_p.data(),
+          .min_p = b.min_p.data(),
           .seeds = b.seeds.data(),
           .steps = b.steps.data(),
           .batch = batch,
@@ -93,12 +96,13 @@ std::vector<int32_t> RunRef(const Batch& b, int64_t batch, int64_t vocab) {
 
 std::vector<int32_t> RunGpu(SampleFn fn, const Batch& b, int64_t batch, int64_t vocab) {
   DeviceBuffer logits(b.logits), temp(b.temperature), top_k(b.top_k), top_p(b.top_p),
-      seeds(b.seeds), steps(b.steps), out(batch * sizeof(int32_t));
+      min_p(b.min_p), seeds(b.seeds), steps(b.steps), out(batch * sizeof(int32_t));
   out.Poison();
   const absl::Status st = fn({.logits = logits.as<float>(),
                               .temperature = temp.as<float>(),
                               .top_k = top_k.as<int32_t>(),
                               .top_p = top_p.as<float>(),
+                              .min_p = min_p.as<float>(),
                               .seeds = seeds.as<uint64_t>(),
                               .steps = steps.as<uint64_t>(),
                               .out_tokens = out.as<int32_t>(),
