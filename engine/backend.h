@@ -6,4 +6,9 @@ namespace tandem {
 
 enum class Backend { kCpu, kCuda };
 
+// "cpu", "cuda": logs, flags and messages.
+constexpr const char* BackendName(Backend backend) {
+  return backend == Backend::kCuda ? "cuda" : "cpu";
+}
+
 }  // namespace tandem

@@ -27,11 +27,23 @@ struct EngineOptions {
   Backend backend = Backend::kCpu;
   int page_size = 16;  // tokens per KV page
   int num_pages = 0;   // 0: derive from kv_memory_bytes
-  int64_t kv_memory_bytes = int64_t{256} << 20;
+  // KV pool bytes. 0: the CPU backend takes 256 MiB; the CUDA backend sizes the pool so the
+  // process uses gpu_memory_utilization of the GPU's memory (vLLM's flag: weights, the step
+  // buffers and the graphs included).
+  int64_t kv_memory_bytes = 0;
+  double gpu_memory_utilization = 0.9;
   int max_num_seqs = 256;             // running sequences per step
   int max_num_batched_tokens = 2048;  // token budget per step (chunked prefill)
   int max_model_len = 0;              // 0: the model's max_position_embeddings
+  // Decode batch sizes that get a CUDA graph (vLLM's --cuda-graph-sizes); empty: the default
+  // 1, 2, 4, 8, 16, 24, ... (steps of 8) up to max_num_seqs. Ignored on the CPU backend.
+  std::vector<int> cuda_graph_sizes;
+  bool enforce_eager = false;  // no CUDA graphs: every step runs op by op
 };
+
+// The graph sizes `options` asks for (the default list when cuda_graph_sizes is empty), each
+// <= max_num_seqs; empty with enforce_eager or on the CPU backend.
+std::vector<int> CudaGraphSizes(const EngineOptions& options);
 
 // Counters and gauges a shell exports (the engine knows nothing of Prometheus).
 struct EngineStats {
@@ -45,6 +57,11 @@ struct EngineStats {
   int64_t num_generated_tokens_total = 0;
   int64_t num_steps_total = 0;
   int64_t num_preemptions_total = 0;
+  // Wall time of the steps that ran a batch, and the part of it the host spent blocked on the
+  // backend (the device's share): 1 - device_wait / step_time is the host's share of a step.
+  int64_t step_time_ns_total = 0;
+  int64_t device_wait_ns_total = 0;
+  int64_t num_graph_steps_total = 0;  // steps that replayed a CUDA graph
 };
 
 class Engine {
@@ -95,6 +112,12 @@ class Engine {
   // The KV pool (host memory on the CPU backend, device memory on CUDA) and its layout.
   virtual void* kv_pool() = 0;
   virtual const KvLayout& kv_layout() const = 0;
+  // Whether kv_pool() is device memory (the CUDA backend), and a copy between it and host
+  // memory that any thread may call (the host KV transport's page reads and writes). The pages
+  // copied must not be in use by a step: a finished prefill's pages, or pages receiving a
+  // transfer.
+  virtual bool kv_pool_on_device() const = 0;
+  virtual absl::Status CopyKvMemory(void* dst, const void* src, int64_t bytes) const = 0;
 
   virtual const ModelConfig& model_config() const = 0;
   virtual int max_model_len() const = 0;

@@ -1,7 +1,10 @@
 // EngineImpl: the disaggregation hooks (engine/engine.h) and stats.
+#include <cstring>
+
 #include "absl/strings/str_format.h"
 #include "base/check.h"
 #include "base/status_macros.h"
+#include "engine/cuda/cuda_device.h"
 #include "engine/engine_impl.h"
 
 namespace tandem {
@@ -81,6 +84,14 @@ absl::Status EngineImpl::ReleaseRequest(const std::string& id) {
   }
   Finish(seq);
   return absl::OkStatus();
+}
+
+absl::Status EngineImpl::CopyKvMemory(void* dst, const void* src, int64_t bytes) const {
+  if (!kv_pool_on_device()) {
+    if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  return CopyDeviceMemory(dst, src, bytes);
 }
 
 EngineStats EngineImpl::Stats() const {

@@ -3,12 +3,20 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "engine/kv_budget.h"
+#include "engine/sample/sampler.h"
 
 namespace tandem {
 namespace {
+
+// Biases one row may carry: logit_bias plus the EOS and stop ids banned before min_tokens.
+constexpr int kMaxBiasPerRow = kMaxLogitBias + 128;
 
 KvLayout LayoutFor(const ModelConfig& config, int page_size) {
   KvLayout layout;
@@ -30,6 +38,30 @@ absl::StatusOr<int> ResolveMaxModelLen(const EngineOptions& options, const Model
   return options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
 }
 
+// The most one step may hold, for the backend's step buffers (reserved once).
+StepCapacity CapacityFor(const EngineOptions& o, const ModelConfig& c, int max_model_len) {
+  StepCapacity cap;
+  cap.max_seqs = o.max_num_seqs;
+  cap.max_tokens = std::max(o.max_num_batched_tokens, o.max_num_seqs);
+  cap.max_pages_per_seq = PagesForTokens(max_model_len, o.page_size);
+  cap.max_history_tokens = int64_t{o.max_num_seqs} * max_model_len;
+  cap.max_bias_entries = int64_t{o.max_num_seqs} * kMaxBiasPerRow;
+  cap.num_q_heads = c.num_q_heads;
+  cap.num_kv_heads = c.num_kv_heads;
+  return cap;
+}
+
+// A KV pool in a model's device memory.
+class DeviceKvMemory final : public KvMemory {
+ public:
+  explicit DeviceKvMemory(std::unique_ptr<DeviceAllocation> a) : a_(std::move(a)) {}
+  void* data() override { return a_->data(); }
+  int64_t bytes() const override { return a_->bytes(); }
+
+ private:
+  std::unique_ptr<DeviceAllocation> a_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& options,
@@ -40,22 +72,69 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
     return absl::InvalidArgumentError(
         "page_size, max_num_seqs and max_num_batched_tokens must be >= 1");
   }
-  if (options.backend != Backend::kCpu) {
-    return absl::UnimplementedError("the engine runs on the CPU backend only for now");
+  if (model->backend() != options.backend) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("engine options ask for the %s backend; the model runs on %s",
+                        BackendName(options.backend), BackendName(model->backend())));
   }
+  const absl::Time start = Clock::Real()->Now();
   ASSIGN_OR_RETURN(const int max_model_len, ResolveMaxModelLen(options, model->config()));
   KvLayout layout = LayoutFor(model->config(), options.page_size);
-  layout.num_pages = options.num_pages > 0 ? options.num_pages
-                                           : KvCache::NumPagesFor(layout, options.kv_memory_bytes);
+  const StepCapacity capacity = CapacityFor(options, model->config(), max_model_len);
+  RETURN_IF_ERROR(model->ReserveStep(capacity));
+  ASSIGN_OR_RETURN(const DeviceMemoryInfo memory, model->MemoryInfo());
+  ASSIGN_OR_RETURN(const int64_t kv_bytes, KvPoolBytes(options, memory));
+  layout.num_pages =
+      options.num_pages > 0 ? options.num_pages : KvCache::NumPagesFor(layout, kv_bytes);
   if (layout.num_pages < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "kv_memory_bytes %d holds no KV page of this model", options.kv_memory_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d bytes of KV memory hold no KV page of this model", kv_bytes));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv_cache, KvCache::CreateOnHost(layout));
+  std::unique_ptr<KvCache> kv_cache;
+  if (model->backend() == Backend::kCpu) {
+    ASSIGN_OR_RETURN(kv_cache, KvCache::CreateOnHost(layout));
+  } else {
+    ASSIGN_OR_RETURN(std::unique_ptr<DeviceAllocation> pool,
+                     model->AllocateKvPool(layout.PoolBytes()));
+    ASSIGN_OR_RETURN(kv_cache,
+                     KvCache::Create(layout, std::make_unique<DeviceKvMemory>(std::move(pool))));
+  }
   LOG(INFO) << "KV cache: " << layout.num_pages << " pages of " << layout.page_size << " tokens, "
             << (layout.PoolBytes() >> 20) << " MiB";
+  const std::vector<int> graph_sizes = CudaGraphSizes(options);
+  const absl::Time capture_start = Clock::Real()->Now();
+  RETURN_IF_ERROR(
+      model->Prepare(ModelPrepareOptions{capacity, graph_sizes}, layout, kv_cache->pool()));
+  if (!graph_sizes.empty()) {
+    LOG(INFO) << "captured " << graph_sizes.size() << " CUDA graphs (batch " << graph_sizes.front()
+              << " to " << graph_sizes.back() << ") in "
+              << absl::FormatDuration(
+                     absl::Trunc(Clock::Real()->Now() - capture_start, absl::Milliseconds(1)));
+  }
+  LOG(INFO) << "engine ready on the " << BackendName(options.backend) << " backend in "
+            << absl::FormatDuration(
+                   absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
+            << " after the model load";
   return std::unique_ptr<EngineImpl>(new EngineImpl(options, max_model_len, std::move(model),
                                                     std::move(eos_token_ids), std::move(kv_cache)));
+}
+
+std::vector<int> CudaGraphSizes(const EngineOptions& options) {
+  std::vector<int> sizes;
+  if (options.backend != Backend::kCuda || options.enforce_eager) return sizes;
+  if (!options.cuda_graph_sizes.empty()) {
+    for (int s : options.cuda_graph_sizes) {
+      if (s >= 1 && s <= options.max_num_seqs) sizes.push_back(s);
+    }
+    return sizes;
+  }
+  // vLLM's default capture list: 1, 2, 4, then every multiple of 8.
+  for (int s : {1, 2, 4}) {
+    if (s <= options.max_num_seqs) sizes.push_back(s);
+  }
+  for (int s = 8; s <= options.max_num_seqs; s += 8) sizes.push_back(s);
+  if (sizes.empty() || sizes.back() < options.max_num_seqs) sizes.push_back(options.max_num_seqs);
+  return sizes;
 }
 
 EngineImpl::EngineImpl(const EngineOptions& options, int max_model_len,
@@ -68,8 +147,8 @@ EngineImpl::EngineImpl(const EngineOptions& options, int max_model_len,
       scheduler_(
           SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.page_size},
           &kv_cache_->allocator()),
-      runner_(model_.get(), kv_cache_.get()),
-      sampler_(options.backend),
+      eos_token_ids_(eos_token_ids),
+      runner_(model_.get(), kv_cache_.get(), eos_token_ids_),
       stop_checker_(std::move(eos_token_ids)) {}
 
 absl::Status EngineImpl::ValidateRequestBody(const EngineRequest& request) const {
@@ -81,6 +160,24 @@ absl::Status EngineImpl::ValidateRequestBody(const EngineRequest& request) const
       return absl::InvalidArgumentError(
           absl::StrFormat("prompt token id %d outside the vocabulary [0, %d)", t, vocab));
     }
+  }
+  for (const auto& [t, bias] : request.sampling.logit_bias) {
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("logit_bias token id %d outside the vocabulary [0, %d)", t, vocab));
+    }
+  }
+  for (int32_t t : request.sampling.stop_token_ids) {
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("stop token id %d outside the vocabulary [0, %d)", t, vocab));
+    }
+  }
+  if (request.sampling.logit_bias.size() + request.sampling.stop_token_ids.size() +
+          eos_token_ids_.size() >
+      static_cast<size_t>(kMaxBiasPerRow)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "logit_bias and stop_token_ids together hold more than %d tokens", kMaxBiasPerRow));
   }
   const int64_t total =
       static_cast<int64_t>(request.prompt_tokens.size()) + request.sampling.max_tokens;
@@ -142,19 +239,21 @@ bool EngineImpl::HasWork() const {
 absl::StatusOr<std::vector<RequestOutput>> EngineImpl::Step() {
   if (!broken_.ok()) return broken_;
   std::vector<RequestOutput> outputs = FinishAborted();
+  const absl::Time start = Clock::Real()->Now();
   const ScheduleDecision decision = scheduler_.Schedule();
   if (decision.empty()) return outputs;
   ++counters_.num_steps_total;
 
   absl::StatusOr<ModelRunner::StepResult> result = runner_.Run(decision);
-  absl::StatusOr<std::vector<int32_t>> tokens =
-      result.ok() ? Sample(decision, *result) : result.status();
-  if (!tokens.ok()) {
-    if (IsBackendUnusable(tokens.status())) return Break(tokens.status());
-    FailBatch(decision, tokens.status(), &outputs);
+  if (!result.ok()) {
+    if (IsBackendUnusable(result.status())) return Break(result.status());
+    FailBatch(decision, result.status(), &outputs);
     return outputs;
   }
-  PostProcess(decision, result->sampling_chunks, *tokens, &outputs);
+  PostProcess(decision, *result, &outputs);
+  counters_.step_time_ns_total += absl::ToInt64Nanoseconds(Clock::Real()->Now() - start);
+  counters_.device_wait_ns_total += result->output.device_wait_ns;
+  counters_.num_graph_steps_total += result->output.graph_replayed ? 1 : 0;
   return outputs;
 }
 

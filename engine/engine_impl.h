@@ -11,7 +11,6 @@
 #include "engine/engine.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/runner/model_runner.h"
-#include "engine/sample/sampler.h"
 #include "engine/sample/stop_checker.h"
 #include "engine/sched/scheduler.h"
 #include "engine/sched/sequence.h"
@@ -37,6 +36,8 @@ class EngineImpl : public Engine {
   absl::Status ReleaseRequest(const std::string& id) override;
   void* kv_pool() override { return kv_cache_->pool(); }
   const KvLayout& kv_layout() const override { return kv_cache_->layout(); }
+  bool kv_pool_on_device() const override { return model_->backend() == Backend::kCuda; }
+  absl::Status CopyKvMemory(void* dst, const void* src, int64_t bytes) const override;
 
   const ModelConfig& model_config() const override { return model_->config(); }
   int max_model_len() const override { return max_model_len_; }
@@ -52,11 +53,10 @@ class EngineImpl : public Engine {
 
   // Step's parts.
   std::vector<RequestOutput> FinishAborted();
-  absl::StatusOr<std::vector<int32_t>> Sample(const ScheduleDecision& decision,
-                                              const ModelRunner::StepResult& result) const;
-  void PostProcess(const ScheduleDecision& decision, const std::vector<int>& sampling_chunks,
-                   const std::vector<int32_t>& tokens, std::vector<RequestOutput>* outputs);
-  RequestOutput AppendToken(Sequence* seq, int32_t token);
+  void PostProcess(const ScheduleDecision& decision, const ModelRunner::StepResult& result,
+                   std::vector<RequestOutput>* outputs);
+  // Appends one sampled token (row `row` of `output`) to `seq`: stop checks, text, finishing.
+  RequestOutput AppendToken(Sequence* seq, const StepOutput& output, size_t row);
   void FailBatch(const ScheduleDecision& decision, const absl::Status& error,
                  std::vector<RequestOutput>* outputs);
   // The backend is unusable: ends every request (pages freed) and remembers `error`.
@@ -70,8 +70,8 @@ class EngineImpl : public Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_cache_;
   Scheduler scheduler_;
+  std::vector<int> eos_token_ids_;  // before runner_, which is built with them
   ModelRunner runner_;
-  Sampler sampler_;
   StopChecker stop_checker_;
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
   int64_t next_arrival_ = 0;

@@ -39,24 +39,22 @@ std::vector<RequestOutput> EngineImpl::FinishAborted() {
   return outputs;
 }
 
-absl::StatusOr<std::vector<int32_t>> EngineImpl::Sample(
-    const ScheduleDecision& decision, const ModelRunner::StepResult& result) const {
-  std::vector<SampleRow> rows;
-  rows.reserve(result.sampling_chunks.size());
-  for (int c : result.sampling_chunks) {
-    const Sequence& seq = *decision.chunks[c].seq;
-    rows.push_back(SampleRow{seq.sampling.temperature, seq.sampling.top_k, seq.sampling.top_p,
-                             seq.seed, static_cast<uint64_t>(seq.num_output_tokens())});
-  }
-  return sampler_.Sample(result.logits, model_->config().vocab_size, rows);
-}
-
-RequestOutput EngineImpl::AppendToken(Sequence* seq, int32_t token) {
+RequestOutput EngineImpl::AppendToken(Sequence* seq, const StepOutput& output, size_t row) {
+  const int32_t token = output.tokens[row];
   seq->tokens.push_back(token);
   ++counters_.num_generated_tokens_total;
   RequestOutput out;
   out.id = seq->id;
   out.new_tokens.push_back(token);
+  if (seq->sampling.logprobs >= 0) {
+    TokenLogprobs lp;
+    lp.logprob = output.token_logprobs[row];
+    for (int i = 0; i < seq->sampling.logprobs; ++i) {
+      const size_t at = row * kMaxTopLogprobs + i;
+      lp.top.emplace_back(output.top_tokens[at], output.top_logprobs[at]);
+    }
+    out.logprobs.push_back(std::move(lp));
+  }
   out.finish_reason = stop_checker_.Check(seq->sampling, token, seq->num_output_tokens(),
                                           seq->num_tokens(), max_model_len_);
   if (out.finish_reason != FinishReason::kNone) {
@@ -71,15 +69,15 @@ RequestOutput EngineImpl::AppendToken(Sequence* seq, int32_t token) {
 }
 
 void EngineImpl::PostProcess(const ScheduleDecision& decision,
-                             const std::vector<int>& sampling_chunks,
-                             const std::vector<int32_t>& tokens,
+                             const ModelRunner::StepResult& result,
                              std::vector<RequestOutput>* outputs) {
-  CHECK_EQ(sampling_chunks.size(), tokens.size());
+  CHECK_EQ(result.sampling_chunks.size(), result.output.tokens.size());
   for (const ScheduledChunk& chunk : decision.chunks) {
     chunk.seq->num_computed_tokens += chunk.num_new_tokens;
   }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    outputs->push_back(AppendToken(decision.chunks[sampling_chunks[i]].seq, tokens[i]));
+  for (size_t i = 0; i < result.sampling_chunks.size(); ++i) {
+    outputs->push_back(
+        AppendToken(decision.chunks[result.sampling_chunks[i]].seq, result.output, i));
   }
 }
 

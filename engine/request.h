@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem {
@@ -15,13 +16,34 @@ struct SamplingParams {
   float temperature = 1.0f;      // 0: greedy
   int top_k = -1;                // <= 0: off
   float top_p = 1.0f;            // 1: off
+  float min_p = 0.0f;            // 0: off; keeps tokens with p >= min_p * p(most likely)
   std::optional<uint64_t> seed;  // unset: derived from the request id
   int max_tokens = 16;           // new tokens to generate, >= 1
+  int min_tokens = 0;            // EOS and stop token ids are banned until this many tokens
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   // No stop strings: the engine knows tokens only. Text and stop strings are applied where text
   // is streamed (tokenizer/text_stream.h), which ends the request with Abort() on a
   // match.
+  // Penalties (kernels/logits_process/logits_process.h): repetition over prompt and output
+  // tokens (> 0, 1 = off), frequency and presence over output tokens (OpenAI, 0 = off).
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  // OpenAI logit_bias: added to the token's logit before sampling (at most kMaxLogitBias).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // -1: no logprobs; 0..kMaxTopLogprobs: each sampled token's logprob and that many of the most
+  // likely alternatives (log-softmax of the logits after penalties and bias, before temperature).
+  int logprobs = -1;
+};
+
+// Most logit_bias entries a request may carry.
+inline constexpr int kMaxLogitBias = 1024;
+
+// The logprob of one sampled token and its top alternatives (most likely first).
+struct TokenLogprobs {
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kPrefillDone, kError };
@@ -41,7 +63,9 @@ struct EngineRequest {
 // What one Step() produced for one request.
 struct RequestOutput {
   std::string id;
-  std::vector<int32_t> new_tokens;                   // tokens sampled this step (usually 0 or 1)
+  std::vector<int32_t> new_tokens;  // tokens sampled this step (usually 0 or 1)
+  // One per new token when the request asked for logprobs (SamplingParams::logprobs >= 0).
+  std::vector<TokenLogprobs> logprobs;
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
   std::string error;                                 // set when finish_reason == kError
 };

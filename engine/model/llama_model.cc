@@ -1,32 +1,27 @@
 #include "engine/model/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "engine/model/step_validation.h"
 
 namespace tandem {
 namespace {
 
 // Scratch buffer ids (Ops::Buffer).
 enum BufferId : int {
-  kTokenIds,
-  kPositions,
-  kSlots,
-  kQueryStart,
-  kSeqLens,
-  kBlockTables,
-  kLogitsRows,
-  kResidual,  // [T, H] the residual stream
-  kHidden,    // [T, H] normalised input of the next projection
-  kDelta,     // [T, H] output of o_proj / down_proj, added to the residual by the next norm
-  kQkv,       // [T, (Hq + 2 Hkv) D]
-  kAttn,      // [T, Hq D]
-  kGateUp,    // [T, 2 I]
-  kAct,       // [T, I]
-  kGathered,  // [R, H] final hidden states of the logits rows
-  kLogits,    // [R, V] fp32
+  kResidual,
+  kHidden,
+  kDelta,
+  kQkv,
+  kAttn,
+  kGateUp,
+  kAct,
+  kGathered,
+  kLogits,
+  kSampled,  // the sampler's output block (device_sampler.h)
 };
 
 absl::StatusOr<const void*> Adopt(Ops& ops, HostTensor t) {
@@ -36,29 +31,11 @@ absl::StatusOr<const void*> Adopt(Ops& ops, HostTensor t) {
 
 }  // namespace
 
-struct LlamaModel::StepBuffers {
-  const int32_t* token_ids;
-  const int32_t* positions;
-  const int32_t* slots;
-  const int32_t* query_start;
-  const int32_t* seq_lens;
-  const int32_t* block_tables;
-  const int32_t* logits_rows;
-  void* residual;
-  void* hidden;
-  void* delta;
-  void* qkv;
-  void* attn;
-  void* gate_up;
-  void* act;
-  void* gathered;
-  float* logits;
-};
-
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& config,
                                                                ModelWeights weights,
-                                                               std::unique_ptr<Ops> ops) {
-  std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(ops)));
+                                                               std::unique_ptr<Ops> ops,
+                                                               Backend backend) {
+  std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(ops), backend));
   RETURN_IF_ERROR(model->AdoptWeights(std::move(weights)));
   return model;
 }
@@ -94,41 +71,6 @@ absl::Status LlamaModel::AdoptWeights(ModelWeights w) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::Prepare(const StepInputs& in) {
-  Ops& ops = *ops_;
-  auto upload = [&](int id, const std::vector<int32_t>& v) -> absl::StatusOr<const int32_t*> {
-    const int64_t bytes = static_cast<int64_t>(v.size()) * 4;
-    ASSIGN_OR_RETURN(void* p, ops.Buffer(id, std::max<int64_t>(bytes, 4)));
-    RETURN_IF_ERROR(ops.CopyToDevice(p, v.data(), bytes));
-    return static_cast<const int32_t*>(p);
-  };
-  auto buffer = [&](int id, int64_t elems) {
-    return ops.Buffer(id, std::max<int64_t>(elems, 1) * DTypeSize(ops.compute_dtype()));
-  };
-  const ModelConfig& c = config_;
-  const int64_t t = in.num_tokens, r = static_cast<int64_t>(in.logits_rows.size());
-  const int64_t qkv_dim = int64_t{c.num_q_heads + 2 * c.num_kv_heads} * c.head_dim;
-  StepBuffers b;
-  ASSIGN_OR_RETURN(b.token_ids, upload(kTokenIds, in.token_ids));
-  ASSIGN_OR_RETURN(b.positions, upload(kPositions, in.positions));
-  ASSIGN_OR_RETURN(b.slots, upload(kSlots, in.slot_mapping));
-  ASSIGN_OR_RETURN(b.query_start, upload(kQueryStart, in.query_start));
-  ASSIGN_OR_RETURN(b.seq_lens, upload(kSeqLens, in.seq_lens));
-  ASSIGN_OR_RETURN(b.block_tables, upload(kBlockTables, in.block_tables));
-  ASSIGN_OR_RETURN(b.logits_rows, upload(kLogitsRows, in.logits_rows));
-  ASSIGN_OR_RETURN(b.residual, buffer(kResidual, t * c.hidden_size));
-  ASSIGN_OR_RETURN(b.hidden, buffer(kHidden, t * c.hidden_size));
-  ASSIGN_OR_RETURN(b.delta, buffer(kDelta, t * c.hidden_size));
-  ASSIGN_OR_RETURN(b.qkv, buffer(kQkv, t * qkv_dim));
-  ASSIGN_OR_RETURN(b.attn, buffer(kAttn, t * c.num_q_heads * c.head_dim));
-  ASSIGN_OR_RETURN(b.gate_up, buffer(kGateUp, t * 2 * c.intermediate_size));
-  ASSIGN_OR_RETURN(b.act, buffer(kAct, t * c.intermediate_size));
-  ASSIGN_OR_RETURN(b.gathered, buffer(kGathered, r * c.hidden_size));
-  ASSIGN_OR_RETURN(void* logits, ops.Buffer(kLogits, std::max<int64_t>(r * c.vocab_size, 1) * 4));
-  b.logits = static_cast<float*>(logits);
-  return b;
-}
-
 GemmArgs LlamaModel::Linear(const void* a, const void* w, void* c, int64_t m, int64_t n,
                             int64_t k) const {
   const DType t = ops_->compute_dtype();
@@ -148,13 +90,38 @@ RmsNormArgs LlamaModel::Norm(const void* input, void* residual, const void* weig
                      .dtype = ops_->compute_dtype()};
 }
 
-absl::Status LlamaModel::Forward(const StepInputs& in, const KvLayout& layout, void* kv_pool,
-                                 float* logits) {
-  RETURN_IF_ERROR(ValidateStep(in, config_, layout));
-  if (in.num_tokens == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(StepBuffers b, Prepare(in));
-  const int64_t t = in.num_tokens;
-  RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = b.token_ids,
+absl::StatusOr<LlamaModel::Activations> LlamaModel::GetActivations(int64_t t, int64_t r) {
+  Ops& ops = *ops_;
+  const ModelConfig& c = config_;
+  auto buffer = [&](int id, int64_t elems) {
+    return ops.Buffer(id, std::max<int64_t>(elems, 1) * DTypeSize(ops.compute_dtype()));
+  };
+  const int64_t qkv_dim = int64_t{c.num_q_heads + 2 * c.num_kv_heads} * c.head_dim;
+  Activations b;
+  ASSIGN_OR_RETURN(b.residual, buffer(kResidual, t * c.hidden_size));
+  ASSIGN_OR_RETURN(b.hidden, buffer(kHidden, t * c.hidden_size));
+  ASSIGN_OR_RETURN(b.delta, buffer(kDelta, t * c.hidden_size));
+  ASSIGN_OR_RETURN(b.qkv, buffer(kQkv, t * qkv_dim));
+  ASSIGN_OR_RETURN(b.attn, buffer(kAttn, t * c.num_q_heads * c.head_dim));
+  ASSIGN_OR_RETURN(b.gate_up, buffer(kGateUp, t * 2 * c.intermediate_size));
+  ASSIGN_OR_RETURN(b.act, buffer(kAct, t * c.intermediate_size));
+  ASSIGN_OR_RETURN(b.gathered, buffer(kGathered, r * c.hidden_size));
+  ASSIGN_OR_RETURN(void* logits, ops.Buffer(kLogits, std::max<int64_t>(r * c.vocab_size, 1) * 4));
+  b.logits = static_cast<float*>(logits);
+  return b;
+}
+
+absl::StatusOr<SampledBlock> LlamaModel::GetSampledBlock(int64_t rows) {
+  ASSIGN_OR_RETURN(void* base,
+                   ops_->Buffer(kSampled, std::max<int64_t>(SampledBlock::Bytes(rows), 16)));
+  return SampledBlock{base, rows};
+}
+
+absl::StatusOr<float*> LlamaModel::Forward(const DeviceStep& d, const KvLayout& layout,
+                                           void* kv_pool) {
+  const int64_t t = d.num_tokens;
+  ASSIGN_OR_RETURN(const Activations b, GetActivations(t, d.num_rows));
+  RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = d.token_ids,
                                                 .table = embed_tokens_,
                                                 .out = b.residual,
                                                 .num_tokens = t,
@@ -166,20 +133,21 @@ absl::Status LlamaModel::Forward(const StepInputs& in, const KvLayout& layout, v
     RETURN_IF_ERROR(
         ops_->RmsNorm(l == 0 ? Norm(b.residual, nullptr, layers_[l].input_layernorm, b.hidden, t)
                              : Norm(b.delta, b.residual, layers_[l].input_layernorm, b.hidden, t)));
-    RETURN_IF_ERROR(Attention(l, in, b, layout, kv_pool));
+    RETURN_IF_ERROR(Attention(l, d, b, layout, kv_pool));
     RETURN_IF_ERROR(
         ops_->RmsNorm(Norm(b.delta, b.residual, layers_[l].post_attention_layernorm, b.hidden, t)));
     RETURN_IF_ERROR(Mlp(l, t, b));
   }
-  return Logits(in, b, logits);
+  RETURN_IF_ERROR(Logits(d, b));
+  return b.logits;
 }
 
-absl::Status LlamaModel::Attention(int l, const StepInputs& in, const StepBuffers& b,
+absl::Status LlamaModel::Attention(int l, const DeviceStep& d, const Activations& b,
                                    const KvLayout& layout, void* kv_pool) {
   const ModelConfig& c = config_;
   const DType dt = ops_->compute_dtype();
   const Layer& w = layers_[l];
-  const int64_t t = in.num_tokens;
+  const int64_t t = d.num_tokens;
   const int64_t qkv_dim = int64_t{c.num_q_heads + 2 * c.num_kv_heads} * c.head_dim;
   const int64_t q_dim = int64_t{c.num_q_heads} * c.head_dim;
   GemmArgs qkv = Linear(b.hidden, w.qkv_proj, b.qkv, t, qkv_dim, c.hidden_size);
@@ -188,8 +156,8 @@ absl::Status LlamaModel::Attention(int l, const StepInputs& in, const StepBuffer
   void* kv_layer =
       static_cast<uint8_t*>(kv_pool) + layout.PageOffset(l, 0) * DTypeSize(layout.dtype);
   RETURN_IF_ERROR(ops_->RopeKvStore(RopeKvStoreArgs{.qkv = b.qkv,
-                                                    .positions = b.positions,
-                                                    .slot_mapping = b.slots,
+                                                    .positions = d.positions,
+                                                    .slot_mapping = d.slot_mapping,
                                                     .kv_layer = kv_layer,
                                                     .inv_freq = inv_freq_,
                                                     .q_norm_weight = w.q_norm,
@@ -207,16 +175,16 @@ absl::Status LlamaModel::Attention(int l, const StepInputs& in, const StepBuffer
       PagedAttentionArgs{.q = b.qkv,
                          .out = b.attn,
                          .kv_layer = kv_layer,
-                         .block_tables = b.block_tables,
-                         .seq_lens = b.seq_lens,
-                         .query_start = b.query_start,
-                         .num_seqs = in.num_seqs,
+                         .block_tables = d.block_tables,
+                         .seq_lens = d.seq_lens,
+                         .query_start = d.query_start,
+                         .num_seqs = d.num_seqs,
                          .num_tokens = t,
                          .num_q_heads = c.num_q_heads,
                          .num_kv_heads = c.num_kv_heads,
                          .head_dim = c.head_dim,
                          .page_size = layout.page_size,
-                         .max_pages_per_seq = in.max_pages_per_seq,
+                         .max_pages_per_seq = d.block_table_stride,
                          .q_stride = qkv_dim,
                          .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                          .dtype = dt,
@@ -224,7 +192,7 @@ absl::Status LlamaModel::Attention(int l, const StepInputs& in, const StepBuffer
   return ops_->Gemm(Linear(b.attn, w.o_proj, b.delta, t, c.hidden_size, q_dim));
 }
 
-absl::Status LlamaModel::Mlp(int l, int64_t t, const StepBuffers& b) {
+absl::Status LlamaModel::Mlp(int l, int64_t t, const Activations& b) {
   const ModelConfig& c = config_;
   const Layer& w = layers_[l];
   RETURN_IF_ERROR(ops_->Gemm(
@@ -237,23 +205,22 @@ absl::Status LlamaModel::Mlp(int l, int64_t t, const StepBuffers& b) {
   return ops_->Gemm(Linear(b.act, w.down_proj, b.delta, t, c.hidden_size, c.intermediate_size));
 }
 
-absl::Status LlamaModel::Logits(const StepInputs& in, const StepBuffers& b, float* logits) {
+absl::Status LlamaModel::Logits(const DeviceStep& d, const Activations& b) {
   const ModelConfig& c = config_;
-  const int64_t r = static_cast<int64_t>(in.logits_rows.size());
+  const int64_t r = d.num_rows;
   if (r == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(ops_->RmsNorm(Norm(b.delta, b.residual, norm_, b.hidden, in.num_tokens)));
+  RETURN_IF_ERROR(ops_->RmsNorm(Norm(b.delta, b.residual, norm_, b.hidden, d.num_tokens)));
   // The embedding gather doubles as a row gather: "vocabulary" = this step's hidden rows.
-  RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = b.logits_rows,
+  RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = d.logits_rows,
                                                 .table = b.hidden,
                                                 .out = b.gathered,
                                                 .num_tokens = r,
-                                                .vocab_size = in.num_tokens,
+                                                .vocab_size = d.num_tokens,
                                                 .hidden = c.hidden_size,
                                                 .dtype = ops_->compute_dtype()}));
   GemmArgs head = Linear(b.gathered, lm_head_, b.logits, r, c.vocab_size, c.hidden_size);
   head.c_dtype = DType::kF32;
-  RETURN_IF_ERROR(ops_->Gemm(head));
-  return ops_->CopyToHost(logits, b.logits, r * c.vocab_size * int64_t{sizeof(float)});
+  return ops_->Gemm(head);
 }
 
 }  // namespace tandem

@@ -1,6 +1,6 @@
 // LlamaModel: the Llama-family decoder (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3) as a Model, on
 // any Ops backend. Per layer, for the T new tokens of a step (activations in the backend's
-// compute dtype; CPU: fp32):
+// compute dtype; CPU: fp32, CUDA: bf16):
 //
 //   h        = RmsNorm(residual += x, input_layernorm)        (fused; layer 0: residual = embed)
 //   qkv      = h · qkv_projᵀ (+ qkv_bias)                     [T, (Hq + 2 Hkv) D]
@@ -10,14 +10,19 @@
 //   h        = RmsNorm(residual += x, post_attention_layernorm)
 //   x        = SiluMul(h · gate_up_projᵀ) · down_projᵀ
 //
-// then h = RmsNorm(residual += x, norm), and logits = h[logits_rows] · lm_headᵀ only for the
-// rows asked for. `kv_pool` is backend ("device") memory; `logits` is host memory (the rows are
-// copied out with Ops::CopyToHost). The step's index arrays are copied in with CopyToDevice.
+// then h = RmsNorm(residual += x, norm), and logits = h[logits_rows] · lm_headᵀ (fp32) only for
+// the rows asked for, which the sampler (device_sampler.h) turns into tokens on the backend.
+//
+// Steps that are all decodes (one token per sequence) up to the largest captured batch size
+// replay a CUDA graph of the whole step — forward and sampling — captured at Prepare for the
+// next size up (padding sequences store nothing and sample greedily); other steps (prefill
+// chunks, mixed batches, the CPU backend, --enforce-eager) run op by op.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "engine/model/device_sampler.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
 #include "engine/model/weights.h"
@@ -29,11 +34,23 @@ class LlamaModel final : public Model {
   // Hands every weight to `ops` (AdoptWeight) and builds the rotary inverse frequencies.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(const ModelConfig& config,
                                                             ModelWeights weights,
-                                                            std::unique_ptr<Ops> ops);
+                                                            std::unique_ptr<Ops> ops,
+                                                            Backend backend);
 
   const ModelConfig& config() const override { return config_; }
-  absl::Status Forward(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
-                       float* logits) override;
+  Backend backend() const override { return backend_; }
+  absl::StatusOr<StepOutput> Step(const StepInputs& inputs, const KvLayout& layout,
+                                  void* kv_pool) override;
+  absl::Status ComputeLogits(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
+                             float* logits) override;
+  absl::StatusOr<std::unique_ptr<DeviceAllocation>> AllocateKvPool(int64_t bytes) override;
+  absl::StatusOr<DeviceMemoryInfo> MemoryInfo() override { return ops_->MemoryInfo(); }
+  absl::Status ReserveStep(const StepCapacity& capacity) override;
+  absl::Status Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
+                       void* kv_pool) override;
+
+  // Batch sizes with a captured graph (ascending).
+  std::vector<int> graph_sizes() const;
 
  private:
   // Device addresses of one layer's weights (null where absent).
@@ -48,28 +65,56 @@ class LlamaModel final : public Model {
     const void* input_layernorm = nullptr;
     const void* post_attention_layernorm = nullptr;
   };
-  // Device copies of the step's index arrays and the activation buffers.
-  struct StepBuffers;
+  // The activation buffers of a step of `tokens` rows and `rows` logits rows.
+  struct Activations {
+    void* residual;  // [T, H] the residual stream
+    void* hidden;    // [T, H] normalised input of the next projection
+    void* delta;     // [T, H] output of o_proj / down_proj, added to the residual by the next norm
+    void* qkv;       // [T, (Hq + 2 Hkv) D]
+    void* attn;      // [T, Hq D]
+    void* gate_up;   // [T, 2 I]
+    void* act;       // [T, I]
+    void* gathered;  // [R, H] final hidden states of the logits rows
+    float* logits;   // [R, V] fp32
+  };
+  struct Graph {
+    int batch = 0;
+    int handle = 0;
+  };
 
-  LlamaModel(const ModelConfig& config, std::unique_ptr<Ops> ops)
-      : config_(config), ops_(std::move(ops)) {}
+  LlamaModel(const ModelConfig& config, std::unique_ptr<Ops> ops, Backend backend)
+      : config_(config), ops_(std::move(ops)), backend_(backend) {}
   absl::Status AdoptWeights(ModelWeights weights);
-  absl::StatusOr<StepBuffers> Prepare(const StepInputs& in);
-  absl::Status Attention(int layer, const StepInputs& in, const StepBuffers& b,
+  absl::StatusOr<Activations> GetActivations(int64_t tokens, int64_t rows);
+  absl::StatusOr<SampledBlock> GetSampledBlock(int64_t rows);
+
+  // The forward pass over a step already on the device: returns its logits rows.
+  absl::StatusOr<float*> Forward(const DeviceStep& step, const KvLayout& layout, void* kv_pool);
+  absl::Status Attention(int layer, const DeviceStep& step, const Activations& b,
                          const KvLayout& layout, void* kv_pool);
-  absl::Status Mlp(int layer, int64_t num_tokens, const StepBuffers& b);
-  absl::Status Logits(const StepInputs& in, const StepBuffers& b, float* logits);
+  absl::Status Mlp(int layer, int64_t num_tokens, const Activations& b);
+  absl::Status Logits(const DeviceStep& step, const Activations& b);
   GemmArgs Linear(const void* a, const void* w, void* c, int64_t m, int64_t n, int64_t k) const;
   RmsNormArgs Norm(const void* input, void* residual, const void* weight, void* out,
                    int64_t rows) const;
 
+  // The graph that runs `inputs`, or null (eager).
+  const Graph* GraphFor(const StepInputs& inputs, const KvLayout& layout, void* kv_pool) const;
+  absl::Status CaptureGraph(int batch, const KvLayout& layout, void* kv_pool);
+
   ModelConfig config_;
   std::unique_ptr<Ops> ops_;
+  Backend backend_;
   const void* embed_tokens_ = nullptr;
   const void* norm_ = nullptr;
   const void* lm_head_ = nullptr;  // == embed_tokens_ when tied
   std::vector<Layer> layers_;
   const float* inv_freq_ = nullptr;  // device, [head_dim / 2]
+  StepCapacity capacity_;            // zero until ReserveStep
+  // Graphs, ascending by batch, all captured over graph_pool_ / graph_layout_.
+  std::vector<Graph> graphs_;
+  void* graph_pool_ = nullptr;
+  KvLayout graph_layout_;
 };
 
 }  // namespace tandem

@@ -2,6 +2,9 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "engine/model/hf_tensors.h"
@@ -28,22 +31,39 @@ absl::Status CheckFitsInMemory(const ModelConfig& config, const std::string& dir
   return absl::OkStatus();
 }
 
+// What the CUDA kernels cover (kernels/*/README.md); anything else runs on the CPU backend.
+absl::Status CheckCudaSupports(const ModelConfig& c, const std::string& dir) {
+  if (c.head_dim != 64 && c.head_dim != 128) {
+    return absl::UnimplementedError(absl::StrCat(
+        dir, ": head_dim ", c.head_dim, " is not supported by the CUDA attention kernels (64 or ",
+        "128); use --backend cpu"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend) {
-  if (backend == Backend::kCuda) {
-    return absl::UnimplementedError("LoadModel: the CUDA backend is not implemented yet");
-  }
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
-  RETURN_IF_ERROR(CheckFitsInMemory(config, dir));
+  std::unique_ptr<Ops> ops;
+  if (backend == Backend::kCuda) {
+    RETURN_IF_ERROR(CheckCudaSupports(config, dir));
+    ASSIGN_OR_RETURN(ops, MakeCudaOps());
+  } else {
+    RETURN_IF_ERROR(CheckFitsInMemory(config, dir));
+    ops = MakeRefOps();
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> checkpoint,
                    SafetensorsCheckpoint::Open(dir));
-  std::unique_ptr<Ops> ops = MakeRefOps();
+  const absl::Time start = Clock::Real()->Now();
   ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(*checkpoint, config, ops->compute_dtype()));
-  LOG(INFO) << "loaded " << dir << ": " << config.model_type << ", " << config.num_layers
-            << " layers, hidden " << config.hidden_size << ", vocab " << config.vocab_size;
   ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
-                   LlamaModel::Create(config, std::move(weights), std::move(ops)));
+                   LlamaModel::Create(config, std::move(weights), std::move(ops), backend));
+  LOG(INFO) << "loaded " << dir << " on the " << BackendName(backend) << " backend in "
+            << absl::FormatDuration(
+                   absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
+            << ": " << config.model_type << ", " << config.num_layers << " layers, hidden "
+            << config.hidden_size << ", vocab " << config.vocab_size;
   return std::unique_ptr<Model>(std::move(model));
 }
 

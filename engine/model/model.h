@@ -1,28 +1,39 @@
-// Model: one decoder forward pass over a ragged batch, reading and writing the paged KV cache.
-// Implementations: the Llama-family decoder on the CPU reference kernels (and, later, CUDA).
-// Thread-compatible: one engine loop calls Forward at a time.
+// Model: one step of a decoder over a ragged batch — the forward pass, reading and writing the
+// paged KV cache, and the sampling of each logits row — on one backend. Implementations: the
+// Llama-family decoder over engine/model/ops.h (CPU reference kernels or CUDA), and test fakes.
+// Thread-compatible: one engine loop calls it at a time.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/model/model_config.h"
+#include "engine/model/ops.h"
 #include "engine/model/step_inputs.h"
 #include "kernels/common/kv_layout.h"
 
 namespace tandem {
+
+// What the engine decides at start-up and the model prepares for once the KV pool exists.
+struct ModelPrepareOptions {
+  StepCapacity capacity;
+  // Decode batch sizes to capture a CUDA graph for (ascending); empty: run every step eagerly.
+  std::vector<int> cuda_graph_sizes;
+};
 
 class Model {
  public:
   virtual ~Model() = default;
 
   virtual const ModelConfig& config() const = 0;
+  virtual Backend backend() const { return Backend::kCpu; }
 
-  // Runs the decoder on `inputs`: stores each token's K/V at its slot of `kv_pool` (laid out as
-  // `layout`, kernels/common/kv_layout.h) and writes fp32 logits for inputs.logits_rows to
-  // `logits`, [logits_rows.size(), vocab_size] row-major.
+  // Runs the decoder on `inputs` (storing each new token's K/V at its slot of `kv_pool`, laid out
+  // as `layout`: kernels/common/kv_layout.h) and samples each logits row with inputs.sampling.
+  // Only the tokens (and logprobs where asked) come back.
   //
   // Errors say whether the batch or the backend is at fault (IsBackendUnusable below):
   //   InvalidArgument (or any code but Internal): this batch cannot run — inconsistent inputs
@@ -33,9 +44,34 @@ class Model {
   //     stops (engine/engine.h, Step()). base/cuda_check.h returns Internal for every CUDA,
   //     cuBLAS and NCCL failure, so a backend that checks its calls with it gets this for free;
   //     a failure known to be confined to one batch must use another code.
-  virtual absl::Status Forward(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
-                               float* logits) = 0;
+  virtual absl::StatusOr<StepOutput> Step(const StepInputs& inputs, const KvLayout& layout,
+                                          void* kv_pool);
+
+  // The forward pass only: fp32 logits of inputs.logits_rows into host `logits`,
+  // [logits_rows.size(), vocab_size] row-major (tests and numerics checks). Errors as Step's.
+  virtual absl::Status ComputeLogits(const StepInputs& inputs, const KvLayout& layout,
+                                     void* kv_pool, float* logits) = 0;
+
+  // Device memory for the KV pool (backends whose pool is not host memory; the engine allocates
+  // host pools itself), and what the device has free (CPU: unknown, {0, 0}).
+  virtual absl::StatusOr<std::unique_ptr<DeviceAllocation>> AllocateKvPool(int64_t bytes) {
+    return absl::UnimplementedError("this model's KV pool lives in host memory");
+  }
+  virtual absl::StatusOr<DeviceMemoryInfo> MemoryInfo() { return DeviceMemoryInfo{}; }
+  // Reserves the step buffers for the largest step (fixed addresses from then on); called before
+  // the KV pool is sized, so that what it takes is not counted as free.
+  virtual absl::Status ReserveStep(const StepCapacity& capacity) { return absl::OkStatus(); }
+  // Once the KV pool exists: captures the CUDA graphs of options.cuda_graph_sizes over it.
+  virtual absl::Status Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
+                               void* kv_pool) {
+    return absl::OkStatus();
+  }
 };
+
+// Samples host logits rows ([inputs.logits_rows.size(), vocab_size]) with the CPU reference
+// kernels, as the default Model::Step does after ComputeLogits; `logits` is processed in place.
+absl::StatusOr<StepOutput> SampleOnHost(const StepInputs& inputs, int64_t vocab_size,
+                                        float* logits);
 
 // True for a model (or sampler) error that means the backend can run nothing any more.
 inline bool IsBackendUnusable(const absl::Status& status) {

@@ -83,6 +83,27 @@ std::vector<ModelPreset> BuildPresets() {
        Make(A::kQwen3, {0, 64, 192, 2, 4, 2, 32, 4096}, 1e6f, 1e-6f, bf16, true));
   tiny("tiny-qwen3-untied", "Qwen3 shape: QK-norm, untied", T::kQwen2,
        Make(A::kQwen3, {0, 128, 256, 2, 4, 2, 32, 4096}, 1e6f, 1e-6f, bf16, false));
+  // Small: what the CUDA kernels cover (head_dim 64 / 128, dimensions multiples of 8) at a size
+  // that loads in a second, for GPU tests against the CPU backend and transformers. The config's
+  // vocabulary is padded past the tokenizer's, as real checkpoints pad theirs.
+  auto small = [&](std::string name, std::string desc, T tok, ModelConfig c) {
+    p.push_back(
+        {std::move(name), std::move(desc), tok, TokenizerSpec{3840, 0}, std::move(c), false});
+  };
+  small("small-llama3", "Llama 3 layout at 1024 hidden: GQA 8:2, head_dim 128", T::kLlama3,
+        Make(A::kLlama, {4096, 1024, 2816, 4, 8, 2, 128, 8192}, 500000.0f, 1e-5f, bf16, false));
+  ModelConfig small31 =
+      Make(A::kLlama, {4096, 1024, 2816, 4, 8, 2, 128, 16384}, 500000.0f, 1e-5f, bf16, true);
+  small31.rope_scaling = Llama3Scaling(1024);
+  small("small-llama31", "Llama 3.1/3.2 layout: llama3 rope scaling, tied", T::kLlama3, small31);
+  small("small-llama2", "Llama 2 layout: MHA 8:8, theta 1e4", T::kLlama2,
+        Make(A::kLlama, {4096, 1024, 2752, 4, 8, 8, 128, 4096}, 10000.0f, 1e-5f, bf16, false));
+  small("small-mistral", "Mistral layout: GQA 8:2, theta 1e6", T::kMistral,
+        Make(A::kMistral, {4096, 1024, 3584, 4, 8, 2, 128, 8192}, 1e6f, 1e-5f, bf16, false));
+  small("small-qwen2", "Qwen2.5-0.5B layout: qkv bias, GQA 14:2, head_dim 64, tied", T::kQwen2,
+        Make(A::kQwen2, {4096, 896, 4864, 4, 14, 2, 64, 8192}, 1e6f, 1e-6f, bf16, true));
+  small("small-qwen3", "Qwen3 layout: QK-norm, head_dim 128 != hidden / heads, GQA 16:8", T::kQwen2,
+        Make(A::kQwen3, {4096, 1024, 3072, 4, 16, 8, 128, 8192}, 1e6f, 1e-6f, bf16, false));
   // Full shapes: the tokenizer covers the real vocabulary (learned size as in the real files,
   // Llama 3 with its 256 special tokens), so every id a random model emits decodes to text.
   auto full = [&](std::string name, std::string desc, T tok, ModelConfig c) {

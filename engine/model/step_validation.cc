@@ -1,5 +1,7 @@
 #include "engine/model/step_validation.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
@@ -91,7 +93,70 @@ absl::Status CheckTokens(const StepInputs& in, const ModelConfig& c, const KvLay
   return absl::OkStatus();
 }
 
+absl::Status CheckRow(const SamplingRow& r, size_t i) {
+  const bool ok = std::isfinite(r.temperature) && r.temperature >= 0.0f && r.top_p > 0.0f &&
+                  r.top_p <= 1.0f && r.min_p >= 0.0f && r.min_p <= 1.0f &&
+                  std::isfinite(r.repetition_penalty) && r.repetition_penalty > 0.0f &&
+                  std::isfinite(r.frequency_penalty) && std::isfinite(r.presence_penalty) &&
+                  r.num_logprobs >= -1 && r.num_logprobs <= kMaxTopLogprobs;
+  return ok ? absl::OkStatus()
+            : Bad(absl::StrCat("sampling row ", i, " has a parameter out of range"));
+}
+
+// `start` is empty (no lists) or a prefix sum over `size` entries with rows + 1 values.
+absl::Status CheckRanges(const std::vector<int32_t>& start, size_t rows, size_t size,
+                         const char* what) {
+  if (start.empty()) {
+    return size == 0 ? absl::OkStatus() : Bad(absl::StrCat(what, " without row starts"));
+  }
+  if (start.size() != rows + 1 || start[0] != 0 || start.back() != static_cast<int32_t>(size)) {
+    return Bad(absl::StrCat(what, " starts must be rows + 1 prefix sums over the list"));
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    if (start[r + 1] < start[r]) return Bad(absl::StrCat(what, " starts decrease at row ", r));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckIds(const std::vector<int32_t>& ids, int vocab, const char* what) {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab) {
+      return Bad(absl::StrCat(what, " token id ", id, " outside the vocabulary of ", vocab));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status ValidateSampling(const StepInputs& in, const ModelConfig& config) {
+  const size_t rows = in.logits_rows.size();
+  if (in.sampling.size() != rows) {
+    return Bad(absl::StrCat(in.sampling.size(), " sampling rows for ", rows, " logits rows"));
+  }
+  for (size_t i = 0; i < rows; ++i) RETURN_IF_ERROR(CheckRow(in.sampling[i], i));
+  RETURN_IF_ERROR(CheckRanges(in.history_start, rows, in.history_tokens.size(), "history"));
+  if (!in.history_start.empty()) {
+    if (in.num_prompt_history.size() != rows)
+      return Bad("num_prompt_history must have rows entries");
+    for (size_t r = 0; r < rows; ++r) {
+      const int32_t len = in.history_start[r + 1] - in.history_start[r];
+      if (in.num_prompt_history[r] < 0 || in.num_prompt_history[r] > len) {
+        return Bad(absl::StrCat("row ", r, ": num_prompt_history outside its history"));
+      }
+    }
+  }
+  RETURN_IF_ERROR(CheckIds(in.history_tokens, config.vocab_size, "history"));
+  RETURN_IF_ERROR(CheckRanges(in.bias_start, rows, in.bias_tokens.size(), "bias"));
+  if (in.bias_values.size() != in.bias_tokens.size()) {
+    return Bad("bias_values and bias_tokens differ in length");
+  }
+  RETURN_IF_ERROR(CheckIds(in.bias_tokens, config.vocab_size, "bias"));
+  for (float v : in.bias_values) {
+    if (std::isnan(v) || v == INFINITY) return Bad("a bias is NaN or +inf");
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateStep(const StepInputs& in, const ModelConfig& config, const KvLayout& layout) {
   RETURN_IF_ERROR(CheckLayout(config, layout));

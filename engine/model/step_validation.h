@@ -17,4 +17,10 @@ namespace tandem {
 // or `layout` does not match the model (layers, KV heads, head_dim, dtype F32/BF16).
 absl::Status ValidateStep(const StepInputs& in, const ModelConfig& config, const KvLayout& layout);
 
+// Checks the sampling half of a step: one SamplingRow per logits row with parameters in range
+// (temperature >= 0, top_p in (0, 1], min_p in [0, 1], repetition_penalty > 0, finite
+// penalties, num_logprobs in [-1, kMaxTopLogprobs]), history and bias lists that are prefix sums
+// over their arrays with token ids in the vocabulary, and bias values that are finite or -inf.
+absl::Status ValidateSampling(const StepInputs& in, const ModelConfig& config);
+
 }  // namespace tandem

@@ -4,14 +4,18 @@
 
 #include "base/check.h"
 #include "base/status_macros.h"
+#include "engine/runner/sampling_rows.h"
 
 namespace tandem {
 
 StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
+                           const std::vector<int>& eos_token_ids,
                            std::vector<int>* sampling_chunks) {
   StepInputs in;
   in.num_seqs = static_cast<int>(decision.chunks.size());
   in.query_start.push_back(0);
+  in.history_start.push_back(0);
+  in.bias_start.push_back(0);
   for (const ScheduledChunk& chunk : decision.chunks) {
     in.max_pages_per_seq =
         std::max(in.max_pages_per_seq, static_cast<int>(chunk.seq->block_table.size()));
@@ -35,6 +39,7 @@ StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
               in.block_tables.begin() + static_cast<size_t>(c) * in.max_pages_per_seq);
     if (end == seq.num_tokens()) {
       in.logits_rows.push_back(in.query_start.back() - 1);
+      AppendSamplingRow(seq, eos_token_ids, &in);
       sampling_chunks->push_back(c);
     }
   }
@@ -44,12 +49,9 @@ StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
 
 absl::StatusOr<ModelRunner::StepResult> ModelRunner::Run(const ScheduleDecision& decision) {
   StepResult result;
-  const StepInputs inputs =
-      BuildStepInputs(decision, kv_cache_->layout().page_size, &result.sampling_chunks);
-  const size_t size = inputs.logits_rows.size() * static_cast<size_t>(model_->config().vocab_size);
-  if (logits_.size() < size) logits_.resize(size);
-  RETURN_IF_ERROR(model_->Forward(inputs, kv_cache_->layout(), kv_cache_->pool(), logits_.data()));
-  result.logits = logits_.data();
+  const StepInputs inputs = BuildStepInputs(decision, kv_cache_->layout().page_size, eos_token_ids_,
+                                            &result.sampling_chunks);
+  ASSIGN_OR_RETURN(result.output, model_->Step(inputs, kv_cache_->layout(), kv_cache_->pool()));
   return result;
 }
 

@@ -3,22 +3,40 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "kernels/sampling/sampling.h"
+#include "kernels/logprobs/logprobs.h"
 
 namespace tandem {
 
-absl::Status ValidateSamplingParams(const SamplingParams& params) {
-  if (!std::isfinite(params.temperature) || params.temperature < 0.0f) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("temperature must be >= 0, got %g", params.temperature));
+absl::Status ValidateSamplingParams(const SamplingParams& p) {
+  auto bad = [](auto... args) { return absl::InvalidArgumentError(absl::StrFormat(args...)); };
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
+    return bad("temperature must be >= 0, got %g", p.temperature);
   }
-  if (!(params.top_p > 0.0f && params.top_p <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("top_p must be in (0, 1], got %g", params.top_p));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad("top_p must be in (0, 1], got %g", p.top_p);
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("min_p must be in [0, 1], got %g", p.min_p);
+  if (!(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f)) {
+    return bad("repetition_penalty must be > 0, got %g", p.repetition_penalty);
   }
-  if (params.max_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_tokens must be >= 1, got %d", params.max_tokens));
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return bad("frequency_penalty must be in [-2, 2], got %g", p.frequency_penalty);
+  }
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return bad("presence_penalty must be in [-2, 2], got %g", p.presence_penalty);
+  }
+  if (p.max_tokens < 1) return bad("max_tokens must be >= 1, got %d", p.max_tokens);
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens) {
+    return bad("min_tokens must be in [0, max_tokens = %d], got %d", p.max_tokens, p.min_tokens);
+  }
+  if (p.logprobs < -1 || p.logprobs > kMaxTopLogprobs) {
+    return bad("logprobs must be in [0, %d], got %d", kMaxTopLogprobs, p.logprobs);
+  }
+  if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return bad("logit_bias has %d entries; at most %d", p.logit_bias.size(), kMaxLogitBias);
+  }
+  for (const auto& [token, bias] : p.logit_bias) {
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return bad("logit_bias of token %d must be in [-100, 100], got %g", token, bias);
+    }
   }
   return absl::OkStatus();
 }
@@ -30,38 +48,6 @@ uint64_t SeedFromRequestId(std::string_view id) {
     h *= 0x100000001b3ull;
   }
   return h;
-}
-
-absl::StatusOr<std::vector<int32_t>> Sampler::Sample(const float* logits, int64_t vocab_size,
-                                                     const std::vector<SampleRow>& rows) const {
-  const size_t n = rows.size();
-  std::vector<int32_t> tokens(n);
-  if (n == 0) return tokens;
-  std::vector<float> temperature(n), top_p(n);
-  std::vector<int32_t> top_k(n);
-  std::vector<uint64_t> seeds(n), steps(n);
-  for (size_t i = 0; i < n; ++i) {
-    temperature[i] = rows[i].temperature;
-    top_k[i] = rows[i].top_k;
-    top_p[i] = rows[i].top_p;
-    seeds[i] = rows[i].seed;
-    steps[i] = rows[i].step;
-  }
-  SamplingArgs args;
-  args.logits = logits;
-  args.temperature = temperature.data();
-  args.top_k = top_k.data();
-  args.top_p = top_p.data();
-  args.seeds = seeds.data();
-  args.steps = steps.data();
-  args.out_tokens = tokens.data();
-  args.batch = static_cast<int64_t>(n);
-  args.vocab_size = vocab_size;
-  if (backend_ != Backend::kCpu) {
-    return absl::UnimplementedError("sampling on the CUDA backend is not wired up yet");
-  }
-  SamplingRef(args);
-  return tokens;
 }
 
 }  // namespace tandem

@@ -102,8 +102,8 @@ absl::Status FakeModel::Fault() {
   return hit ? fault_ : absl::OkStatus();
 }
 
-absl::Status FakeModel::Forward(const StepInputs& in, const KvLayout& layout, void* kv_pool,
-                                float* logits) {
+absl::Status FakeModel::ComputeLogits(const StepInputs& in, const KvLayout& layout, void* kv_pool,
+                                      float* logits) {
   if (layout.dtype != DType::kF32 || layout.head_dim < 4) {
     return absl::InvalidArgumentError("FakeModel needs an fp32 cache with head_dim >= 4");
   }

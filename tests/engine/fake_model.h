@@ -9,8 +9,8 @@
 //       kHash:  logits = a hash of all (token, position) pairs and the candidate id, so the
 //               greedy continuation depends on every earlier token;
 //       kCount: the argmax is (last token + 1) % vocab_size: predictable text for stop tests.
-// InjectFault makes Forward fail from a given call on: once (a bad batch) or for good (a sticky
-// device error, Internal: the backend is unusable).
+// InjectFault makes ComputeLogits fail from a given call on: once (a bad batch) or for good (a
+// sticky device error, Internal: the backend is unusable).
 #pragma once
 
 #include <cstdint>
@@ -39,14 +39,14 @@ class FakeModel : public Model {
   explicit FakeModel(const Options& options);
 
   const ModelConfig& config() const override { return config_; }
-  absl::Status Forward(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
-                       float* logits) override;
+  absl::Status ComputeLogits(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
+                             float* logits) override;
 
   int64_t num_forward_calls() const { return num_forward_calls_; }
   int64_t max_tokens_per_forward() const { return max_tokens_per_forward_; }
   int max_seqs_per_forward() const { return max_seqs_per_forward_; }
 
-  // Forward call number `at_call` (counting from 0; -1: the next call) returns `status`, and
+  // ComputeLogits call number `at_call` (counting from 0; -1: the next call) returns `status`, and
   // so does every later call if `sticky`. Thread-safe: a test may arm it while an engine loop
   // thread steps the engine.
   void InjectFault(absl::Status status, int64_t at_call = -1, bool sticky = true);

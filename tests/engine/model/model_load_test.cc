@@ -68,9 +68,12 @@ TEST(ModelLoadTest, LoadsTinyModel) {
   EXPECT_GT((*m)->config().vocab_size, 256);
 }
 
-TEST(ModelLoadTest, CudaBackendIsUnimplemented) {
-  EXPECT_EQ(LoadModel(MakeTiny(), Backend::kCuda).status().code(),
-            absl::StatusCode::kUnimplemented);
+// The tiny presets' head_dim (16) is outside what the CUDA attention kernels cover: the CUDA
+// backend refuses them up front, with or without a device and with or without CUDA in the build.
+TEST(ModelLoadTest, CudaBackendRefusesUnsupportedHeadDim) {
+  const absl::Status st = LoadModel(MakeTiny(), Backend::kCuda).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("head_dim 16"), std::string::npos) << st;
 }
 
 TEST(ModelLoadTest, MissingConfigOrWeights) {
@@ -167,7 +170,7 @@ TEST(ModelLoadTest, ForwardRejectsBadStepInputs) {
   good.block_tables = {0};
   good.logits_rows = {1};
   std::vector<float> logits(c.vocab_size);
-  ASSERT_TRUE((*m)->Forward(good, layout, pool.data(), logits.data()).ok());
+  ASSERT_TRUE((*m)->ComputeLogits(good, layout, pool.data(), logits.data()).ok());
   const std::vector<std::function<void(StepInputs&)>> breakers = {
       [&](StepInputs& s) { s.token_ids[1] = c.vocab_size; },
       [](StepInputs& s) { s.slot_mapping[0] = 4 * 8; },
@@ -182,13 +185,13 @@ TEST(ModelLoadTest, ForwardRejectsBadStepInputs) {
   for (size_t i = 0; i < breakers.size(); ++i) {
     StepInputs bad = good;
     breakers[i](bad);
-    EXPECT_EQ((*m)->Forward(bad, layout, pool.data(), logits.data()).code(),
+    EXPECT_EQ((*m)->ComputeLogits(bad, layout, pool.data(), logits.data()).code(),
               absl::StatusCode::kInvalidArgument)
         << "case " << i;
   }
   KvLayout wrong = layout;
   wrong.head_dim *= 2;
-  EXPECT_EQ((*m)->Forward(good, wrong, pool.data(), logits.data()).code(),
+  EXPECT_EQ((*m)->ComputeLogits(good, wrong, pool.data(), logits.data()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -100,7 +101,28 @@ std::vector<SeqResult> GenerateGreedy(Model& model,
   }
   const KvLayout layout{c.num_layers,   total_pages + 2, page_size,
                         c.num_kv_heads, c.head_dim,      kv_dtype};
-  std::vector<uint8_t> pool(layout.PoolBytes());
+  // The pool where the backend computes: host memory, or device memory (CUDA), whose step
+  // buffers are then reserved for the largest step this loop makes.
+  std::vector<uint8_t> host_pool;
+  std::unique_ptr<DeviceAllocation> device_pool;
+  void* pool = nullptr;
+  if (model.backend() == Backend::kCpu) {
+    host_pool.resize(layout.PoolBytes());
+    pool = host_pool.data();
+  } else {
+    const int n = static_cast<int>(prompts.size());
+    StepCapacity cap;
+    cap.max_seqs = n;
+    cap.max_tokens = std::max<int64_t>(int64_t{chunk} * n, n);
+    cap.max_pages_per_seq = layout.num_pages;
+    cap.num_q_heads = c.num_q_heads;
+    cap.num_kv_heads = c.num_kv_heads;
+    CHECK_OK(model.ReserveStep(cap));
+    absl::StatusOr<std::unique_ptr<DeviceAllocation>> a = model.AllocateKvPool(layout.PoolBytes());
+    CHECK_OK(a.status());
+    device_pool = *std::move(a);
+    pool = device_pool->data();
+  }
   std::vector<int32_t> free_pages(layout.num_pages);
   for (int i = 0; i < layout.num_pages; ++i) free_pages[i] = i;
   std::shuffle(free_pages.begin(), free_pages.end(), std::mt19937(42));
@@ -110,14 +132,19 @@ std::vector<SeqResult> GenerateGreedy(Model& model,
     const StepInputs in = BuildStep(seqs, chunk, page_size, free_pages, &logit_seqs);
     if (in.num_seqs == 0) break;
     std::vector<float> logits(in.logits_rows.size() * c.vocab_size);
-    CHECK_OK(model.Forward(in, layout, pool.data(), logits.data()));
+    CHECK_OK(model.ComputeLogits(in, layout, pool, logits.data()));
     for (size_t r = 0; r < logit_seqs.size(); ++r) {
       SeqResult& res = results[logit_seqs[r]];
       const float* row = logits.data() + r * c.vocab_size;
       if (res.prompt_logits.empty()) res.prompt_logits.assign(row, row + c.vocab_size);
       const auto tok = static_cast<int32_t>(std::max_element(row, row + c.vocab_size) - row);
+      float second = -INFINITY;
+      for (int v = 0; v < c.vocab_size; ++v) {
+        if (v != tok) second = std::max(second, row[v]);
+      }
       res.tokens.push_back(tok);
       res.token_logits.push_back(row[tok]);
+      res.margins.push_back(row[tok] - second);
       Seq& q = seqs[logit_seqs[r]];
       q.done = static_cast<int>(res.tokens.size()) == new_tokens;
       if (!q.done) q.tokens.push_back(tok);

@@ -28,7 +28,7 @@ TEST(BuildStepInputsTest, RaggedBatchOfDecodeAndPrefillChunks) {
   ScheduleDecision d;
   d.chunks = {{&a, 1, 0}, {&b, 3, 0}, {&c, 2, 0}};
   std::vector<int> sampling;
-  StepInputs in = BuildStepInputs(d, /*page_size=*/4, &sampling);
+  StepInputs in = BuildStepInputs(d, /*page_size=*/4, /*eos_token_ids=*/{}, &sampling);
   EXPECT_EQ(in.num_seqs, 3);
   EXPECT_EQ(in.num_tokens, 6);
   EXPECT_THAT(in.token_ids, ElementsAre(105, 102, 103, 104, 104, 105));
@@ -41,6 +41,12 @@ TEST(BuildStepInputsTest, RaggedBatchOfDecodeAndPrefillChunks) {
   EXPECT_THAT(in.block_tables, ElementsAre(7, 2, 3, 9, 5, 0));
   EXPECT_THAT(in.logits_rows, ElementsAre(0, 5));
   EXPECT_THAT(sampling, ElementsAre(0, 2));
+  // One sampling row per logits row, with its sequence's step (tokens sampled before).
+  ASSERT_EQ(in.sampling.size(), 2u);
+  EXPECT_EQ(in.sampling[0].step, static_cast<uint64_t>(a.num_output_tokens()));
+  EXPECT_EQ(in.sampling[1].step, static_cast<uint64_t>(c.num_output_tokens()));
+  EXPECT_THAT(in.history_start, ElementsAre(0, 0, 0));
+  EXPECT_THAT(in.bias_start, ElementsAre(0, 0, 0));
 }
 
 TEST(BuildStepInputsTest, BlockTablesArePaddedToTheLongest) {
@@ -49,7 +55,7 @@ TEST(BuildStepInputsTest, BlockTablesArePaddedToTheLongest) {
   ScheduleDecision d;
   d.chunks = {{&a, 1, 0}, {&b, 1, 0}};
   std::vector<int> sampling;
-  StepInputs in = BuildStepInputs(d, /*page_size=*/4, &sampling);
+  StepInputs in = BuildStepInputs(d, /*page_size=*/4, /*eos_token_ids=*/{}, &sampling);
   EXPECT_EQ(in.max_pages_per_seq, 3);
   EXPECT_THAT(in.block_tables, ElementsAre(4, 0, 0, 1, 2, 3));
   EXPECT_THAT(in.slot_mapping, ElementsAre(16, 12));

@@ -1,0 +1,298 @@
+// CudaOps (cuda_ops.h): device memory, kernels on the engine's stream, CUDA graphs.
+#include "engine/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/cuda_check.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
+#include "engine/cuda/cuda_device.h"
+
+namespace tandem {
+namespace {
+
+class CudaAllocation final : public DeviceAllocation {
+ public:
+  CudaAllocation(void* data, int64_t bytes) : data_(data), bytes_(bytes) {}
+  ~CudaAllocation() override { cudaFree(data_); }  // nothing to report to from a destructor
+  void* data() override { return data_; }
+  int64_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  int64_t bytes_;
+};
+
+absl::Status OutOfMemory(int64_t bytes, const char* what) {
+  size_t free = 0, total = 0;
+  cudaMemGetInfo(&free, &total);
+  return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes >> 20, " MiB for ",
+                                                   what, " (", free >> 20, " of ", total >> 20,
+                                                   " MiB free on the device)"));
+}
+
+}  // namespace
+
+bool CudaDeviceAvailable() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+absl::Status CopyDeviceMemory(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps() {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaOps> ops, CudaOps::Create());
+  return std::unique_ptr<Ops>(std::move(ops));
+}
+
+absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the error the query left
+    return absl::FailedPreconditionError("the cuda backend needs a CUDA device; none is visible");
+  }
+  std::unique_ptr<CudaOps> ops(new CudaOps());
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ops->stream_, cudaStreamNonBlocking));
+  for (cudaEvent_t& e : ops->staging_done_) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  // cuBLASLt's handle and workspace: allocation is not allowed under graph capture.
+  RETURN_IF_ERROR(GemmInitDevice());
+  if (const char* every = std::getenv("TANDEM_OP_PROFILE"); every != nullptr) {
+    ops->profile_every_ = std::max(0, std::atoi(every));
+  }
+  ASSIGN_OR_RETURN(ops->decode_plan_, AttentionPlan::Create({}));
+  ASSIGN_OR_RETURN(ops->prefill_plan_, AttentionPlan::Create({}));
+  return ops;
+}
+
+CudaOps::~CudaOps() {
+  // Destructors cannot return a Status; failures here mean the context is already gone.
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
+  for (OpEvents& e : op_events_) {
+    cudaEventDestroy(e.start);
+    cudaEventDestroy(e.end);
+  }
+  for (void* p : allocations_) cudaFree(p);
+  for (auto& [id, buffer] : buffers_) cudaFree(buffer.first);
+  cudaFree(upload_);
+  for (int i = 0; i < 2; ++i) {
+    cudaFreeHost(staging_[i]);
+    if (staging_done_[i] != nullptr) cudaEventDestroy(staging_done_[i]);
+  }
+  decode_plan_.reset();
+  prefill_plan_.reset();
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::StatusOr<void*> CudaOps::DeviceAlloc(int64_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 16))) != cudaSuccess) {
+    cudaGetLastError();
+    return OutOfMemory(bytes, "model state");
+  }
+  allocations_.push_back(p);
+  allocated_bytes_ += std::max<int64_t>(bytes, 16);
+  return p;
+}
+
+absl::StatusOr<const void*> CudaOps::AdoptWeight(HostTensor tensor) {
+  const int64_t bytes = static_cast<int64_t>(tensor.bytes.size());
+  ASSIGN_OR_RETURN(void* p, DeviceAlloc(bytes));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(p, tensor.bytes.data(), bytes, cudaMemcpyHostToDevice));
+  return static_cast<const void*>(p);
+}
+
+absl::StatusOr<void*> CudaOps::Buffer(int id, int64_t bytes) {
+  auto& [ptr, size] = buffers_[id];
+  if (size >= bytes && ptr != nullptr) return ptr;
+  if (frozen_) {
+    return absl::InternalError(absl::StrCat("step buffer ", id, " needs ", bytes,
+                                            " bytes, beyond the ", size, " reserved at start-up"));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // the old buffer may still be in use
+  cudaFree(ptr);
+  allocated_bytes_ -= size;
+  ptr = nullptr;
+  size = 0;
+  if (cudaMalloc(&ptr, static_cast<size_t>(bytes)) != cudaSuccess) {
+    cudaGetLastError();
+    ptr = nullptr;
+    return OutOfMemory(bytes, "activations");
+  }
+  // Zeroed once: rows a graph's padding never writes (attention outputs of padding sequences)
+  // then hold finite values.
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ptr, 0, bytes, stream_));
+  size = bytes;
+  allocated_bytes_ += bytes;
+  return ptr;
+}
+
+absl::Status CudaOps::CopyToDevice(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaOps::CopyToHost(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  if (profiling_) LogProfile();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceAllocation>> CudaOps::Allocate(int64_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 16))) != cudaSuccess) {
+    cudaGetLastError();
+    return OutOfMemory(bytes, "the KV pool");
+  }
+  auto allocation = std::make_unique<CudaAllocation>(p, bytes);
+  CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, static_cast<size_t>(bytes)));
+  return std::unique_ptr<DeviceAllocation>(std::move(allocation));
+}
+
+absl::StatusOr<DeviceMemoryInfo> CudaOps::MemoryInfo() {
+  size_t free = 0, total = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+  // Besides what this object allocated: the two attention plans' buffers, cuBLASLt's workspace
+  // (kernels/gemm), and an allowance for the CUDA context and the modules loaded into it, which
+  // no API reports per process.
+  constexpr int64_t kContextAllowance = int64_t{512} << 20;
+  constexpr int64_t kCublasLtWorkspace = int64_t{32} << 20;
+  const int64_t own = allocated_bytes_ + decode_plan_->DeviceBytes() +
+                      prefill_plan_->DeviceBytes() + kCublasLtWorkspace + kContextAllowance;
+  return DeviceMemoryInfo{static_cast<int64_t>(free), static_cast<int64_t>(total), own};
+}
+
+void CudaOps::LogProfile() {
+  profiling_ = false;
+  if (num_op_events_ == 0) return;
+  struct Row {
+    int count = 0;
+    double us = 0;
+  };
+  std::map<std::string, Row> rows;
+  double kernels_us = 0;
+  for (size_t i = 0; i < num_op_events_; ++i) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, op_events_[i].start, op_events_[i].end) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    Row& r = rows[op_events_[i].name];
+    ++r.count;
+    r.us += ms * 1e3;
+    kernels_us += ms * 1e3;
+  }
+  float span_ms = 0;
+  cudaEventElapsedTime(&span_ms, op_events_[0].start, op_events_[num_op_events_ - 1].end);
+  std::string table = absl::StrFormat(
+      "op profile of step %d (%d sequences, eager): ops %.1f us of a %.1f us span\n", num_steps_,
+      num_seqs_, kernels_us, span_ms * 1e3);
+  std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  for (const auto& [name, r] : sorted) {
+    table += absl::StrFormat("  %-40s %5d x  %9.1f us  %5.1f%%\n", name, r.count, r.us,
+                             100.0 * r.us / std::max(kernels_us, 1e-9));
+  }
+  LOG(INFO) << table;
+  num_op_events_ = 0;
+}
+
+absl::Status CudaOps::Embedding(const EmbeddingArgs& a) {
+  return Timed([] { return std::string("embedding"); },
+               [&] { return ::tandem::Embedding(a, stream_); });
+}
+absl::Status CudaOps::RmsNorm(const RmsNormArgs& a) {
+  return Timed([&] { return std::string(a.residual ? "add+rmsnorm" : "rmsnorm"); },
+               [&] { return ::tandem::RmsNorm(a, stream_); });
+}
+absl::Status CudaOps::Gemm(const GemmArgs& a) {
+  return Timed([&] { return absl::StrCat("gemm m=", a.m, " n=", a.n, " k=", a.k); },
+               [&] { return ::tandem::Gemm(a, stream_); });
+}
+absl::Status CudaOps::RopeKvStore(const RopeKvStoreArgs& a) {
+  return Timed([] { return std::string("rope+kv store"); },
+               [&] { return ::tandem::RopeKvStore(a, stream_); });
+}
+absl::Status CudaOps::SiluMul(const SiluMulArgs& a) {
+  return Timed([] { return std::string("silu*mul"); },
+               [&] { return ::tandem::SiluMul(a, stream_); });
+}
+absl::Status CudaOps::LogitsProcess(const LogitsProcessArgs& a) {
+  return Timed([] { return std::string("logits process"); },
+               [&] { return ::tandem::LogitsProcess(a, stream_); });
+}
+absl::Status CudaOps::Logprobs(const LogprobsArgs& a) {
+  return Timed([] { return std::string("logprobs"); },
+               [&] { return ::tandem::Logprobs(a, stream_); });
+}
+absl::Status CudaOps::Sampling(const SamplingArgs& a) {
+  return Timed([] { return std::string("sampling"); },
+               [&] { return ::tandem::Sampling(a, stream_); });
+}
+
+absl::Status CudaOps::PagedAttention(const PagedAttentionArgs& args) {
+  if (num_decode_ > 0) {
+    PagedAttentionArgs decode = args;
+    decode.num_seqs = num_decode_;
+    RETURN_IF_ERROR(Timed([] { return std::string("attention decode"); },
+                          [&] { return PagedAttentionDecode(decode, *decode_plan_, stream_); }));
+  }
+  if (num_seqs_ > num_decode_) {
+    // The prefill plan covers sequences [num_decode_, num_seqs_): its items count from there.
+    PagedAttentionArgs prefill = args;
+    const int64_t skip = num_decode_;
+    prefill.block_tables = args.block_tables + skip * args.max_pages_per_seq;
+    prefill.seq_lens = args.seq_lens + skip;
+    prefill.query_start = args.query_start + skip;
+    prefill.num_seqs = num_seqs_ - num_decode_;
+    RETURN_IF_ERROR(Timed([] { return std::string("attention prefill"); },
+                          [&] { return PagedAttentionPrefill(prefill, *prefill_plan_, stream_); }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaOps::BeginCapture() {
+  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CudaOps::EndCapture() {
+  cudaGraph_t graph = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t st = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CUDA_RETURN_IF_ERROR(st);
+  graphs_.push_back(exec);
+  return static_cast<int>(graphs_.size()) - 1;
+}
+
+absl::Status CudaOps::Replay(int graph) {
+  if (graph < 0 || graph >= static_cast<int>(graphs_.size())) {
+    return absl::InternalError(absl::StrCat("no CUDA graph ", graph));
+  }
+  CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs_[graph], stream_));
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

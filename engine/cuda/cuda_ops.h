@@ -1,0 +1,161 @@
+// CudaOps: the CUDA backend behind engine/model/ops.h. One stream per engine; weights in bf16,
+// uploaded once; every buffer the step uses (activations, the step's input arrays, the attention
+// plans, the sampler's outputs) allocated once for the largest step (ReserveStep), so a CUDA
+// graph captured over one step replays with the next. Every CUDA call is checked: a CUDA error
+// is absl::StatusCode::kInternal (the backend is unusable after a sticky error; the engine stops).
+//
+// A step's inputs travel in one host-to-device copy (cuda_step.cc): BeginStep packs the index
+// arrays, the sampling rows and both attention plans (decode kernel for the leading one-token
+// sequences, prefill kernel for the rest) into a pinned buffer (two, alternating, so the next
+// step can be packed while this one's copy is in flight), copies it, and one Unpack kernel
+// (kernels/unpack/) scatters it into the fixed arrays.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "base/cuda_check.h"
+#include "base/status_macros.h"
+#include "engine/model/ops.h"
+#include "kernels/paged_attention/attention_plan.h"
+#include "kernels/unpack/unpack.h"
+
+namespace tandem {
+
+class CudaOps final : public Ops {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaOps>> Create();
+  ~CudaOps() override;
+
+  DType compute_dtype() const override { return DType::kBF16; }
+  absl::StatusOr<const void*> AdoptWeight(HostTensor tensor) override;
+  absl::StatusOr<void*> Buffer(int id, int64_t bytes) override;
+  void Freeze() override { frozen_ = true; }
+  absl::Status CopyToDevice(void* dst, const void* src, int64_t bytes) override;
+  absl::Status CopyToHost(void* dst, const void* src, int64_t bytes) override;
+  absl::StatusOr<std::unique_ptr<DeviceAllocation>> Allocate(int64_t bytes) override;
+  absl::StatusOr<DeviceMemoryInfo> MemoryInfo() override;
+
+  absl::Status ReserveStep(const StepCapacity& capacity) override;
+  absl::StatusOr<DeviceStep> BeginStep(const StepInputs& inputs, const KvLayout& layout,
+                                       int pad_seqs) override;
+
+  absl::Status Embedding(const EmbeddingArgs& args) override;
+  absl::Status RmsNorm(const RmsNormArgs& args) override;
+  absl::Status Gemm(const GemmArgs& args) override;
+  absl::Status RopeKvStore(const RopeKvStoreArgs& args) override;
+  absl::Status PagedAttention(const PagedAttentionArgs& args) override;
+  absl::Status SiluMul(const SiluMulArgs& args) override;
+  absl::Status LogitsProcess(const LogitsProcessArgs& args) override;
+  absl::Status Logprobs(const LogprobsArgs& args) override;
+  absl::Status Sampling(const SamplingArgs& args) override;
+
+  bool SupportsGraphs() const override { return true; }
+  bool WantsEagerStep() const override { return profiling_; }
+  absl::Status BeginCapture() override;
+  absl::StatusOr<int> EndCapture() override;
+  absl::Status Replay(int graph) override;
+
+ private:
+  // The fixed device homes of a step's inputs (DeviceStep points into these).
+  struct StepArrays {
+    int32_t* token_ids = nullptr;  // [max_tokens]
+    int32_t* positions = nullptr;
+    int32_t* slot_mapping = nullptr;
+    int32_t* query_start = nullptr;   // [max_seqs + 1]
+    int32_t* seq_lens = nullptr;      // [max_seqs]
+    int32_t* block_tables = nullptr;  // [max_seqs, max_pages_per_seq]
+    int32_t* logits_rows = nullptr;   // [max_seqs]
+    float* temperature = nullptr;     // [max_seqs] each, down to bias_start
+    int32_t* top_k = nullptr;
+    float* top_p = nullptr;
+    float* min_p = nullptr;
+    uint64_t* seeds = nullptr;
+    uint64_t* steps = nullptr;
+    float* repetition_penalty = nullptr;
+    float* frequency_penalty = nullptr;
+    float* presence_penalty = nullptr;
+    int32_t* num_logprobs = nullptr;
+    int32_t* history_tokens = nullptr;  // [max_history_tokens]
+    int32_t* history_start = nullptr;   // [max_seqs + 1]
+    int32_t* num_prompt_history = nullptr;
+    int32_t* bias_tokens = nullptr;  // [max_bias_entries]
+    float* bias_values = nullptr;
+    int32_t* bias_start = nullptr;  // [max_seqs + 1]
+  };
+
+  CudaOps() = default;
+  absl::StatusOr<void*> DeviceAlloc(int64_t bytes);  // freed with this object
+  absl::Status AllocateStepArrays();
+  // Packs the step into builder_ (cuda_step.cc).
+  absl::Status Pack(const StepInputs& in, int page_size, int pad_seqs, int num_decode,
+                    DeviceStep* d);
+  absl::Status Upload();
+
+  // Op profile: with TANDEM_OP_PROFILE=N, every N-th step runs op by op with a CUDA event pair
+  // around each op, and its table (per op and shape: count, total time, share of the step) is
+  // logged when the step's tokens are read back.
+  // `name()` is called only while profiling (the hot path builds no strings).
+  template <typename N, typename F>
+  absl::Status Timed(N&& name, F&& launch);
+  void LogProfile();
+
+  int profile_every_ = 0;
+  int64_t num_steps_ = 0;
+  bool profiling_ = false;
+  struct OpEvents {
+    std::string name;
+    cudaEvent_t start = nullptr, end = nullptr;
+  };
+  std::vector<OpEvents> op_events_;  // reused step after step
+  size_t num_op_events_ = 0;         // used this step
+
+  // Device memory this backend allocated (weights, buffers, step arrays, the upload buffer),
+  // for MemoryInfo().own_bytes.
+  int64_t allocated_bytes_ = 0;
+
+  cudaStream_t stream_ = nullptr;
+  std::vector<void*> allocations_;                    // weights and step arrays
+  std::map<int, std::pair<void*, int64_t>> buffers_;  // id -> (address, bytes)
+  bool frozen_ = false;
+  StepCapacity capacity_;
+  StepArrays arrays_;
+  std::unique_ptr<AttentionPlan> decode_plan_;
+  std::unique_ptr<AttentionPlan> prefill_plan_;
+  // The current step's split (BeginStep): sequences [0, num_decode_) run the decode kernel,
+  // [num_decode_, num_seqs_) the prefill kernel.
+  int num_seqs_ = 0;
+  int num_decode_ = 0;
+  UnpackBuilder builder_;
+  // Pinned staging, two slots used in turn; a slot is refilled once its copy has completed.
+  uint8_t* staging_[2] = {nullptr, nullptr};
+  int64_t staging_bytes_[2] = {0, 0};
+  cudaEvent_t staging_done_[2] = {nullptr, nullptr};
+  int next_slot_ = 0;
+  void* upload_ = nullptr;  // device copy of the packed buffer (grows; never captured)
+  int64_t upload_bytes_ = 0;
+  std::vector<cudaGraphExec_t> graphs_;
+};
+
+// Runs `launch`; while profiling, between a pair of events named `name()` on the stream.
+template <typename N, typename F>
+inline absl::Status CudaOps::Timed(N&& name, F&& launch) {
+  if (!profiling_) return launch();
+  if (num_op_events_ == op_events_.size()) {
+    OpEvents e;
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&e.start));
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&e.end));
+    op_events_.push_back(e);
+  }
+  OpEvents& e = op_events_[num_op_events_++];
+  e.name = name();
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(e.start, stream_));
+  RETURN_IF_ERROR(launch());
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(e.end, stream_));
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

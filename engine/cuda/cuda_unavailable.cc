@@ -1,0 +1,20 @@
+// The CUDA backend's entry points in a build without CUDA (-DTANDEM_CUDA=OFF, or no nvcc at
+// configure time): no device is ever available, and asking for the backend says why.
+#include "engine/cuda/cuda_device.h"
+#include "engine/model/ops.h"
+
+namespace tandem {
+
+absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps() {
+  return absl::UnimplementedError(
+      "this build of tandem has no CUDA backend (configured without nvcc or with "
+      "-DTANDEM_CUDA=OFF); use --backend cpu");
+}
+
+bool CudaDeviceAvailable() { return false; }
+
+absl::Status CopyDeviceMemory(void*, const void*, int64_t) {
+  return absl::UnimplementedError("this build of tandem has no CUDA backend");
+}
+
+}  // namespace tandem

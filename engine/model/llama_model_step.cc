@@ -1,0 +1,172 @@
+// LlamaModel: one step (forward + on-device sampling), the step buffers, and the CUDA graphs.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "base/logging.h"
+#include "base/status_macros.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/step_validation.h"
+
+namespace tandem {
+namespace {
+
+// The context each graph's capture step pretends its sequences have: which decode-attention
+// variant a graph keeps follows from the capture step's plan (kernels/paged_attention/
+// paged_attention.cu: both variants are correct for every plan; the split variant is the
+// faster one for small batches of long contexts).
+constexpr int kCaptureContext = 2048;
+
+// A decode step of `batch` sequences of `context` tokens whose new token stores nothing (slot
+// -1) and whose pages are all page 0: what a graph is captured over.
+StepInputs CaptureStep(int batch, int context, int stride, int page_size) {
+  StepInputs in;
+  in.num_seqs = batch;
+  in.num_tokens = batch;
+  in.max_pages_per_seq = stride;
+  const int pages = std::min(stride, (context + page_size - 1) / page_size);
+  context = std::min(context, pages * page_size);
+  for (int s = 0; s < batch; ++s) {
+    in.token_ids.push_back(0);
+    in.positions.push_back(context - 1);
+    in.slot_mapping.push_back(-1);
+    in.query_start.push_back(s);
+    in.seq_lens.push_back(context);
+    in.logits_rows.push_back(s);
+    SamplingRow row;
+    row.temperature = 0.0f;
+    in.sampling.push_back(row);
+  }
+  in.query_start.push_back(batch);
+  in.block_tables.assign(static_cast<size_t>(batch) * stride, 0);
+  return in;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceAllocation>> LlamaModel::AllocateKvPool(int64_t bytes) {
+  return ops_->Allocate(bytes);
+}
+
+absl::Status LlamaModel::ReserveStep(const StepCapacity& capacity) {
+  if (capacity.max_tokens < capacity.max_seqs || capacity.max_seqs < 1) {
+    return absl::InvalidArgumentError("step capacity: need max_tokens >= max_seqs >= 1");
+  }
+  ASSIGN_OR_RETURN(Activations unused, GetActivations(capacity.max_tokens, capacity.max_seqs));
+  (void)unused;
+  ASSIGN_OR_RETURN(SampledBlock block, GetSampledBlock(capacity.max_seqs));
+  (void)block;
+  RETURN_IF_ERROR(ops_->ReserveStep(capacity));
+  ops_->Freeze();
+  capacity_ = capacity;
+  return absl::OkStatus();
+}
+
+std::vector<int> LlamaModel::graph_sizes() const {
+  std::vector<int> sizes;
+  for (const Graph& g : graphs_) sizes.push_back(g.batch);
+  return sizes;
+}
+
+const LlamaModel::Graph* LlamaModel::GraphFor(const StepInputs& in, const KvLayout& layout,
+                                              void* kv_pool) const {
+  if (graphs_.empty() || kv_pool != graph_pool_ || layout.num_pages != graph_layout_.num_pages ||
+      layout.page_size != graph_layout_.page_size) {
+    return nullptr;
+  }
+  if (in.num_tokens != in.num_seqs || in.logits_rows.size() != static_cast<size_t>(in.num_seqs) ||
+      in.max_pages_per_seq > capacity_.max_pages_per_seq) {
+    return nullptr;  // not all decodes, or a decode without a logits row
+  }
+  for (const Graph& g : graphs_) {
+    if (g.batch >= in.num_seqs) return &g;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<StepOutput> LlamaModel::Step(const StepInputs& in, const KvLayout& layout,
+                                            void* kv_pool) {
+  RETURN_IF_ERROR(ValidateStep(in, config_, layout));
+  RETURN_IF_ERROR(ValidateSampling(in, config_));
+  if (in.num_tokens == 0) return StepOutput{};
+  const Graph* graph = GraphFor(in, layout, kv_pool);
+  ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, graph ? graph->batch : 0));
+  if (ops_->WantsEagerStep()) graph = nullptr;  // padded or not, the step runs the same ops
+  ASSIGN_OR_RETURN(const SampledBlock out, GetSampledBlock(d.num_rows));
+  if (graph != nullptr) {
+    RETURN_IF_ERROR(ops_->Replay(graph->handle));
+  } else {
+    ASSIGN_OR_RETURN(float* logits, Forward(d, layout, kv_pool));
+    RETURN_IF_ERROR(RunSampler(*ops_, d, logits, config_.vocab_size, out, /*every_stage=*/false));
+  }
+  const absl::Time wait_start = Clock::Real()->Now();
+  ASSIGN_OR_RETURN(
+      StepOutput result,
+      ReadSampled(*ops_, out, static_cast<int64_t>(in.logits_rows.size()), in.AnyLogprobs()));
+  if (backend_ == Backend::kCuda) {
+    result.device_wait_ns = absl::ToInt64Nanoseconds(Clock::Real()->Now() - wait_start);
+  }
+  result.graph_replayed = graph != nullptr;
+  return result;
+}
+
+absl::Status LlamaModel::ComputeLogits(const StepInputs& in, const KvLayout& layout, void* kv_pool,
+                                       float* logits) {
+  RETURN_IF_ERROR(ValidateStep(in, config_, layout));
+  if (in.num_tokens == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, 0));
+  ASSIGN_OR_RETURN(float* device_logits, Forward(d, layout, kv_pool));
+  return ops_->CopyToHost(logits, device_logits,
+                          d.num_rows * int64_t{config_.vocab_size} * int64_t{sizeof(float)});
+}
+
+absl::Status LlamaModel::CaptureGraph(int batch, const KvLayout& layout, void* kv_pool) {
+  const StepInputs in =
+      CaptureStep(batch, kCaptureContext, capacity_.max_pages_per_seq, layout.page_size);
+  ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, batch));
+  ASSIGN_OR_RETURN(const SampledBlock out, GetSampledBlock(d.num_rows));
+  auto run = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(float* logits, Forward(d, layout, kv_pool));
+    return RunSampler(*ops_, d, logits, config_.vocab_size, out, /*every_stage=*/true);
+  };
+  // One eager run first: lazy initialisation (cuBLASLt plans, kernel attributes, module loads)
+  // must not happen under capture.
+  RETURN_IF_ERROR(run());
+  RETURN_IF_ERROR(ReadSampled(*ops_, out, batch, false).status());
+  RETURN_IF_ERROR(ops_->BeginCapture());
+  const absl::Status recorded = run();
+  // The capture ends either way: a stream left capturing would refuse every later launch.
+  absl::StatusOr<int> handle = ops_->EndCapture();
+  RETURN_IF_ERROR(recorded);
+  RETURN_IF_ERROR(handle.status());
+  graphs_.push_back(Graph{batch, *handle});
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
+                                 void* kv_pool) {
+  if (options.cuda_graph_sizes.empty()) return absl::OkStatus();
+  if (!ops_->SupportsGraphs()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", BackendName(backend_), " backend has no graphs; run it eagerly"));
+  }
+  if (capacity_.max_seqs == 0) return absl::FailedPreconditionError("Prepare before ReserveStep");
+  std::vector<int> sizes = options.cuda_graph_sizes;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  graphs_.clear();
+  graph_pool_ = kv_pool;
+  graph_layout_ = layout;
+  for (int batch : sizes) {
+    if (batch < 1 || batch > capacity_.max_seqs) {
+      return absl::InvalidArgumentError(absl::StrCat("cuda graph size ", batch, " outside [1, ",
+                                                     "max_num_seqs = ", capacity_.max_seqs, "]"));
+    }
+    RETURN_IF_ERROR(CaptureGraph(batch, layout, kv_pool));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

@@ -1,0 +1,30 @@
+// Model's defaults: a model that only computes logits (a test fake) samples them on the host
+// with the same sampler the backends run (device_sampler.h over the reference ops).
+#include "engine/model/model.h"
+
+#include <memory>
+#include <vector>
+
+#include "base/status_macros.h"
+#include "engine/model/device_sampler.h"
+
+namespace tandem {
+
+absl::StatusOr<StepOutput> SampleOnHost(const StepInputs& inputs, int64_t vocab_size,
+                                        float* logits) {
+  std::unique_ptr<Ops> ops = MakeRefOps();
+  ASSIGN_OR_RETURN(const DeviceStep step, ops->BeginStep(inputs, KvLayout{}, 0));
+  std::vector<uint8_t> block(SampledBlock::Bytes(step.num_rows));
+  const SampledBlock out{block.data(), step.num_rows};
+  RETURN_IF_ERROR(RunSampler(*ops, step, logits, vocab_size, out, /*every_stage=*/false));
+  return ReadSampled(*ops, out, step.num_rows, inputs.AnyLogprobs());
+}
+
+absl::StatusOr<StepOutput> Model::Step(const StepInputs& inputs, const KvLayout& layout,
+                                       void* kv_pool) {
+  std::vector<float> logits(inputs.logits_rows.size() * static_cast<size_t>(config().vocab_size));
+  RETURN_IF_ERROR(ComputeLogits(inputs, layout, kv_pool, logits.data()));
+  return SampleOnHost(inputs, config().vocab_size, logits.data());
+}
+
+}  // namespace tandem
