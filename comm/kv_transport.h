@@ -36,6 +36,13 @@
 
 namespace tandem {
 
+// How a host transport reads and writes the pool's bytes: copies `bytes` from src to dst, one of
+// them pool memory and the other host memory. Empty (the default): the pool is host memory and
+// memcpy does. A pool in device memory (the engine's CUDA backend) passes a copy that goes
+// through the device (callable from the transport's threads); the host transport then stages
+// each page in host memory.
+using KvPoolCopy = std::function<absl::Status(void* dst, const void* src, int64_t bytes)>;
+
 // What one finished (or failed) transfer moved; exported as metrics by the worker shells.
 struct KvTransferStats {
   int64_t bytes = 0;

@@ -30,22 +30,23 @@ struct TcpKvReceiver::Transfer {
   KvTransferStats stats ABSL_GUARDED_BY(mu);
 };
 
-absl::StatusOr<std::unique_ptr<TcpKvReceiver>> TcpKvReceiver::Create(const std::string& host,
-                                                                     int port, void* pool,
-                                                                     const KvLayout& layout,
-                                                                     DoneCallback done,
-                                                                     Clock* clock) {
+absl::StatusOr<std::unique_ptr<TcpKvReceiver>> TcpKvReceiver::Create(
+    const std::string& host, int port, void* pool, const KvLayout& layout, DoneCallback done,
+    Clock* clock, KvPoolCopy write_pool) {
   ASSIGN_OR_RETURN(Socket listener, Listen(host, port));
   ASSIGN_OR_RETURN(int bound, LocalPort(listener));
-  return std::unique_ptr<TcpKvReceiver>(new TcpKvReceiver(
-      std::move(listener), absl::StrCat(host, ":", bound), pool, layout, std::move(done), clock));
+  return std::unique_ptr<TcpKvReceiver>(
+      new TcpKvReceiver(std::move(listener), absl::StrCat(host, ":", bound), pool, layout,
+                        std::move(done), clock, std::move(write_pool)));
 }
 
 TcpKvReceiver::TcpKvReceiver(Socket listener, std::string address, void* pool,
-                             const KvLayout& layout, DoneCallback done, Clock* clock)
+                             const KvLayout& layout, DoneCallback done, Clock* clock,
+                             KvPoolCopy write_pool)
     : listener_(std::move(listener)),
       address_(std::move(address)),
       pool_(static_cast<char*>(pool)),
+      write_pool_(std::move(write_pool)),
       layout_(layout),
       done_(std::move(done)),
       clock_(clock) {
@@ -304,7 +305,7 @@ absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int 
     for (int i = 0; i < h.count; ++i) {
       RETURN_IF_ERROR(ReadAll(socket, staging.data(), staging.size(), deadline));
       const int index = h.first_index + i;
-      if (!WritePage(t, h.layer, index, staging)) return absl::CancelledError("cancelled");
+      RETURN_IF_ERROR(WritePage(t, h.layer, index, staging));
       const size_t bit = static_cast<size_t>(h.layer) * sender_pages + index;
       if (!received[bit]) ++num_received;
       received[bit] = true;
@@ -312,14 +313,21 @@ absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int 
   }
 }
 
-bool TcpKvReceiver::WritePage(Transfer& t, int layer, int index, const std::vector<char>& staging) {
+absl::Status TcpKvReceiver::WritePage(Transfer& t, int layer, int index,
+                                      const std::vector<char>& staging) {
   absl::MutexLock l(&t.mu);
-  if (!t.live) return false;
+  if (!t.live) return absl::CancelledError("cancelled");
   const int64_t offset = layout_.PageOffset(layer, t.pages[index]) * DTypeSize(layout_.dtype);
-  std::memcpy(pool_ + offset, staging.data(), staging.size());
+  if (write_pool_) {
+    // A device pool: a failed copy fails the transfer (decode's done() and the sender's verdict).
+    RETURN_IF_ERROR(
+        write_pool_(pool_ + offset, staging.data(), static_cast<int64_t>(staging.size())));
+  } else {
+    std::memcpy(pool_ + offset, staging.data(), staging.size());
+  }
   t.stats.bytes += static_cast<int64_t>(staging.size());
   t.stats.pages += 1;
-  return true;
+  return absl::OkStatus();
 }
 
 }  // namespace tandem

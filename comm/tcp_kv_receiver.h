@@ -31,10 +31,12 @@ class TcpKvReceiver : public KvReceiver {
   // Listens on host:port (port 0: any free port) and writes transfers into `pool`, laid out as
   // `layout`; `pool` must outlive the receiver. `done` reports each transfer's outcome.
   // Deadlines passed to Expect are on `clock`, which must outlive the receiver.
+  // `write_pool`: how pages land in a pool that is not host memory (kv_transport.h).
   static absl::StatusOr<std::unique_ptr<TcpKvReceiver>> Create(const std::string& host, int port,
                                                                void* pool, const KvLayout& layout,
                                                                DoneCallback done,
-                                                               Clock* clock = Clock::Real());
+                                                               Clock* clock = Clock::Real(),
+                                                               KvPoolCopy write_pool = {});
   ~TcpKvReceiver() override;
 
   std::string address() const override { return address_; }
@@ -47,7 +49,7 @@ class TcpKvReceiver : public KvReceiver {
   struct Transfer;
 
   TcpKvReceiver(Socket listener, std::string address, void* pool, const KvLayout& layout,
-                DoneCallback done, Clock* clock);
+                DoneCallback done, Clock* clock, KvPoolCopy write_pool);
   void AcceptLoop();
   void ReaperLoop();
   void ServeConnection(int conn_id, Socket* socket);
@@ -55,8 +57,9 @@ class TcpKvReceiver : public KvReceiver {
   absl::StatusOr<std::shared_ptr<Transfer>> Claim(const Socket& socket, int* sender_pages);
   // Receives page frames until kDone / kAbort / an error; returns the transfer's outcome.
   absl::Status ReceivePages(const Socket& socket, Transfer& t, int sender_pages);
-  // Copies one page into the pool unless the transfer was cancelled or completed meanwhile.
-  bool WritePage(Transfer& t, int layer, int index, const std::vector<char>& staging);
+  // Copies one page into the pool unless the transfer was cancelled or completed meanwhile
+  // (then Cancelled); the pool copy's error if it fails.
+  absl::Status WritePage(Transfer& t, int layer, int index, const std::vector<char>& staging);
   // Ends a live transfer: removes it and reports `status` (no-op if already ended).
   void Complete(const std::shared_ptr<Transfer>& t, const absl::Status& status);
   void JoinFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -64,6 +67,7 @@ class TcpKvReceiver : public KvReceiver {
   Socket listener_;
   const std::string address_;
   char* const pool_;
+  KvPoolCopy write_pool_;  // empty: the pool is host memory
   const KvLayout layout_;
   const DoneCallback done_;
   Clock* const clock_;

@@ -1,6 +1,7 @@
 #include "comm/tcp_kv_sender.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
@@ -15,8 +16,10 @@ constexpr absl::Duration kAbortNotifyTimeout = absl::Milliseconds(100);
 
 class TcpKvSendOp : public KvSendOp {
  public:
-  TcpKvSendOp(Socket socket, const KvLayout& layout, int num_pages, absl::Time deadline)
+  TcpKvSendOp(Socket socket, const KvLayout& layout, int num_pages, absl::Time deadline,
+              KvPoolCopy read_pool)
       : socket_(std::move(socket)),
+        read_pool_(std::move(read_pool)),
         layout_(layout),
         num_pages_(num_pages),
         deadline_(deadline),
@@ -41,7 +44,13 @@ class TcpKvSendOp : public KvSendOp {
     const int64_t elem = DTypeSize(layout_.dtype);
     for (size_t i = 0; st.ok() && i < src_pages.size(); ++i) {
       const char* page = base + layout_.PageOffset(layer, src_pages[i]) * elem;
-      st = WriteAll(socket_, page, static_cast<size_t>(layout_.PageBytes()), deadline_);
+      if (read_pool_) {  // a device pool: through a host staging page
+        staging_.resize(static_cast<size_t>(layout_.PageBytes()));
+        st = read_pool_(staging_.data(), page, layout_.PageBytes());
+        page = staging_.data();
+      }
+      if (st.ok())
+        st = WriteAll(socket_, page, static_cast<size_t>(layout_.PageBytes()), deadline_);
     }
     if (!st.ok()) return Fail(st);
     stats_.bytes += layout_.PageBytes() * static_cast<int64_t>(src_pages.size());
@@ -90,6 +99,8 @@ class TcpKvSendOp : public KvSendOp {
   }
 
   Socket socket_;
+  KvPoolCopy read_pool_;       // empty: the pool is host memory
+  std::vector<char> staging_;  // one page, for read_pool_
   KvLayout layout_;
   int num_pages_;
   absl::Time deadline_;
@@ -110,7 +121,8 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
   RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kHello,
                                       kv_wire::EncodeHello(hello), deadline));
   RETURN_IF_ERROR(TcpKvSendOp::ReadVerdict(socket, deadline));
-  return std::unique_ptr<KvSendOp>(new TcpKvSendOp(std::move(socket), layout, num_pages, deadline));
+  return std::unique_ptr<KvSendOp>(
+      new TcpKvSendOp(std::move(socket), layout, num_pages, deadline, read_pool_));
 }
 
 }  // namespace tandem

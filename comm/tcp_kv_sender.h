@@ -13,10 +13,16 @@ namespace tandem {
 
 class TcpKvSender : public KvSender {
  public:
+  // `read_pool`: how SendLayer reads pages of a pool that is not host memory (kv_transport.h).
+  explicit TcpKvSender(KvPoolCopy read_pool = {}) : read_pool_(std::move(read_pool)) {}
+
   absl::StatusOr<std::unique_ptr<KvSendOp>> Begin(const std::string& peer,
                                                   const std::string& transfer_id,
                                                   const KvLayout& layout, int num_pages,
                                                   absl::Duration timeout) override;
+
+ private:
+  KvPoolCopy read_pool_;
 };
 
 }  // namespace tandem

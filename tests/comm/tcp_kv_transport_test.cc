@@ -327,3 +327,71 @@ TEST_F(TcpKvTransportTest, ManyConcurrentTransfers) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A pool that is not host memory (the CUDA backend's): every page goes through the pool copies
+// on both sides — counted here — and lands as with memcpy; a failing copy fails the transfer on
+// both sides instead of landing a page.
+TEST(TcpKvPoolCopyTest, PagesGoThroughThePoolCopiesOnBothSides) {
+  const KvLayout src_layout = MakeLayout(4), dst_layout = MakeLayout(6);
+  std::vector<char> src_pool(src_layout.PoolBytes()), dst_pool(dst_layout.PoolBytes(), 0);
+  std::mt19937 rng(3);
+  for (auto& b : src_pool) b = static_cast<char>(rng());
+  std::atomic<int> reads{0}, writes{0};
+  std::atomic<bool> fail_writes{false};
+  KvPoolCopy read = [&](void* dst, const void* src, int64_t n) {
+    ++reads;
+    std::memcpy(dst, src, n);
+    return absl::OkStatus();
+  };
+  KvPoolCopy write = [&](void* dst, const void* src, int64_t n) {
+    ++writes;
+    if (fail_writes) return absl::InternalError("device copy failed");
+    std::memcpy(dst, src, n);
+    return absl::OkStatus();
+  };
+  Outcomes outcomes;
+  auto receiver = TcpKvReceiver::Create("127.0.0.1", 0, dst_pool.data(), dst_layout,
+                                        outcomes.Callback(), Clock::Real(), write);
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  TcpKvSender sender(read);
+  const absl::Time deadline = Clock::Real()->Now() + absl::Seconds(5);
+  ASSERT_TRUE((*receiver)->Expect("ok", {4, 1}, deadline).ok());
+  auto op = sender.Begin((*receiver)->address(), "ok", src_layout, 2, absl::Seconds(5));
+  ASSERT_TRUE(op.ok()) << op.status();
+  const std::vector<int32_t> src = {3, 0};
+  for (int layer = 0; layer < src_layout.num_layers; ++layer) {
+    ASSERT_TRUE((*op)->SendLayer(layer, src_pool.data(), src, 0).ok());
+  }
+  ASSERT_TRUE((*op)->Finish().ok());
+  ASSERT_TRUE(outcomes.WaitFor(1).ok());
+  EXPECT_EQ(reads, 2 * src_layout.num_layers);
+  EXPECT_EQ(writes, 2 * src_layout.num_layers);
+  const int dst[] = {4, 1};
+  for (int layer = 0; layer < src_layout.num_layers; ++layer) {
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(std::memcmp(src_pool.data() + src_layout.PageOffset(layer, src[i]) * 2,
+                            dst_pool.data() + dst_layout.PageOffset(layer, dst[i]) * 2,
+                            src_layout.PageBytes()),
+                0)
+          << layer << " " << i;
+    }
+  }
+  // A copy into the pool that fails: the transfer fails on both sides.
+  fail_writes = true;
+  ASSERT_TRUE((*receiver)->Expect("bad", {2}, deadline).ok());
+  auto bad = sender.Begin((*receiver)->address(), "bad", src_layout, 1, absl::Seconds(5));
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  absl::Status st = (*bad)->SendLayer(0, src_pool.data(), std::vector<int32_t>{1}, 0);
+  for (int layer = 1; st.ok() && layer < src_layout.num_layers; ++layer) {
+    st = (*bad)->SendLayer(layer, src_pool.data(), std::vector<int32_t>{1}, 0);
+  }
+  if (st.ok()) st = (*bad)->Finish().status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_FALSE(outcomes.WaitFor(2).ok());
+}
+
+}  // namespace
+}  // namespace tandem
