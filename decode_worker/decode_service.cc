@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 #include "comm/tcp_kv_receiver.h"
+#include "worker/kv_pool_copy.h"
 #include "worker/proto_convert.h"
 
 namespace tandem {
@@ -23,7 +24,7 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(const Worke
       [self](const std::string& id, absl::Status st, KvTransferStats stats) {
         self->loop_->Post([self, id, st, stats](Engine& e) { self->OnKvDone(e, id, st, stats); });
       },
-      env.clock);
+      env.clock, PoolCopyFor(env.engine));
   if (!receiver.ok()) return receiver.status();
   s->receiver_ = *std::move(receiver);
   // Advertise the routable host with the receiver's bound port.

@@ -4,6 +4,7 @@
 
 #include "comm/tcp_kv_sender.h"
 #include "prefill_worker/prefill_service.h"
+#include "worker/kv_pool_copy.h"
 #include "worker/run_worker.h"
 
 namespace {
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
       argc, argv, tandem::WorkerRole::kPrefill,
       [](const tandem::WorkerEnv& env) -> absl::StatusOr<std::unique_ptr<tandem::WorkerService>> {
         return std::make_unique<tandem::PrefillService>(
-            env, std::make_unique<tandem::TcpKvSender>(), kTransferThreads);
+            env, std::make_unique<tandem::TcpKvSender>(tandem::PoolCopyFor(env.engine)),
+            kTransferThreads);
       });
 }

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "worker/engine_flags.h"
 
 namespace tandem {
 
@@ -35,7 +36,7 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
   WorkerOptions o;
   o.role = default_role;
   std::string role = RoleName(default_role);
-  std::string backend = "cpu";
+  EngineFlags engine_flags;
   CLI::App app(absl::StrCat("tandem ", role, " worker"));
   // A flag given twice takes its last value: layouts append per-group flags after defaults.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -43,7 +44,8 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
     app.add_option("--role", role, "decode or mixed (one engine, both phases, no transfer)")
         ->check(CLI::IsMember({"decode", "mixed"}));
   }
-  app.add_option("--model", o.engine.model_dir, "Hugging Face model directory")->required();
+  app.add_option("--model", engine_flags.engine.model_dir, "Hugging Face model directory")
+      ->required();
   app.add_option("--served-model-name", o.served_model_name, "Model name (default: dir name)");
   app.add_option("--worker-id", o.worker_id, "Stable worker id (default: <role>-<port>)");
   app.add_option("--host", o.host, "Listen address (IPv4)");
@@ -52,14 +54,7 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
   app.add_option("--router", o.router, "Router's gRPC host:port to register with");
   app.add_option("--metrics-port", o.metrics_port, "Prometheus port (0: any, -1: off)");
   app.add_option("--kv-port", o.kv_port, "KV transfer receiver port (decode; 0: any)");
-  app.add_option("--backend", backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--page-size", o.engine.page_size, "Tokens per KV page");
-  app.add_option("--num-pages", o.engine.num_pages, "KV pages (0: from --kv-memory-bytes)");
-  app.add_option("--kv-memory-bytes", o.engine.kv_memory_bytes, "KV pool size in bytes");
-  app.add_option("--max-num-seqs", o.engine.max_num_seqs, "Running sequences per step");
-  app.add_option("--max-num-batched-tokens", o.engine.max_num_batched_tokens,
-                 "Token budget per step (chunked prefill)");
-  app.add_option("--max-model-len", o.engine.max_model_len, "Context length (0: model's)");
+  AddEngineFlags(app, &engine_flags);
   app.add_option("--kv-transfer-timeout-ms", o.kv_transfer_timeout_ms, "Per KV transfer");
   app.add_option("--reservation-ttl-ms", o.reservation_ttl_ms, "Unclaimed reservation TTL");
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms, "Drain time on SIGTERM");
@@ -71,7 +66,8 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
     return absl::InvalidArgumentError(absl::StrCat(e.what(), "\n", app.help()));
   }
   o.role = role == "mixed" ? WorkerRole::kMixed : default_role;
-  o.engine.backend = backend == "cuda" ? Backend::kCuda : Backend::kCpu;
+  if (absl::Status s = ResolveEngineFlags(&engine_flags); !s.ok()) return s;
+  o.engine = engine_flags.engine;
   if (o.advertise_host.empty()) o.advertise_host = o.host;
   if (o.worker_id.empty() && o.port != 0) o.worker_id = absl::StrCat(RoleName(o.role), "-", o.port);
   if (o.served_model_name.empty()) {

@@ -18,6 +18,7 @@ struct Command {
   AddCommandFn add;
 };
 
+std::function<int()> AddBenchCommand(CLI::App* sub);
 std::function<int()> AddGenerateCommand(CLI::App* sub);
 std::function<int()> AddMakeModelCommand(CLI::App* sub);
 std::function<int()> AddServeCommand(CLI::App* sub);

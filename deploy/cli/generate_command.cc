@@ -1,5 +1,6 @@
 // tandem generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]
 //                 [--top-k K] [--seed S] [--chat] [--ignore-eos] [--stop STR ...]
+//                 [engine flags: --backend ... (worker/engine_flags.h)]
 // The single-process example: drives the Engine directly (no RPC), streams the text to stdout
 // and prints the throughput to stderr at the end. The engine knows tokens only: the text and the
 // stop strings come from a TextStream here, as in the router, and a stop string aborts the
@@ -16,6 +17,7 @@
 #include "engine/engine.h"
 #include "tokenizer/text_stream.h"
 #include "tokenizer/tokenizer.h"
+#include "worker/engine_flags.h"
 
 namespace tandem::cli {
 namespace {
@@ -31,7 +33,7 @@ struct GenerateOptions {
   bool chat = false;
   bool ignore_eos = false;
   std::vector<std::string> stop;
-  int64_t kv_memory_mib = 256;
+  EngineFlags engine;
 };
 
 void Write(const std::string& text) {
@@ -52,9 +54,13 @@ absl::StatusOr<std::vector<int32_t>> EncodePrompt(const GenerateOptions& opts,
 }
 
 int Generate(const GenerateOptions& opts) {
-  EngineOptions options;
-  options.model_dir = opts.model_dir;
-  options.kv_memory_bytes = opts.kv_memory_mib << 20;
+  EngineFlags flags = opts.engine;
+  flags.engine.model_dir = opts.model_dir;
+  if (absl::Status s = ResolveEngineFlags(&flags); !s.ok()) {
+    std::cerr << "generate: " << s << "\n";
+    return 1;
+  }
+  const EngineOptions& options = flags.engine;
   const absl::Time load_start = Clock::Real()->Now();
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
   if (!engine.ok()) {
@@ -146,7 +152,7 @@ std::function<int()> AddGenerateCommand(CLI::App* sub) {
   sub->add_flag("--ignore-eos", opts->ignore_eos, "Keep generating past EOS");
   sub->add_option("--stop", opts->stop,
                   "Stop string (repeatable); neither it nor what follows is printed");
-  sub->add_option("--kv-memory-mib", opts->kv_memory_mib, "KV cache size")->capture_default_str();
+  AddEngineFlags(*sub, &opts->engine);
   return [opts]() { return Generate(*opts); };
 }
 

@@ -11,6 +11,8 @@ namespace {
 
 // One line per subcommand.
 const Command kCommands[] = {
+    {"bench", "Benchmark the engine in one process: latency, decode, prefill, throughput",
+     AddBenchCommand},
     {"generate", "Generate text from a prompt in one process (engine only, no RPC)",
      AddGenerateCommand},
     {"make-model", "Write a random-weight checkpoint in Hugging Face format", AddMakeModelCommand},

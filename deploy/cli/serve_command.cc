@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "deploy/cli/commands.h"
 #include "deploy/launcher/cluster.h"
+#include "engine/cuda/cuda_device.h"
 #include "engine/model/make_model.h"
 
 namespace tandem::cli {
@@ -109,6 +110,11 @@ int RunServe(const ServeFlags& f) {
   }
   if (f.port >= 0) layout->router_port = f.port;
   std::string model = f.model.empty() ? layout->model : f.model;
+  // auto: the CUDA backend when a model is given and a GPU is visible (the generated tiny model
+  // is CPU-only: its head_dim is below what the CUDA kernels cover).
+  if (layout->backend == "auto") {
+    layout->backend = !model.empty() && CudaDeviceAvailable() ? "cuda" : "cpu";
+  }
   if (model.empty()) {
     if (layout->backend != "cpu") {
       std::cerr << "tandem serve: --model DIR is required with the cuda backend" << std::endl;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
@@ -21,18 +22,29 @@ namespace tandem::launcher {
 namespace {
 
 std::vector<std::string> EngineFlags(const Layout& l) {
-  return {"--backend",
-          l.backend,
-          "--page-size",
-          std::to_string(l.engine.page_size),
-          "--num-pages",
-          std::to_string(l.engine.num_pages),
-          "--kv-memory-bytes",
-          std::to_string(l.engine.kv_memory_bytes),
-          "--max-num-seqs",
-          std::to_string(l.engine.max_num_seqs),
-          "--max-num-batched-tokens",
-          std::to_string(l.engine.max_num_batched_tokens)};
+  const EngineSpec& e = l.engine;
+  std::vector<std::string> flags = {"--backend",
+                                    l.backend,
+                                    "--page-size",
+                                    std::to_string(e.page_size),
+                                    "--num-pages",
+                                    std::to_string(e.num_pages),
+                                    "--kv-memory-bytes",
+                                    std::to_string(e.kv_memory_bytes),
+                                    "--gpu-memory-utilization",
+                                    absl::StrCat(e.gpu_memory_utilization),
+                                    "--max-num-seqs",
+                                    std::to_string(e.max_num_seqs),
+                                    "--max-num-batched-tokens",
+                                    std::to_string(e.max_num_batched_tokens),
+                                    "--max-model-len",
+                                    std::to_string(e.max_model_len)};
+  if (!e.cuda_graph_sizes.empty()) {
+    flags.push_back("--cuda-graph-sizes");
+    flags.push_back(absl::StrJoin(e.cuda_graph_sizes, ","));
+  }
+  if (e.enforce_eager) flags.push_back("--enforce-eager");
+  return flags;
 }
 
 Process MakeProcess(std::string name, std::string role, std::string grpc_address,

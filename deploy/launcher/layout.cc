@@ -49,8 +49,11 @@ absl::Status Validate(const Layout& l) {
     return absl::InvalidArgumentError("a layout needs both prefill and decode groups (or mixed)");
   }
   if (!prefill && !mixed) return absl::InvalidArgumentError("a layout needs at least one worker");
-  if (l.backend != "cpu" && l.backend != "cuda") {
-    return absl::InvalidArgumentError("backend must be cpu or cuda");
+  if (l.backend != "auto" && l.backend != "cpu" && l.backend != "cuda") {
+    return absl::InvalidArgumentError("backend must be auto, cpu or cuda");
+  }
+  if (!(l.engine.gpu_memory_utilization > 0.0 && l.engine.gpu_memory_utilization <= 1.0)) {
+    return absl::InvalidArgumentError("engine: gpu_memory_utilization must be in (0, 1]");
   }
   return absl::OkStatus();
 }
@@ -86,6 +89,10 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(e, "kv_memory_bytes", &l.engine.kv_memory_bytes);
       Read(e, "max_num_seqs", &l.engine.max_num_seqs);
       Read(e, "max_num_batched_tokens", &l.engine.max_num_batched_tokens);
+      Read(e, "gpu_memory_utilization", &l.engine.gpu_memory_utilization);
+      Read(e, "max_model_len", &l.engine.max_model_len);
+      Read(e, "cuda_graph_sizes", &l.engine.cuda_graph_sizes);
+      Read(e, "enforce_eager", &l.engine.enforce_eager);
     }
     if (const YAML::Node groups = root["groups"]) {
       for (const YAML::Node& g : groups) l.groups.push_back(ParseGroup(g));

@@ -4,11 +4,11 @@
 //
 //   model: /models/llama          # HF directory; empty: generate the tiny model (CPU)
 //   served_model_name: ""         # default: the directory's name
-//   backend: cpu                  # cpu | cuda
-//   host: 127.0.0.1
-//   router: {port: 8000, grpc_port: 0, args: []}      # 0: any free port
-//   engine: {page_size: 16, num_pages: 0, kv_memory_bytes: 268435456,
-//            max_num_seqs: 256, max_num_batched_tokens: 2048}
+//   backend: auto                 # auto (cuda with a model and a visible GPU, else cpu) | cpu |
+//   cuda host: 127.0.0.1 router: {port: 8000, grpc_port: 0, args: []}      # 0: any free port
+//   engine: {page_size: 16, num_pages: 0, kv_memory_bytes: 0, gpu_memory_utilization: 0.9,
+//            max_num_seqs: 256, max_num_batched_tokens: 2048, max_model_len: 0,
+//            cuda_graph_sizes: [], enforce_eager: false}     # worker flags of the same names
 //   groups:
 //     - {role: prefill, count: 1, gpus: [0], tensor_parallel: 1, pipeline_parallel: 1, args: []}
 //     - {role: decode, count: 1, gpus: [1]}
@@ -34,15 +34,19 @@ struct GroupSpec {
 struct EngineSpec {
   int page_size = 16;
   int num_pages = 0;
-  int64_t kv_memory_bytes = int64_t{256} << 20;
+  int64_t kv_memory_bytes = 0;  // 0: 256 MiB on cpu; gpu_memory_utilization on cuda
+  double gpu_memory_utilization = 0.9;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
+  int max_model_len = 0;
+  std::vector<int> cuda_graph_sizes;  // empty: the engine's default list
+  bool enforce_eager = false;
 };
 
 struct Layout {
   std::string model;
   std::string served_model_name;
-  std::string backend = "cpu";
+  std::string backend = "auto";
   std::string host = "127.0.0.1";
   int router_port = 8000;
   int router_grpc_port = 0;

@@ -14,7 +14,7 @@ std::string SourceDir() {
 }
 
 TEST(Layout, ShippedLayoutsParse) {
-  for (const char* name : {"default", "2p2d", "mixed", "h200x2"}) {
+  for (const char* name : {"default", "2p2d", "mixed", "h200x2", "h200-mixed", "h200-1p1d"}) {
     absl::StatusOr<Layout> l = LoadLayout(SourceDir() + "/deploy/layouts/" + name + ".yaml");
     EXPECT_TRUE(l.ok()) << name << ": " << l.status();
   }
@@ -28,12 +28,30 @@ TEST(Layout, ShippedLayoutsParse) {
   ASSERT_TRUE(gpu.ok());
   EXPECT_EQ(gpu->backend, "cuda");
   EXPECT_EQ(gpu->groups[1].gpus, std::vector<int>{1});
+  absl::StatusOr<Layout> one = LoadLayout(SourceDir() + "/deploy/layouts/h200-1p1d.yaml");
+  ASSERT_TRUE(one.ok());
+  // Two workers share GPU 0: each takes its share of the memory.
+  EXPECT_EQ(one->groups[0].gpus, std::vector<int>{0});
+  EXPECT_EQ(one->groups[1].gpus, std::vector<int>{0});
+  EXPECT_LE(one->engine.gpu_memory_utilization * 2, 0.9);
+}
+
+TEST(Layout, EngineFieldsParse) {
+  absl::StatusOr<Layout> l = ParseLayout(
+      "engine: {gpu_memory_utilization: 0.5, max_model_len: 4096, cuda_graph_sizes: [1, 8, 64],"
+      " enforce_eager: true, kv_memory_bytes: 1024}\ngroups: [{role: mixed}]");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->engine.gpu_memory_utilization, 0.5);
+  EXPECT_EQ(l->engine.max_model_len, 4096);
+  EXPECT_EQ(l->engine.cuda_graph_sizes, (std::vector<int>{1, 8, 64}));
+  EXPECT_TRUE(l->engine.enforce_eager);
+  EXPECT_EQ(l->engine.kv_memory_bytes, 1024);
 }
 
 TEST(Layout, DefaultIsOnePrefillOneDecodeOnPort8000) {
   const Layout l = DefaultLayout();
   EXPECT_EQ(l.router_port, 8000);
-  EXPECT_EQ(l.backend, "cpu");
+  EXPECT_EQ(l.backend, "auto");  // cpu unless serve is given a model and sees a GPU
   ASSERT_EQ(l.groups.size(), 2u);
   EXPECT_EQ(l.groups[0].role, "prefill");
   EXPECT_EQ(l.groups[1].role, "decode");
@@ -54,6 +72,7 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
       {"router: {port: eighty}\ngroups: [{role: mixed}]", "layout:"},
       {"groups: [{role: mixed, tensor_parallel: 2}]", "tensor/pipeline"},
       {"groups: [{role: mixed", "layout:"},
+      {"engine: {gpu_memory_utilization: 1.5}\ngroups: [{role: mixed}]", "gpu_memory_utilization"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Layout> l = ParseLayout(c.yaml);

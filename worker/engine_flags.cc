@@ -1,0 +1,64 @@
+#include "worker/engine_flags.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/cuda/cuda_device.h"
+
+namespace tandem {
+
+void AddEngineFlags(CLI::App& app, EngineFlags* f) {
+  EngineOptions& o = f->engine;
+  app.add_option("--backend", f->backend, "auto (cuda if a GPU is visible), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--page-size", o.page_size, "Tokens per KV page")->capture_default_str();
+  app.add_option("--num-pages", o.num_pages, "KV pages (0: from the memory settings)");
+  app.add_option("--kv-memory-bytes", o.kv_memory_bytes,
+                 "KV pool bytes (0: 256 MiB on cpu, --gpu-memory-utilization on cuda)");
+  app.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                 "Fraction of the GPU's memory this engine may use (weights, KV, graphs)")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", o.max_num_seqs, "Running sequences per step")
+      ->capture_default_str();
+  app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+                 "Token budget per step (chunked prefill)")
+      ->capture_default_str();
+  app.add_option("--max-model-len", o.max_model_len, "Context length (0: the model's)");
+  app.add_option("--cuda-graph-sizes", f->cuda_graph_sizes,
+                 "Decode batch sizes to capture CUDA graphs for, comma-separated (default "
+                 "1,2,4,8,16,...,max-num-seqs)");
+  app.add_flag("--enforce-eager", o.enforce_eager, "No CUDA graphs: run every step op by op");
+}
+
+absl::Status ResolveEngineFlags(EngineFlags* f) {
+  if (f->backend == "auto") {
+    f->engine.backend = CudaDeviceAvailable() ? Backend::kCuda : Backend::kCpu;
+  } else {
+    f->engine.backend = f->backend == "cuda" ? Backend::kCuda : Backend::kCpu;
+  }
+  EngineOptions& o = f->engine;
+  o.cuda_graph_sizes.clear();
+  for (absl::string_view part : absl::StrSplit(f->cuda_graph_sizes, ',', absl::SkipEmpty())) {
+    int size = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cuda-graph-sizes: '", part, "' is not a batch size"));
+    }
+    o.cuda_graph_sizes.push_back(size);
+  }
+  if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", o.gpu_memory_utilization));
+  }
+  for (int s : o.cuda_graph_sizes) {
+    if (s < 1 || s > o.max_num_seqs) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cuda-graph-sizes: ", s, " outside [1, --max-num-seqs = ", o.max_num_seqs, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem
