@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# One GPU-machine call for the engine on the CUDA backend: the GPU tests (kernels, then the engine
+# against the CPU backend and transformers), `tandem bench` on 8B shapes (Llama-3-8B, then
+# Qwen3-8B) with an op profile of decode steps, and the transformers + torch.compile peer on the
+# same checkpoints; full logs in one archive under $OUT, the short tables last.
+# Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]).
+# Usage there: engine/bench/gpu_run_engine.sh [tests|bench|ab|profile|ncu|served|peer|hf|all]...
+# (default: all; PRESETS="llama3-8b qwen3-8b" by default). `hf` runs the engine test against
+# transformers on the preset itself (8B shapes); `tests` runs it on the small presets with
+# TANDEM_REF_PYTHON set by the caller.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+[ -d .gpu-eng ] || tar -xJf .gpu-pack/eng.tar.xz
+S=.gpu-eng
+source tools/gpu/gpu-env.sh --libs $S/_libs --info
+export PYTHONUNBUFFERED=1 TANDEM_SOURCE_DIR=$PWD TANDEM_BINARY_DIR=$PWD/$S
+OUT=${OUT:-/tmp/eng-out}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+MODELS=${MODELS:-/tmp/tandem-models}
+PRESETS=${PRESETS:-llama3-8b qwen3-8b}
+what=${*:-all}
+note() { echo "[${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
+want() { [[ " $what " == *" $1 "* || " $what " == *" all "* ]]; }
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.draw --format=csv \
+  >"$LOGS/smi.txt"
+
+run_test() {  # name timeout [args...]
+  local t=$1 limit=$2
+  shift 2
+  timeout "$limit" $S/tests/$t "$@" >"$LOGS/$t.log" 2>&1
+  local rc=$?
+  note "$t exit=$rc: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$LOGS/$t.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure$" -A3 "$LOGS/$t.log" | head -24 >>"$OUT/summary.txt"
+}
+
+if want tests; then
+  run_test kernels_kb_gpu_test 240
+  run_test logits_gpu_test 180
+  run_test attention_gpu_test 240
+  run_test engine_cuda_test 420
+  grep -E "max \|cuda|greedy tokens|batch invariance|device sampling" \
+    "$LOGS/engine_cuda_test.log" | head -60 >>"$OUT/summary.txt"
+fi
+
+serve_and_load() {  # through the router: tandem serve LAYOUT and tandem-loadgen (B=1, C=256)
+  local layout=${1:-h200-mixed} c256=${2:-256}
+  $S/bin/tandem serve --layout deploy/layouts/$layout.yaml --model "$m" --port 8000 \
+    --log-dir "$LOGS/serve_${layout}_$preset" >"$LOGS/serve_${layout}_$preset.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 240); do
+    curl -sf http://127.0.0.1:8000/ready >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  local lg=($S/bin/tandem-loadgen --base-url http://127.0.0.1:8000 --tokenizer "$m" --ignore-eos
+            --request-rate inf --save-result --result-dir "$LOGS" --disable-progress)
+  local tag=${layout}_$preset
+  timeout 120 "${lg[@]}" --num-prompts 8 --max-concurrency 1 --random-input-len 128 \
+    --random-output-len 256 --label "served_b1_$tag" >"$LOGS/served_b1_$tag.log" 2>&1
+  note "served $layout B=1 $preset exit=$?"
+  grep -E "Successful|throughput|TPOT|ITL|TTFT" "$LOGS/served_b1_$tag.log" | head -9 \
+    >>"$OUT/summary.txt"
+  timeout 180 "${lg[@]}" --num-prompts "$c256" --max-concurrency "$c256" \
+    --random-input-len 128 --random-output-len 1024 --label "served_c${c256}_$tag" \
+    >"$LOGS/served_c${c256}_$tag.log" 2>&1
+  note "served $layout C=$c256 $preset exit=$?"
+  grep -E "Successful|throughput|TPOT|TTFT" "$LOGS/served_c${c256}_$tag.log" | head -9 \
+    >>"$OUT/summary.txt"
+  kill -TERM $pid
+  wait $pid
+}
+
+for preset in $PRESETS; do
+  m=$MODELS/$preset
+  if [ ! -f "$m/config.json" ]; then
+    /usr/bin/time -f "make-model $preset: %e s" $S/bin/tandem make-model --preset "$preset" \
+      --out "$m" >"$LOGS/make_$preset.log" 2>&1
+    note "$(tail -1 "$LOGS/make_$preset.log")"
+  fi
+  if want bench; then
+    timeout 300 $S/bin/tandem bench --model "$m" --json "$LOGS/bench_$preset.json" \
+      --scenarios "${BENCH_SCENARIOS:-latency,decode,prefill,throughput}" --decode-tokens 32 \
+      >"$LOGS/bench_$preset.log" 2>&1
+    note "bench $preset exit=$?"
+    grep -E "^(bench|latency|decode|prefill|throughput)|captured|KV cache|device memory" \
+      "$LOGS/bench_$preset.log" >>"$OUT/summary.txt"
+  fi
+  if want profile; then
+    # Op profile: every 20th step of a batch-1 and a batch-64 decode runs op by op with events.
+    TANDEM_OP_PROFILE=20 timeout 120 $S/bin/tandem bench --model "$m" \
+      --scenarios latency,decode --latency-tokens 64 --batch-sizes 64 --contexts 1024 \
+      --decode-tokens 48 >"$LOGS/profile_$preset.log" 2>&1
+    note "profile $preset exit=$?"
+  fi
+  if want ncu; then
+    # Every kernel of graph-replayed batch-1 decode steps, timed by ncu one by one.
+    timeout 150 ncu --clock-control none --graph-profiling node --launch-skip 1500 \
+      --launch-count 330 --metrics gpu__time_duration.sum --csv \
+      $S/bin/tandem bench --model "$m" --scenarios latency --latency-tokens 24 \
+      --max-num-seqs 8 --cuda-graph-sizes 1 >"$LOGS/ncu_$preset.csv" 2>"$LOGS/ncu_$preset.err"
+    note "ncu $preset exit=$?"
+    python3 engine/bench/ncu_step_table.py "$LOGS/ncu_$preset.csv" >>"$OUT/summary.txt" 2>&1
+  fi
+  if want served; then serve_and_load h200-mixed 256; fi
+  # Prefill and decode workers sharing the GPU, pages over the host TCP transport.
+  if want served1p1d; then serve_and_load h200-1p1d 32; fi
+  if want peer; then
+    timeout 200 python3 engine/bench/peer_hf_compile.py --model "$m" \
+      --batch-sizes "${PEER_BATCHES:-1,64}" \
+      --new-tokens 128 >"$LOGS/peer_$preset.jsonl" 2>"$LOGS/peer_$preset.err"
+    note "peer $preset exit=$?: $(cat "$LOGS/peer_$preset.jsonl" | tr '\n' ' ')"
+  fi
+  if want hf; then
+    TANDEM_REF_PYTHON=python3 TANDEM_HF_PRESETS=$preset TANDEM_HF_MODEL_DIR=$m \
+      run_test engine_cuda_test 300 \
+      --gtest_filter='*MatchesTransformersInBf16*'
+    grep -E "max \|cuda|greedy tokens" "$LOGS/engine_cuda_test.log" >>"$OUT/summary.txt"
+  fi
+done
+
+tar -C "$OUT" -czf "$OUT/logs${LOGTAG:-}.tgz" logs && rm -rf "$LOGS"
+echo "===== summary"
+cat "$OUT/summary.txt"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the engine's GPU binaries here (nvcc, sm_90a; no GPU needed), strips them and stages them
+# with their shared libraries in .gpu-eng/, packed as .gpu-pack/eng.tar.xz (~25 MB, under the
+# 64 MiB a call carries) for engine/bench/gpu_run_engine.sh on the GPU machine
+# (carry: [".gpu-pack"]). Usage: engine/bench/stage_engine.sh [build dir, default build]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dir=${1:-build}
+stage=.gpu-eng
+bins=(tandem tandem-router tandem-decode-worker tandem-prefill-worker tandem-loadgen)
+tests=(engine_cuda_test kernels_kb_gpu_test logits_gpu_test attention_gpu_test
+       attention_prefill_gpu_test)
+[ -f "$dir/build.ninja" ] || cmake -S . -B "$dir" -G Ninja -DTANDEM_CUDA=ON
+cmake --build "$dir" --target "${bins[@]}" "${tests[@]}" -j"$(nproc)"
+rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/tests"
+for b in "${bins[@]}"; do cp "$dir/bin/$b" "$stage/bin/"; done
+for t in "${tests[@]}"; do cp "$dir/tests/$t" "$stage/tests/"; done
+strip "$stage"/bin/* "$stage"/tests/*
+tools/gpu/bundle-libs.sh "$stage/_libs" "$stage"/bin/* "$stage"/tests/* >/dev/null
+mkdir -p .gpu-pack
+tar -cf - "$stage" | xz -T2 -6 >.gpu-pack/eng.tar.xz
+du -sh "$stage" .gpu-pack/eng.tar.xz
