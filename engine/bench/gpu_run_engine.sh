@@ -95,7 +95,7 @@ for preset in $PRESETS; do
   if want ncu; then
     # Every kernel of graph-replayed batch-1 decode steps, timed by ncu one by one.
     timeout 150 ncu --clock-control none --graph-profiling node --launch-skip 1500 \
-      --launch-count 330 --metrics gpu__time_duration.sum --csv \
+      --launch-count 600 --metrics gpu__time_duration.sum --csv \
       $S/bin/tandem bench --model "$m" --scenarios latency --latency-tokens 24 \
       --max-num-seqs 8 --cuda-graph-sizes 1 >"$LOGS/ncu_$preset.csv" 2>"$LOGS/ncu_$preset.err"
     note "ncu $preset exit=$?"

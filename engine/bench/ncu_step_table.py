@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """One decode step's kernels from an ncu CSV (gpu__time_duration.sum of every kernel node of
-graph-replayed steps, engine/bench/gpu_run_engine.sh): the kernels between two consecutive
-launches of the sampling kernel (the last kernel of a step but the logprobs one) are one step.
+graph-replayed steps, engine/bench/gpu_run_engine.sh). A step starts with the Unpack kernel (its
+inputs land on the device), so the kernels from one Unpack launch to the next are one step.
 Prints the step's kernel count and summed duration, then per kernel and grid: launches, total
 microseconds and share of the step, largest first.
 
-  python3 engine/bench/ncu_step_table.py ncu.csv
+When the capture holds a single Unpack, pass the step's kernel count (--step-kernels L): the
+kernels after the Unpack are the step's first ones and the rest are taken from the end of the
+previous step, which replayed the same graph (the same kernels in the same order).
+
+  python3 engine/bench/ncu_step_table.py ncu.csv [--step-kernels L]
 """
 import csv
 import re
@@ -31,11 +35,21 @@ def main():
         unit = r.get("Metric Unit", "ns")
         ns = value * {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6}.get(unit, 1)
         rows.append((r["Kernel Name"], r.get("Grid Size", ""), ns))
-    marks = [i for i, (n, _, _) in enumerate(rows) if "SamplingClusterKernel" in n]
-    if len(marks) < 2:
-        print(f"ncu: {len(rows)} kernels, fewer than two sampling launches: no whole step")
+    marks = [i for i, (n, _, _) in enumerate(rows) if "UnpackKernel" in n]
+    length = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[2] == "--step-kernels" else 0
+    if len(marks) >= 2:
+        step = rows[marks[0]:marks[1]]
+    elif len(marks) == 1 and length:
+        head = rows[marks[0]:marks[0] + length]
+        missing = length - len(head)
+        if missing > marks[0]:
+            print(f"ncu: {len(rows)} kernels hold less than one step of {length}")
+            return
+        step = head + rows[marks[0] - missing:marks[0]]
+    else:
+        print(f"ncu: {len(rows)} kernels, {len(marks)} Unpack launches: no whole step "
+              "(capture two steps, or pass --step-kernels)")
         return
-    step = rows[marks[0] + 1:marks[1] + 1]
     total = sum(ns for _, _, ns in step)
     print(f"ncu, one graph-replayed decode step: {len(step)} kernels, {total / 1e3:.1f} us "
           "summed (each kernel alone: no launch overlap)")
