@@ -41,9 +41,10 @@ struct EngineOptions {
   bool enforce_eager = false;  // no CUDA graphs: every step runs op by op
 };
 
-// The graph sizes `options` asks for (the default list when cuda_graph_sizes is empty), each
-// <= max_num_seqs; empty with enforce_eager or on the CPU backend.
-std::vector<int> CudaGraphSizes(const EngineOptions& options);
+// The graph sizes `options` asks for, ascending and without repeats (the default list when
+// cuda_graph_sizes is empty); empty with enforce_eager or on the CPU backend. A size outside
+// [1, max_num_seqs] is InvalidArgument.
+absl::StatusOr<std::vector<int>> CudaGraphSizes(const EngineOptions& options);
 
 // Counters and gauges a shell exports (the engine knows nothing of Prometheus).
 struct EngineStats {

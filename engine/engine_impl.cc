@@ -1,5 +1,6 @@
 #include "engine/engine_impl.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -77,6 +78,7 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
         absl::StrFormat("engine options ask for the %s backend; the model runs on %s",
                         BackendName(options.backend), BackendName(model->backend())));
   }
+  ASSIGN_OR_RETURN(const std::vector<int> graph_sizes, CudaGraphSizes(options));
   const absl::Time start = Clock::Real()->Now();
   ASSIGN_OR_RETURN(const int max_model_len, ResolveMaxModelLen(options, model->config()));
   KvLayout layout = LayoutFor(model->config(), options.page_size);
@@ -101,7 +103,6 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
   }
   LOG(INFO) << "KV cache: " << layout.num_pages << " pages of " << layout.page_size << " tokens, "
             << (layout.PoolBytes() >> 20) << " MiB";
-  const std::vector<int> graph_sizes = CudaGraphSizes(options);
   const absl::Time capture_start = Clock::Real()->Now();
   RETURN_IF_ERROR(
       model->Prepare(ModelPrepareOptions{capacity, graph_sizes}, layout, kv_cache->pool()));
@@ -119,13 +120,19 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
                                                     std::move(eos_token_ids), std::move(kv_cache)));
 }
 
-std::vector<int> CudaGraphSizes(const EngineOptions& options) {
+absl::StatusOr<std::vector<int>> CudaGraphSizes(const EngineOptions& options) {
   std::vector<int> sizes;
   if (options.backend != Backend::kCuda || options.enforce_eager) return sizes;
   if (!options.cuda_graph_sizes.empty()) {
     for (int s : options.cuda_graph_sizes) {
-      if (s >= 1 && s <= options.max_num_seqs) sizes.push_back(s);
+      if (s < 1 || s > options.max_num_seqs) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "cuda_graph_sizes: %d is outside [1, max_num_seqs = %d]", s, options.max_num_seqs));
+      }
+      sizes.push_back(s);
     }
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
     return sizes;
   }
   // vLLM's default capture list: 1, 2, 4, then every multiple of 8.

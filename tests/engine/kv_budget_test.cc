@@ -1,7 +1,10 @@
 // The KV pool's size from gpu_memory_utilization (vLLM's meaning: this process's share of the
 // GPU, whatever other processes hold) and from the memory actually free; the CPU default and an
-// explicit kv_memory_bytes; and the errors.
+// explicit kv_memory_bytes; and the errors. Also the CUDA graph sizes an engine captures.
 #include "engine/kv_budget.h"
+
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -57,6 +60,31 @@ TEST(KvBudgetTest, ExplicitBytesCpuDefaultAndBadUtilization) {
     EXPECT_EQ(KvPoolBytes(Cuda(bad), {.free_bytes = 1, .total_bytes = 1}).status().code(),
               absl::StatusCode::kInvalidArgument)
         << bad;
+  }
+}
+
+TEST(CudaGraphSizesTest, DefaultListIsOneTwoFourThenStepsOfEight) {
+  EngineOptions o = Cuda(0.9);
+  o.max_num_seqs = 20;
+  EXPECT_EQ(*CudaGraphSizes(o), (std::vector<int>{1, 2, 4, 8, 16, 20}));
+  o.max_num_seqs = 3;
+  EXPECT_EQ(*CudaGraphSizes(o), (std::vector<int>{1, 2, 3}));
+  o.enforce_eager = true;
+  EXPECT_TRUE(CudaGraphSizes(o)->empty());
+  EXPECT_TRUE(CudaGraphSizes(EngineOptions{})->empty());  // the CPU backend captures nothing
+}
+
+TEST(CudaGraphSizesTest, ExplicitSizesAreSortedAndOutOfRangeOnesRejected) {
+  EngineOptions o = Cuda(0.9);
+  o.max_num_seqs = 64;
+  o.cuda_graph_sizes = {16, 1, 16, 64};
+  EXPECT_EQ(*CudaGraphSizes(o), (std::vector<int>{1, 16, 64}));
+  for (int bad : {0, -1, 65}) {
+    o.cuda_graph_sizes = {1, bad};
+    const auto sizes = CudaGraphSizes(o);
+    ASSERT_EQ(sizes.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(sizes.status().message().find("max_num_seqs = 64"), std::string::npos)
+        << sizes.status();
   }
 }
 
