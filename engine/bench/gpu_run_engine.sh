@@ -4,7 +4,7 @@
 # Qwen3-8B) with an op profile of decode steps, and the transformers + torch.compile peer on the
 # same checkpoints; full logs in one archive under $OUT, the short tables last.
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]).
-# Usage there: engine/bench/gpu_run_engine.sh [tests|bench|ab|profile|ncu|served|peer|hf|all]...
+# Usage there: engine/bench/gpu_run_engine.sh [tests|bench|abnorm|profile|trace|ncu|served|served1p1d|peer|hf|all]...
 # (default: all; PRESETS="llama3-8b qwen3-8b" by default). `hf` runs the engine test against
 # transformers on the preset itself (8B shapes); `tests` runs it on the small presets with
 # TANDEM_REF_PYTHON set by the caller.
@@ -35,10 +35,10 @@ run_test() {  # name timeout [args...]
 }
 
 if want tests; then
-  run_test kernels_kb_gpu_test 240
-  run_test logits_gpu_test 180
-  run_test attention_gpu_test 240
-  run_test engine_cuda_test 420
+  # TESTS picks a subset (default: all four).
+  for t in ${TESTS:-kernels_kb_gpu_test logits_gpu_test attention_gpu_test engine_cuda_test}; do
+    run_test "$t" 420
+  done
   grep -E "max \|cuda|greedy tokens|batch invariance|device sampling" \
     "$LOGS/engine_cuda_test.log" | head -60 >>"$OUT/summary.txt"
 fi
@@ -85,12 +85,47 @@ for preset in $PRESETS; do
     grep -E "^(bench|latency|decode|prefill|throughput)|captured|KV cache|device memory" \
       "$LOGS/bench_$preset.log" >>"$OUT/summary.txt"
   fi
+  if want abnorm; then
+    # Batch-1 latency with the RMSNorm fused into the skinny GEMM (TANDEM_FUSED_NORM=1) and
+    # without (the default), interleaved twice so the spread between runs of one tree shows.
+    for round in 1 2; do
+      for fused in 1 0; do
+        TANDEM_FUSED_NORM=$fused timeout 120 $S/bin/tandem bench --model "$m" \
+          --scenarios latency --latency-tokens 256 \
+          >"$LOGS/abnorm_${preset}_fused${fused}_r$round.log" 2>&1
+        note "abnorm $preset fused=$fused round $round: $(grep -E '^latency ' "$LOGS/abnorm_${preset}_fused${fused}_r$round.log" | head -1)"
+      done
+    done
+  fi
   if want profile; then
     # Op profile: every 20th step of a batch-1 and a batch-64 decode runs op by op with events.
     TANDEM_OP_PROFILE=20 timeout 120 $S/bin/tandem bench --model "$m" \
       --scenarios latency,decode --latency-tokens 64 --batch-sizes 64 --contexts 1024 \
       --decode-tokens 48 >"$LOGS/profile_$preset.log" 2>&1
     note "profile $preset exit=$?"
+  fi
+  if want trace; then
+    # A CUPTI timeline of graph-replayed decode steps (tools/gpu/kernel_trace): batch 1, then
+    # batch 64 at context 1024; per-kernel time added to the step, overlap included.
+    # TRACE_FUSED="1 0" traces batch 1 with and without the norm fused into the GEMM (default: 0).
+    kt=$PWD/$S/trace/libtandem_kernel_trace.so
+    shapes=()
+    for f in ${TRACE_FUSED:-0}; do
+      shapes+=("b1_fused$f:$f:--scenarios latency --latency-tokens 64")
+    done
+    shapes+=("b64:0:--scenarios decode --batch-sizes 64 --contexts 1024 --decode-tokens 48")
+    for shape in "${shapes[@]}"; do
+      tag=${shape%%:*} rest=${shape#*:}
+      fused=${rest%%:*} flags=${rest#*:}
+      # shellcheck disable=SC2086
+      TANDEM_FUSED_NORM=$fused CUDA_INJECTION64_PATH=$kt \
+        TANDEM_KERNEL_TRACE=$LOGS/trace_${tag}_$preset.csv timeout 150 \
+        $S/bin/tandem bench --model "$m" $flags >"$LOGS/trace_${tag}_$preset.log" 2>&1
+      note "trace $tag $preset exit=$?: $(grep -E '^(latency|decode) ' "$LOGS/trace_${tag}_$preset.log" | head -2 | tr '\n' ' ')"
+      python3 tools/gpu/kernel_trace/step_timeline.py "$LOGS/trace_${tag}_$preset.csv" \
+        --json "$LOGS/timeline_${tag}_$preset.json" >>"$OUT/summary.txt" 2>&1
+      gzip -f "$LOGS/trace_${tag}_$preset.csv"
+    done
   fi
   if want ncu; then
     # Every kernel of graph-replayed batch-1 decode steps, timed by ncu one by one.
@@ -105,10 +140,16 @@ for preset in $PRESETS; do
   # Prefill and decode workers sharing the GPU, pages over the host TCP transport.
   if want served1p1d; then serve_and_load h200-1p1d 32; fi
   if want peer; then
-    timeout 200 python3 engine/bench/peer_hf_compile.py --model "$m" \
-      --batch-sizes "${PEER_BATCHES:-1,64}" \
-      --new-tokens 128 >"$LOGS/peer_$preset.jsonl" 2>"$LOGS/peer_$preset.err"
-    note "peer $preset exit=$?: $(cat "$LOGS/peer_$preset.jsonl" | tr '\n' ' ')"
+    # The peer (transformers + StaticCache + torch.compile) beside tandem at the shapes it runs:
+    # batch 1 and 64, contexts from 128 to ~520.
+    timeout 150 python3 engine/bench/peer_hf_compile.py --model "$m" \
+      --batch-sizes "${PEER_BATCHES:-1,64}" >"$LOGS/peer_hf_$preset.jsonl" 2>"$LOGS/peer_hf_$preset.err"
+    note "peer transformers $preset exit=$?: $(cat "$LOGS/peer_hf_$preset.jsonl" | tr '\n' ' ')"
+    tail -3 "$LOGS/peer_hf_$preset.err" >>"$OUT/summary.txt"
+    timeout 120 $S/bin/tandem bench --model "$m" --scenarios decode --batch-sizes 1,64 \
+      --contexts 128,512 --decode-tokens 128 >"$LOGS/peer_tandem_$preset.log" 2>&1
+    note "tandem at the peer's shapes $preset exit=$?"
+    grep -E "^decode " "$LOGS/peer_tandem_$preset.log" >>"$OUT/summary.txt"
   fi
   if want hf; then
     TANDEM_REF_PYTHON=python3 TANDEM_HF_PRESETS=$preset TANDEM_HF_MODEL_DIR=$m \

@@ -3,29 +3,34 @@
 torch.compile (mode "reduce-overhead", i.e. CUDA graphs), on the same random-weight checkpoint
 `tandem bench` runs, in bf16 on one GPU.
 
-For each batch size: random prompts of --input-len tokens, greedy generation of --new-tokens
-(min_new_tokens = max_new_tokens, so EOS never stops it early). Decode tokens/s is measured as
-batch * (N - 1) / (t(N) - t(1)): the generate() time of N new tokens minus that of one new token,
-so prefill and the compile warm-up are excluded. Prints one JSON line per batch size.
+transformers' own generate() with cache_implementation="static" crashed under reduce-overhead
+(a mutated graph input, then a segfault), so this is the decode loop written out, as
+gpt-fast does: one eager prefill of --input-len random tokens into a StaticCache, then a compiled
+function (forward of one token per sequence at cache_position p + greedy argmax) called once per
+step; the cache's tensors have static addresses, so the compiled step is a CUDA graph replay.
+Decode tokens/s = batch * steps / time of --new-tokens steps after --warmup compiled steps, each
+timing between torch.cuda.synchronize() calls; the median of --repeats runs. Prints one JSON line
+per batch size.
 
   python3 engine/bench/peer_hf_compile.py --model DIR --batch-sizes 1,64 --input-len 128 \
-      --new-tokens 256
+      --new-tokens 128
 """
 import argparse
 import json
+import statistics
 import time
 
 import torch
-from transformers import AutoModelForCausalLM
+import transformers
+from transformers import AutoModelForCausalLM, StaticCache
 
 
-def timed_generate(model, ids, new_tokens):
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                   min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
-    torch.cuda.synchronize()
-    return time.perf_counter() - start
+def make_cache(model, batch, max_len):
+    try:  # transformers 5.x: layers are sized lazily by the first update
+        return StaticCache(config=model.config, max_cache_len=max_len)
+    except TypeError:  # 4.x
+        return StaticCache(config=model.config, max_batch_size=batch, max_cache_len=max_len,
+                           device="cuda", dtype=torch.bfloat16)
 
 
 def main():
@@ -33,41 +38,65 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--batch-sizes", default="1,64")
     ap.add_argument("--input-len", type=int, default=128)
-    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--eager", action="store_true", help="no torch.compile (plain transformers)")
     args = ap.parse_args()
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to("cuda")
     model.eval()
-    model.generation_config.cache_implementation = "static"
-    if not args.eager:
-        compiled = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-
-        # Each forward replays a CUDA graph; generate() reads a step's outputs before the next
-        # call, so every call may start a new graph step (else torch refuses the static cache's
-        # in-place update as a write over the previous replay's outputs).
-        def forward(*a, **kw):
-            torch.compiler.cudagraph_mark_step_begin()
-            return compiled(*a, **kw)
-
-        model.forward = forward
     vocab = model.config.vocab_size
+
+    def step(token, pos, cache):
+        out = model(input_ids=token, cache_position=pos, past_key_values=cache, use_cache=True,
+                    logits_to_keep=1)
+        return out.logits[:, -1].argmax(-1, keepdim=True)
+
+    compiled = step if args.eager else torch.compile(step, mode="reduce-overhead",
+                                                     fullgraph=True)
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
+        max_len = args.input_len + args.warmup + args.new_tokens * args.repeats + 8
+        results, warm_s = [], None
+        cache = make_cache(model, batch, max_len)
         ids = torch.randint(0, vocab, (batch, args.input_len), device="cuda")
-        compile_start = time.perf_counter()
-        for _ in range(2):  # compile and capture for this shape (prefill and decode)
-            timed_generate(model, ids, 8)
-        warm = time.perf_counter() - compile_start
-        one = min(timed_generate(model, ids, 1) for _ in range(3))
-        full = min(timed_generate(model, ids, args.new_tokens) for _ in range(2))
-        tps = batch * (args.new_tokens - 1) / (full - one)
-        print(json.dumps({"peer": "transformers+static-cache" + ("" if args.eager else
-                                                                 "+torch.compile"),
+        with torch.no_grad():
+            out = model(input_ids=ids, cache_position=torch.arange(args.input_len, device="cuda"),
+                        past_key_values=cache, use_cache=True, logits_to_keep=1)
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            pos = args.input_len
+            start = time.perf_counter()
+            for _ in range(args.warmup):  # compile and capture
+                torch.compiler.cudagraph_mark_step_begin()
+                token = compiled(token.clone(), torch.tensor([pos], device="cuda"), cache).clone()
+                pos += 1
+            torch.cuda.synchronize()
+            warm_s = time.perf_counter() - start
+            # The position lives on the device and is advanced there, so no step waits for a
+            # host-to-device copy.
+            pos_t = torch.tensor([pos], device="cuda")
+            for _ in range(args.repeats):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                for _ in range(args.new_tokens):
+                    torch.compiler.cudagraph_mark_step_begin()
+                    token = compiled(token, pos_t, cache).clone()
+                    pos_t += 1
+                torch.cuda.synchronize()
+                results.append(time.perf_counter() - start)
+        t = statistics.median(results)
+        print(json.dumps({"peer": "transformers+StaticCache" + ("" if args.eager else
+                                                                "+torch.compile(reduce-overhead)"),
                           "model": args.model, "batch": batch, "input_len": args.input_len,
-                          "new_tokens": args.new_tokens, "decode_tokens_per_s": round(tps, 1),
-                          "ms_per_step": round(1e3 * (full - one) / (args.new_tokens - 1), 3),
-                          "warmup_s": round(warm, 1), "torch": torch.__version__,
-                          "transformers": __import__("transformers").__version__}), flush=True)
+                          "steps": args.new_tokens, "decode_tokens_per_s": round(
+                              batch * args.new_tokens / t, 1),
+                          "ms_per_step": round(1e3 * t / args.new_tokens, 3),
+                          "ms_per_step_runs": [round(1e3 * r / args.new_tokens, 3)
+                                               for r in results],
+                          "warmup_s": round(warm_s, 1), "torch": torch.__version__,
+                          "transformers": transformers.__version__}), flush=True)
+        del cache
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # Builds the engine's GPU binaries here (nvcc, sm_90a; no GPU needed), strips them and stages them
 # with their shared libraries in .gpu-eng/, packed as .gpu-pack/eng.tar.xz (~25 MB, under the
 # 64 MiB a call carries) for engine/bench/gpu_run_engine.sh on the GPU machine
-# (carry: [".gpu-pack"]). Usage: engine/bench/stage_engine.sh [build dir, default build]
+# (carry: [".gpu-pack"]). Usage: [TANDEM_CUPTI_ROOT=DIR] engine/bench/stage_engine.sh [build dir,
+# default build]; with TANDEM_CUPTI_ROOT the CUPTI kernel tracer travels too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-build}
@@ -16,6 +17,10 @@ rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/tests"
 for b in "${bins[@]}"; do cp "$dir/bin/$b" "$stage/bin/"; done
 for t in "${tests[@]}"; do cp "$dir/tests/$t" "$stage/tests/"; done
 strip "$stage"/bin/* "$stage"/tests/*
+# The CUPTI kernel tracer, when a CUPTI is at hand (tools/gpu/kernel_trace/README.md).
+if [ -n "${TANDEM_CUPTI_ROOT:-}" ]; then
+  tools/gpu/kernel_trace/build.sh "$TANDEM_CUPTI_ROOT" "$stage/trace" >/dev/null
+fi
 tools/gpu/bundle-libs.sh "$stage/_libs" "$stage"/bin/* "$stage"/tests/* >/dev/null
 mkdir -p .gpu-pack
 tar -cf - "$stage" | xz -T2 -6 >.gpu-pack/eng.tar.xz
