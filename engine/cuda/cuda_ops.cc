@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -72,6 +73,9 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create() {
   RETURN_IF_ERROR(GemmInitDevice());
   if (const char* every = std::getenv("TANDEM_OP_PROFILE"); every != nullptr) {
     ops->profile_every_ = std::max(0, std::atoi(every));
+  }
+  if (const char* fuse = std::getenv("TANDEM_FUSED_NORM"); fuse != nullptr) {
+    ops->fuse_norm_ = std::string_view(fuse) == "1";
   }
   ASSIGN_OR_RETURN(ops->decode_plan_, AttentionPlan::Create({}));
   ASSIGN_OR_RETURN(ops->prefill_plan_, AttentionPlan::Create({}));
@@ -226,8 +230,12 @@ absl::Status CudaOps::RmsNorm(const RmsNormArgs& a) {
                [&] { return ::tandem::RmsNorm(a, stream_); });
 }
 absl::Status CudaOps::Gemm(const GemmArgs& a) {
-  return Timed([&] { return absl::StrCat("gemm m=", a.m, " n=", a.n, " k=", a.k); },
-               [&] { return ::tandem::Gemm(a, stream_); });
+  return Timed(
+      [&] {
+        return absl::StrCat("gemm m=", a.m, " n=", a.n, " k=", a.k,
+                            a.a_norm_weight != nullptr ? " +norm" : "", a.accumulate ? " +=" : "");
+      },
+      [&] { return ::tandem::Gemm(a, stream_); });
 }
 absl::Status CudaOps::RopeKvStore(const RopeKvStoreArgs& a) {
   return Timed([] { return std::string("rope+kv store"); },

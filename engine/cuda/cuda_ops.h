@@ -46,6 +46,12 @@ class CudaOps final : public Ops {
   absl::Status Embedding(const EmbeddingArgs& args) override;
   absl::Status RmsNorm(const RmsNormArgs& args) override;
   absl::Status Gemm(const GemmArgs& args) override;
+  // TANDEM_FUSED_NORM=1: batch-1 decode runs the RMSNorm inside the skinny GEMM
+  // (GemmArgs::a_norm_weight) instead of as its own kernel. Off by default: measured slower in a
+  // graph-replayed step (kernels/gemm/WORKLOG.md, step 8): the one-block norm kernel is where the
+  // next GEMM prefetches its first weights on idle SMs. Kept as an A/B switch, like
+  // TANDEM_OP_PROFILE.
+  bool FusesNormIntoGemm(int64_t rows) const override { return fuse_norm_ && GemmFusesNorm(rows); }
   absl::Status RopeKvStore(const RopeKvStoreArgs& args) override;
   absl::Status PagedAttention(const PagedAttentionArgs& args) override;
   absl::Status SiluMul(const SiluMulArgs& args) override;
@@ -103,6 +109,7 @@ class CudaOps final : public Ops {
   absl::Status Timed(N&& name, F&& launch);
   void LogProfile();
 
+  bool fuse_norm_ = false;
   int profile_every_ = 0;
   int64_t num_steps_ = 0;
   bool profiling_ = false;

@@ -14,7 +14,6 @@ namespace {
 enum BufferId : int {
   kResidual,
   kHidden,
-  kDelta,
   kQkv,
   kAttn,
   kGateUp,
@@ -78,6 +77,12 @@ GemmArgs LlamaModel::Linear(const void* a, const void* w, void* c, int64_t m, in
       .a = a, .w = w, .c = c, .m = m, .n = n, .k = k, .a_dtype = t, .w_dtype = t, .c_dtype = t};
 }
 
+void LlamaModel::FuseNorm(GemmArgs& gemm, const void* residual, const void* norm_weight) const {
+  gemm.a = residual;
+  gemm.a_norm_weight = norm_weight;
+  gemm.a_norm_eps = config_.rms_norm_eps;
+}
+
 RmsNormArgs LlamaModel::Norm(const void* input, void* residual, const void* weight, void* out,
                              int64_t rows) const {
   return RmsNormArgs{.input = input,
@@ -100,7 +105,6 @@ absl::StatusOr<LlamaModel::Activations> LlamaModel::GetActivations(int64_t t, in
   Activations b;
   ASSIGN_OR_RETURN(b.residual, buffer(kResidual, t * c.hidden_size));
   ASSIGN_OR_RETURN(b.hidden, buffer(kHidden, t * c.hidden_size));
-  ASSIGN_OR_RETURN(b.delta, buffer(kDelta, t * c.hidden_size));
   ASSIGN_OR_RETURN(b.qkv, buffer(kQkv, t * qkv_dim));
   ASSIGN_OR_RETURN(b.attn, buffer(kAttn, t * c.num_q_heads * c.head_dim));
   ASSIGN_OR_RETURN(b.gate_up, buffer(kGateUp, t * 2 * c.intermediate_size));
@@ -128,22 +132,29 @@ absl::StatusOr<float*> LlamaModel::Forward(const DeviceStep& d, const KvLayout& 
                                                 .vocab_size = config_.vocab_size,
                                                 .hidden = config_.hidden_size,
                                                 .dtype = ops_->compute_dtype()}));
+  // The residual stream: o_proj and down_proj add into it in place (GemmArgs::accumulate), and
+  // the norm before QKV and gate-up either runs on its own into `hidden` or, where the backend
+  // fuses it into the GEMM (batch-1 decode on CUDA, opt-in), inside the GEMM that reads the
+  // residual.
+  const bool fused_norm = ops_->FusesNormIntoGemm(t);
   for (int l = 0; l < config_.num_layers; ++l) {
-    // Layer 0 normalises the embeddings; later layers first add the previous MLP output.
-    RETURN_IF_ERROR(
-        ops_->RmsNorm(l == 0 ? Norm(b.residual, nullptr, layers_[l].input_layernorm, b.hidden, t)
-                             : Norm(b.delta, b.residual, layers_[l].input_layernorm, b.hidden, t)));
-    RETURN_IF_ERROR(Attention(l, d, b, layout, kv_pool));
-    RETURN_IF_ERROR(
-        ops_->RmsNorm(Norm(b.delta, b.residual, layers_[l].post_attention_layernorm, b.hidden, t)));
-    RETURN_IF_ERROR(Mlp(l, t, b));
+    if (!fused_norm) {
+      RETURN_IF_ERROR(
+          ops_->RmsNorm(Norm(b.residual, nullptr, layers_[l].input_layernorm, b.hidden, t)));
+    }
+    RETURN_IF_ERROR(Attention(l, d, b, layout, kv_pool, fused_norm));
+    if (!fused_norm) {
+      RETURN_IF_ERROR(ops_->RmsNorm(
+          Norm(b.residual, nullptr, layers_[l].post_attention_layernorm, b.hidden, t)));
+    }
+    RETURN_IF_ERROR(Mlp(l, t, b, fused_norm));
   }
   RETURN_IF_ERROR(Logits(d, b));
   return b.logits;
 }
 
 absl::Status LlamaModel::Attention(int l, const DeviceStep& d, const Activations& b,
-                                   const KvLayout& layout, void* kv_pool) {
+                                   const KvLayout& layout, void* kv_pool, bool fused_norm) {
   const ModelConfig& c = config_;
   const DType dt = ops_->compute_dtype();
   const Layer& w = layers_[l];
@@ -152,6 +163,7 @@ absl::Status LlamaModel::Attention(int l, const DeviceStep& d, const Activations
   const int64_t q_dim = int64_t{c.num_q_heads} * c.head_dim;
   GemmArgs qkv = Linear(b.hidden, w.qkv_proj, b.qkv, t, qkv_dim, c.hidden_size);
   qkv.bias = w.qkv_bias;
+  if (fused_norm) FuseNorm(qkv, b.residual, w.input_layernorm);
   RETURN_IF_ERROR(ops_->Gemm(qkv));
   void* kv_layer =
       static_cast<uint8_t*>(kv_pool) + layout.PageOffset(l, 0) * DTypeSize(layout.dtype);
@@ -189,27 +201,33 @@ absl::Status LlamaModel::Attention(int l, const DeviceStep& d, const Activations
                          .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                          .dtype = dt,
                          .kv_dtype = layout.dtype}));
-  return ops_->Gemm(Linear(b.attn, w.o_proj, b.delta, t, c.hidden_size, q_dim));
+  GemmArgs o = Linear(b.attn, w.o_proj, b.residual, t, c.hidden_size, q_dim);
+  o.accumulate = true;
+  return ops_->Gemm(o);
 }
 
-absl::Status LlamaModel::Mlp(int l, int64_t t, const Activations& b) {
+absl::Status LlamaModel::Mlp(int l, int64_t t, const Activations& b, bool fused_norm) {
   const ModelConfig& c = config_;
   const Layer& w = layers_[l];
-  RETURN_IF_ERROR(ops_->Gemm(
-      Linear(b.hidden, w.gate_up_proj, b.gate_up, t, 2 * c.intermediate_size, c.hidden_size)));
+  GemmArgs gate_up =
+      Linear(b.hidden, w.gate_up_proj, b.gate_up, t, 2 * c.intermediate_size, c.hidden_size);
+  if (fused_norm) FuseNorm(gate_up, b.residual, w.post_attention_layernorm);
+  RETURN_IF_ERROR(ops_->Gemm(gate_up));
   RETURN_IF_ERROR(ops_->SiluMul(SiluMulArgs{.gate_up = b.gate_up,
                                             .out = b.act,
                                             .num_tokens = t,
                                             .intermediate = c.intermediate_size,
                                             .dtype = ops_->compute_dtype()}));
-  return ops_->Gemm(Linear(b.act, w.down_proj, b.delta, t, c.hidden_size, c.intermediate_size));
+  GemmArgs down = Linear(b.act, w.down_proj, b.residual, t, c.hidden_size, c.intermediate_size);
+  down.accumulate = true;
+  return ops_->Gemm(down);
 }
 
 absl::Status LlamaModel::Logits(const DeviceStep& d, const Activations& b) {
   const ModelConfig& c = config_;
   const int64_t r = d.num_rows;
   if (r == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(ops_->RmsNorm(Norm(b.delta, b.residual, norm_, b.hidden, d.num_tokens)));
+  RETURN_IF_ERROR(ops_->RmsNorm(Norm(b.residual, nullptr, norm_, b.hidden, d.num_tokens)));
   // The embedding gather doubles as a row gather: "vocabulary" = this step's hidden rows.
   RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = d.logits_rows,
                                                 .table = b.hidden,

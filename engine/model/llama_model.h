@@ -2,16 +2,18 @@
 // any Ops backend. Per layer, for the T new tokens of a step (activations in the backend's
 // compute dtype; CPU: fp32, CUDA: bf16):
 //
-//   h        = RmsNorm(residual += x, input_layernorm)        (fused; layer 0: residual = embed)
+//   h        = RmsNorm(residual, input_layernorm)              (layer 0: residual = embed)
 //   qkv      = h · qkv_projᵀ (+ qkv_bias)                     [T, (Hq + 2 Hkv) D]
 //   RopeKvStore: QK-norm (Qwen3), rotary on Q and K, K/V stored at slot_mapping
 //   attn     = PagedAttention(Q, cache)                        [T, Hq D]
-//   x        = attn · o_projᵀ
-//   h        = RmsNorm(residual += x, post_attention_layernorm)
-//   x        = SiluMul(h · gate_up_projᵀ) · down_projᵀ
+//   residual += attn · o_projᵀ                                 (the GEMM adds in place)
+//   h        = RmsNorm(residual, post_attention_layernorm)
+//   residual += SiluMul(h · gate_up_projᵀ) · down_projᵀ
 //
-// then h = RmsNorm(residual += x, norm), and logits = h[logits_rows] · lm_headᵀ (fp32) only for
-// the rows asked for, which the sampler (device_sampler.h) turns into tokens on the backend.
+// where the backend fuses the norm into the GEMM that follows it (Ops::FusesNormIntoGemm: the
+// CUDA skinny GEMM at batch 1, opt-in), h is never stored; then h = RmsNorm(residual, norm), and
+// logits = h[logits_rows] · lm_headᵀ (fp32) only for the rows asked for, which the sampler
+// (device_sampler.h) turns into tokens on the backend.
 //
 // Steps that are all decodes (one token per sequence) up to the largest captured batch size
 // replay a CUDA graph of the whole step — forward and sampling — captured at Prepare for the
@@ -67,9 +69,8 @@ class LlamaModel final : public Model {
   };
   // The activation buffers of a step of `tokens` rows and `rows` logits rows.
   struct Activations {
-    void* residual;  // [T, H] the residual stream
-    void* hidden;    // [T, H] normalised input of the next projection
-    void* delta;     // [T, H] output of o_proj / down_proj, added to the residual by the next norm
+    void* residual;  // [T, H] the residual stream (o_proj and down_proj add into it in place)
+    void* hidden;    // [T, H] normalised input of the next projection (unless the norm is fused)
     void* qkv;       // [T, (Hq + 2 Hkv) D]
     void* attn;      // [T, Hq D]
     void* gate_up;   // [T, 2 I]
@@ -90,11 +91,14 @@ class LlamaModel final : public Model {
 
   // The forward pass over a step already on the device: returns its logits rows.
   absl::StatusOr<float*> Forward(const DeviceStep& step, const KvLayout& layout, void* kv_pool);
+  // fused_norm: the layer's norms run inside the QKV / gate-up GEMMs (Ops::FusesNormIntoGemm).
   absl::Status Attention(int layer, const DeviceStep& step, const Activations& b,
-                         const KvLayout& layout, void* kv_pool);
-  absl::Status Mlp(int layer, int64_t num_tokens, const Activations& b);
+                         const KvLayout& layout, void* kv_pool, bool fused_norm);
+  absl::Status Mlp(int layer, int64_t num_tokens, const Activations& b, bool fused_norm);
   absl::Status Logits(const DeviceStep& step, const Activations& b);
   GemmArgs Linear(const void* a, const void* w, void* c, int64_t m, int64_t n, int64_t k) const;
+  // Makes `gemm` read the residual stream and normalise it on the fly with `norm_weight`.
+  void FuseNorm(GemmArgs& gemm, const void* residual, const void* norm_weight) const;
   RmsNormArgs Norm(const void* input, void* residual, const void* weight, void* out,
                    int64_t rows) const;
 

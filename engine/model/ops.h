@@ -138,6 +138,9 @@ class Ops {
   virtual absl::Status Embedding(const EmbeddingArgs& args) = 0;
   virtual absl::Status RmsNorm(const RmsNormArgs& args) = 0;
   virtual absl::Status Gemm(const GemmArgs& args) = 0;
+  // Whether Gemm() takes GemmArgs::a_norm_weight (the RMSNorm fused into the GEMM) for `rows`
+  // activation rows; the model then runs no separate RmsNorm before QKV and gate-up.
+  virtual bool FusesNormIntoGemm(int64_t rows) const { return false; }
   virtual absl::Status RopeKvStore(const RopeKvStoreArgs& args) = 0;
   // Over the sequences of the last BeginStep (its plan).
   virtual absl::Status PagedAttention(const PagedAttentionArgs& args) = 0;

@@ -1,5 +1,7 @@
 // Linear layer: c[m, n] = a[m, k] · w[n, k]ᵀ (+ bias[n]), the layout of a Hugging Face
-// nn.Linear weight. Accumulation in fp32. The CUDA entry point picks a skinny split-K kernel for
+// nn.Linear weight; optionally c += ... (accumulate: the residual add fused into the GEMM) and
+// a normalised on the fly (a_norm_weight: the RMSNorm before the GEMM fused into it). Accumulation
+// in fp32. The CUDA entry point picks a skinny split-K kernel for
 // small m (decode) and cuBLASLt for large m behind this one interface.
 //
 // Batch invariance (GemmRef): c[i, j] is the fp32 sum of a[i, kk] * w[j, kk] in increasing kk,
@@ -37,6 +39,19 @@ struct GemmArgs {
   // kernels/gemm/WORKLOG.md, step 5 (12288 -> 4096 in a graph chain: 26.0 -> 24.6 us, isolated
   // launches unchanged); false gives the plain launch.
   bool overlap_launch = true;
+  // c += a · wᵀ (+ bias) instead of c = ...: c is read, in c_dtype, and the sum rounded once
+  // (o_proj and down_proj add into the residual stream in place). Every path: the skinny kernel,
+  // cuBLASLt (beta = 1; with a bias too it would round twice, so Gemm() sends that combination to
+  // the fallback and GemmCublasLt refuses it), the fallback.
+  bool accumulate = false;
+  // When set, each row of a is replaced by its RMSNorm before the product,
+  //   a[i, :] * a_norm_weight[:] / sqrt(mean(a[i, :]^2) + a_norm_eps)   (fp32, never stored),
+  // which is the norm in front of QKV and gate-up fused into the GEMM: the 1 / rms scale of a row
+  // is a scalar, so it is applied to the row's dot products after the k loop. Only the skinny
+  // kernel at m = 1 does this (GemmFusesNorm; batch-1 decode): other m, GemmCublasLt and
+  // GemmFallback return InvalidArgument.
+  const void* a_norm_weight = nullptr;  // [k], a_dtype
+  float a_norm_eps = 1e-6f;
 };
 
 void GemmRef(const GemmArgs& args);
@@ -49,6 +64,9 @@ absl::Status Gemm(const GemmArgs& args, cudaStream_t stream);
 // Largest m the skinny kernel serves inside Gemm(): from m = 4 on cuBLASLt streams the weights
 // faster than the CUDA-core skinny kernel (kernels/gemm/WORKLOG.md), so only m = 1 uses it.
 inline constexpr int64_t kSkinnyMaxM = 1;
+
+// Whether Gemm() can take GemmArgs::a_norm_weight for m rows (the skinny kernel serves them).
+inline bool GemmFusesNorm(int64_t m) { return m >= 1 && m <= kSkinnyMaxM; }
 
 // The paths behind Gemm(), exposed for tests and benchmarks. Each returns InvalidArgument when
 // its alignment or dtype requirements are not met (the fallback has none).

@@ -5,8 +5,11 @@
 // is converted once to an fp32 tile stored transposed, tile[kk][j] = w[n0 + j, k0 + kk], so the
 // inner loop (acc[j] += a[m, k] * tile[kk][j], over j) is contiguous, free of reductions, and
 // vectorised by the compiler at any -march. Each weight element is converted once whatever m is.
-// Accumulation is fp32 in k order; bias is added in fp32 before the one rounding to c_dtype.
+// Accumulation is fp32 in k order; bias (and, with accumulate, the old c) is added in fp32
+// before the one rounding to c_dtype. With a_norm_weight, a is normalised row by row in fp32
+// first (the RMSNorm the skinny CUDA kernel fuses).
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "base/check.h"
@@ -66,6 +69,7 @@ void GemmColumnBlock(const GemmArgs& args, const float* a32, int64_t n0) {
     for (int64_t j = 0; j < nb; ++j) {
       float v = acc[i * kNBlock + j];
       if (args.bias != nullptr) v += LoadElem(args.bias, args.c_dtype, n0 + j);
+      if (args.accumulate) v += LoadElem(args.c, args.c_dtype, i * args.n + n0 + j);
       StoreElem(args.c, args.c_dtype, i * args.n + n0 + j, v);
     }
   }
@@ -80,13 +84,23 @@ void GemmRef(const GemmArgs& args) {
   // a as fp32, converted once (m * k is small next to the weights).
   std::vector<float> a_copy;
   const float* a32 = static_cast<const float*>(args.a);
-  if (args.a_dtype == DType::kBF16) {
+  if (args.a_dtype == DType::kBF16 || args.a_norm_weight != nullptr) {
     a_copy.resize(args.m * args.k);
-    const auto* a = static_cast<const uint16_t*>(args.a);
     ParallelFor(args.m * args.k, 1 << 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) a_copy[i] = Bf16ToF32(a[i]);
+      for (int64_t i = b; i < e; ++i) a_copy[i] = LoadElem(args.a, args.a_dtype, i);
     });
     a32 = a_copy.data();
+  }
+  if (args.a_norm_weight != nullptr) {
+    for (int64_t i = 0; i < args.m; ++i) {
+      float* row = a_copy.data() + i * args.k;
+      float ss = 0.0f;
+      for (int64_t kk = 0; kk < args.k; ++kk) ss += row[kk] * row[kk];
+      const float inv_rms = 1.0f / std::sqrt(ss / static_cast<float>(args.k) + args.a_norm_eps);
+      for (int64_t kk = 0; kk < args.k; ++kk) {
+        row[kk] *= inv_rms * LoadElem(args.a_norm_weight, args.a_dtype, kk);
+      }
+    }
   }
   const int64_t num_blocks = (args.n + kNBlock - 1) / kNBlock;
   ParallelFor(num_blocks, 1, [&](int64_t b, int64_t e) {

@@ -86,15 +86,19 @@ int ExpectSameUpToNearTie(const std::vector<int32_t>& want, const std::vector<fl
   return static_cast<int>(n);
 }
 
-void CompareWithCpu(const std::string& preset, int page_size) {
-  SCOPED_TRACE(preset + ", page " + std::to_string(page_size));
+// `lengths`: the prompts, run together. A single prompt decodes at batch 1, where the CUDA backend
+// runs the RMSNorm inside the skinny GEMM (Ops::FusesNormIntoGemm); batches run it on its own.
+void CompareWithCpu(const std::string& preset, int page_size,
+                    const std::vector<int>& lengths = {1, 13, 45, 300}) {
+  SCOPED_TRACE(preset + ", page " + std::to_string(page_size) + ", " +
+               std::to_string(lengths.size()) + " prompts");
   const std::string dir = Make(preset);
   absl::StatusOr<std::unique_ptr<Model>> cpu = LoadModel(dir, Backend::kCpu);
   absl::StatusOr<std::unique_ptr<Model>> cuda = LoadModel(dir, Backend::kCuda);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   ASSERT_TRUE(cuda.ok()) << cuda.status();
   const int vocab = (*cpu)->config().vocab_size;
-  const auto prompts = RandomPrompts({1, 13, 45, 300}, vocab, 99);
+  const auto prompts = RandomPrompts(lengths, vocab, 99);
   constexpr int kNewTokens = 24, kChunk = 64;
   const std::vector<SeqResult> want =
       GenerateGreedy(**cpu, prompts, kNewTokens, page_size, kChunk, DType::kF32);
@@ -193,6 +197,17 @@ TEST(EngineCudaTest, SmallPresetsMatchTheCpuBackend) {
   for (const char* preset : kSmallPresets) CompareWithCpu(preset, 16);
   // Page 7: not a power of two (the decode kernel's division path, the prefill fallback kernel).
   CompareWithCpu("small-llama3", 7);
+  // One prompt: every decode step is batch 1 (the skinny GEMM), with the norm on its own (the
+  // default) and fused into the GEMM (TANDEM_FUSED_NORM=1, read when the CUDA backend is made);
+  // with QKV bias and with QK-norm too.
+  for (const char* fused : {"0", "1"}) {
+    ASSERT_EQ(setenv("TANDEM_FUSED_NORM", fused, 1), 0);
+    for (const char* preset : {"small-llama3", "small-qwen2", "small-qwen3"}) {
+      SCOPED_TRACE(std::string("TANDEM_FUSED_NORM=") + fused);
+      CompareWithCpu(preset, 16, {45});
+    }
+  }
+  ASSERT_EQ(unsetenv("TANDEM_FUSED_NORM"), 0);
 }
 
 struct Generated {

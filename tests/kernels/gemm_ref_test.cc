@@ -1,6 +1,7 @@
 // GemmRef against a naive double-precision dot product on awkward shapes and dtype mixes.
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "kernels/gemm/gemm.h"
@@ -96,6 +97,50 @@ TEST(GemmRefTest, EmptyMOrNWritesNothing) {
                 .c_dtype = DType::kF32};
   GemmRef(args);
   EXPECT_EQ(c[0], 42.0f);
+}
+
+// accumulate adds to what c held; a_norm_weight normalises each row of a (RMSNorm) first.
+TEST(GemmRefTest, FusedNormAndAccumulate) {
+  std::mt19937_64 rng(7);
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 33, 257}, {3, 7, 600}}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      HostTensor a = RandomTensor(dt, m * k, rng);
+      for (int64_t i = 0; i < m * k; ++i) a.set(i, a.at(i) * (1 + 2 * (i / k)));  // row scales
+      HostTensor w = RandomTensor(dt, n * k, rng);
+      HostTensor g = RandomTensor(dt, k, rng, 0.5f, 1.5f);
+      HostTensor c = RandomTensor(dt, m * n, rng);
+      const HostTensor c0 = c;
+      GemmArgs args{.a = a.data(),
+                    .w = w.data(),
+                    .c = c.data(),
+                    .m = m,
+                    .n = n,
+                    .k = k,
+                    .a_dtype = dt,
+                    .w_dtype = dt,
+                    .c_dtype = dt,
+                    .accumulate = true,
+                    .a_norm_weight = g.data(),
+                    .a_norm_eps = 1e-5f};
+      GemmRef(args);
+      for (int64_t i = 0; i < m; ++i) {
+        double ss = 0;
+        for (int64_t kk = 0; kk < k; ++kk) ss += a.at(i * k + kk) * a.at(i * k + kk);
+        const double inv_rms = 1.0 / std::sqrt(ss / k + 1e-5);
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = c0.at(i * n + j), mag = std::abs(ref);
+          for (int64_t kk = 0; kk < k; ++kk) {
+            const double p = a.at(i * k + kk) * inv_rms * g.at(kk) * w.at(j * k + kk);
+            ref += p;
+            mag += std::abs(p);
+          }
+          double tol = 4e-6 * mag + 1e-6;
+          if (dt == DType::kBF16) tol += 0.5 * Bf16Ulp(ref);
+          ASSERT_NEAR(c.at(i * n + j), ref, tol) << "m=" << m << " (" << i << "," << j << ")";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

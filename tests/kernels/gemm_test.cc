@@ -27,7 +27,9 @@ struct Case {
   DType a = DType::kBF16, w = DType::kBF16, c = DType::kBF16;
   bool bias = false;
   Path path = Path::kDispatch;
-  int variant = 0;  // for Path::kVariant: GemmSkinnyVariant's variant
+  int variant = 0;          // for Path::kVariant: GemmSkinnyVariant's variant
+  bool norm = false;        // GemmArgs::a_norm_weight (fused RMSNorm of a)
+  bool accumulate = false;  // GemmArgs::accumulate (c += ...)
 };
 
 // Sets GemmArgs::overlap_launch explicitly on every path, whatever its default.
@@ -58,7 +60,15 @@ void CheckCase(const Case& cs, uint64_t seed) {
   HostTensor a = RandomTensor(cs.a, cs.m * cs.k, rng);
   HostTensor w = RandomTensor(cs.w, cs.n * cs.k, rng);
   HostTensor bias = RandomTensor(cs.c, cs.n, rng);
+  // Norm weights around 1 with a spread, and a's rows at different scales, so that a missing or
+  // misapplied 1 / rms or weight is O(1) off.
+  HostTensor norm_w = RandomTensor(cs.a, cs.k, rng, 0.25f, 1.75f);
+  for (int64_t i = 0; cs.norm && i < cs.m; ++i) {
+    for (int64_t kk = 0; kk < cs.k; ++kk) a.set(i * cs.k + kk, a.at(i * cs.k + kk) * (1 + 3 * i));
+  }
   HostTensor want(cs.c, cs.m * cs.n), got(cs.c, cs.m * cs.n);
+  const HostTensor c_init = RandomTensor(cs.c, cs.m * cs.n, rng);  // what accumulate adds to
+  if (cs.accumulate) want = c_init;
   GemmArgs args{.a = a.data(),
                 .w = w.data(),
                 .bias = cs.bias ? bias.data() : nullptr,
@@ -68,24 +78,41 @@ void CheckCase(const Case& cs, uint64_t seed) {
                 .k = cs.k,
                 .a_dtype = cs.a,
                 .w_dtype = cs.w,
-                .c_dtype = cs.c};
+                .c_dtype = cs.c,
+                .accumulate = cs.accumulate,
+                .a_norm_weight = cs.norm ? norm_w.data() : nullptr,
+                .a_norm_eps = 1e-5f};
   GemmRef(args);
-  DeviceBuffer da(a.bytes), dw(w.bytes), dbias(bias.bytes), dc(got.bytes.size());
+  DeviceBuffer da(a.bytes), dw(w.bytes), dbias(bias.bytes), dc(got.bytes.size()),
+      dnorm(norm_w.bytes);
   da.Upload(a.data());
   dw.Upload(w.data());
   dbias.Upload(bias.data());
-  dc.Poison();
+  dnorm.Upload(norm_w.data());
+  if (cs.accumulate) {
+    dc.Upload(c_init.data());
+  } else {
+    dc.Poison();
+  }
   args.a = da.get(), args.w = dw.get(), args.c = dc.get();
   args.bias = cs.bias ? dbias.get() : nullptr;
+  args.a_norm_weight = cs.norm ? dnorm.get() : nullptr;
   ASSERT_TRUE(Run(cs.path, args, cs.variant).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   dc.Download(got.data());
   for (int64_t i = 0; i < cs.m * cs.n; ++i) {
     const double ref = want.at(i), x = got.at(i);
     const int64_t row = i / cs.n, col = i % cs.n;
+    double scale = 1.0;  // the row's 1 / rms with the fused norm
+    if (cs.norm) {
+      double ss = 0;
+      for (int64_t kk = 0; kk < cs.k; ++kk) ss += a.at(row * cs.k + kk) * a.at(row * cs.k + kk);
+      scale = 1.0 / std::sqrt(ss / cs.k + 1e-5);
+    }
     double mag = 0;  // sum |a| |w| bounds the summation-order difference
     for (int64_t kk = 0; kk < cs.k; ++kk) {
-      mag += std::abs(a.at(row * cs.k + kk) * w.at(col * cs.k + kk));
+      const double ak = a.at(row * cs.k + kk) * (cs.norm ? scale * norm_w.at(kk) : 1.0);
+      mag += std::abs(ak * w.at(col * cs.k + kk));
     }
     const double tol = 1e-5 * mag + (cs.c == DType::kBF16 ? Bf16Ulp(ref) : 1e-6);
     ASSERT_FALSE(std::isnan(x)) << "at " << i;
@@ -159,6 +186,60 @@ TEST(GemmCudaTest, SkinnyPdlOnAwkwardShapes) {
     CheckCase({.m = m, .n = 1000, .k = 4104, .bias = true, .path = Path::kDispatchPdl}, seed++);
     CheckCase({.m = m, .n = 33, .k = 37, .path = Path::kDispatchPdl}, seed++);
   }
+}
+
+// The fused RMSNorm (a_norm_weight) and the in-place add (accumulate) on the skinny kernel, every
+// row tile, PDL or not, against GemmRef doing the same; accumulate also through cuBLASLt and the
+// fallback; a fused norm where the skinny kernel cannot serve it is refused, not ignored.
+TEST(GemmCudaTest, FusedNormAndAccumulate) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  uint64_t seed = 700;
+  for (Path p : {Path::kSkinny, Path::kSkinnyPdl, Path::kDispatch, Path::kDispatchPdl}) {
+    for (int64_t m : {1, 3}) {
+      if (m > kSkinnyMaxM && (p == Path::kDispatch || p == Path::kDispatchPdl)) continue;
+      // n = 2200 / 6144: 2 rows per block; n = 40: one; k = 8200: 8 rows per block.
+      for (auto [n, k] :
+           {std::pair<int64_t, int64_t>{2200, 1032}, {40, 264}, {2200, 8200}, {6144, 4096}}) {
+        CheckCase({.m = m, .n = n, .k = k, .path = p, .accumulate = true}, seed++);
+        if (m != 1) continue;  // the fused norm is for m = 1 (refused above it: below)
+        CheckCase({.m = m, .n = n, .k = k, .bias = n == 40, .path = p, .norm = true}, seed++);
+        CheckCase({.m = m, .n = n, .k = k, .path = p, .norm = true, .accumulate = true}, seed++);
+      }
+    }
+  }
+  for (Path p : {Path::kCublasLt, Path::kFallback, Path::kDispatch}) {
+    CheckCase({.m = 64, .n = 1000, .k = 4104, .path = p, .accumulate = true}, seed++);
+    // With a bias, cuBLASLt would round twice: Gemm() takes the fallback (cuBLASLt refuses, below).
+    if (p != Path::kCublasLt) {
+      CheckCase({.m = 5, .n = 96, .k = 256, .bias = true, .path = p, .accumulate = true}, seed++);
+    }
+  }
+  CheckCase(
+      {.m = 3, .n = 96, .k = 256, .c = DType::kF32, .path = Path::kFallback, .accumulate = true},
+      seed++);
+  // Refused: a fused norm through cuBLASLt, the fallback, the skinny kernel above m = 1, or
+  // Gemm() above kSkinnyMaxM.
+  DeviceBuffer a(64 * 256 * 2), w(96 * 256 * 2), c(64 * 96 * 2), g(256 * 2);
+  GemmArgs args{.a = a.get(),
+                .w = w.get(),
+                .c = c.get(),
+                .m = 64,
+                .n = 96,
+                .k = 256,
+                .a_norm_weight = g.get()};
+  EXPECT_EQ(Gemm(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GemmCublasLt(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GemmFallback(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  args.m = 2;
+  EXPECT_EQ(GemmSkinny(args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  GemmArgs biased = args;
+  biased.a_norm_weight = nullptr;
+  biased.bias = g.get();
+  biased.accumulate = true;
+  EXPECT_EQ(GemmCublasLt(biased, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  args.m = 1;
+  EXPECT_TRUE(Gemm(args, nullptr).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 TEST(GemmCudaTest, CublasLtAndFallbackPaths) {
