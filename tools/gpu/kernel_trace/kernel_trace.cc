@@ -38,15 +38,15 @@ std::mutex g_mu;
 std::vector<KernelRecord>* g_records = new std::vector<KernelRecord>();  // guarded by g_mu
 constexpr size_t kBufferBytes = 8 << 20;
 
-#define CUPTI_OR_DIE(call)                                                          \
-  do {                                                                              \
-    CUptiResult r_ = (call);                                                        \
-    if (r_ != CUPTI_SUCCESS) {                                                      \
-      const char* msg_ = nullptr;                                                   \
-      cuptiGetResultString(r_, &msg_);                                              \
+#define CUPTI_OR_DIE(call)                                                             \
+  do {                                                                                 \
+    CUptiResult r_ = (call);                                                           \
+    if (r_ != CUPTI_SUCCESS) {                                                         \
+      const char* msg_ = nullptr;                                                      \
+      cuptiGetResultString(r_, &msg_);                                                 \
       std::fprintf(stderr, "kernel_trace: %s failed: %s\n", #call, msg_ ? msg_ : "?"); \
-      std::abort();                                                                 \
-    }                                                                               \
+      std::abort();                                                                    \
+    }                                                                                  \
   } while (0)
 
 std::string Demangle(const char* name) {
@@ -74,8 +74,7 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
     batch.push_back({k->start, k->end, k->streamId, k->graphId, k->gridX * k->gridY * k->gridZ,
-                     k->blockX * k->blockY * k->blockZ, k->registersPerThread,
-                     Demangle(k->name)});
+                     k->blockX * k->blockY * k->blockZ, k->registersPerThread, Demangle(k->name)});
   }
   std::free(buffer);
   std::lock_guard<std::mutex> lock(g_mu);
