@@ -292,9 +292,12 @@ TEST(WorkerMetricsTest, ServesTheWorkerFamiliesWithTheirLabels) {
   std::optional<RawHttpResponse> r = HttpGetOnce((*m)->port(), "/metrics");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
-  EXPECT_THAT(r->body, HasSubstr("tandem_request_success_total{model=\"tiny\",role=\"decode\","
+  EXPECT_THAT(r->body, HasSubstr("tandem_worker_requests_total{model_name=\"tiny\",role=\"decode\","
                                  "worker=\"decode-7\",finished_reason=\"stop\"} 1\n"));
-  EXPECT_THAT(r->body, HasSubstr("tandem_num_requests_running{"));
+  EXPECT_THAT(r->body, HasSubstr("tandem:num_requests_running{model_name=\"tiny\","));
+  // A decode worker receives KV pages; a prefill worker sends them.
+  EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_receive_seconds_count{"));
+  EXPECT_THAT(r->body, Not(HasSubstr("tandem_worker_kv_send")));
 }
 
 }  // namespace
