@@ -22,6 +22,9 @@
              (Debian's Prometheus is built without Kubernetes discovery), so its relabelling
              rules are still checked by promtool.
 
+k8s, install and promtool also hand their tool a deliberately broken copy (a misspelt field, a
+missing binary) and expect it refused, so that a tool that accepts everything fails the test.
+
     deploy_files_test.py CHECK [--build-dir BUILD]
 Exits 77 (skipped) only where the tool the check needs is not installed.
 """
@@ -94,6 +97,18 @@ def check_k8s(_):
                 workloads[doc["metadata"]["labels"]["app.kubernetes.io/component"]] = doc
             if doc["kind"] == "Service":
                 services.append(doc)
+    # The validator is live: a misspelt probe field and a string replica count are refused.
+    import copy
+    for break_it in (lambda d: d["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+                     ["httpGet"].update(pth="/ready"),
+                     lambda d: d["spec"].update(replicas="one")):
+        broken = copy.deepcopy(workloads["router"])
+        break_it(broken)
+        try:
+            kubernetes_validate.validate(broken, versions[-1], strict=True)
+            f.expect(False, "kubernetes-validate accepted a broken Deployment")
+        except kubernetes_validate.ValidationError:
+            f.expect(True, "broken Deployment refused")
     f.expect(set(workloads) == {"router", "prefill", "decode"},
              f"workloads: {sorted(workloads)} (want router, prefill, decode)")
     for component, d in workloads.items():
@@ -283,6 +298,18 @@ def check_install(args):
         f.expect(r.returncode == 0 and not messages,
                  f"systemd-analyze verify (rc {r.returncode}): {messages}")
         print(f"systemd-analyze verify: {[os.path.basename(v) for v in verify]}")
+        # ... and it is live: a unit whose binary is missing, or with a misspelt key, fails.
+        router_unit = open(os.path.join(unit_dir, "tandem-router.service")).read()
+        for name, text in (("missing-binary.service",
+                            router_unit.replace("/bin/tandem-router", "/bin/no-such-binary")),
+                           ("misspelt-key.service", router_unit.replace("Restart=", "Restrat="))):
+            bad = os.path.join(prefix, name)
+            with open(bad, "w") as out:
+                out.write(text)
+            r = subprocess.run(["systemd-analyze", "verify", "--man=no", bad],
+                               capture_output=True, text=True, timeout=60)
+            f.expect(r.returncode != 0 or (r.stdout + r.stderr).strip(),
+                     f"systemd-analyze verify accepted {name} silently")
     return f.finish("install")
 
 
@@ -308,6 +335,13 @@ def check_promtool(_):
             out = r.stdout + r.stderr
             f.expect(r.returncode == 0 and "WARNING" not in out, f"{name}: {out}")
             print(out.strip())
+        # promtool is live: an unknown field fails.
+        with open(os.path.join(d, "bad.yml"), "w") as t:
+            t.write(open(os.path.join(prom, "prometheus.yml")).read().replace(
+                "metrics_path:", "metric_path:"))
+        r = subprocess.run(["promtool", "check", "config", os.path.join(d, "bad.yml")],
+                           capture_output=True, text=True)
+        f.expect(r.returncode != 0, "promtool accepted an unknown field")
     return f.finish("promtool")
 
 
