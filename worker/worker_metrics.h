@@ -43,6 +43,10 @@ class WorkerMetrics {
   ~WorkerMetrics();
 
   int port() const { return server_->port(); }
+  // The metrics port's /health and /ready (MetricsHttpServer::SetProbes).
+  void SetProbes(std::function<absl::Status()> health, std::function<bool()> ready) {
+    server_->SetProbes(std::move(health), std::move(ready));
+  }
 
   void ObserveQueueTime(double seconds);
   void ObservePrefillTime(double seconds);

@@ -5,7 +5,7 @@
              (`kubernetes-validate`, strict: unknown fields fail), for the oldest and newest
              Kubernetes versions it knows of from 1.30 on; then what the schema cannot say:
              router, prefill and decode are separate workloads, readiness on /ready and
-             liveness on /health (router; workers probe their metrics port), a preStop hook,
+             liveness on /health (the workers' on their metrics port), a preStop hook,
              GPU requests on the workers, Prometheus scrape annotations on each pod, ports
              that the probes and Services name exist, and every file is in kustomization.yaml.
   container  deploy/container/Containerfile: every COPY source exists in the repository, every
@@ -129,11 +129,8 @@ def check_k8s(_):
         for probe in ("readinessProbe", "livenessProbe"):
             get = c.get(probe, {}).get("httpGet", {})
             f.expect(get.get("port") in ports, f"{component}: {probe} port {get.get('port')}")
-            if component == "router":
-                want = "/ready" if probe == "readinessProbe" else "/health"
-                f.expect(get.get("path") == want, f"router: {probe} path {get.get('path')}")
-            else:
-                f.expect(get.get("path") == "/metrics", f"{component}: {probe} path")
+            want = "/ready" if probe == "readinessProbe" else "/health"
+            f.expect(get.get("path") == want, f"{component}: {probe} path {get.get('path')}")
         gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
         if component == "router":
             f.expect(gpus is None, "router must not take a GPU")

@@ -155,6 +155,19 @@ TEST(MetricsE2E, EachQuantityIsCountedOnceAcrossScrapeTargetsAndEqualsWhatWasSen
     }
   }
 
+  // The workers' probes (Kubernetes readiness and liveness): registered, healthy.
+  for (launcher::Process* w : cluster->workers()) {
+    absl::string_view host_port = w->metrics_url;
+    absl::ConsumePrefix(&host_port, "http://");
+    absl::ConsumeSuffix(&host_port, "/metrics");
+    for (const char* path : {"/health", "/ready"}) {
+      absl::StatusOr<launcher::HttpResponse> r =
+          launcher::HttpGet(std::string(host_port), path, absl::Seconds(5));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->status, 200) << w->name << path << ": " << r->body;
+    }
+  }
+
   // The engines' token counters reach the workers' /metrics on their next refresh: the prefill
   // engine took every prompt.
   bool refreshed = false;
