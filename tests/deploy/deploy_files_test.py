@@ -15,8 +15,10 @@
              Essential and `required` packages, apt, and what they depend on: the contents of
              debian:12-slim). No container runtime is run here.
   install    `cmake --install BUILD --prefix TMP`: the five binaries and the systemd units land,
-             ExecStart points at TMP/bin, and `systemd-analyze verify` accepts every unit
-             (warnings count as failures).
+             ExecStart points at TMP/bin, `systemd-analyze verify` accepts every unit
+             (warnings count as failures), and the router and worker 0 of each role, started
+             with the command lines their units run (example env files, a tiny model, free
+             ports), bring the layout up (/ready) and drain cleanly on SIGTERM.
   promtool   `promtool check config` on deploy/prometheus/prometheus.yml, and on
              prometheus-k8s.yml with its kubernetes_sd_configs swapped for static_configs
              (Debian's Prometheus is built without Kubernetes discovery), so its relabelling
@@ -36,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")
@@ -295,6 +298,7 @@ def check_install(args):
         f.expect(r.returncode == 0 and not messages,
                  f"systemd-analyze verify (rc {r.returncode}): {messages}")
         print(f"systemd-analyze verify: {[os.path.basename(v) for v in verify]}")
+        run_layout_from_units(f, args, prefix, unit_dir)
         # ... and it is live: a unit whose binary is missing, or with a misspelt key, fails.
         router_unit = open(os.path.join(unit_dir, "tandem-router.service")).read()
         for name, text in (("missing-binary.service",
@@ -308,6 +312,92 @@ def check_install(args):
             f.expect(r.returncode != 0 or (r.stdout + r.stderr).strip(),
                      f"systemd-analyze verify accepted {name} silently")
     return f.finish("install")
+
+
+def read_env_file(path):
+    env = {}
+    for line in open(path):
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            env[key] = value
+    return env
+
+
+def expand_exec_start(unit_text, instance, env):
+    """ExecStart= as systemd runs it: %i the instance, ${VAR} one word, $VAR split on spaces."""
+    line = re.search(r"^ExecStart=(.*)$", unit_text, re.M).group(1).replace("%i", instance)
+    argv = []
+    for word in line.split():
+        m = re.fullmatch(r"\$\{(\w+)\}|\$(\w+)", word)
+        if m and m.group(1):
+            argv.append(env[m.group(1)])
+        elif m:
+            argv.extend(env.get(m.group(2), "").split())
+        else:
+            argv.append(re.sub(r"\$\{(\w+)\}", lambda v: env[v.group(1)], word))
+    return argv
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_layout_from_units(f, args, prefix, unit_dir):
+    """Starts the installed router and worker 0 of each role with the command lines their units
+    run (the example environment files, with a tiny model and free ports), and expects the
+    router's /ready within 60 s, then a clean drain on SIGTERM: the units' flags are ones the
+    binaries accept and the layout they describe comes up."""
+    import signal
+    import urllib.request
+    model = os.path.join(prefix, "tiny")
+    r = subprocess.run([os.path.join(prefix, "bin", "tandem"), "make-model", "--preset", "tiny",
+                        "--out", model], capture_output=True, text=True)
+    f.expect(r.returncode == 0, f"make-model: {r.stderr}")
+    env_dir = os.path.join(prefix, "share", "tandem", "systemd")
+    base = read_env_file(os.path.join(env_dir, "tandem.env"))
+    grpc = free_port()
+    base.update(TANDEM_MODEL=model, TANDEM_ROUTER_HOST="127.0.0.1",
+                TANDEM_ROUTER_PORT=str(free_port()), TANDEM_ROUTER_GRPC_PORT=str(grpc),
+                TANDEM_ROUTER=f"127.0.0.1:{grpc}")
+    runs = [("tandem-router.service", "", base)]
+    for role in ("prefill", "decode"):
+        env = dict(base, **read_env_file(os.path.join(env_dir, f"{role}-0.env")))
+        env.update(TANDEM_WORKER_PORT=str(free_port()), TANDEM_METRICS_PORT=str(free_port()),
+                   TANDEM_KV_PORT=str(free_port()), CUDA_VISIBLE_DEVICES="",
+                   TANDEM_WORKER_ARGS="--backend cpu --kv-memory-bytes 16777216")
+        runs.append((f"tandem-{role}-worker@.service", "0", env))
+    procs = []
+    try:
+        for unit, instance, env in runs:
+            argv = expand_exec_start(open(os.path.join(unit_dir, unit)).read(), instance, env)
+            procs.append((unit, subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                                 stderr=subprocess.PIPE, text=True)))
+        url = f"http://127.0.0.1:{base['TANDEM_ROUTER_PORT']}/ready"
+        ready = False
+        deadline = time.time() + 60
+        while not ready and time.time() < deadline and all(p.poll() is None for _, p in procs):
+            try:
+                ready = urllib.request.urlopen(url, timeout=2).status == 200
+            except OSError:
+                time.sleep(0.2)
+        exited = [f"{u} exited {p.returncode}: {p.stderr.read()[-400:]}"
+                  for u, p in procs if p.poll() is not None]
+        f.expect(ready, f"the layout of the units did not become ready: {exited}")
+    finally:
+        for _, p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for u, p in procs:
+            try:
+                f.expect(p.wait(timeout=20) == 0, f"{u}: exit code {p.returncode} after SIGTERM")
+            except subprocess.TimeoutExpired:
+                p.kill()
+                f.expect(False, f"{u} did not stop within 20 s of SIGTERM")
+    print("the units' command lines brought up router + prefill-0 + decode-0 and drained")
 
 
 def check_promtool(_):
