@@ -11,7 +11,8 @@ server (KV cache usage, queue) and preemptions (none happen at this load).
 
     prometheus_e2e_test.py --tandem build/bin/tandem [--screenshot deploy/grafana/dashboard.png]
 
---screenshot also renders the dashboard (deploy/grafana/render_dashboard.py, headless Chromium).
+It also renders the dashboard (deploy/grafana/render_dashboard.py, headless Chromium) and checks
+the PNG; --screenshot keeps it at PATH (how deploy/grafana/dashboard.png was made).
 Exits 77 (skipped) only where the `prometheus` binary is not installed.
 """
 import argparse
@@ -213,10 +214,22 @@ def main():
         for p_ in problems:
             print("NO DATA:", p_)
         print(f"{n - len(problems)} of {n} dashboard queries returned data")
-        if a.screenshot:
+        # The README's picture: rendered on every run (so render_dashboard.py cannot rot), kept
+        # with --screenshot.
+        if shutil.which("chromium"):
+            png = a.screenshot or os.path.join(tmp, "dashboard.png")
             render_dashboard.screenshot(
-                render_dashboard.render_html(prom, "tiny", 0.75, RATE_INTERVAL), a.screenshot)
-            print("wrote", a.screenshot)
+                render_dashboard.render_html(prom, "tiny", 0.75, RATE_INTERVAL), png)
+            with open(png, "rb") as f:
+                header = f.read(24)
+            width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+            if header[:8] != b"\x89PNG\r\n\x1a\n" or (width, height) != (1360, 1100):
+                problems.append(f"screenshot {png}: not a 1360x1100 PNG ({width}x{height})")
+            print("rendered the dashboard with headless Chromium:", png)
+        elif a.screenshot:
+            problems.append("--screenshot needs chromium (Debian package `chromium`)")
+        else:
+            print("chromium is not installed: the dashboard's rendering is not checked")
         return 1 if problems else 0
     finally:
         for proc in reversed(procs):
