@@ -136,6 +136,7 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
   TextStream text_ ABSL_GUARDED_BY(mu_);
   int completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time admitted_at_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_token_at_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_at_ ABSL_GUARDED_BY(mu_);
   tandem::v1::PhaseTimings timings_ ABSL_GUARDED_BY(mu_);
 };

@@ -24,10 +24,6 @@ const char* OutcomeOf(FinishReason reason) {
   }
 }
 
-void ObserveIfSet(prometheus::Histogram& histogram, double seconds) {
-  if (seconds > 0) histogram.Observe(seconds);
-}
-
 }  // namespace
 
 void RequestFlow::EmitTokens(const google::protobuf::RepeatedField<int32_t>& all_ids,
@@ -40,6 +36,7 @@ void RequestFlow::EmitTokens(const google::protobuf::RepeatedField<int32_t>& all
   if (completion_tokens_ == 0) {
     const double ttft = absl::ToDoubleSeconds(now - arrival_);
     timings_.set_ttft_s(ttft);
+    first_token_at_ = now;
     deps_->metrics->ttft().Observe(ttft);
   } else {
     // Tokens that arrive together share the gap since the previous batch.
@@ -79,14 +76,21 @@ void RequestFlow::Finish(FinishReason reason, Actions& later) {
   info.prompt_tokens = static_cast<int>(spec_.prompt_tokens.size());
   info.completion_tokens = completion_tokens_;
   info.timings = timings_;
-  RouterMetrics& m = *deps_->metrics;
-  m.e2e().Observe(timings_.e2e_s());
-  m.queue_time().Observe(timings_.queue_s());
-  ObserveIfSet(m.prefill_queue_time(), timings_.prefill_queue_s());
-  ObserveIfSet(m.prefill_time(), timings_.prefill_s());
-  ObserveIfSet(m.kv_transfer_time(), timings_.kv_transfer_s());
-  ObserveIfSet(m.first_decode_step(), timings_.first_decode_step_s());
-  m.kv_transfer_bytes().Increment(static_cast<double>(timings_.kv_transfer_bytes()));
+  FinishedRequest finished;
+  finished.prompt_tokens = info.prompt_tokens;
+  finished.generation_tokens = completion_tokens_;
+  finished.e2e_s = timings_.e2e_s();
+  finished.router_queue_s = timings_.queue_s();
+  finished.prefill_queue_s = timings_.prefill_queue_s();
+  finished.queue_s = finished.router_queue_s + finished.prefill_queue_s;
+  finished.prefill_s = timings_.prefill_s();
+  if (completion_tokens_ > 0) {
+    finished.decode_s = absl::ToDoubleSeconds(last_token_at_ - first_token_at_);
+  }
+  finished.kv_transfer_s = timings_.kv_transfer_s();
+  finished.first_decode_step_s = timings_.first_decode_step_s();
+  finished.kv_transfer_bytes = timings_.kv_transfer_bytes();
+  deps_->metrics->ObserveFinished(finished);
   // Workers still holding state (a reservation never used, a stream stopped by a stop string)
   // are told to let go.
   const bool finished_at_prefill = phase_ == Phase::kPrefilling;

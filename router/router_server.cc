@@ -17,7 +17,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
                                                                   ServedModel model) {
   std::unique_ptr<RouterServer> s(new RouterServer());
   s->model_ = std::move(model);
-  s->metrics_ = std::make_unique<RouterMetrics>();
+  s->metrics_ = std::make_unique<RouterMetrics>(s->model_.context.served_name,
+                                                s->model_.context.max_model_len);
   RegistryOptions registry_options;
   registry_options.heartbeat_interval = absl::Milliseconds(config.heartbeat_interval_ms);
   registry_options.missed_heartbeats_limit = config.missed_heartbeats;

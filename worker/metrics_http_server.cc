@@ -11,7 +11,9 @@
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/check.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
@@ -28,6 +30,9 @@ using tcp = net::ip::tcp;
 // sockets) while the rest is still alive: sessions point back here.
 struct MetricsHttpServer::Impl {
   MetricsHttpServer::Options options;
+  absl::Mutex probes_mu;
+  std::function<absl::Status()> health ABSL_GUARDED_BY(probes_mu);
+  std::function<bool()> ready ABSL_GUARDED_BY(probes_mu);
   std::shared_ptr<const prometheus::Collectable> collectable;
   int num_connections = 0;  // open sessions; on the I/O thread (or after it is joined)
   std::optional<net::io_context> ioc;
@@ -38,6 +43,8 @@ struct MetricsHttpServer::Impl {
 namespace {
 
 constexpr char kMetricsPath[] = "/metrics";
+constexpr char kHealthPath[] = "/health";
+constexpr char kReadyPath[] = "/ready";
 constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
 constexpr uint64_t kMaxBodyBytes = 64 * 1024;  // only GET and HEAD are served; a body is ignored
@@ -57,9 +64,28 @@ Response MakeResponse(const Request& req, http::status status, std::string conte
 }
 
 // The response to `req`, with its body even for HEAD (the caller drops it).
-Response Answer(const Request& req, const prometheus::Collectable& collectable) {
+Response Answer(const Request& req, MetricsHttpServer::Impl& server) {
   const beast::string_view target = req.target();
   const beast::string_view path = target.substr(0, target.find('?'));
+  const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
+  if (get && (path == kHealthPath || path == kReadyPath)) {
+    std::function<absl::Status()> health;
+    std::function<bool()> ready;
+    {
+      absl::MutexLock lock(&server.probes_mu);
+      health = server.health;
+      ready = server.ready;
+    }
+    const absl::Status status = health ? health() : absl::OkStatus();
+    if (path == kHealthPath) {
+      return status.ok() ? MakeResponse(req, http::status::ok, "text/plain", "ok\n")
+                         : MakeResponse(req, http::status::service_unavailable, "text/plain",
+                                        absl::StrCat(status.message(), "\n"));
+    }
+    return status.ok() && ready && ready()
+               ? MakeResponse(req, http::status::ok, "text/plain", "ready\n")
+               : MakeResponse(req, http::status::service_unavailable, "text/plain", "not ready\n");
+  }
   if (path != kMetricsPath) {
     return MakeResponse(req, http::status::not_found, "text/plain", "not found\n");
   }
@@ -70,7 +96,7 @@ Response Answer(const Request& req, const prometheus::Collectable& collectable) 
     return res;
   }
   return MakeResponse(req, http::status::ok, kContentType,
-                      prometheus::TextSerializer().Serialize(collectable.Collect()));
+                      prometheus::TextSerializer().Serialize(server.collectable->Collect()));
 }
 
 // One connection: read a request → answer it → with keep-alive, the next one. Runs on the one
@@ -112,7 +138,7 @@ class Session : public std::enable_shared_from_this<Session> {
                    /*head=*/false);
     }
     const Request& req = parser_->get();
-    Write(Answer(req, *server_->collectable), req.method() == http::verb::head);
+    Write(Answer(req, *server_), req.method() == http::verb::head);
   }
 
   void Write(Response res, bool head) {
@@ -194,6 +220,13 @@ absl::Status Listen(MetricsHttpServer::Impl& server) {
 }
 
 }  // namespace
+
+void MetricsHttpServer::SetProbes(std::function<absl::Status()> health,
+                                  std::function<bool()> ready) {
+  absl::MutexLock lock(&impl_->probes_mu);
+  impl_->health = std::move(health);
+  impl_->ready = std::move(ready);
+}
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const Options& options, std::shared_ptr<const prometheus::Collectable> collectable) {

@@ -12,6 +12,9 @@
 //   format, Content-Type `text/plain; version=0.0.4; charset=utf-8`, Content-Length.
 // - `HEAD /metrics`: the same status and headers (Content-Length of the body GET would send),
 //   no body.
+// - `GET /health` (liveness): 200 `ok` while the health probe (SetProbes) is OK or unset, else
+//   503 with its message. `GET /ready` (readiness): 200 `ready` when the ready probe returns
+//   true, else 503 (also before SetProbes). HEAD: the same without a body.
 // - Another path: 404. Another method on /metrics: 405 with `Allow: GET, HEAD`. A request that
 //   cannot be parsed: 400, then the connection is closed.
 // - HTTP/1.1 keep-alive (HTTP/1.0 and `Connection: close` close after the response).
@@ -21,9 +24,11 @@
 //   Beyond `max_connections` open connections, a new one is closed at once.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
@@ -55,6 +60,10 @@ class MetricsHttpServer {
 
   // The bound port (the chosen one when Options::port was 0).
   int port() const { return port_; }
+
+  // What /health and /ready answer (see the contract above); called on the I/O thread, so they
+  // must be thread-safe and outlive the server or be replaced (null clears) first. Thread-safe.
+  void SetProbes(std::function<absl::Status()> health, std::function<bool()> ready);
 
   // Stops listening, drops every connection (a response being written is cut off) and joins the
   // I/O thread. Does not wait for any client. Idempotent; not thread-safe.

@@ -135,6 +135,16 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
     // An engine that breaks is reported at once, not at the next heartbeat.
     svc->SetUnhealthyListener([r = router.get()] { r->Wake(); });
   }
+  if (metrics) {
+    // Liveness: the engine is usable. Readiness: also not draining, and registered with the
+    // router (when there is one to register with).
+    WorkerService* svc = service->get();
+    metrics->SetProbes([svc] { return svc->health(); },
+                       [svc, r = router.get()] {
+                         return svc->health().ok() && !svc->draining() &&
+                                (r == nullptr || r->registered());
+                       });
+  }
   std::printf(
       "tandem %s worker %s: grpc %s:%d kv %s metrics %s\n", RoleName(o.role), o.worker_id.c_str(),
       o.host.c_str(), port,
@@ -154,6 +164,7 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
   }
   server->Shutdown(absl::ToChronoTime(clock->Now() + absl::Milliseconds(500)));
   (*service)->SetUnhealthyListener(nullptr);
+  if (metrics) metrics->SetProbes(nullptr, nullptr);  // before what they read goes away
   router.reset();
   (*service)->Stop();
   LOG(INFO) << o.worker_id << ": stopped";

@@ -36,11 +36,9 @@ const Histogram::BucketBoundaries& ByteBuckets() {
 
 WorkerMetrics::~WorkerMetrics() = default;
 
-absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(const std::string& host,
-                                                                     int port,
-                                                                     const std::string& role,
-                                                                     const std::string& worker_id,
-                                                                     const std::string& model) {
+absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
+    const std::string& host, int port, const std::string& role, const std::string& worker_id,
+    const std::string& model_name) {
   std::unique_ptr<WorkerMetrics> m(new WorkerMetrics);
   m->registry_ = std::make_shared<prometheus::Registry>();
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
@@ -48,7 +46,8 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(const std::
   if (!server.ok()) return server.status();
   m->server_ = *std::move(server);
   // Constant labels on every family.
-  const prometheus::Labels labels = {{"role", role}, {"worker", worker_id}, {"model", model}};
+  const prometheus::Labels labels = {
+      {"model_name", model_name}, {"role", role}, {"worker", worker_id}};
   prometheus::Registry& r = *m->registry_;
   auto hist = [&](const std::string& name, const std::string& help, const auto& buckets) {
     return &BuildHistogram().Name(name).Help(help).Labels(labels).Register(r).Add({}, buckets);
@@ -59,40 +58,45 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(const std::
   auto counter = [&](const std::string& name, const std::string& help) {
     return &BuildCounter().Name(name).Help(help).Labels(labels).Register(r).Add({});
   };
+  // The KV series name the side of the transfer, so that a sum over workers counts each
+  // transfer once per name.
+  const std::string kv = role == "prefill" ? "tandem_worker_kv_send" : "tandem_worker_kv_receive";
   m->queue_time_ =
-      hist("tandem_request_queue_time_seconds",
+      hist("tandem_worker_queue_time_seconds",
            "Time a request waited in this worker before its prefill began", PhaseBuckets());
-  m->prefill_time_ = hist("tandem_request_prefill_time_seconds",
+  m->prefill_time_ = hist("tandem_worker_prefill_time_seconds",
                           "Prompt compute time up to the first sampled token", PhaseBuckets());
   m->kv_transfer_time_ =
-      hist("tandem_kv_transfer_duration_seconds",
-           "KV page transfer time, first byte to acknowledgment", PhaseBuckets());
+      hist(kv + "_seconds", "KV page transfer time, first byte to acknowledgment", PhaseBuckets());
   m->kv_transfer_bytes_ =
-      hist("tandem_kv_transfer_bytes", "Bytes of KV pages moved per transfer", ByteBuckets());
+      hist(kv + "_bytes", "Bytes of KV pages moved per transfer", ByteBuckets());
   m->first_decode_step_ =
-      hist("tandem_request_first_decode_step_seconds",
+      hist("tandem_worker_first_decode_step_seconds",
            "Joining the decode batch to the next sampled token", PhaseBuckets());
   m->request_duration_ = hist("tandem_worker_request_duration_seconds",
                               "Time a request held state on this worker", PhaseBuckets());
   m->outcomes_ = &BuildCounter()
-                      .Name("tandem_request_success_total")
+                      .Name("tandem_worker_requests_total")
                       .Help("Requests that ended on this worker, by finished_reason")
                       .Labels(labels)
                       .Register(r);
   m->kv_failures_ = &BuildCounter()
-                         .Name("tandem_kv_transfer_failures_total")
+                         .Name(kv + "_failures_total")
                          .Help("KV transfers that failed, by reason")
                          .Labels(labels)
                          .Register(r);
-  m->running_ = gauge("tandem_num_requests_running", "Requests in the running batch");
-  m->waiting_ = gauge("tandem_num_requests_waiting", "Requests queued in the engine");
+  m->running_ = gauge("tandem:num_requests_running", "Requests in this engine's running batch");
+  m->waiting_ = gauge("tandem:num_requests_waiting", "Requests queued in this engine");
+  m->kv_usage_ = gauge("tandem:kv_cache_usage_perc", "Fraction of this engine's KV pages not free");
+  m->preemptions_ = counter("tandem:num_preemptions_total", "Requests preempted by this engine");
   m->live_ = gauge("tandem_worker_live_requests", "Requests this worker holds state for");
-  m->kv_usage_ = gauge("tandem_kv_cache_usage_ratio", "Fraction of KV pages not free");
-  m->pages_free_ = gauge("tandem_kv_pages_free", "Free KV pages");
-  m->pages_reserved_ = gauge("tandem_kv_pages_reserved", "KV pages reserved for transfers");
-  m->pages_owned_ = gauge("tandem_kv_pages_owned", "KV pages held by requests");
-  m->prompt_tokens_ = counter("tandem_prompt_tokens_total", "Prompt tokens processed");
-  m->generation_tokens_ = counter("tandem_generation_tokens_total", "Tokens generated");
+  m->pages_free_ = gauge("tandem_worker_kv_pages_free", "Free KV pages");
+  m->pages_reserved_ = gauge("tandem_worker_kv_pages_reserved", "KV pages reserved for transfers");
+  m->pages_owned_ = gauge("tandem_worker_kv_pages_owned", "KV pages held by requests");
+  m->prompt_tokens_ =
+      counter("tandem_worker_prompt_tokens_total", "Prompt tokens of requests this engine took");
+  m->generation_tokens_ =
+      counter("tandem_worker_generation_tokens_total", "Tokens this engine sampled");
   return m;
 }
 
@@ -129,6 +133,10 @@ void WorkerMetrics::UpdateEngine(const EngineStats& stats, int num_live_requests
     generation_tokens_->Increment(
         static_cast<double>(stats.num_generated_tokens_total - last_generation_tokens_));
     last_generation_tokens_ = stats.num_generated_tokens_total;
+  }
+  if (stats.num_preemptions_total > last_preemptions_) {
+    preemptions_->Increment(static_cast<double>(stats.num_preemptions_total - last_preemptions_));
+    last_preemptions_ = stats.num_preemptions_total;
   }
 }
 

@@ -1,9 +1,15 @@
 // WorkerMetrics: the Prometheus metrics every worker exports on its metrics port (pull model,
-// GET /metrics, served by MetricsHttpServer). Names follow the project convention (reference:
-// ecosystem-and-reliability.md §4.5): `tandem_` prefix, base units, `_total` counters, constant
-// labels {role, worker, model}. Histograms per request phase: queue, prefill, KV transfer (seconds
-// and bytes), first decode step, and the worker-side request duration. Thread-safe (prometheus-cpp
-// metrics are atomic), except UpdateEngine (one caller).
+// GET /metrics, served by MetricsHttpServer). Constant labels {model_name, role, worker} on every
+// family. Two kinds of series (see the README's "Metrics" section):
+//   - the engine's own state, vLLM V1's names under `tandem:` — this worker is their only
+//     source: tandem:num_requests_running, tandem:num_requests_waiting,
+//     tandem:kv_cache_usage_perc (0-1), tandem:num_preemptions_total;
+//   - per-worker diagnostics, `tandem_worker_*`: the phases this worker saw (queue, prefill, KV
+//     send on a prefill worker / KV receive on a decode worker, first decode step, time held),
+//     outcomes, pages, and the engine's token counts. A request appears once on every worker it
+//     passed through, so these overlap the router's request-level `tandem:` series by design:
+//     they say where time and tokens went, never how many requests or tokens were served.
+// Thread-safe (prometheus-cpp metrics are atomic), except UpdateEngine (one caller).
 #pragma once
 
 #include <cstdint>
@@ -27,15 +33,20 @@ namespace tandem {
 
 class WorkerMetrics {
  public:
-  // Serves /metrics on host:port (port 0 picks a free one). Errors: MetricsHttpServer::Start's
-  // (PortTakenError when the port is taken).
+  // Serves /metrics on host:port (port 0 picks a free one). role: "prefill", "decode" or
+  // "mixed" (a prefill worker's KV series are sends, the others' receives). Errors:
+  // MetricsHttpServer::Start's (PortTakenError when the port is taken).
   static absl::StatusOr<std::unique_ptr<WorkerMetrics>> Create(const std::string& host, int port,
                                                                const std::string& role,
                                                                const std::string& worker_id,
-                                                               const std::string& model);
+                                                               const std::string& model_name);
   ~WorkerMetrics();
 
   int port() const { return server_->port(); }
+  // The metrics port's /health and /ready (MetricsHttpServer::SetProbes).
+  void SetProbes(std::function<absl::Status()> health, std::function<bool()> ready) {
+    server_->SetProbes(std::move(health), std::move(ready));
+  }
 
   void ObserveQueueTime(double seconds);
   void ObservePrefillTime(double seconds);
@@ -66,6 +77,7 @@ class WorkerMetrics {
   prometheus::Gauge* waiting_ = nullptr;
   prometheus::Gauge* live_ = nullptr;
   prometheus::Gauge* kv_usage_ = nullptr;
+  prometheus::Counter* preemptions_ = nullptr;
   prometheus::Gauge* pages_free_ = nullptr;
   prometheus::Gauge* pages_reserved_ = nullptr;
   prometheus::Gauge* pages_owned_ = nullptr;
@@ -73,6 +85,7 @@ class WorkerMetrics {
   prometheus::Counter* generation_tokens_ = nullptr;
   int64_t last_prompt_tokens_ = 0;
   int64_t last_generation_tokens_ = 0;
+  int64_t last_preemptions_ = 0;
 };
 
 }  // namespace tandem

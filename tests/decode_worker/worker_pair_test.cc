@@ -188,8 +188,8 @@ TEST_F(WorkerPairTest, PrefillTransferDecodeMatchesSingleEngine) {
   // The transfer is visible in the decode worker's metrics.
   auto m = launcher::HttpGet(decode_->metrics, "/metrics", absl::Seconds(2));
   ASSERT_TRUE(m.ok());
-  EXPECT_NE(m->body.find("tandem_kv_transfer_bytes_count"), std::string::npos);
-  EXPECT_NE(m->body.find("tandem_request_first_decode_step_seconds"), std::string::npos);
+  EXPECT_NE(m->body.find("tandem_worker_kv_receive_bytes_count"), std::string::npos);
+  EXPECT_NE(m->body.find("tandem_worker_first_decode_step_seconds"), std::string::npos);
 }
 
 TEST_F(WorkerPairTest, AbortWhileReservedFreesBothSides) {

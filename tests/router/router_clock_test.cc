@@ -27,13 +27,14 @@ using ::testing::HasSubstr;
 constexpr int kDelayMs = 10;  // each fake worker sleep, on the fake clock
 constexpr absl::Duration kDelay = absl::Milliseconds(kDelayMs);
 
-// The value of an unlabelled sample ("name value") in a Prometheus text page; -1 if absent.
+// The value of a sample in a Prometheus text page: "name value" or "name{labels} value" (the
+// first one of that name); -1 if absent.
 double Sample(const std::string& page, const std::string& name) {
   for (absl::string_view line : absl::StrSplit(page, '\n')) {
-    if (absl::ConsumePrefix(&line, name + " ")) {
-      double value = 0;
-      if (absl::SimpleAtod(line, &value)) return value;
-    }
+    if (!absl::ConsumePrefix(&line, name)) continue;
+    if (absl::StartsWith(line, "{")) line.remove_prefix(std::min(line.size(), line.find('}') + 1));
+    double value = 0;
+    if (absl::ConsumePrefix(&line, " ") && absl::SimpleAtod(line, &value)) return value;
   }
   return -1;
 }
@@ -99,14 +100,24 @@ TEST_F(RouterClockTest, TimingsThroughPrefillAndDecodeAreExactlyTheTimeThatPasse
   EXPECT_DOUBLE_EQ(timings["kv_transfer_s"].get<double>(), 0.002);  // worker-reported
   ASSERT_TRUE(RouterTestEnv::WaitFor([&] { return env.server().service().num_live() == 0; }));
   const std::string metrics = HttpCall(env.http_port(), "GET", "/metrics").body;
-  EXPECT_DOUBLE_EQ(Sample(metrics, "tandem_time_to_first_token_seconds_sum"), 0.010);
-  EXPECT_EQ(Sample(metrics, "tandem_time_to_first_token_seconds_count"), 1);
+  EXPECT_DOUBLE_EQ(Sample(metrics, "tandem:time_to_first_token_seconds_sum"), 0.010);
+  EXPECT_EQ(Sample(metrics, "tandem:time_to_first_token_seconds_count"), 1);
   // Gaps: 20 ms (transfer + first decode step), then 10 ms twice.
-  EXPECT_NEAR(Sample(metrics, "tandem_inter_token_latency_seconds_sum"), 0.040, 1e-12);
-  EXPECT_EQ(Sample(metrics, "tandem_inter_token_latency_seconds_count"), 3);
-  EXPECT_DOUBLE_EQ(Sample(metrics, "tandem_e2e_request_latency_seconds_sum"), 0.050);
-  EXPECT_DOUBLE_EQ(Sample(metrics, "tandem_request_queue_time_seconds_sum"), 0.0);
-  EXPECT_EQ(Sample(metrics, "tandem_request_queue_time_seconds_count"), 1);
+  EXPECT_NEAR(Sample(metrics, "tandem:inter_token_latency_seconds_sum"), 0.040, 1e-12);
+  EXPECT_EQ(Sample(metrics, "tandem:inter_token_latency_seconds_count"), 3);
+  // Decode time: first token (10 ms) to last (50 ms); per output token after the first: 40 / 3.
+  EXPECT_NEAR(Sample(metrics, "tandem:request_decode_time_seconds_sum"), 0.040, 1e-12);
+  EXPECT_EQ(Sample(metrics, "tandem:request_decode_time_seconds_count"), 1);
+  EXPECT_NEAR(Sample(metrics, "tandem:request_time_per_output_token_seconds_sum"), 0.040 / 3,
+              1e-12);
+  EXPECT_EQ(Sample(metrics, "tandem:request_time_per_output_token_seconds_count"), 1);
+  EXPECT_DOUBLE_EQ(Sample(metrics, "tandem:e2e_request_latency_seconds_sum"), 0.050);
+  EXPECT_DOUBLE_EQ(Sample(metrics, "tandem:request_queue_time_seconds_sum"), 0.0);
+  EXPECT_EQ(Sample(metrics, "tandem:request_queue_time_seconds_count"), 1);
+  // Token histograms: the prompt "x" (BOS + 1 byte) and the 4 tokens generated.
+  EXPECT_EQ(Sample(metrics, "tandem:request_prompt_tokens_sum"), 2);
+  EXPECT_EQ(Sample(metrics, "tandem:request_generation_tokens_sum"), 4);
+  EXPECT_EQ(Sample(metrics, "tandem:request_generation_tokens_count"), 1);
 }
 
 TEST_F(RouterClockTest, QueueTimeIsExactlyTheWaitForARunningSlot) {

@@ -158,12 +158,16 @@ TEST_F(RouterHttpTest, EndpointsAndMetrics) {
   ASSERT_EQ(Post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": 3})").status, 200);
   HttpResult metrics = HttpCall(port(), "GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
-  EXPECT_THAT(metrics.body, HasSubstr("tandem_time_to_first_token_seconds_count 1"));
-  EXPECT_THAT(metrics.body, HasSubstr("tandem_requests_total{outcome=\"length\"} 1"));
-  EXPECT_THAT(metrics.body, HasSubstr("tandem_generation_tokens_total 3"));
-  EXPECT_THAT(metrics.body, HasSubstr("tandem_kv_transfer_time_seconds_count 1"));
   EXPECT_THAT(metrics.body,
-              HasSubstr("tandem_router_workers{role=\"decode\",state=\"healthy\"} 1"));
+              HasSubstr("tandem:time_to_first_token_seconds_count{model_name=\"tiny\"} 1"));
+  EXPECT_THAT(metrics.body, HasSubstr("tandem:request_success_total{model_name=\"tiny\","
+                                      "finished_reason=\"length\"} 1"));
+  EXPECT_THAT(metrics.body, HasSubstr("tandem:generation_tokens_total{model_name=\"tiny\"} 3"));
+  EXPECT_THAT(metrics.body, HasSubstr("tandem:prompt_tokens_total{model_name=\"tiny\"} 2"));
+  EXPECT_THAT(metrics.body,
+              HasSubstr("tandem_kv_transfer_time_seconds_count{model_name=\"tiny\"} 1"));
+  EXPECT_THAT(metrics.body, HasSubstr("tandem_router_workers{model_name=\"tiny\",role=\"decode\","
+                                      "state=\"healthy\"} 1"));
 }
 
 TEST_F(RouterHttpTest, BadInputGetsEnvelopeAndServerKeepsServing) {

@@ -3,6 +3,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -92,6 +93,44 @@ TEST_F(MetricsHttpServerTest, HeadSendsTheHeadersOfGetAndNoBody) {
   EXPECT_EQ(c.ReadFor(absl::Milliseconds(300)), "");
   ASSERT_TRUE(c.Send(Get("/metrics")));
   EXPECT_THAT(c.ReadFor(absl::Milliseconds(300)), StartsWith("HTTP/1.1 200 OK\r\n"));
+}
+
+TEST_F(MetricsHttpServerTest, HealthAndReadyFollowTheProbes) {
+  auto status_of = [&](const char* path) {
+    std::optional<RawHttpResponse> r = HttpGetOnce(port(), path);
+    return r.has_value() ? r->status : -1;
+  };
+  // Before SetProbes: alive, not ready.
+  EXPECT_EQ(status_of("/health"), 200);
+  EXPECT_EQ(status_of("/ready"), 503);
+  std::atomic<bool> ready{false};
+  std::atomic<bool> broken{false};
+  server_->SetProbes(
+      [&] { return broken ? absl::InternalError("engine failed for good") : absl::OkStatus(); },
+      [&] { return ready.load(); });
+  EXPECT_EQ(status_of("/health"), 200);
+  EXPECT_EQ(status_of("/ready"), 503);
+  ready = true;
+  EXPECT_EQ(status_of("/ready"), 200);
+  EXPECT_EQ(status_of("/ready?verbose=1"), 200);
+  // A broken engine: not alive, and not ready even if the ready probe says so.
+  broken = true;
+  std::optional<RawHttpResponse> health = HttpGetOnce(port(), "/health");
+  ASSERT_TRUE(health.has_value());
+  EXPECT_EQ(health->status, 503);
+  EXPECT_THAT(health->body, HasSubstr("engine failed for good"));
+  EXPECT_EQ(status_of("/ready"), 503);
+  // HEAD: the same status, no body; the connection stays usable.
+  RawHttpConnection c;
+  ASSERT_TRUE(c.Connect(port()));
+  ASSERT_TRUE(c.Send("HEAD /health HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  std::optional<RawHttpResponse> head = c.ReadResponse(/*body_expected=*/false);
+  ASSERT_TRUE(head.has_value());
+  EXPECT_EQ(head->status, 503);
+  EXPECT_EQ(c.ReadFor(absl::Milliseconds(200)), "");
+  server_->SetProbes(nullptr, nullptr);  // cleared: back to the defaults
+  EXPECT_EQ(status_of("/health"), 200);
+  EXPECT_EQ(status_of("/ready"), 503);
 }
 
 TEST_F(MetricsHttpServerTest, UnknownPathIs404) {
@@ -292,9 +331,12 @@ TEST(WorkerMetricsTest, ServesTheWorkerFamiliesWithTheirLabels) {
   std::optional<RawHttpResponse> r = HttpGetOnce((*m)->port(), "/metrics");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
-  EXPECT_THAT(r->body, HasSubstr("tandem_request_success_total{model=\"tiny\",role=\"decode\","
+  EXPECT_THAT(r->body, HasSubstr("tandem_worker_requests_total{model_name=\"tiny\",role=\"decode\","
                                  "worker=\"decode-7\",finished_reason=\"stop\"} 1\n"));
-  EXPECT_THAT(r->body, HasSubstr("tandem_num_requests_running{"));
+  EXPECT_THAT(r->body, HasSubstr("tandem:num_requests_running{model_name=\"tiny\","));
+  // A decode worker receives KV pages; a prefill worker sends them.
+  EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_receive_seconds_count{"));
+  EXPECT_THAT(r->body, Not(HasSubstr("tandem_worker_kv_send")));
 }
 
 }  // namespace
