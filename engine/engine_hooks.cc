@@ -105,6 +105,10 @@ EngineStats EngineImpl::Stats() const {
       allocator.num_in_state(PageState::kReserved) + allocator.num_in_state(PageState::kReceiving);
   stats.num_pages_owned = allocator.num_in_state(PageState::kOwned);
   stats.num_preemptions_total = scheduler_.num_preemptions();
+  if (proposer_ != nullptr) {
+    stats.num_draft_pages_total = proposer_->num_pages_total();
+    stats.num_draft_pages_free = proposer_->num_pages_free();
+  }
   return stats;
 }
 

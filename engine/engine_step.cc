@@ -19,6 +19,7 @@ void EngineImpl::Finish(Sequence* seq) {
   }
   seq->status = SequenceStatus::kFinished;
   if (seq->abort_requested) --num_abort_requested_;
+  if (proposer_ != nullptr) proposer_->Forget(seq->id);
   CHECK_EQ(sequences_.erase(seq->id), 1u) << seq->id;
 }
 
@@ -40,32 +41,39 @@ std::vector<RequestOutput> EngineImpl::FinishAborted() {
 }
 
 RequestOutput EngineImpl::AppendToken(Sequence* seq, const StepOutput& output, size_t row) {
-  const int32_t token = output.tokens[row];
-  seq->tokens.push_back(token);
-  ++counters_.num_generated_tokens_total;
   RequestOutput out;
   out.id = seq->id;
-  out.new_tokens.push_back(token);
+  TokenLogprobs lp;
   if (seq->sampling.logprobs >= 0) {
-    TokenLogprobs lp;
     lp.logprob = output.token_logprobs[row];
     for (int i = 0; i < seq->sampling.logprobs; ++i) {
       const size_t at = row * kMaxTopLogprobs + i;
       lp.top.emplace_back(output.top_tokens[at], output.top_logprobs[at]);
     }
-    out.logprobs.push_back(std::move(lp));
   }
-  out.finish_reason = stop_checker_.Check(seq->sampling, token, seq->num_output_tokens(),
-                                          seq->num_tokens(), max_model_len_);
-  if (out.finish_reason != FinishReason::kNone) {
+  Emit(seq, output.tokens[row], std::move(lp), &out);
+  return out;
+}
+
+bool EngineImpl::Emit(Sequence* seq, int32_t token, TokenLogprobs logprobs, RequestOutput* out) {
+  seq->tokens.push_back(token);
+  ++counters_.num_generated_tokens_total;
+  out->new_tokens.push_back(token);
+  if (seq->sampling.logprobs >= 0) out->logprobs.push_back(std::move(logprobs));
+  out->finish_reason = stop_checker_.Check(seq->sampling, token, seq->num_output_tokens(),
+                                           seq->num_tokens(), max_model_len_);
+  if (out->finish_reason != FinishReason::kNone) {
     Finish(seq);
-  } else if (seq->prefill_only) {
+    return true;
+  }
+  if (seq->prefill_only) {
     // The prompt's KV stays in the pages for the transfer until ReleaseRequest().
-    out.finish_reason = FinishReason::kPrefillDone;
+    out->finish_reason = FinishReason::kPrefillDone;
     scheduler_.Detach(seq);
     seq->status = SequenceStatus::kPrefillDone;
+    return true;
   }
-  return out;
+  return false;
 }
 
 void EngineImpl::PostProcess(const ScheduleDecision& decision,
@@ -73,11 +81,18 @@ void EngineImpl::PostProcess(const ScheduleDecision& decision,
                              std::vector<RequestOutput>* outputs) {
   CHECK_EQ(result.sampling_chunks.size(), result.output.tokens.size());
   for (const ScheduledChunk& chunk : decision.chunks) {
-    chunk.seq->num_computed_tokens += chunk.num_new_tokens;
+    // A verify chunk's computed tokens depend on how many proposals it accepts (VerifyChunk).
+    if (chunk.num_spec_tokens == 0) chunk.seq->num_computed_tokens += chunk.num_new_tokens;
   }
-  for (size_t i = 0; i < result.sampling_chunks.size(); ++i) {
-    outputs->push_back(
-        AppendToken(decision.chunks[result.sampling_chunks[i]].seq, result.output, i));
+  for (size_t i = 0; i < result.sampling_chunks.size();) {
+    const ScheduledChunk& chunk = decision.chunks[result.sampling_chunks[i]];
+    if (chunk.num_spec_tokens == 0) {
+      outputs->push_back(AppendToken(chunk.seq, result.output, i));
+      ++i;
+    } else {
+      outputs->push_back(VerifyChunk(chunk, result, i));
+      i += 1 + chunk.num_spec_tokens;
+    }
   }
 }
 

@@ -30,8 +30,8 @@ struct Plan {
     return false;
   }
 
-  void Add(Sequence* seq, int num_new_tokens, int num_new_pages) {
-    decision.chunks.push_back({seq, num_new_tokens, num_new_pages});
+  void Add(Sequence* seq, int num_new_tokens, int num_new_pages, int num_spec_tokens = 0) {
+    decision.chunks.push_back({seq, num_new_tokens, num_new_pages, num_spec_tokens});
     decision.num_batched_tokens += num_new_tokens;
     free_pages -= num_new_pages;
     budget -= num_new_tokens;
@@ -43,7 +43,9 @@ struct Plan {
   void ScheduleRunning(size_t i, int page_size) {
     if (preempted[i] || scheduled[i] || budget <= 0 || seqs_left <= 0) return;
     Sequence* seq = running[i];
-    const int n = std::min(seq->num_uncomputed_tokens(), budget);
+    // A decode with proposals verifies them in the same step (as many as the budget allows).
+    const int spec = seq->is_decode() ? static_cast<int>(seq->spec_tokens.size()) : 0;
+    const int n = std::min(seq->num_uncomputed_tokens() + spec, budget);
     if (n <= 0) return;
     const int need = PagesForTokens(seq->num_computed_tokens + n, page_size) -
                      static_cast<int>(seq->block_table.size());
@@ -56,7 +58,7 @@ struct Plan {
       return;
     }
     scheduled[i] = true;
-    Add(seq, n, std::max(need, 0));
+    Add(seq, n, std::max(need, 0), std::max(0, n - seq->num_uncomputed_tokens()));
   }
 };
 

@@ -20,6 +20,9 @@ struct ScheduledChunk {
   Sequence* seq = nullptr;
   int num_new_tokens = 0;  // tokens [num_computed_tokens, + num_new_tokens) run this step
   int num_new_pages = 0;   // pages to append to seq->block_table before the step
+  // Of a decode's new tokens, how many are proposals (seq->spec_tokens) after its last token:
+  // num_new_tokens = 1 + num_spec_tokens, all of them logits rows (a verify step).
+  int num_spec_tokens = 0;
 };
 
 struct ScheduleDecision {
