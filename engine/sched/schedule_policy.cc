@@ -74,8 +74,17 @@ ScheduleDecision FcfsChunkedPolicy::Schedule(const std::vector<Sequence*>& runni
             std::vector<bool>(running.size()),
             std::vector<bool>(running.size()),
             {}};
+  // Plain decodes, then decodes verifying proposals (1 + k tokens), then prefills: the CUDA
+  // backend runs the leading one-token sequences with its decode attention kernel.
   for (size_t i = 0; i < running.size(); ++i) {
-    if (running[i]->is_decode()) plan.ScheduleRunning(i, config_.page_size);
+    if (running[i]->is_decode() && running[i]->spec_tokens.empty()) {
+      plan.ScheduleRunning(i, config_.page_size);
+    }
+  }
+  for (size_t i = 0; i < running.size(); ++i) {
+    if (running[i]->is_decode() && !running[i]->spec_tokens.empty()) {
+      plan.ScheduleRunning(i, config_.page_size);
+    }
   }
   for (size_t i = 0; i < running.size(); ++i) {
     if (!running[i]->is_decode()) plan.ScheduleRunning(i, config_.page_size);

@@ -26,7 +26,8 @@ struct ScheduledChunk {
 };
 
 struct ScheduleDecision {
-  // Batch order: decodes first, then prefill chunks (running ones, then newly admitted).
+  // Batch order: decodes first (those without proposals, then verify chunks), then prefill
+  // chunks (running ones, then newly admitted).
   std::vector<ScheduledChunk> chunks;
   // Running sequences whose pages are freed; they go back to the front of the waiting queue
   // and recompute their KV later (preemption by recompute).
