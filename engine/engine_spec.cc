@@ -125,7 +125,8 @@ RequestOutput EngineImpl::VerifyChunk(const ScheduledChunk& chunk,
           lp.top.emplace_back(output.top_tokens[at], output.top_logprobs[at]);
         }
       } else {
-        // Only drawn proposals (and their residual draws) differ from the target's own sample.
+        // Only drawn proposals (and their residual draws) differ from the target's own sample
+        // (and the accept-all test rule, whose tests ask for no logprobs).
         CHECK(drawn && e < processed.size()) << seq->id;
         lp = HostLogprobs(processed[e], token, seq->sampling.logprobs);
       }

@@ -74,7 +74,9 @@ Sequence* DraftProposer::Sync(const Sequence& target) {
   int common = 0;
   while (common < limit && m->tokens[common] == target.tokens[common]) ++common;
   Truncate(m.get(), common);
-  m->tokens = target.tokens;
+  // Only the tokens past the common prefix change (the target's accepted ones, or a new prompt).
+  m->tokens.resize(common);
+  m->tokens.insert(m->tokens.end(), target.tokens.begin() + common, target.tokens.end());
   m->num_prompt_tokens = target.num_prompt_tokens;
   m->sampling = target.sampling;
   m->seed = target.seed;
