@@ -285,6 +285,44 @@ TEST(SpecEngineTest, AbortMidSpeculationFreesBothPools) {
   }
 }
 
+// A draft step that fails for its batch costs only that step's proposals; a draft backend that
+// is unusable stops the engine like a target failure would, with every page of both pools free.
+TEST(SpecEngineTest, DraftFailures) {
+  const EngineOptions options = Options(SpecMethod::kDraft, 3);
+  std::vector<EngineRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    EngineRequest r = Request("f" + std::to_string(i), Prompt(3 * i + 1), 24);
+    r.sampling.ignore_eos = true;
+    requests.push_back(std::move(r));
+  }
+  const std::map<std::string, Result> want =
+      Baseline(options, Model(FakeModel::Mode::kCount), requests);
+  {
+    auto draft = std::make_unique<FakeModel>(Model(FakeModel::Mode::kCount));
+    FakeModel* d = draft.get();
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::CreateWithModel(
+        options, std::make_unique<FakeModel>(Model(FakeModel::Mode::kCount)), std::move(draft));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    d->InjectFault(absl::InvalidArgumentError("bad draft batch"), /*at_call=*/3, /*sticky=*/false);
+    ExpectSame(RunAll(**engine, requests), want);
+    EXPECT_GT((*engine)->Stats().spec_decode_num_accepted_tokens, 0);
+    ExpectAllFree(**engine);
+  }
+  auto draft = std::make_unique<FakeModel>(Model(FakeModel::Mode::kCount));
+  FakeModel* d = draft.get();
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::CreateWithModel(
+      options, std::make_unique<FakeModel>(Model(FakeModel::Mode::kCount)), std::move(draft));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  for (const EngineRequest& r : requests) ASSERT_TRUE((*engine)->AddRequest(r).ok());
+  ASSERT_TRUE((*engine)->Step().ok());
+  d->InjectFault(absl::InternalError("draft device lost"));
+  absl::Status failed;
+  for (int step = 0; step < 10 && failed.ok(); ++step) failed = (*engine)->Step().status();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal) << failed;
+  EXPECT_FALSE((*engine)->HasWork());
+  ExpectAllFree(**engine);
+}
+
 TEST(SpecEngineTest, RejectsBadSettings) {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   auto create = [](const EngineOptions& o, FakeModel::Options draft) {
