@@ -375,8 +375,8 @@ TEST(WorkerMetricsTest, ExportsSpeculativeDecodingCounters) {
                                             " 58\n"));
   EXPECT_THAT(r->body,
               ::testing::HasSubstr("tandem:spec_decode_draft_acceptance_rate" + labels + " 0.5\n"));
-  EXPECT_THAT(r->body,
-              ::testing::HasSubstr("tandem_worker_spec_decode_mean_accepted_length" + labels + " 2.9\n"));
+  EXPECT_THAT(r->body, ::testing::HasSubstr("tandem_worker_spec_decode_mean_accepted_length" +
+                                            labels + " 2.9\n"));
 }
 
 }  // namespace
