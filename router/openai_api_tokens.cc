@@ -61,15 +61,30 @@ void OpenAiApi::HandleDetokenize(const HttpRequest& request, HttpResponder& resp
   SendJson(responder, 200, {{"prompt", *text}}, headers);
 }
 
+json OpenAiApi::ModelJson() const {
+  return {{"id", model_.served_name},
+          {"object", "model"},
+          {"created", created_},
+          {"owned_by", "tandem"},
+          {"root", options_.model_root},
+          {"parent", nullptr},
+          {"max_model_len", model_.max_model_len}};
+}
+
 void OpenAiApi::HandleModels(HttpResponder& responder, const HttpHeaders& headers) {
-  json model = {{"id", model_.served_name},
-                {"object", "model"},
-                {"created", created_},
-                {"owned_by", "tandem"},
-                {"root", options_.model_root},
-                {"parent", nullptr},
-                {"max_model_len", model_.max_model_len}};
-  SendJson(responder, 200, {{"object", "list"}, {"data", json::array({model})}}, headers);
+  SendJson(responder, 200, {{"object", "list"}, {"data", json::array({ModelJson()})}}, headers);
+}
+
+void OpenAiApi::HandleModel(const std::string& id, HttpResponder& responder,
+                            const HttpHeaders& headers) {
+  if (id != model_.served_name) {
+    return SendError(
+        responder, metrics_,
+        WithParam(absl::NotFoundError(absl::StrCat("The model `", id, "` does not exist.")),
+                  "model"),
+        headers);
+  }
+  SendJson(responder, 200, ModelJson(), headers);
 }
 
 }  // namespace tandem::router

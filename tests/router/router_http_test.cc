@@ -191,7 +191,13 @@ TEST_F(RouterHttpTest, BadInputGetsEnvelopeAndServerKeepsServing) {
       {"/v1/completions", R"({"prompt": "x", "temperature": 9})", 400, "temperature"},
       {"/v1/completions", R"({"prompt": "x", "top_p": 0})", 400, "top_p"},
       {"/v1/chat/completions", R"({"messages": "hi"})", 400, "messages"},
-      {"/v1/completions", R"({"prompt": "x", "n": 3})", 400, "n > 1"},
+      {"/v1/completions", R"({"prompt": "x", "n": 0})", 400, "n must be"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}],
+          "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       400, "not supported"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}],
+          "response_format": {"type": "json_object"}})",
+       400, "response_format"},
       {"/v1/nothing", "{}", 404, "no route"},
   };
   for (const Case& c : cases) {
@@ -205,6 +211,14 @@ TEST_F(RouterHttpTest, BadInputGetsEnvelopeAndServerKeepsServing) {
   }
   EXPECT_EQ(HttpCall(port(), "GET", "/v1/completions").status, 405);
   EXPECT_EQ(Post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": 2})").status, 200);
+  HttpResult unknown = HttpCall(port(), "GET", "/v1/models/nope");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_THAT(unknown.body, HasSubstr("The model `nope` does not exist"));
+  const std::string served = HttpCall(port(), "GET", "/v1/models").Json()["data"][0]["id"];
+  HttpResult model = HttpCall(port(), "GET", "/v1/models/" + served);
+  EXPECT_EQ(model.status, 200) << model.body;
+  EXPECT_EQ(model.Json()["id"], served);
+  EXPECT_EQ(model.Json()["object"], "model");
 }
 
 TEST(RouterHttpLimitsTest, OversizedBodyIs413AndApiKeyIsChecked) {
