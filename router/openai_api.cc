@@ -161,7 +161,6 @@ void OpenAiApi::HandleGenerate(const HttpRequest& request, std::shared_ptr<HttpR
   auto response = std::make_shared<OpenAiResponse>(
       responder, meta, metrics_, headers, layout,
       [service = service_](std::function<void()> fn) { service->RunSoon(std::move(fn)); });
-  responder->SetCancelCallback([response] { response->CancelAll(); });
   for (int s = 0; s < layout.num_sequences(); ++s) {
     GenerateSpec one = *spec;
     one.prompt_tokens = prompts[s / layout.best_of];
@@ -174,6 +173,7 @@ void OpenAiApi::HandleGenerate(const HttpRequest& request, std::shared_ptr<HttpR
     if (!handle.ok()) return response->Fail(handle.status());
     response->AddHandle(*std::move(handle));
   }
+  responder->SetCancelCallback([response] { response->CancelAll(); });
 }
 
 }  // namespace tandem::router

@@ -26,7 +26,8 @@ absl::Status RejectUnsupported(const json& request, ApiKind kind) {
   for (const char* key :
        {"tools", "functions", "function_call", "prediction", "audio", "guided_json", "guided_regex",
         "guided_choice", "guided_grammar", "structured_outputs", "prompt_logprobs",
-        "allowed_token_ids", "bad_words", "truncate_prompt_tokens", "logits_processors"}) {
+        "allowed_token_ids", "bad_words", "truncate_prompt_tokens", "logits_processors",
+        "reasoning_effort", "web_search_options"}) {
     if (Present(request, key)) {
       return InvalidParam(key, absl::StrCat("'", key, "' is not supported"));
     }

@@ -131,6 +131,8 @@ TEST_F(OpenAiRequestTest, UnsupportedFeaturesAre400) {
   ExpectBad(Chat("{" + msgs + R"(, "tool_choice": "auto"})"), "tool calling", "tool_choice");
   EXPECT_TRUE(Chat("{" + msgs + R"(, "tool_choice": "none"})").ok());
   ExpectBad(Chat("{" + msgs + R"(, "functions": []})"), "not supported", "functions");
+  ExpectBad(Chat("{" + msgs + R"(, "reasoning_effort": "low"})"), "not supported",
+            "reasoning_effort");
   ExpectBad(Chat("{" + msgs + R"(, "response_format": {"type": "json_object"}})"),
             "response_format", "response_format");
   ExpectBad(Chat("{" + msgs + R"(, "response_format": {"type": "json_schema"}})"),
