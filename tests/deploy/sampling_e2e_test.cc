@@ -64,8 +64,8 @@ class SamplingE2E : public ::testing::Test {
       for (size_t i = 0; i < std::min(got.logprobs.size(), want.logprobs.size()); ++i) {
         EXPECT_NEAR(got.logprobs[i].logprob(), want.logprobs[i].logprob, 1e-5) << "token " << i;
         EXPECT_EQ(got.logprobs[i].top_size(), static_cast<int>(want.logprobs[i].top.size()));
-        const int n = std::min(got.logprobs[i].top_size(),
-                               static_cast<int>(want.logprobs[i].top.size()));
+        const int n =
+            std::min(got.logprobs[i].top_size(), static_cast<int>(want.logprobs[i].top.size()));
         for (int k = 0; k < n; ++k) {
           EXPECT_EQ(got.logprobs[i].top(k).token_id(), want.logprobs[i].top[k].first);
           EXPECT_NEAR(got.logprobs[i].top(k).logprob(), want.logprobs[i].top[k].second, 1e-5);
@@ -126,8 +126,9 @@ TEST_F(SamplingE2E, PenaltiesMatchTheEngineAndChangeTheOutput) {
     SamplingParams one;
     one.temperature = 0.0f;
     one.ignore_eos = true;
-    (which == 0 ? one.presence_penalty : which == 1 ? one.frequency_penalty
-                                                    : one.repetition_penalty) = 1.8f;
+    (which == 0   ? one.presence_penalty
+     : which == 1 ? one.frequency_penalty
+                  : one.repetition_penalty) = 1.8f;
     ExpectSameAsEngine(prompt, 24, one, [which](v1::SamplingOptions& o) {
       if (which == 0) o.set_presence_penalty(1.8f);
       if (which == 1) o.set_frequency_penalty(1.8f);
@@ -141,9 +142,8 @@ TEST_F(SamplingE2E, LogitBiasForcesAToken) {
   p.temperature = 0.0f;
   p.ignore_eos = true;
   p.logit_bias = {{123, 100.0f}};
-  const StreamResult got = ExpectSameAsEngine(Prompt(20, 3), 6, p, [](v1::SamplingOptions& o) {
-    (*o.mutable_logit_bias())[123] = 100.0f;
-  });
+  const StreamResult got = ExpectSameAsEngine(
+      Prompt(20, 3), 6, p, [](v1::SamplingOptions& o) { (*o.mutable_logit_bias())[123] = 100.0f; });
   EXPECT_EQ(got.tokens, std::vector<int32_t>(6, 123));  // the first one from the prefill worker
   // -100 bans the token greedy decoding would pick first.
   GenerateArgs plain;
@@ -154,10 +154,9 @@ TEST_F(SamplingE2E, LogitBiasForcesAToken) {
   ban.temperature = 0.0f;
   ban.ignore_eos = true;
   ban.logit_bias = {{first, -100.0f}};
-  const StreamResult banned =
-      ExpectSameAsEngine(Prompt(20, 3), 4, ban, [first](v1::SamplingOptions& o) {
-        (*o.mutable_logit_bias())[first] = -100.0f;
-      });
+  const StreamResult banned = ExpectSameAsEngine(
+      Prompt(20, 3), 4, ban,
+      [first](v1::SamplingOptions& o) { (*o.mutable_logit_bias())[first] = -100.0f; });
   EXPECT_NE(banned.tokens.at(0), first);
 }
 
@@ -193,9 +192,8 @@ TEST_F(SamplingE2E, LogprobsMatchTheEngine) {
   p.temperature = 0.0f;
   p.ignore_eos = true;
   p.logprobs = 5;
-  const StreamResult got = ExpectSameAsEngine(Prompt(40, 5), 10, p, [](v1::SamplingOptions& o) {
-    o.set_logprobs(5);
-  });
+  const StreamResult got =
+      ExpectSameAsEngine(Prompt(40, 5), 10, p, [](v1::SamplingOptions& o) { o.set_logprobs(5); });
   ASSERT_EQ(got.logprobs.size(), 10u);
   for (size_t i = 0; i < got.logprobs.size(); ++i) {
     // Greedy: the sampled token is the most likely one.
