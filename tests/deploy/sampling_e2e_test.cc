@@ -247,6 +247,49 @@ TEST_F(SamplingE2E, StopStringReasonAndIncludeStopStrInOutput) {
   EXPECT_EQ(kept.tokens, cut.tokens);
 }
 
+// The mixed role (one worker, Generate) takes the same options.
+TEST(SamplingE2EMixed, OptionsAndLogprobsMatchTheEngine) {
+  std::unique_ptr<launcher::Cluster> cluster = StartCluster(R"(
+engine: {page_size: 16, num_pages: 512}
+groups:
+  - {role: mixed, count: 1}
+)");
+  ASSERT_NE(cluster, nullptr);
+  GenerateArgs args;
+  args.prompt = Prompt(30, 9);
+  args.max_tokens = 12;
+  args.sampling = [](v1::SamplingOptions& o) {
+    o.set_temperature(0.8f);
+    o.set_seed(77);
+    o.set_min_p(0.05f);
+    o.set_presence_penalty(1.0f);
+    o.set_repetition_penalty(1.2f);
+    (*o.mutable_logit_bias())[42] = 3.0f;
+    o.set_logprobs(2);
+  };
+  StreamResult got = Generate(cluster->router().grpc_address, args);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.seed = 77;
+  p.min_p = 0.05f;
+  p.presence_penalty = 1.0f;
+  p.repetition_penalty = 1.2f;
+  p.logit_bias = {{42, 3.0f}};
+  p.logprobs = 2;
+  p.ignore_eos = true;
+  p.max_tokens = 12;
+  const ReferenceResult want = Reference(TinyModelDir(), args.prompt, p);
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+  for (size_t i = 0; i < want.logprobs.size(); ++i) {
+    EXPECT_NEAR(got.logprobs[i].logprob(), want.logprobs[i].logprob, 1e-5) << i;
+    ASSERT_EQ(got.logprobs[i].top_size(), 2);
+    EXPECT_EQ(got.logprobs[i].top(1).token_id(), want.logprobs[i].top[1].first) << i;
+  }
+  EXPECT_TRUE(cluster->Shutdown(absl::Seconds(20)).ok());
+}
+
 TEST_F(SamplingE2E, OutOfRangeOptionsAreRejected) {
   GenerateArgs args;
   args.prompt = Prompt(5, 1);
