@@ -1,4 +1,7 @@
 // OpenAiApi: /tokenize, /detokenize and /v1/models (vLLM's shapes).
+#include <cctype>
+
+#include "absl/strings/numbers.h"
 #include "base/status_macros.h"
 #include "router/api_error.h"
 #include "router/json_fields.h"
@@ -75,8 +78,22 @@ void OpenAiApi::HandleModels(HttpResponder& responder, const HttpHeaders& header
   SendJson(responder, 200, {{"object", "list"}, {"data", json::array({ModelJson()})}}, headers);
 }
 
-void OpenAiApi::HandleModel(const std::string& id, HttpResponder& responder,
+void OpenAiApi::HandleModel(const std::string& encoded_id, HttpResponder& responder,
                             const HttpHeaders& headers) {
+  // Clients percent-encode the id in the path ("org%2Fname").
+  std::string id;
+  for (size_t i = 0; i < encoded_id.size(); ++i) {
+    int byte = 0;
+    if (encoded_id[i] == '%' && i + 2 < encoded_id.size() &&
+        std::isxdigit(static_cast<unsigned char>(encoded_id[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(encoded_id[i + 2])) &&
+        absl::SimpleHexAtoi(encoded_id.substr(i + 1, 2), &byte)) {
+      id.push_back(static_cast<char>(byte));
+      i += 2;
+    } else {
+      id.push_back(encoded_id[i]);
+    }
+  }
   if (id != model_.served_name) {
     return SendError(
         responder, metrics_,

@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_format.h"
 #include "tests/router/http_test_client.h"
 #include "tests/router/router_test_env.h"
 
@@ -220,6 +221,11 @@ TEST_F(RouterHttpTest, BadInputGetsEnvelopeAndServerKeepsServing) {
   EXPECT_EQ(model.status, 200) << model.body;
   EXPECT_EQ(model.Json()["id"], served);
   EXPECT_EQ(model.Json()["object"], "model");
+  EXPECT_EQ(HttpCall(port(), "GET",
+                     "/v1/models/%" + absl::StrFormat("%02X", served[0]) + served.substr(1))
+                .status,
+            200);  // percent-encoded
+  EXPECT_EQ(HttpCall(port(), "GET", "/v1/models/" + served + "%2").status, 404);
 }
 
 TEST(RouterHttpLimitsTest, OversizedBodyIs413AndApiKeyIsChecked) {
