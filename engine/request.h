@@ -66,6 +66,9 @@ struct RequestOutput {
   std::vector<int32_t> new_tokens;  // tokens sampled this step (usually 0 or 1)
   // One per new token when the request asked for logprobs (SamplingParams::logprobs >= 0).
   std::vector<TokenLogprobs> logprobs;
+  // Prompt tokens whose KV was found in a prefix cache instead of computed (0 without one);
+  // reported on the output that carries the first token.
+  int num_cached_tokens = 0;
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
   std::string error;                                 // set when finish_reason == kError
 };
