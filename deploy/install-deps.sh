@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything tandem needs on a fresh Debian 12 machine: the Debian packages listed in
 # deploy/packages.txt, and with --with-python (for tests only) the Debian packages of
-# deploy/packages-test.txt (prometheus, systemd, chromium) and a Python virtual environment in
-# .venv with the reference tooling (tokenizers, the OpenAI client, kubernetes-validate).
+# deploy/packages-test.txt (prometheus, systemd, chromium, clang) and a Python virtual
+# environment in .venv with the reference tooling (tokenizers, the OpenAI client,
+# kubernetes-validate).
 # Idempotent; run as root or with sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."

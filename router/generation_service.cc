@@ -2,10 +2,39 @@
 
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "router/routing_policy.h"
+#include "router/worker_proto.h"
 
 namespace tandem::router {
+
+int64_t KvTokenCapacity(const std::vector<WorkerSnapshot>& workers) {
+  int64_t tokens = 0;
+  for (const WorkerSnapshot& w : workers) {
+    if (!w.healthy || w.draining) continue;
+    if (w.role != tandem::v1::WORKER_ROLE_DECODE && w.role != tandem::v1::WORKER_ROLE_MIXED) {
+      continue;
+    }
+    // The heartbeat's count, else the registration's (before the first heartbeat).
+    const int64_t pages =
+        w.load.num_pages_total() > 0 ? w.load.num_pages_total() : w.kv_pool.num_pages();
+    tokens += pages * w.kv_pool.page_size();
+  }
+  return tokens;
+}
+
+absl::Status CheckWorkerMessageSize(const GenerateSpec& spec) {
+  // What the largest worker call (Prefill / Generate) carries: the prompt and the sampling
+  // parameters, varints of at most 5 bytes per token id, plus ids and framing.
+  const int64_t bytes = static_cast<int64_t>(spec.prompt_tokens.size()) * 5 +
+                        static_cast<int64_t>(ToProto(spec.sampling).ByteSizeLong()) + 1024;
+  if (bytes <= kMaxWorkerMessageBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the request is too large to pass to a worker: about ", bytes,
+                   " bytes of prompt and sampling parameters, more than the limit of ",
+                   kMaxWorkerMessageBytes, " bytes (fewer prompt tokens or stop_token_ids)"));
+}
 
 GenerationService::GenerationService(FlowOptions options, const Tokenizer* tokenizer,
                                      WorkerRegistry* registry, RoutingPolicy* policy,
@@ -25,8 +54,11 @@ GenerationService::GenerationService(FlowOptions options, const Tokenizer* token
   registry->SetDownListener(
       [this](const std::string& worker_id, uint64_t epoch) { OnWorkerDown(worker_id, epoch); });
   const absl::Duration period = registry->options().heartbeat_interval / 2;
-  timers_.RunEvery(period,
-                   [registry, clock = options.clock] { registry->ExpireStale(clock->Now()); });
+  timers_.RunEvery(period, [registry, admission, clock = options.clock] {
+    registry->ExpireStale(clock->Now());
+    admission->SetCapacity(KvTokenCapacity(registry->Snapshot()));
+    admission->ExpireWaiting();
+  });
 }
 
 GenerationService::~GenerationService() {
@@ -66,12 +98,19 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(
     deps_.metrics->CountRejected("draining");
     return absl::UnavailableError("the server is shutting down");
   }
-  if (!HasUsableWorkers()) {
+  const std::vector<WorkerSnapshot> workers = deps_.registry->Snapshot();
+  if (!router::HasUsableWorkers(workers)) {
     deps_.metrics->CountRejected("no_worker");
     return absl::UnavailableError(
         "no healthy worker is registered (need a prefill and a decode worker, or a mixed "
         "worker); retry later");
   }
+  if (absl::Status fits = CheckWorkerMessageSize(spec); !fits.ok()) {
+    deps_.metrics->CountRejected("invalid");
+    return fits;
+  }
+  const int64_t kv_tokens =
+      static_cast<int64_t>(spec.prompt_tokens.size()) + spec.sampling.max_tokens;
   // Worker-side ids are ours (client-chosen ids may collide): unique per router process.
   const std::string worker_id = absl::StrFormat("r%x-%d", id_salt_, next_id_++);
   auto flow = std::make_shared<RequestFlow>(&deps_, std::move(spec), worker_id, std::move(sink));
@@ -79,14 +118,22 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(
     absl::MutexLock lock(&mu_);
     live_[worker_id] = flow;
   }
-  absl::StatusOr<uint64_t> ticket = deps_.admission->Admit([flow] { flow->Start(); });
-  if (!ticket.ok()) {
+  deps_.admission->SetCapacity(KvTokenCapacity(workers));  // also refreshed by the timer
+  const uint64_t ticket = next_ticket_++;
+  flow->SetTicket(ticket);
+  absl::Status admitted = deps_.admission->Admit(
+      ticket, [flow] { flow->Start(); },
+      [flow, metrics = deps_.metrics](const absl::Status& status) {
+        metrics->CountRejected("queue_time");
+        flow->RejectWaiting(status);
+      },
+      kv_tokens);
+  if (!admitted.ok()) {
     deps_.metrics->CountRejected("queue_full");
     absl::MutexLock lock(&mu_);
     live_.erase(worker_id);
-    return ticket.status();
+    return admitted;
   }
-  flow->SetTicket(*ticket);
   return std::shared_ptr<RequestHandle>(flow);
 }
 

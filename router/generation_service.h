@@ -1,5 +1,6 @@
 // GenerationService: the front ends' single entry point. Submit() rejects what cannot run now
-// (no usable worker → Unavailable; admission queue full → ResourceExhausted) and otherwise
+// (no usable worker → Unavailable; admission queue full → ResourceExhausted; worker calls over
+// gRPC's message limit → InvalidArgument) and otherwise
 // queues the request behind the admission controller and runs it as a RequestFlow, which ends
 // with exactly one terminal call on the sink. Also fails the flows on a worker that goes down,
 // and runs the registry's heartbeat-expiry check. Thread-safe.
@@ -24,6 +25,15 @@
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::router {
+
+// gRPC's default limit on a received message (the workers' servers keep it): a worker call
+// larger than this would fail at the worker, so Submit refuses it as a client error.
+inline constexpr int64_t kMaxWorkerMessageBytes = 4 << 20;
+
+// The KV tokens the healthy, non-draining decode and mixed workers can hold (admission.h).
+int64_t KvTokenCapacity(const std::vector<WorkerSnapshot>& workers);
+// InvalidArgument if the worker calls of `spec` would exceed kMaxWorkerMessageBytes.
+absl::Status CheckWorkerMessageSize(const GenerateSpec& spec);
 
 class GenerationService {
  public:
@@ -62,6 +72,7 @@ class GenerationService {
 
   FlowDeps deps_;
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> next_ticket_{1};  // admission tickets
   std::atomic<bool> draining_{false};
   const uint64_t id_salt_;
   mutable absl::Mutex mu_;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "router/api_error.h"
+#include "router/api_key.h"
 #include "router/registry_service.h"
 #include "router/sampling_options.h"
 
@@ -194,6 +195,7 @@ absl::StatusOr<GenerateSpec> SpecFromProto(const GenerateRequest& request,
   switch (request.input_case()) {
     case GenerateRequest::kPrompt:
       if (!IsValidUtf8(request.prompt())) return InvalidParam("prompt", "prompt is not UTF-8");
+      RETURN_IF_ERROR(CheckPromptChars(model, request.prompt().size()));
       spec.prompt_tokens = model.tokenizer->Encode(request.prompt(), add_special);
       break;
     case GenerateRequest::kPromptTokens:
@@ -209,7 +211,11 @@ absl::StatusOr<GenerateSpec> SpecFromProto(const GenerateRequest& request,
       for (const auto& m : request.messages().messages()) {
         messages.push_back(ChatMessage{m.role(), m.content()});
       }
-      if (messages.empty()) return InvalidParam("messages", "'messages' must not be empty");
+      // The HTTP front end's checks (roles, UTF-8), then the same prompt bound.
+      RETURN_IF_ERROR(ValidateChatMessages(&messages));
+      size_t chars = 0;
+      for (const ChatMessage& m : messages) chars += m.content.size();
+      RETURN_IF_ERROR(CheckPromptChars(model, chars));
       ASSIGN_OR_RETURN(std::string prompt, model.chat_formatter(messages));
       spec.prompt_tokens = model.tokenizer->Encode(prompt, /*add_special_tokens=*/false);
       default_max_tokens = -1;
@@ -234,7 +240,7 @@ bool GenerationGrpcService::Authorized(const grpc::CallbackServerContext& contex
   if (api_key_.empty()) return true;
   auto it = context.client_metadata().find("authorization");
   if (it == context.client_metadata().end()) return false;
-  return std::string(it->second.data(), it->second.size()) == "Bearer " + api_key_;
+  return ApiKeyMatches(absl::string_view(it->second.data(), it->second.size()), api_key_);
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationGrpcService::Generate(
@@ -262,11 +268,15 @@ grpc::ServerWriteReactor<GenerateResponse>* GenerationGrpcService::Generate(
 grpc::ServerUnaryReactor* GenerationGrpcService::ListModels(
     grpc::CallbackServerContext* context, const tandem::v1::ListModelsRequest*,
     tandem::v1::ListModelsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Authorized(*context)) {
+    reactor->Finish(ToGrpc(absl::UnauthenticatedError("invalid or missing API key")));
+    return reactor;
+  }
   tandem::v1::ModelInfo* info = response->add_models();
   info->set_id(model_.served_name);
   info->set_max_model_len(model_.max_model_len);
   info->set_vocab_size(model_.vocab_size);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/accept_backoff.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
 #include "router/http_session.h"
@@ -33,6 +34,9 @@ struct HttpServer::Impl {
   // acceptor.
   net::strand<net::io_context::executor_type> accept_strand{net::make_strand(ioc)};
   std::optional<tcp::acceptor> acceptor;
+  std::optional<net::thread_pool> handler_pool;  // large bodies (offload_body_bytes)
+  AcceptBackoff backoff;                         // on accept_strand
+  net::steady_timer retry_timer{accept_strand};
 };
 
 namespace {
@@ -40,18 +44,29 @@ namespace {
 void Accept(std::shared_ptr<HttpServer::Impl> impl, std::shared_ptr<SessionConfig> config) {
   impl->acceptor->async_accept(
       net::make_strand(impl->ioc),
-      net::bind_executor(impl->accept_strand,
-                         [impl, config](beast::error_code ec, tcp::socket socket) {
-                           if (!impl->acceptor->is_open()) return;
-                           if (!ec) {
-                             beast::error_code ignored;
-                             socket.set_option(tcp::no_delay(true), ignored);
-                             StartSession(std::move(socket), config, impl);
-                           } else {
-                             LOG(WARNING) << "accept failed: " << ec.message();
-                           }
-                           Accept(impl, config);
-                         }));
+      net::bind_executor(
+          impl->accept_strand, [impl, config](beast::error_code ec, tcp::socket socket) {
+            if (!impl->acceptor->is_open()) return;
+            if (!ec) {
+              impl->backoff.OnSuccess();
+              beast::error_code ignored;
+              socket.set_option(tcp::no_delay(true), ignored);
+              StartSession(std::move(socket), config, impl);
+              return Accept(impl, config);
+            }
+            // Out of descriptors: wait (the connection stays in the backlog) instead of
+            // failing again at once, and log a little (base/accept_backoff.h).
+            const AcceptBackoff::Decision next = impl->backoff.OnFailure(ec.value(), ec.message());
+            if (next.log) {
+              LOG(WARNING) << "HTTP server: " << next.message;
+            }
+            if (next.delay <= absl::ZeroDuration()) return Accept(impl, config);
+            impl->retry_timer.expires_after(absl::ToChronoNanoseconds(next.delay));
+            impl->retry_timer.async_wait([impl, config](beast::error_code timer_ec) {
+              if (timer_ec || !impl->acceptor->is_open()) return;
+              Accept(impl, config);
+            });
+          }));
 }
 
 }  // namespace
@@ -79,7 +94,17 @@ absl::Status HttpServer::Start() {
                                             : absl::UnavailableError(message);
   }
   port_ = acceptor.local_endpoint().port();
-  auto config = std::make_shared<SessionConfig>(SessionConfig{options_, handler_});
+  impl_->handler_pool.emplace(static_cast<size_t>(std::max(1, options_.handler_threads)));
+  HttpHandler handler = [handler = handler_, impl = impl_.get(),
+                         threshold = options_.offload_body_bytes](
+                            HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+    if (request.body.size() < threshold) return handler(std::move(request), std::move(responder));
+    net::post(*impl->handler_pool,
+              [handler, request = std::move(request), responder = std::move(responder)]() mutable {
+                handler(std::move(request), std::move(responder));
+              });
+  };
+  auto config = std::make_shared<SessionConfig>(SessionConfig{options_, std::move(handler)});
   Accept(impl_, config);
   for (int i = 0; i < std::max(1, options_.num_threads); ++i) {
     threads_.emplace_back([impl = impl_] { impl->ioc.run(); });
@@ -92,10 +117,12 @@ void HttpServer::Stop() {
   net::post(impl_->accept_strand, [impl = impl_] {
     beast::error_code ignored;
     impl->acceptor->close(ignored);
+    impl->retry_timer.cancel();
   });
   impl_->ioc.stop();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  impl_->handler_pool->join();
 }
 
 }  // namespace tandem::router

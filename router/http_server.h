@@ -1,9 +1,18 @@
 // HttpServer: an asynchronous HTTP/1.1 server on Boost.Beast/Asio. A few I/O threads serve every
 // connection (no thread per connection, so thousands of idle SSE streams cost only memory).
-// Keep-alive; bodies over max_body_bytes get 413; responses are whole (Content-Length) or
-// streamed (chunked transfer encoding, each Write flushed at once, Nagle off). While a request
-// is being answered the server keeps reading the socket, so a client that disconnects is noticed
-// at once and the request's cancel callback runs.
+// - Keep-alive and pipelining: requests of one connection are answered one after the other, in
+//   order; bytes of the next request that arrive while one is answered are kept (up to 64 KiB,
+//   then reading pauses) and parsed as soon as that response is written.
+// - A connection is closed when it is idle (no request, or a request not yet whole) for
+//   idle_timeout; never while a request is being answered (a stream may be quiet for long).
+// - Bodies over max_body_bytes get 413 (before the body is read; "Expect: 100-continue" is
+//   answered); a request that cannot be parsed gets 400; both close the connection.
+// - HEAD: the status and headers the handler's answer has (Content-Length of its body), no body.
+// - Responses are whole (Content-Length) or streamed (chunked transfer encoding, each Write
+//   flushed at once, Nagle off). While a request is answered the server keeps reading the
+//   socket, so a client that disconnects is noticed at once and the request's cancel callback
+//   runs.
+// - accept(2) failing for lack of descriptors backs off and logs rarely (base/accept_backoff.h).
 #pragma once
 
 #include <cstddef>
@@ -54,12 +63,20 @@ struct HttpServerOptions {
   int port = 8000;  // 0: pick a free port
   int num_threads = 2;
   size_t max_body_bytes = size_t{8} << 20;
-  absl::Duration idle_timeout = absl::Seconds(120);  // keep-alive connections with no request
+  // Requests with a body of at least this many bytes are handed to one of handler_threads
+  // threads (parsing a large JSON body takes milliseconds, which an I/O thread owes to every
+  // other connection, /health included); smaller ones are handled on the I/O thread.
+  size_t offload_body_bytes = size_t{64} << 10;
+  int handler_threads = 2;
+  // Idle keep-alive connections close after this (longer than clients keep idle connections:
+  // httpx, under the openai client, drops them after 5 s, so the client closes first).
+  absl::Duration idle_timeout = absl::Seconds(60);
 };
 
 class HttpServer {
  public:
-  // `handler` runs on an I/O thread and must not block.
+  // `handler` runs on an I/O thread (or a handler thread, for large bodies) and must not block;
+  // it is called from several threads at once.
   HttpServer(HttpServerOptions options, HttpHandler handler);
   ~HttpServer();
 

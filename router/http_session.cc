@@ -1,5 +1,6 @@
 #include "router/http_session.h"
 
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -7,6 +8,7 @@
 #include <optional>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -20,8 +22,13 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-constexpr size_t kMaxWatchBuffer = 64 * 1024;  // stop reading ahead past this (pipelining)
-constexpr size_t kWatchReadSize = 4096;
+// While a request is answered, bytes of the next ones (pipelining) are read and kept up to this
+// much; then reading pauses until the response is complete.
+constexpr size_t kMaxPendingInput = 64 * 1024;
+constexpr size_t kReadSize = 16 * 1024;
+constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
+// After a response with "Connection: close", how long the client may take to close its side.
+constexpr auto kLingerTime = std::chrono::seconds(2);
 
 class Session;
 
@@ -41,18 +48,29 @@ class Responder : public HttpResponder {
   const uint64_t generation_;  // which request of the connection this answers
 };
 
+// The connection's state machine. One read is outstanding at a time, into read_buf_; what it
+// brings is appended to input_, which the parser consumes only between requests. So bytes of a
+// pipelined request that arrive while one is answered wait in input_, and are parsed the moment
+// that response is written (not when more bytes arrive). A timer (not the socket) closes a
+// connection that is idle, or slow to deliver a request, for idle_timeout.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, std::shared_ptr<SessionConfig> config,
           std::shared_ptr<void> keep_alive)
-      : io_owner_(std::move(keep_alive)), stream_(std::move(socket)), config_(std::move(config)) {}
+      : io_owner_(std::move(keep_alive)),
+        socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        config_(std::move(config)) {}
 
   void Run() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+    net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+      self->ArmTimer(self->IdleTimeout());
+      self->StartRead();
+    });
   }
   template <typename F>
   void Post(F f) {
-    net::post(stream_.get_executor(), std::move(f));
+    net::post(socket_.get_executor(), std::move(f));
   }
 
   // --- on the strand ---
@@ -61,7 +79,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!Current(gen) || response_started_) return;
     response_started_ = true;
     const std::string length = absl::StrCat("Content-Length: ", body.size());
-    Enqueue(ResponseHead(status, type, keep_alive_, extra, &length) + body);
+    std::string head = ResponseHead(status, type, keep_alive_, extra, &length);
+    if (!head_request_) head += body;  // HEAD: the headers GET would send, no body
+    Enqueue(std::move(head));
     response_done_ = true;
     MaybeComplete();
   }
@@ -70,6 +90,10 @@ class Session : public std::enable_shared_from_this<Session> {
     response_started_ = true;
     const std::string chunked = "Transfer-Encoding: chunked";
     Enqueue(ResponseHead(status, type, keep_alive_, extra, &chunked));
+    if (head_request_) {  // no body at all, not even the last chunk
+      response_done_ = true;
+      MaybeComplete();
+    }
   }
   void WriteChunk(uint64_t gen, const std::string& data) {
     if (!Current(gen) || !response_started_ || response_done_ || data.empty()) return;
@@ -92,26 +116,73 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   bool Current(uint64_t gen) const { return gen == generation_ && in_request_ && !closed_; }
-
-  void DoRead() {
-    if (closed_) return;
-    parser_.emplace();
-    parser_->body_limit(config_->options.max_body_bytes);
-    stream_.expires_after(
-        std::chrono::seconds(absl::ToInt64Seconds(config_->options.idle_timeout)));
-    http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&Session::OnRead, shared_from_this()));
+  std::chrono::steady_clock::duration IdleTimeout() const {
+    return absl::ToChronoNanoseconds(config_->options.idle_timeout);
   }
 
-  void OnRead(beast::error_code ec, size_t) {
-    if (ec == http::error::body_limit) return Reject(413, "the request body is too large");
-    if (ec == http::error::end_of_stream || ec == net::error::operation_aborted ||
-        ec == beast::error::timeout || ec == net::error::eof ||
-        ec == net::error::connection_reset) {
-      return Close();
+  // --- reading ---
+  void StartRead() {
+    if (reading_ || closed_ || read_ended_) return;
+    if (in_request_ && input_.size() >= kMaxPendingInput) return;  // resumed by MaybeComplete
+    reading_ = true;
+    socket_.async_read_some(net::buffer(read_buf_),
+                            beast::bind_front_handler(&Session::OnRead, shared_from_this()));
+  }
+
+  void OnRead(beast::error_code ec, size_t n) {
+    reading_ = false;
+    if (closed_) return;
+    if (ec) {
+      read_ended_ = true;
+      // While a request is answered, the client going away (EOF or reset) cancels it.
+      return in_request_ ? Disconnected() : Close();
     }
-    if (ec) return Reject(400, absl::StrCat("malformed HTTP request: ", ec.message()));
+    if (lingering_) return StartRead();  // discard until the client closes
+    input_.append(read_buf_.data(), n);
+    ParseInput();
+    StartRead();
+  }
+
+  // Between requests: feeds input_ to the parser; a whole request is dispatched.
+  void ParseInput() {
+    while (!in_request_ && !closed_ && !lingering_ && !input_.empty()) {
+      if (!parser_) {
+        parser_.emplace();
+        parser_->header_limit(kMaxHeaderBytes);
+        parser_->body_limit(config_->options.max_body_bytes);
+        parser_->eager(true);
+        continue_sent_ = false;
+      }
+      beast::error_code ec;
+      const size_t used = parser_->put(net::buffer(input_), ec);
+      input_.erase(0, used);
+      if (ec == http::error::body_limit) return Reject(413, "the request body is too large");
+      if (ec && ec != http::error::need_more) {
+        return Reject(400, absl::StrCat("malformed HTTP request: ", ec.message()));
+      }
+      if (parser_->is_done()) {
+        Dispatch();
+        continue;
+      }
+      MaybeSendContinue();
+      if (ec || used == 0) return;  // wait for more bytes
+    }
+  }
+
+  // "Expect: 100-continue" (curl sends it for large bodies): tell the client to go on.
+  void MaybeSendContinue() {
+    if (continue_sent_ || !parser_->is_header_done()) return;
+    continue_sent_ = true;
+    const auto& header = parser_->get();
+    if (absl::EqualsIgnoreCase(std::string(header[http::field::expect]), "100-continue") &&
+        header.version() >= 11) {
+      Enqueue("HTTP/1.1 100 Continue\r\n\r\n");
+    }
+  }
+
+  void Dispatch() {
     http::request<http::string_body> req = parser_->release();
+    parser_.reset();
     HttpRequest request;
     request.method = std::string(req.method_string());
     std::string target(req.target());
@@ -124,23 +195,24 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     request.body = std::move(req.body());
     keep_alive_ = req.keep_alive();
-    BeginRequest();
+    BeginRequest(req.method() == http::verb::head);
     auto responder = std::make_shared<Responder>(shared_from_this(), generation_);
-    Watch();
     config_->handler(std::move(request), std::move(responder));
   }
 
-  void BeginRequest() {
+  void BeginRequest(bool head) {
     in_request_ = true;
+    head_request_ = head;
     response_started_ = false;
     response_done_ = false;
-    stream_.expires_never();  // a streamed response may stay quiet for a long time
+    CancelTimer();  // a streamed response may stay quiet for a long time
   }
 
   // Answers a request that could not be parsed, then closes.
   void Reject(int status, const std::string& message) {
+    parser_.reset();
     keep_alive_ = false;
-    BeginRequest();
+    BeginRequest(/*head=*/false);
     nlohmann::json body = {{"error",
                             {{"message", message},
                              {"type", status == 413 ? "RequestTooLargeError" : "BadRequestError"},
@@ -149,26 +221,7 @@ class Session : public std::enable_shared_from_this<Session> {
     SendWhole(generation_, status, "application/json", body.dump(), {});
   }
 
-  // Reads while a request is answered (to notice a disconnect) and between requests.
-  void Watch() {
-    if (watching_ || closed_) return;
-    watching_ = true;
-    stream_.async_read_some(buffer_.prepare(kWatchReadSize),
-                            beast::bind_front_handler(&Session::OnWatch, shared_from_this()));
-  }
-
-  void OnWatch(beast::error_code ec, size_t n) {
-    watching_ = false;
-    if (ec) return in_request_ ? Disconnected() : Close();
-    buffer_.commit(n);
-    if (draining_) {
-      buffer_.consume(buffer_.size());
-      return Watch();
-    }
-    if (!in_request_) return DoRead();  // the next request has started to arrive
-    if (buffer_.size() < kMaxWatchBuffer) Watch();
-  }
-
+  // --- writing ---
   void Enqueue(std::string data) {
     out_.push_back(std::move(data));
     DoWrite();
@@ -177,7 +230,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void DoWrite() {
     if (writing_ || out_.empty() || closed_) return;
     writing_ = true;
-    net::async_write(stream_, net::buffer(out_.front()),
+    net::async_write(socket_, net::buffer(out_.front()),
                      beast::bind_front_handler(&Session::OnWrite, shared_from_this()));
   }
 
@@ -193,7 +246,7 @@ class Session : public std::enable_shared_from_this<Session> {
     MaybeComplete();
   }
 
-  // The whole response is written: next request (keep-alive) or close.
+  // The whole response is written: the next request (keep-alive) or close.
   void MaybeComplete() {
     if (!response_done_ || writing_ || !out_.empty() || !in_request_) return;
     in_request_ = false;
@@ -202,15 +255,30 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!keep_alive_) {
       // Half-close and drain what the client still sends, so that it reads our response
       // instead of a reset.
-      draining_ = true;
+      lingering_ = true;
+      input_.clear();
       beast::error_code ignored;
-      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      stream_.expires_after(std::chrono::seconds(2));
-      return Watch();
+      socket_.shutdown(tcp::socket::shutdown_send, ignored);
+      ArmTimer(kLingerTime);
+      return StartRead();
     }
-    stream_.expires_after(
-        std::chrono::seconds(absl::ToInt64Seconds(config_->options.idle_timeout)));
-    if (!watching_) DoRead();  // else OnWatch continues with the next request
+    ArmTimer(IdleTimeout());
+    ParseInput();  // a pipelined request may be here already
+    StartRead();   // resumes a read paused on a full input_
+  }
+
+  // --- timer and teardown ---
+  void ArmTimer(std::chrono::steady_clock::duration after) {
+    const uint64_t gen = ++timer_generation_;
+    timer_.expires_after(after);
+    timer_.async_wait([self = shared_from_this(), gen](beast::error_code ec) {
+      if (ec || gen != self->timer_generation_) return;  // cancelled or re-armed
+      self->Close();
+    });
+  }
+  void CancelTimer() {
+    ++timer_generation_;
+    timer_.cancel();
   }
 
   void Disconnected() {
@@ -225,28 +293,35 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close() {
     if (closed_) return;
     closed_ = true;
+    CancelTimer();
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
     if (!writing_) out_.clear();  // else OnWrite clears once the aborted write lets go
   }
 
   std::shared_ptr<void> io_owner_;  // keeps the io_context alive; first: destroyed last
-  beast::tcp_stream stream_;
+  tcp::socket socket_;
+  net::steady_timer timer_;
   std::shared_ptr<SessionConfig> config_;
-  beast::flat_buffer buffer_;
+  std::array<char, kReadSize> read_buf_;
+  std::string input_;  // read, not yet parsed
   std::optional<http::request_parser<http::string_body>> parser_;
   std::deque<std::string> out_;
   std::function<void()> on_cancel_;
   uint64_t generation_ = 0;
+  uint64_t timer_generation_ = 0;
   bool keep_alive_ = false;
+  bool head_request_ = false;
   bool in_request_ = false;
   bool response_started_ = false;
   bool response_done_ = false;
+  bool continue_sent_ = false;
+  bool reading_ = false;
+  bool read_ended_ = false;  // EOF or error on the read side
   bool writing_ = false;
-  bool watching_ = false;
   bool disconnected_ = false;
-  bool draining_ = false;  // response sent on a closing connection: read until EOF
+  bool lingering_ = false;  // response sent on a closing connection: read until EOF
   bool closed_ = false;
 };
 

@@ -27,11 +27,22 @@ int main(int argc, char** argv) {
   app.add_option("--api-key", config.api_key, "require 'Authorization: Bearer KEY' on /v1/*")
       ->envname("TANDEM_API_KEY");
   app.add_option("--routing-policy", config.routing_policy, "least-loaded | round-robin");
-  app.add_option("--max-running", config.max_running, "requests routed to workers at once");
+  app.add_option("--max-running", config.max_running,
+                 "requests routed to workers at once (also bounded by the KV tokens the "
+                 "workers can hold: prompt + max_tokens per request)");
   app.add_option("--max-waiting", config.max_waiting,
                  "requests queued beyond --max-running before 429s");
+  double max_queue_time_s = 30;
+  app.add_option("--max-queue-time-s", max_queue_time_s,
+                 "a request still queued for admission after this many seconds gets 429 "
+                 "(0: no bound)");
   app.add_option("--http-threads", config.http_threads, "HTTP I/O threads");
   app.add_option("--max-body-bytes", config.max_body_bytes, "larger request bodies get 413");
+  double http_idle_timeout_s = 60;
+  app.add_option("--http-idle-timeout-s", http_idle_timeout_s,
+                 "idle keep-alive HTTP connections (or ones slow to send a request) close after "
+                 "this many seconds")
+      ->check(CLI::PositiveNumber);
   app.add_option("--heartbeat-interval-ms", config.heartbeat_interval_ms,
                  "worker heartbeat period");
   app.add_option("--missed-heartbeats", config.missed_heartbeats,
@@ -41,6 +52,8 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug | info | warning | error");
   CLI11_PARSE(app, argc, argv);
+  config.http_idle_timeout = absl::Seconds(http_idle_timeout_s);
+  config.max_queue_time = absl::Seconds(max_queue_time_s);
   tandem::LogLevel level;
   if (tandem::ParseLogLevel(log_level, &level)) tandem::SetLogLevel(level);
 

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "router/api_error.h"
+#include "router/api_key.h"
 #include "router/json_fields.h"
 #include "router/openai_sinks.h"
 
@@ -14,14 +15,6 @@ namespace tandem::router {
 namespace {
 
 using nlohmann::json;
-
-// Compares without an early exit on the first differing byte.
-bool SameSecret(std::string_view given, std::string_view key) {
-  if (given.size() != key.size() || key.empty()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < key.size(); ++i) diff |= given[i] ^ key[i];
-  return diff == 0;
-}
 
 std::string RandomHex() {
   thread_local std::mt19937_64 rng(std::random_device{}());
@@ -51,10 +44,7 @@ HttpHandler OpenAiApi::Handler() {
 
 bool OpenAiApi::Authorized(const HttpRequest& request) const {
   if (options_.api_key.empty() || !NeedsAuth(request.path)) return true;
-  const std::string header = request.Header("authorization");
-  const std::string kBearer = "Bearer ";
-  if (!absl::StartsWith(header, kBearer)) return false;
-  return SameSecret(header.substr(kBearer.size()), options_.api_key);
+  return ApiKeyMatches(request.Header("authorization"), options_.api_key);
 }
 
 void OpenAiApi::SendJson(HttpResponder& responder, int status, const json& body,
@@ -110,9 +100,10 @@ void OpenAiApi::Handle(HttpRequest request, std::shared_ptr<HttpResponder> respo
                                  "/v1/models",      "/health",
                                  "/version",        "/ready",
                                  "/metrics"};
-  for (const char* known : kKnown) {
-    if (path == known) {
+  for (size_t i = 0; i < std::size(kKnown); ++i) {
+    if (path == kKnown[i]) {
       metrics_->CountHttpResponse(405);
+      headers.emplace_back("Allow", i < 4 ? "POST" : "GET, HEAD");  // the first four: POST
       json body = ErrorBody(absl::InvalidArgumentError(absl::StrCat("method ", request.method,
                                                                     " is not allowed on ", path)),
                             405);

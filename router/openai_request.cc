@@ -14,6 +14,8 @@ namespace {
 
 using nlohmann::json;
 
+}  // namespace
+
 absl::Status CheckPromptChars(const ModelContext& model, size_t chars) {
   const int64_t limit = int64_t{model.max_model_len} * kMaxPromptCharsPerToken;
   if (static_cast<int64_t>(chars) > limit) {
@@ -25,6 +27,8 @@ absl::Status CheckPromptChars(const ModelContext& model, size_t chars) {
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 absl::StatusOr<std::vector<int32_t>> TokenIdsFrom(const json& ids, const ModelContext& model) {
   std::vector<int32_t> out;
@@ -149,14 +153,27 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& request) {
     if (!m.is_object()) return InvalidParam(param, "each message must be an object");
     ASSIGN_OR_RETURN(std::optional<std::string> role, GetString(m, "role"));
     if (!role) return InvalidParam(param + ".role", "'role' is a required field");
-    if (*role == "developer") role = "system";
-    if (*role != "system" && *role != "user" && *role != "assistant") {
-      return InvalidParam(param + ".role", absl::StrCat("unsupported role '", *role, "'"));
-    }
     ASSIGN_OR_RETURN(std::string content, MessageContent(m, i));
     messages.push_back(ChatMessage{*role, std::move(content)});
   }
+  RETURN_IF_ERROR(ValidateChatMessages(&messages));
   return messages;
+}
+
+absl::Status ValidateChatMessages(std::vector<ChatMessage>* messages) {
+  if (messages->empty()) return InvalidParam("messages", "'messages' must be a non-empty list");
+  for (size_t i = 0; i < messages->size(); ++i) {
+    std::string& role = (*messages)[i].role;
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant") {
+      return InvalidParam(absl::StrCat("messages[", i, "].role"),
+                          absl::StrCat("unsupported role '", role, "'"));
+    }
+    if (!IsValidUtf8((*messages)[i].content)) {
+      return InvalidParam(absl::StrCat("messages[", i, "].content"), "content is not UTF-8");
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ResolveMaxTokens(const ModelContext& model, std::optional<int64_t> max_tokens,
@@ -176,13 +193,15 @@ absl::Status ResolveMaxTokens(const ModelContext& model, std::optional<int64_t> 
   }
   const int64_t requested = max_tokens.value_or(
       default_max_tokens > 0 ? default_max_tokens : model.max_model_len - prompt_len);
-  if (prompt_len + requested > model.max_model_len) {
+  // requested may be near 2^63: compared without the sum, which would overflow.
+  if (requested > model.max_model_len - prompt_len) {
     return InvalidParam(
         "max_tokens",
         absl::StrCat("This model's maximum context length is ", model.max_model_len,
                      " tokens. However, you requested ", requested,
                      " output tokens and your prompt contains at least ", prompt_len,
-                     " input tokens, for a total of at least ", prompt_len + requested,
+                     " input tokens, for a total of at least ",
+                     static_cast<uint64_t>(prompt_len) + static_cast<uint64_t>(requested),
                      " tokens. Please reduce the length of the input prompt or the number of "
                      "requested output tokens."));
   }

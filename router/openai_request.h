@@ -52,8 +52,14 @@ absl::StatusOr<GenerateSpec> ParseChatRequest(std::string_view body, const Model
 absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view body);
 // Checks "model" (absent or null means the served model): NotFound for another name.
 absl::Status CheckModel(const nlohmann::json& request, const ModelContext& model);
-// Chat "messages" → ChatMessage list (content as a string or a list of text parts).
+// Chat "messages" → ChatMessage list (content as a string or a list of text parts), then
+// ValidateChatMessages.
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const nlohmann::json& request);
+// The checks both front ends (HTTP and gRPC) apply to chat messages: non-empty, roles system /
+// user / assistant ("developer" becomes "system"), UTF-8 content.
+absl::Status ValidateChatMessages(std::vector<ChatMessage>* messages);
+// Rejects a prompt of more than kMaxPromptCharsPerToken characters per context token.
+absl::Status CheckPromptChars(const ModelContext& model, size_t chars);
 
 // Checks the prompt length against the context and sets spec->sampling.max_tokens from
 // `max_tokens` (unset: default_max_tokens, or the rest of the context when that is < 0).

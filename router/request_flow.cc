@@ -51,7 +51,7 @@ void RequestFlow::Start() {
     absl::MutexLock lock(&mu_);
     admitted_ = true;
     if (phase_ == Phase::kDone) {  // cancelled while its start was already on its way
-      later.push_back([this] { deps_->admission->Release(); });
+      later.push_back([this, ticket = ticket_] { deps_->admission->Release(ticket); });
     } else {
       admitted_at_ = deps_->options.clock->Now();
       reserve_deadline_ = admitted_at_ + deps_->options.reserve_retry_budget;

@@ -75,6 +75,8 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
   // Admitted: route and start calling workers.
   void Start();
   void Cancel() override;
+  // The admission queue gave up on it (waited too long): the sink gets `status`.
+  void RejectWaiting(const absl::Status& status);
   // The registry marked a worker down; fails this flow if it depends on it.
   void OnWorkerDown(const std::string& worker_id, uint64_t epoch);
 

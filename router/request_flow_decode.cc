@@ -111,6 +111,18 @@ void RequestFlow::OnDecodeDone(const grpc::Status& status) {
   Run(later);
 }
 
+void RequestFlow::RejectWaiting(const absl::Status& status) {
+  Actions later;
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_ == Phase::kDone || admitted_) return;
+    std::shared_ptr<GenerationSink> sink = sink_;
+    EndCommon("error", tandem::v1::ABORT_REASON_CLIENT_CANCELLED, later);
+    sink->OnError(status);
+  }
+  Run(later);
+}
+
 void RequestFlow::Cancel() {
   Actions later;
   {

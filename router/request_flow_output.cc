@@ -176,7 +176,9 @@ void RequestFlow::EndCommon(const char* outcome, tandem::v1::AbortReason abort_r
   }
   ReleaseWorker(prefill_);
   ReleaseWorker(decode_);
-  if (admitted_) later.push_back([this] { deps_->admission->Release(); });
+  if (admitted_) {
+    later.push_back([this, ticket = ticket_] { deps_->admission->Release(ticket); });
+  }
   later.push_back([this, self = shared_from_this()] { deps_->on_done(worker_request_id_); });
 }
 

@@ -28,7 +28,12 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   registry_options.clock = config.clock;
   s->registry_ = std::make_unique<WorkerRegistry>(registry_options);
   ASSIGN_OR_RETURN(s->policy_, MakeRoutingPolicy(config.routing_policy));
-  s->admission_ = std::make_unique<AdmissionController>(config.max_running, config.max_waiting);
+  AdmissionOptions admission_options;
+  admission_options.max_running = config.max_running;
+  admission_options.max_waiting = config.max_waiting;
+  admission_options.max_queue_time = config.max_queue_time;
+  admission_options.clock = config.clock;
+  s->admission_ = std::make_unique<AdmissionController>(admission_options);
   FlowOptions flow = config.flow;
   flow.clock = config.clock;
   s->service_ =
@@ -62,6 +67,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   http_options.port = config.http_port;
   http_options.num_threads = config.http_threads;
   http_options.max_body_bytes = config.max_body_bytes;
+  http_options.idle_timeout = config.http_idle_timeout;
   s->http_ = std::make_unique<HttpServer>(http_options, s->api_->Handler());
   RETURN_IF_ERROR(s->http_->Start());
   return s;

@@ -35,8 +35,11 @@ struct RouterConfig {
   std::string routing_policy = "least-loaded";
   int max_running = 1024;
   int max_waiting = 4096;
+  // A request still waiting for admission after this gets 429 (<= 0: no bound).
+  absl::Duration max_queue_time = absl::Seconds(30);
   int http_threads = 2;
   size_t max_body_bytes = size_t{8} << 20;
+  absl::Duration http_idle_timeout = absl::Seconds(60);  // idle keep-alive connections close
   int heartbeat_interval_ms = 500;
   int missed_heartbeats = 3;
   int drain_timeout_s = 30;

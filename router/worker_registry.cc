@@ -89,6 +89,7 @@ absl::StatusOr<RegisterResponse> WorkerRegistry::Register(const RegisterRequest&
     entry.state.address = request.address();
     entry.state.kv_transfer_address = request.kv_transfer_address();
     entry.state.load = request.load();
+    entry.state.kv_pool = request.kv_pool();
     entry.state.healthy = true;
     entry.stub = std::move(stub);
     entry.last_heartbeat = options_.clock->Now();

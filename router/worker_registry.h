@@ -39,7 +39,8 @@ struct WorkerSnapshot {
   std::string address;
   std::string kv_transfer_address;
   tandem::v1::LoadReport load;
-  int outstanding = 0;  // requests this router has in flight on the worker
+  tandem::v1::KvPoolInfo kv_pool;  // as registered
+  int outstanding = 0;             // requests this router has in flight on the worker
   bool healthy = false;
   bool draining = false;
 };

@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/accept_backoff.h"
 #include "base/check.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
@@ -37,6 +38,8 @@ struct MetricsHttpServer::Impl {
   int num_connections = 0;  // open sessions; on the I/O thread (or after it is joined)
   std::optional<net::io_context> ioc;
   std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> retry_timer;  // accept backoff (base/accept_backoff.h)
+  AcceptBackoff backoff;
   std::thread thread;
 };
 
@@ -179,11 +182,23 @@ void Accept(MetricsHttpServer::Impl* server) {
   server->acceptor->async_accept([server](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted) return;  // the acceptor closed
     if (ec) {
-      LOG(WARNING) << "metrics server: accept failed: " << ec.message();
+      // Out of descriptors: wait instead of failing again at once, and log a little.
+      const AcceptBackoff::Decision next = server->backoff.OnFailure(ec.value(), ec.message());
+      if (next.log) {
+        LOG(WARNING) << "metrics server: " << next.message;
+      }
+      if (next.delay > absl::ZeroDuration()) {
+        server->retry_timer->expires_after(absl::ToChronoNanoseconds(next.delay));
+        server->retry_timer->async_wait([server](beast::error_code timer_ec) {
+          if (!timer_ec) Accept(server);
+        });
+        return;
+      }
     } else if (server->num_connections >= server->options.max_connections) {
       beast::error_code ignored;
       socket.close(ignored);
     } else {
+      server->backoff.OnSuccess();
       std::make_shared<Session>(std::move(socket), server)->Read();
     }
     Accept(server);
@@ -203,6 +218,7 @@ absl::Status Listen(MetricsHttpServer::Impl& server) {
   }
   const tcp::endpoint endpoint(address, static_cast<uint16_t>(o.port));
   server.acceptor.emplace(*server.ioc);
+  server.retry_timer.emplace(*server.ioc);
   tcp::acceptor& acceptor = *server.acceptor;
   acceptor.open(endpoint.protocol(), ec);
   // SO_REUSEADDR: a restarted worker may bind its port again at once (connections of the last
@@ -251,6 +267,7 @@ void MetricsHttpServer::Stop() {
   if (!impl_->ioc.has_value()) return;
   impl_->ioc->stop();
   impl_->thread.join();
+  impl_->retry_timer.reset();
   impl_->acceptor.reset();
   impl_->ioc.reset();
   CHECK_EQ(impl_->num_connections, 0);

@@ -21,7 +21,8 @@
 // - Every connection is served asynchronously, so a slow or idle client never delays another.
 //   A connection that does not deliver a whole request within `read_timeout` (an idle
 //   keep-alive connection, or a slow one), or does not take a response within it, is closed.
-//   Beyond `max_connections` open connections, a new one is closed at once.
+//   Beyond `max_connections` open connections, a new one is closed at once. accept(2) failing
+//   for want of descriptors backs off and logs rarely (base/accept_backoff.h).
 #pragma once
 
 #include <functional>

@@ -151,6 +151,28 @@ def run_checks(client, model):
         check(True, "NotFoundError for an unknown model")
 
 
+def sequential_keep_alive(base_url, model, n=300):
+    """n requests one after the other on one client (its connection pool reuses one keep-alive
+    connection): each must answer within 5 s (a keep-alive hang would otherwise cost the
+    client's 600 s default timeout)."""
+    client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=5)
+    start = time.time()
+    for i in range(n):
+        if i % 3 == 0:
+            c = client.completions.create(model=model, prompt="hi", max_tokens=3)
+            ok = c.choices[0].text == "hel"
+        elif i % 3 == 1:
+            ok = "".join(ch.choices[0].text for ch in client.completions.create(
+                model=model, prompt="hi", max_tokens=3, stream=True)) == "hel"
+        else:
+            chat = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "x"}], max_tokens=2)
+            ok = chat.choices[0].message.content == "he"
+        if not ok:
+            raise AssertionError(f"request {i} of {n}: wrong answer")
+    check(True, f"{n} sequential keep-alive requests in {time.time() - start:.1f} s")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--router", required=True)
@@ -174,6 +196,7 @@ def main():
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{http_port}/v1", api_key="none",
                                    max_retries=0, timeout=20)
             run_checks(client, os.path.basename(model_dir))
+            sequential_keep_alive(f"http://127.0.0.1:{http_port}/v1", os.path.basename(model_dir))
         finally:
             for p in reversed(procs):
                 p.terminate()

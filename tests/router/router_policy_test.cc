@@ -92,23 +92,70 @@ TEST(AdmissionTest, RunsQueuesRejectsAndCancels) {
   AdmissionController admission(/*max_running=*/2, /*max_waiting=*/2);
   std::vector<int> started;
   auto start = [&](int i) { return [&started, i] { started.push_back(i); }; };
-  ASSERT_TRUE(admission.Admit(start(0)).ok());
-  ASSERT_TRUE(admission.Admit(start(1)).ok());
-  absl::StatusOr<uint64_t> t2 = admission.Admit(start(2));
-  absl::StatusOr<uint64_t> t3 = admission.Admit(start(3));
-  ASSERT_TRUE(t2.ok() && t3.ok());
+  ASSERT_TRUE(admission.Admit(0, start(0)).ok());
+  ASSERT_TRUE(admission.Admit(1, start(1)).ok());
+  ASSERT_TRUE(admission.Admit(2, start(2)).ok());
+  ASSERT_TRUE(admission.Admit(3, start(3)).ok());
   EXPECT_EQ(started, (std::vector<int>{0, 1}));
   EXPECT_EQ(admission.waiting(), 2);
-  absl::StatusOr<uint64_t> full = admission.Admit(start(4));
-  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(admission.CancelWaiting(*t2));
-  EXPECT_FALSE(admission.CancelWaiting(*t2));
-  admission.Release();  // 0 done → 3 starts (2 was cancelled)
+  absl::Status full = admission.Admit(4, start(4));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(admission.CancelWaiting(2));
+  EXPECT_FALSE(admission.CancelWaiting(2));
+  admission.Release(0);  // 0 done → 3 starts (2 was cancelled)
   EXPECT_EQ(started, (std::vector<int>{0, 1, 3}));
   EXPECT_EQ(admission.running(), 2);
-  admission.Release();
-  admission.Release();
+  admission.Release(0);  // twice: no effect
+  EXPECT_EQ(admission.running(), 2);
+  admission.Release(1);
+  admission.Release(3);
   EXPECT_EQ(admission.running(), 0);
+}
+
+TEST(AdmissionTest, KvCapacityBoundsWhatRunsAndAGrowingPoolStartsWaiters) {
+  AdmissionController admission(AdmissionOptions{100, 10, absl::ZeroDuration()});
+  admission.SetCapacity(1000);
+  std::vector<int> started;
+  auto start = [&](int i) { return [&started, i] { started.push_back(i); }; };
+  ASSERT_TRUE(admission.Admit(1, start(1), nullptr, 600).ok());
+  ASSERT_TRUE(admission.Admit(2, start(2), nullptr, 300).ok());
+  ASSERT_TRUE(admission.Admit(3, start(3), nullptr, 200).ok());  // 1100 > 1000: waits
+  ASSERT_TRUE(admission.Admit(4, start(4), nullptr, 50).ok());   // fits, but FIFO behind 3
+  EXPECT_EQ(started, (std::vector<int>{1, 2}));
+  EXPECT_EQ(admission.running_kv_tokens(), 900);
+  admission.SetCapacity(1200);  // a worker joined
+  EXPECT_EQ(started, (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(admission.running_kv_tokens(), 1150);
+  // Larger than the whole pool: runs once nothing else does.
+  ASSERT_TRUE(admission.Admit(5, start(5), nullptr, 5000).ok());
+  for (uint64_t t : {1, 2, 3}) admission.Release(t);
+  EXPECT_EQ(started.size(), 4u);
+  admission.Release(4);
+  EXPECT_EQ(started, (std::vector<int>{1, 2, 3, 4, 5}));
+}
+
+TEST(AdmissionTest, WaitersPastMaxQueueTimeAreRejectedWithResourceExhausted) {
+  ::tandem::testing::FakeClock clock;
+  AdmissionController admission(AdmissionOptions{1, 10, absl::Seconds(5), &clock});
+  std::vector<int> started;
+  std::vector<std::pair<int, absl::StatusCode>> rejected;
+  auto start = [&](int i) { return [&started, i] { started.push_back(i); }; };
+  auto reject = [&](int i) {
+    return [&rejected, i](const absl::Status& s) { rejected.emplace_back(i, s.code()); };
+  };
+  ASSERT_TRUE(admission.Admit(1, start(1), reject(1)).ok());
+  ASSERT_TRUE(admission.Admit(2, start(2), reject(2)).ok());
+  clock.Advance(absl::Seconds(3));
+  ASSERT_TRUE(admission.Admit(3, start(3), reject(3)).ok());
+  EXPECT_EQ(admission.ExpireWaiting(), 0);
+  clock.Advance(absl::Seconds(2));  // 2 has waited 5 s, 3 only 2 s
+  EXPECT_EQ(admission.ExpireWaiting(), 1);
+  EXPECT_EQ(
+      rejected,
+      (std::vector<std::pair<int, absl::StatusCode>>{{2, absl::StatusCode::kResourceExhausted}}));
+  admission.Release(1);
+  EXPECT_EQ(started, (std::vector<int>{1, 3}));
+  EXPECT_EQ(admission.waiting(), 0);
 }
 
 tandem::v1::RegisterRequest Registration(const std::string& id, tandem::v1::WorkerRole role) {
