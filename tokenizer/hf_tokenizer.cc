@@ -64,6 +64,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(
   if (j.is_discarded()) return absl::InvalidArgumentError("tokenizer.json is not valid JSON");
   ASSIGN_OR_RETURN(HfTokenizer::Parts parts, PartsFromJson(j));
   auto tokenizer = std::make_unique<HfTokenizer>(std::move(parts));
+  // The post-processor's special tokens must be ids of this vocabulary: Encode would otherwise
+  // hand the engine ids beyond its embedding table (found by the tokenizer.json fuzzer).
+  for (const std::vector<int32_t>* ids :
+       {&tokenizer->post_processor().prefix, &tokenizer->post_processor().suffix}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= tokenizer->vocab_size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tokenizer.json: post_processor special token id ", id,
+                         " is not in the vocabulary (", tokenizer->vocab_size(), " ids)"));
+      }
+    }
+  }
   if (!tokenizer_config_json.empty()) {
     const Json config = Json::parse(tokenizer_config_json, nullptr, false);
     if (config.is_discarded() || !config.is_object()) {

@@ -44,6 +44,7 @@ class HfTokenizer : public Tokenizer {
   bool IsSpecial(int32_t id) const override;
   std::optional<int32_t> bos_id() const override { return p_.bos_id; }
   std::optional<int32_t> eos_id() const override { return p_.eos_id; }
+  const PostProcessor& post_processor() const { return p_.post_processor; }
 
  private:
   // Text between raw-matched added tokens: normalize, split off normalized added tokens,

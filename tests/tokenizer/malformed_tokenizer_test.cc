@@ -49,6 +49,28 @@ TEST(MalformedTokenizerTest, UnknownModelType) {
   EXPECT_THAT(s.message(), HasSubstr("Unigram"));
 }
 
+// A post-processor whose special token is no id of the vocabulary (here: its added_tokens entry
+// misspelled, so only the template names id 261+) would put ids beyond the embedding table into
+// every prompt; found by the tokenizer.json fuzzer (tests/fuzz/corpus/tokenizer_json).
+TEST(MalformedTokenizerTest, PostProcessorIdOutsideTheVocabulary) {
+  json j = ValidLlama3();
+  const int vocab = static_cast<int>(j["model"]["vocab"].size() + j["added_tokens"].size());
+  j["added_tokens"] = json::array();
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({{{"SpecialToken", {{"id", "<|x|>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+      {"pair", json::array({{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+      {"special_tokens",
+       {{"<|x|>",
+         {{"id", "<|x|>"},
+          {"ids", json::array({vocab + 5})},
+          {"tokens", json::array({"<|x|>"})}}}}}};
+  const absl::Status s = LoadStatus(j.dump());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("post_processor special token id"));
+}
+
 TEST(MalformedTokenizerTest, MergeNamingUnknownToken) {
   json j = ValidLlama3();
   j["model"]["merges"].push_back(json::array({"Ġ", "nosuchtoken"}));
