@@ -1,8 +1,6 @@
 #include "router/generation_service.h"
 
-#include <random>
-
-#include "absl/strings/str_format.h"
+#include "base/secure_random.h"
 #include "router/routing_policy.h"
 
 namespace tandem::router {
@@ -10,7 +8,7 @@ namespace tandem::router {
 GenerationService::GenerationService(FlowOptions options, const Tokenizer* tokenizer,
                                      WorkerRegistry* registry, RoutingPolicy* policy,
                                      AdmissionController* admission, RouterMetrics* metrics)
-    : id_salt_(std::random_device()()), timers_(options.clock) {
+    : timers_(options.clock) {
   deps_.options = options;
   deps_.tokenizer = tokenizer;
   deps_.registry = registry;
@@ -72,8 +70,9 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(
         "no healthy worker is registered (need a prefill and a decode worker, or a mixed "
         "worker); retry later");
   }
-  // Worker-side ids are ours (client-chosen ids may collide): unique per router process.
-  const std::string worker_id = absl::StrFormat("r%x-%d", id_salt_, next_id_++);
+  // Worker-side ids are ours (client-chosen ids may collide), and random 128-bit values: one
+  // cannot be guessed to abort another user's request.
+  const std::string worker_id = "r" + RandomHex(16);
   auto flow = std::make_shared<RequestFlow>(&deps_, std::move(spec), worker_id, std::move(sink));
   {
     absl::MutexLock lock(&mu_);

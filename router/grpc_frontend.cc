@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <string_view>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/cluster_token.h"
 #include "base/status_macros.h"
 #include "router/api_error.h"
 #include "router/registry_service.h"
@@ -234,7 +237,15 @@ bool GenerationGrpcService::Authorized(const grpc::CallbackServerContext& contex
   if (api_key_.empty()) return true;
   auto it = context.client_metadata().find("authorization");
   if (it == context.client_metadata().end()) return false;
-  return std::string(it->second.data(), it->second.size()) == "Bearer " + api_key_;
+  // "Bearer KEY", the scheme in any case (RFC 9110 §11.1); the key compared in constant time.
+  const std::string_view value(it->second.data(), it->second.size());
+  constexpr std::string_view kScheme = "bearer ";
+  if (value.size() < kScheme.size() ||
+      !absl::EqualsIgnoreCase(absl::string_view(value.data(), kScheme.size()),
+                              absl::string_view(kScheme.data(), kScheme.size()))) {
+    return false;
+  }
+  return TokenMatches(api_key_, value.substr(kScheme.size()));
 }
 
 grpc::ServerWriteReactor<GenerateResponse>* GenerationGrpcService::Generate(
@@ -262,11 +273,15 @@ grpc::ServerWriteReactor<GenerateResponse>* GenerationGrpcService::Generate(
 grpc::ServerUnaryReactor* GenerationGrpcService::ListModels(
     grpc::CallbackServerContext* context, const tandem::v1::ListModelsRequest*,
     tandem::v1::ListModelsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Authorized(*context)) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "invalid or missing API key"));
+    return reactor;
+  }
   tandem::v1::ModelInfo* info = response->add_models();
   info->set_id(model_.served_name);
   info->set_max_model_len(model_.max_model_len);
   info->set_vocab_size(model_.vocab_size);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/logging.h"
+#include "rpc/cluster_auth.h"
 
 namespace tandem {
 namespace {
@@ -21,8 +22,9 @@ void SetDeadline(grpc::ClientContext* ctx) {
 }  // namespace
 
 RouterClient::RouterClient(Options options) : options_(std::move(options)) {
+  // Short reconnect backoff: a restarted router is reached again within about a second.
   stub_ = tandem::v1::WorkerRegistry::NewStub(
-      grpc::CreateChannel(options_.router_address, grpc::InsecureChannelCredentials()));
+      ClusterChannel(options_.router_address, options_.cluster_token, ControlPlaneChannelArgs()));
 }
 
 RouterClient::~RouterClient() {
@@ -101,6 +103,7 @@ bool RouterClient::Register() {
 void RouterClient::Heartbeat() {
   tandem::v1::HeartbeatRequest req;
   req.set_worker_id(options_.hello.worker_id());
+  req.set_instance_id(options_.hello.instance_id());
   {
     absl::MutexLock l(&mu_);
     req.set_epoch(epoch_);

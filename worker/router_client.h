@@ -25,6 +25,7 @@ class RouterClient {
  public:
   struct Options {
     std::string router_address;         // host:port of the router's gRPC server
+    std::string cluster_token;          // carried by every call (rpc/cluster_auth.h)
     tandem::v1::RegisterRequest hello;  // everything but the load report
     std::function<tandem::v1::LoadReport()> load;
     std::function<bool()> draining;

@@ -13,8 +13,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "base/cluster_token.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
+#include "base/secure_random.h"
 #include "comm/socket_io.h"
 #include "deploy/launcher/http_get.h"
 
@@ -132,6 +134,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
                                                         const ClusterOptions& options) {
   std::unique_ptr<Cluster> c(new Cluster);
   c->log_dir_ = options.log_dir;
+  c->cluster_token_ = RandomHex(32);
   const std::string model = options.model_dir.empty() ? layout.model : options.model_dir;
   const std::string host = layout.host;
   const absl::Time deadline = Clock::Real()->Now() + options.ready_timeout;
@@ -170,6 +173,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
     return absl::OkStatus();
   };
   router.ports_picked = fixed_http == 0 || fixed_grpc == 0;
+  router.env.push_back({kClusterTokenEnv, c->cluster_token_});
   c->processes_.push_back(std::move(router));
   if (absl::Status st = c->LaunchPickingPorts(c->processes_[0]); !st.ok()) return st;
   if (absl::Status st = c->WaitForRouter(deadline); !st.ok()) return st;
@@ -213,6 +217,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
         return absl::OkStatus();
       };
       w.ports_picked = true;
+      w.env.push_back({kClusterTokenEnv, c->cluster_token_});
       if (!g.gpus.empty()) w.env.push_back({"CUDA_VISIBLE_DEVICES", std::to_string(g.gpus[i])});
       c->processes_.push_back(std::move(w));
     }

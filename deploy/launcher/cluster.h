@@ -56,6 +56,9 @@ class Cluster {
   ~Cluster();  // kills whatever still runs
 
   const std::string& http_address() const { return http_address_; }  // host:port
+  // This deployment's cluster token (fresh per Start, 256 random bits): every child gets it in
+  // $TANDEM_CLUSTER_TOKEN, never on its command line. Tests use it to call workers directly.
+  const std::string& cluster_token() const { return cluster_token_; }
   const Process& router() const { return processes_[0]; }
   std::vector<Process*> workers();
   Process* Find(const std::string& name);
@@ -86,6 +89,7 @@ class Cluster {
                          absl::Time deadline, bool repick_taken_ports);
 
   std::string http_address_;
+  std::string cluster_token_;
   std::string log_dir_;
   std::vector<std::pair<std::string, int>> expected_;
   std::vector<Process> processes_;  // [0] is the router

@@ -68,7 +68,9 @@ struct ReferenceResult {
 ReferenceResult Reference(const std::string& model_dir, const std::vector<int32_t>& prompt,
                           const SamplingParams& sampling);
 
-tandem::v1::LoadReport GetLoad(const std::string& worker_grpc);
+// A worker's load report, asked with the cluster's token (num_waiting -1 when unreachable).
+tandem::v1::LoadReport GetLoad(const launcher::Cluster& cluster, const std::string& worker_grpc);
+tandem::v1::LoadReport GetLoad(const std::string& worker_grpc, const std::string& cluster_token);
 // True when every running worker holds no reserved or owned pages and has nothing queued or
 // running, within `timeout`.
 bool WaitForIdle(launcher::Cluster& cluster, absl::Duration timeout, std::string* why = nullptr);
