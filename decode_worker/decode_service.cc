@@ -223,6 +223,24 @@ void DecodeService::OnOutput(Engine& engine, const RequestOutput& out, absl::Tim
   Finish(out.id, absl::OkStatus());
 }
 
+void DecodeService::ForgetRouterStateBefore(absl::Time cutoff) {
+  loop_->Post([this, cutoff](Engine& engine) {
+    std::vector<std::string> stale;
+    for (const auto& [id, r] : requests_) {
+      if (r.state == State::kReserved && r.channel == nullptr && r.arrival < cutoff) {
+        stale.push_back(id);
+      }
+    }
+    if (!stale.empty()) {
+      LOG(WARNING) << "registered again with the router: releasing " << stale.size()
+                   << " unclaimed reservations it made before";
+    }
+    for (const std::string& id : stale) {
+      DropReservation(engine, id, absl::AbortedError("the router that reserved it is gone"));
+    }
+  });
+}
+
 void DecodeService::OnTick(Engine& engine) {
   const absl::Time now = env_.clock->Now();
   std::vector<std::string> expired;

@@ -72,6 +72,7 @@ bool RouterClient::Register() {
   tandem::v1::RegisterResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
+  const absl::Time started = options_.clock->Now();
   const grpc::Status st = stub_->Register(&ctx, req, &resp);
   if (!st.ok()) {
     if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
@@ -86,9 +87,14 @@ bool RouterClient::Register() {
     }
     return false;
   }
+  int registrations;
+  {
+    absl::MutexLock l(&mu_);
+    registrations = ++registrations_;
+  }
+  if (registrations > 1 && options_.on_reregistered) options_.on_reregistered(started);
   absl::MutexLock l(&mu_);
   registered_ = true;
-  ++registrations_;
   epoch_ = resp.epoch();
   failed_heartbeats_ = 0;
   if (resp.heartbeat_interval_ms() > 0) {

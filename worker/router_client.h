@@ -31,6 +31,8 @@ class RouterClient {
     std::function<bool()> draining;
     std::function<absl::Status()> health;  // null: always healthy
     Clock* clock = Clock::Real();          // heartbeat and retry intervals; outlives the client
+    // After each registration but the first, with the clock's time the Register call started.
+    std::function<void(absl::Time)> on_reregistered;
   };
 
   explicit RouterClient(Options options);

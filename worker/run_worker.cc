@@ -134,7 +134,8 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
     router = std::make_unique<RouterClient>(RouterClient::Options{
         o.router, o.cluster_token, MakeHello(o, loop.engine(), port, svc->kv_transfer_address()),
         [svc] { return svc->Load(); }, [svc] { return svc->draining(); },
-        [svc] { return svc->health(); }, clock});
+        [svc] { return svc->health(); }, clock,
+        [svc](absl::Time cutoff) { svc->ForgetRouterStateBefore(cutoff); }});
     router->Start();
     // An engine that breaks is reported at once, not at the next heartbeat.
     svc->SetUnhealthyListener([r = router.get()] { r->Wake(); });

@@ -56,6 +56,11 @@ class WorkerService : public tandem::v1::Worker::Service {
   // Stops the role's own threads (transport, transfer workers) so that nothing posts to the
   // loop any more. Called after the gRPC server stopped, while the loop still runs.
   virtual void Stop() {}
+  // This worker registered again with the router (it restarted, or had marked this worker down
+  // and failed its requests): state only that router could still use, made before `cutoff`, is
+  // dead. The decode role drops the unclaimed reservations (which would otherwise hold their
+  // pages until their TTL); streams need nothing (a router gone cancels them). Thread-safe.
+  virtual void ForgetRouterStateBefore(absl::Time cutoff) {}
   // Where KV pushes land (decode, mixed); empty otherwise.
   virtual std::string kv_transfer_address() const { return ""; }
   // Requests this worker holds any state for (queued, running, transferring, reserved).

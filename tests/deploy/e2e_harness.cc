@@ -81,6 +81,7 @@ StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args) 
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + args.deadline));
   std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader =
       stub->Generate(&ctx, req);
+  if (args.on_start) args.on_start(&ctx);
   StreamResult result;
   tandem::v1::GenerateResponse msg;
   while (reader->Read(&msg)) {

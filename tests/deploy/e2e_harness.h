@@ -48,6 +48,9 @@ struct GenerateArgs {
   std::vector<std::string> stop;  // stop strings (the reference ignores them)
   // Called after each streamed message; return false to cancel the call (client disconnect).
   std::function<bool(const StreamResult&)> on_message;
+  // Called once the call is under way, with its context (another thread may TryCancel it until
+  // Generate returns).
+  std::function<void(grpc::ClientContext*)> on_start;
   absl::Duration deadline = absl::Seconds(60);
   // Sets more sampling options on the request (after the fields above).
   std::function<void(tandem::v1::SamplingOptions&)> sampling;
