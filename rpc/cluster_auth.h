@@ -3,7 +3,8 @@
 // first thing in every handler of an internal service (the router's WorkerRegistry, every
 // worker's Worker service) and answer UNAUTHENTICATED, doing nothing, when it is missing or
 // wrong. gRPC 1.51's insecure server credentials take no AuthMetadataProcessor, hence the
-// per-handler check; rpc_auth_test calls every method of both services without the token.
+// per-handler check; router_hardening_test and worker_pair_test call every method of both
+// services without the token.
 //
 // The channel arguments are those of every control-plane channel: keepalive pings the servers
 // here accept (ControlPlaneServerArgs), and reconnect backoff short enough that a peer that

@@ -76,7 +76,8 @@ bool RouterClient::Register() {
   const grpc::Status st = stub_->Register(&ctx, req, &resp);
   if (!st.ok()) {
     if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-        st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+        st.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        st.error_code() == grpc::StatusCode::UNAUTHENTICATED) {  // not the router's token
       LOG(ERROR) << "router refused registration of " << req.worker_id() << ": "
                  << st.error_message();
       absl::MutexLock l(&mu_);

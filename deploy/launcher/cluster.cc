@@ -296,9 +296,9 @@ absl::Status Cluster::Supervise() {
       const int code = p.child->exit_code().value_or(-1);
       if (d.give_up) {
         p.given_up = true;
-        LOG(ERROR) << p.name << " exited with code " << code << ", its " << d.rapid_crashes
-                   << "th crash in a row within " << restart_.rapid
-                   << " of starting: not restarting it (log " << p.child->log_path() << ")";
+        LOG(ERROR) << p.name << " exited with code " << code << " (crash " << d.rapid_crashes
+                   << " in a row within " << restart_.rapid
+                   << " of a start): not restarting it (log " << p.child->log_path() << ")";
         absl::StrAppend(&gave_up, p.name, " crashed ", d.rapid_crashes, " times in a row within ",
                         absl::FormatDuration(restart_.rapid),
                         " of starting and is not restarted; log tail:\n", p.child->LogTail(), "\n");

@@ -9,7 +9,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -66,10 +68,7 @@ absl::Duration Resume(launcher::Cluster& c, absl::Time since) {
   const absl::Time give_up = since + kResumeBound + absl::Seconds(5);
   while (absl::Now() < give_up) {
     EXPECT_TRUE(c.Supervise().ok());
-    bool all_running = true;
-    for (launcher::Process* p : {const_cast<launcher::Process*>(&c.router())}) {
-      all_running &= p->child->Running();
-    }
+    bool all_running = c.router().child->Running();
     for (launcher::Process* w : c.workers()) all_running &= w->child->Running();
     if (all_running &&
         c.WaitForWorkers({{"prefill", 1}, {"decode", 1}}, absl::Milliseconds(300)).ok()) {
@@ -173,9 +172,25 @@ void RunCell(launcher::Cluster& c, const Cell& cell) {
       absl::ToDoubleMilliseconds(idle));
 }
 
+std::string ReadProcFile(pid_t pid, const char* name) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/", name));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 TEST(FaultMatrixE2E, EachClientGetsOneTerminalAnswerNoPageLeaksServiceResumes) {
   std::unique_ptr<launcher::Cluster> c = StartCluster(kLayout);
   ASSERT_NE(c, nullptr);
+  // The launcher's token reaches every child in its environment, never on its command line.
+  ASSERT_GE(c->cluster_token().size(), 64u);
+  const launcher::Process* processes[] = {&c->router(), c->workers()[0], c->workers()[1]};
+  for (const launcher::Process* p : processes) {
+    EXPECT_EQ(ReadProcFile(p->child->pid(), "cmdline").find(c->cluster_token()), std::string::npos)
+        << p->name;
+    EXPECT_NE(ReadProcFile(p->child->pid(), "environ").find(c->cluster_token()), std::string::npos)
+        << p->name;
+  }
   const Cell cells[] = {
       {"prefill-0", Fault::kKill, Phase::kPrefill},   {"prefill-0", Fault::kStop, Phase::kPrefill},
       {"decode-0", Fault::kKill, Phase::kDecode},     {"decode-0", Fault::kStop, Phase::kDecode},
@@ -195,7 +210,7 @@ TEST(FaultMatrixE2E, WorkersReregisterSoonAfterARouterRestart) {
   std::unique_ptr<launcher::Cluster> c = StartCluster(kLayout);
   ASSERT_NE(c, nullptr);
   const launcher::Process& router = c->router();
-  const_cast<launcher::Process&>(router).child->Signal(SIGKILL);
+  router.child->Signal(SIGKILL);
   ASSERT_TRUE(router.child->Wait(absl::Seconds(5)).has_value());
   absl::SleepFor(absl::Seconds(2));  // the workers' channels back off meanwhile
   ASSERT_TRUE(c->Restart("router").ok());
