@@ -84,6 +84,8 @@ std::string EncodeHello(const Hello& hello) {
   PutU32(&out, static_cast<uint32_t>(hello.num_pages));
   PutU32(&out, static_cast<uint32_t>(hello.transfer_id.size()));
   out += hello.transfer_id;
+  PutU32(&out, static_cast<uint32_t>(hello.cluster_token.size()));
+  out += hello.cluster_token;
   return out;
 }
 
@@ -104,6 +106,7 @@ absl::StatusOr<Hello> DecodeHello(const std::string& body) {
   h.layout.dtype = static_cast<DType>(r.U32());
   h.num_pages = r.I32();
   h.transfer_id = r.Str();
+  h.cluster_token = r.Str();
   if (!r.ok() || h.num_pages < 0) return absl::InvalidArgumentError("truncated KV hello");
   return h;
 }

@@ -1,7 +1,7 @@
 // Wire format of the host (TCP) KV transport. One TCP connection carries one transfer:
 //
 //   sender                                   receiver
-//   kHello{version, layout, num_pages, id} →
+//   kHello{version, layout, num_pages, id, token} →
 //                                          ← kStatus{code, message}       (handshake verdict)
 //   kPages{layer, first_index, count} + count * PageBytes() raw page bytes →   (repeated)
 //   kDone                                  →
@@ -24,8 +24,8 @@
 
 namespace tandem::kv_wire {
 
-inline constexpr uint32_t kMagic = 0x31564B54;  // "TKV1"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kMagic = 0x31564B54;      // "TKV1"
+inline constexpr uint32_t kVersion = 2;             // 2: the hello carries the cluster token
 inline constexpr uint32_t kMaxBodyBytes = 1 << 20;  // bodies are small; page bytes are separate
 
 enum class FrameType : uint32_t { kHello = 1, kStatus = 2, kPages = 3, kDone = 4, kAbort = 5 };
@@ -39,6 +39,9 @@ struct Hello {
   KvLayout layout;  // num_pages is the sender's pool size (not compared)
   int num_pages = 0;
   std::string transfer_id;
+  // The deployment's cluster token (base/cluster_token.h); the receiver refuses a hello without
+  // it (Unauthenticated) before looking at anything else.
+  std::string cluster_token;
 };
 
 struct PagesHeader {

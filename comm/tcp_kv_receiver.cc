@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/cluster_token.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "comm/kv_wire.h"
@@ -32,24 +33,25 @@ struct TcpKvReceiver::Transfer {
 
 absl::StatusOr<std::unique_ptr<TcpKvReceiver>> TcpKvReceiver::Create(
     const std::string& host, int port, void* pool, const KvLayout& layout, DoneCallback done,
-    Clock* clock, KvPoolCopy write_pool) {
+    Clock* clock, KvPoolCopy write_pool, std::string cluster_token) {
   ASSIGN_OR_RETURN(Socket listener, Listen(host, port));
   ASSIGN_OR_RETURN(int bound, LocalPort(listener));
   return std::unique_ptr<TcpKvReceiver>(
       new TcpKvReceiver(std::move(listener), absl::StrCat(host, ":", bound), pool, layout,
-                        std::move(done), clock, std::move(write_pool)));
+                        std::move(done), clock, std::move(write_pool), std::move(cluster_token)));
 }
 
 TcpKvReceiver::TcpKvReceiver(Socket listener, std::string address, void* pool,
                              const KvLayout& layout, DoneCallback done, Clock* clock,
-                             KvPoolCopy write_pool)
+                             KvPoolCopy write_pool, std::string cluster_token)
     : listener_(std::move(listener)),
       address_(std::move(address)),
       pool_(static_cast<char*>(pool)),
       write_pool_(std::move(write_pool)),
       layout_(layout),
       done_(std::move(done)),
-      clock_(clock) {
+      clock_(clock),
+      cluster_token_(std::move(cluster_token)) {
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
 }
@@ -204,7 +206,11 @@ void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
   int sender_pages = 0;
   absl::StatusOr<std::shared_ptr<Transfer>> claimed = Claim(*socket, &sender_pages);
   if (!claimed.ok()) {
-    LOG(DEBUG) << "KV receiver refused a transfer: " << claimed.status();
+    if (absl::IsUnauthenticated(claimed.status())) {
+      LOG(WARNING) << "KV receiver refused a connection without the cluster token";
+    } else {
+      LOG(DEBUG) << "KV receiver refused a transfer: " << claimed.status();
+    }
     return;
   }
   std::shared_ptr<Transfer> t = std::move(*claimed);
@@ -234,6 +240,14 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
           : absl::InvalidArgumentError("KV transfer did not start with a hello");
   std::shared_ptr<Transfer> t;
   absl::Status verdict = hello.status();
+  if (verdict.ok() && !cluster_token_.empty() &&
+      !TokenMatches(cluster_token_, hello->cluster_token)) {
+    // Refused before the transfer is looked up: a stranger can neither claim nor fail one.
+    verdict = absl::UnauthenticatedError("KV transfer without the cluster token");
+    RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kStatus,
+                                        kv_wire::EncodeStatus(verdict), deadline));
+    return verdict;
+  }
   if (verdict.ok()) {
     absl::MutexLock l(&mu_);
     auto it = transfers_.find(hello->transfer_id);

@@ -32,11 +32,11 @@ class TcpKvReceiver : public KvReceiver {
   // `layout`; `pool` must outlive the receiver. `done` reports each transfer's outcome.
   // Deadlines passed to Expect are on `clock`, which must outlive the receiver.
   // `write_pool`: how pages land in a pool that is not host memory (kv_transport.h).
-  static absl::StatusOr<std::unique_ptr<TcpKvReceiver>> Create(const std::string& host, int port,
-                                                               void* pool, const KvLayout& layout,
-                                                               DoneCallback done,
-                                                               Clock* clock = Clock::Real(),
-                                                               KvPoolCopy write_pool = {});
+  // `cluster_token` non-empty: a sender's hello must carry it, else the connection is refused
+  // (Unauthenticated) without touching any transfer.
+  static absl::StatusOr<std::unique_ptr<TcpKvReceiver>> Create(
+      const std::string& host, int port, void* pool, const KvLayout& layout, DoneCallback done,
+      Clock* clock = Clock::Real(), KvPoolCopy write_pool = {}, std::string cluster_token = "");
   ~TcpKvReceiver() override;
 
   std::string address() const override { return address_; }
@@ -49,7 +49,7 @@ class TcpKvReceiver : public KvReceiver {
   struct Transfer;
 
   TcpKvReceiver(Socket listener, std::string address, void* pool, const KvLayout& layout,
-                DoneCallback done, Clock* clock, KvPoolCopy write_pool);
+                DoneCallback done, Clock* clock, KvPoolCopy write_pool, std::string cluster_token);
   void AcceptLoop();
   void ReaperLoop();
   void ServeConnection(int conn_id, Socket* socket);
@@ -71,6 +71,7 @@ class TcpKvReceiver : public KvReceiver {
   const KvLayout layout_;
   const DoneCallback done_;
   Clock* const clock_;
+  const std::string cluster_token_;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

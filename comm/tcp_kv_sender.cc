@@ -117,7 +117,7 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
                                                              absl::Duration timeout) {
   const absl::Time deadline = Clock::Real()->Now() + timeout;
   ASSIGN_OR_RETURN(Socket socket, Connect(peer, deadline));
-  kv_wire::Hello hello{layout, num_pages, transfer_id};
+  kv_wire::Hello hello{layout, num_pages, transfer_id, cluster_token_};
   RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kHello,
                                       kv_wire::EncodeHello(hello), deadline));
   RETURN_IF_ERROR(TcpKvSendOp::ReadVerdict(socket, deadline));

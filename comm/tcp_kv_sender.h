@@ -14,7 +14,9 @@ namespace tandem {
 class TcpKvSender : public KvSender {
  public:
   // `read_pool`: how SendLayer reads pages of a pool that is not host memory (kv_transport.h).
-  explicit TcpKvSender(KvPoolCopy read_pool = {}) : read_pool_(std::move(read_pool)) {}
+  // `cluster_token` goes in every transfer's hello (the receiver checks it).
+  explicit TcpKvSender(KvPoolCopy read_pool = {}, std::string cluster_token = "")
+      : read_pool_(std::move(read_pool)), cluster_token_(std::move(cluster_token)) {}
 
   absl::StatusOr<std::unique_ptr<KvSendOp>> Begin(const std::string& peer,
                                                   const std::string& transfer_id,
@@ -23,6 +25,7 @@ class TcpKvSender : public KvSender {
 
  private:
   KvPoolCopy read_pool_;
+  const std::string cluster_token_;
 };
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 #include "comm/tcp_kv_receiver.h"
+#include "rpc/peer_fault.h"
 #include "worker/kv_pool_copy.h"
 #include "worker/proto_convert.h"
 
@@ -24,7 +25,7 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(const Worke
       [self](const std::string& id, absl::Status st, KvTransferStats stats) {
         self->loop_->Post([self, id, st, stats](Engine& e) { self->OnKvDone(e, id, st, stats); });
       },
-      env.clock, PoolCopyFor(env.engine));
+      env.clock, PoolCopyFor(env.engine), env.options->cluster_token);
   if (!receiver.ok()) return receiver.status();
   s->receiver_ = *std::move(receiver);
   // Advertise the routable host with the receiver's bound port.
@@ -60,9 +61,10 @@ EngineLoop::Handlers DecodeService::Handlers() {
   return h;
 }
 
-grpc::Status DecodeService::ReservePages(grpc::ServerContext*,
+grpc::Status DecodeService::ReservePages(grpc::ServerContext* ctx,
                                          const tandem::v1::ReservePagesRequest* req,
                                          tandem::v1::ReservePagesResponse* resp) {
+  if (grpc::Status st = Authenticate(ctx); !st.ok()) return st;
   if (grpc::Status st = AdmitNew(); !st.ok()) return st;
   absl::StatusOr<std::vector<int32_t>> pages;
   loop_->RunSync([&](Engine& e) { pages = ReserveOnLoop(e, *req); });
@@ -107,6 +109,7 @@ absl::StatusOr<std::vector<int32_t>> DecodeService::ReserveOnLoop(
 grpc::Status DecodeService::GenerateFromPrefill(grpc::ServerContext* ctx,
                                                 const tandem::v1::GenerateFromPrefillRequest* req,
                                                 grpc::ServerWriter<TokenEvent>* writer) {
+  if (grpc::Status st = Authenticate(ctx); !st.ok()) return st;
   // No AdmitNew(): a claim finishes a request already in flight, even while draining.
   auto channel = std::make_shared<Channel>();
   EngineRequest er;
@@ -158,8 +161,9 @@ void DecodeService::OnKvDone(Engine& engine, const std::string& id, const absl::
   }
   LOG(WARNING) << "KV transfer of " << id << " failed: " << status;
   if (env_.metrics) env_.metrics->CountKvTransferFailure(absl::StatusCodeToString(status.code()));
-  const absl::Status error =
-      absl::UnavailableError(absl::StrCat("KV transfer from prefill failed: ", status.message()));
+  const absl::Status error = MarkPeerFault(
+      absl::UnavailableError(absl::StrCat("KV transfer from prefill failed: ", status.message())),
+      "prefill");
   if (r.channel == nullptr) failed_[id] = {error, r.ttl_deadline};
   DropReservation(engine, id, error);
 }
@@ -217,6 +221,24 @@ void DecodeService::OnOutput(Engine& engine, const RequestOutput& out, absl::Tim
   t->set_kv_transfer_bytes(r.kv_stats.bytes);
   r.channel->Push(std::move(ev));
   Finish(out.id, absl::OkStatus());
+}
+
+void DecodeService::ForgetRouterStateBefore(absl::Time cutoff) {
+  loop_->Post([this, cutoff](Engine& engine) {
+    std::vector<std::string> stale;
+    for (const auto& [id, r] : requests_) {
+      if (r.state == State::kReserved && r.channel == nullptr && r.arrival < cutoff) {
+        stale.push_back(id);
+      }
+    }
+    if (!stale.empty()) {
+      LOG(WARNING) << "registered again with the router: releasing " << stale.size()
+                   << " unclaimed reservations it made before";
+    }
+    for (const std::string& id : stale) {
+      DropReservation(engine, id, absl::AbortedError("the router that reserved it is gone"));
+    }
+  });
 }
 
 void DecodeService::OnTick(Engine& engine) {

@@ -35,6 +35,7 @@ class DecodeService : public WorkerService {
   // Drops the reservations still waiting for their KV and stops the KV receiver (on the loop,
   // which must be running).
   void Stop() override;
+  void ForgetRouterStateBefore(absl::Time cutoff) override;
 
   grpc::Status ReservePages(grpc::ServerContext* ctx, const tandem::v1::ReservePagesRequest* req,
                             tandem::v1::ReservePagesResponse* resp) override;

@@ -22,6 +22,7 @@ EngineLoop::Handlers MixedService::Handlers() {
 grpc::Status MixedService::Generate(grpc::ServerContext* ctx,
                                     const tandem::v1::WorkerGenerateRequest* req,
                                     grpc::ServerWriter<TokenEvent>* writer) {
+  if (grpc::Status st = Authenticate(ctx); !st.ok()) return st;
   if (grpc::Status st = AdmitNew(); !st.ok()) return st;
   auto channel = std::make_shared<Channel>();
   EngineRequest er;

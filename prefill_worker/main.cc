@@ -17,7 +17,9 @@ int main(int argc, char** argv) {
       argc, argv, tandem::WorkerRole::kPrefill,
       [](const tandem::WorkerEnv& env) -> absl::StatusOr<std::unique_ptr<tandem::WorkerService>> {
         return std::make_unique<tandem::PrefillService>(
-            env, std::make_unique<tandem::TcpKvSender>(tandem::PoolCopyFor(env.engine)),
+            env,
+            std::make_unique<tandem::TcpKvSender>(tandem::PoolCopyFor(env.engine),
+                                                  env.options->cluster_token),
             kTransferThreads);
       });
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
+#include "rpc/peer_fault.h"
 #include "worker/proto_convert.h"
 
 namespace tandem {
@@ -41,6 +42,7 @@ EngineLoop::Handlers PrefillService::Handlers() {
 grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx,
                                      const tandem::v1::PrefillRequest* req,
                                      grpc::ServerWriter<PrefillEvent>* writer) {
+  if (grpc::Status st = Authenticate(ctx); !st.ok()) return st;
   if (grpc::Status st = AdmitNew(); !st.ok()) return st;
   Request state;
   state.channel = std::make_shared<Channel>();
@@ -200,10 +202,13 @@ void PrefillService::OnTransferDone(Engine& engine, const std::string& id, absl:
     env_.metrics->CountKvTransferFailure(absl::StatusCodeToString(status.code()));
     env_.metrics->CountRequestOutcome("error");
   }
-  // The decode side gave up (or is gone): the router must fail or retry the request.
-  Finish(id, absl::IsAborted(status) ? status
-                                     : absl::UnavailableError(absl::StrCat(
-                                           "KV transfer to decode failed: ", status.message())));
+  // The decode side gave up (or is gone): the router must fail or retry the request, and not
+  // take this worker for the one at fault (rpc/peer_fault.h).
+  Finish(id, absl::IsAborted(status)
+                 ? status
+                 : MarkPeerFault(absl::UnavailableError(absl::StrCat(
+                                     "KV transfer to decode failed: ", status.message())),
+                                 "decode"));
 }
 
 void PrefillService::Finish(const std::string& id, absl::Status status) {

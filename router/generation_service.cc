@@ -1,9 +1,7 @@
 #include "router/generation_service.h"
 
-#include <random>
-
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "base/secure_random.h"
 #include "router/routing_policy.h"
 #include "router/worker_proto.h"
 
@@ -39,7 +37,7 @@ absl::Status CheckWorkerMessageSize(const GenerateSpec& spec) {
 GenerationService::GenerationService(FlowOptions options, const Tokenizer* tokenizer,
                                      WorkerRegistry* registry, RoutingPolicy* policy,
                                      AdmissionController* admission, RouterMetrics* metrics)
-    : id_salt_(std::random_device()()), timers_(options.clock) {
+    : timers_(options.clock) {
   deps_.options = options;
   deps_.tokenizer = tokenizer;
   deps_.registry = registry;
@@ -111,8 +109,9 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(
   }
   const int64_t kv_tokens =
       static_cast<int64_t>(spec.prompt_tokens.size()) + spec.sampling.max_tokens;
-  // Worker-side ids are ours (client-chosen ids may collide): unique per router process.
-  const std::string worker_id = absl::StrFormat("r%x-%d", id_salt_, next_id_++);
+  // Worker-side ids are ours (client-chosen ids may collide), and random 128-bit values: one
+  // cannot be guessed to abort another user's request.
+  const std::string worker_id = "r" + RandomHex(16);
   auto flow = std::make_shared<RequestFlow>(&deps_, std::move(spec), worker_id, std::move(sink));
   {
     absl::MutexLock lock(&mu_);

@@ -71,10 +71,8 @@ class GenerationService {
   void OnWorkerDown(const std::string& worker_id, uint64_t epoch);
 
   FlowDeps deps_;
-  std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> next_ticket_{1};  // admission tickets
   std::atomic<bool> draining_{false};
-  const uint64_t id_salt_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<RequestFlow>> live_ ABSL_GUARDED_BY(mu_);
   TimerThread timers_;  // last: stops before the members its callbacks use go away

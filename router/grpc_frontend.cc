@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <string_view>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/cluster_token.h"
 #include "base/status_macros.h"
 #include "router/api_error.h"
 #include "router/api_key.h"

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "absl/time/clock.h"
+#include "base/cluster_token.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
 #include "router/router_server.h"
@@ -49,6 +50,14 @@ int main(int argc, char** argv) {
                  "heartbeats a worker may miss before it is marked down");
   app.add_option("--drain-timeout-s", config.drain_timeout_s,
                  "on SIGTERM, how long in-flight requests may take to finish");
+  std::string cluster_token_file;
+  app.add_option("--cluster-token-file", cluster_token_file,
+                 "file (mode 600) holding the deployment's cluster token; default: "
+                 "$TANDEM_CLUSTER_TOKEN");
+  bool insecure_control_plane = false;
+  app.add_flag("--insecure-no-cluster-token", insecure_control_plane,
+               "run the worker registry without a cluster token: anyone who reaches the gRPC "
+               "port can register a worker and receive prompts (development only)");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug | info | warning | error");
   CLI11_PARSE(app, argc, argv);
@@ -56,6 +65,21 @@ int main(int argc, char** argv) {
   config.max_queue_time = absl::Seconds(max_queue_time_s);
   tandem::LogLevel level;
   if (tandem::ParseLogLevel(log_level, &level)) tandem::SetLogLevel(level);
+  absl::StatusOr<std::string> token = tandem::LoadClusterToken(cluster_token_file);
+  if (!token.ok()) {
+    LOG(ERROR) << "tandem-router: " << token.status().message();
+    return 2;
+  }
+  if (token->empty() && !insecure_control_plane) {
+    LOG(ERROR) << "tandem-router: no cluster token: set $" << tandem::kClusterTokenEnv
+               << " or --cluster-token-file (tandem serve does), or pass "
+                  "--insecure-no-cluster-token";
+    return 2;
+  }
+  if (token->empty()) {
+    LOG(WARNING) << "tandem-router: the control plane is unauthenticated";
+  }
+  config.cluster_token = *std::move(token);
 
   // SIGINT / SIGTERM are taken synchronously by this thread (blocked before threads start).
   sigset_t signals;

@@ -1,5 +1,7 @@
 #include "router/registry_service.h"
 
+#include "rpc/cluster_auth.h"
+
 namespace tandem::router {
 
 grpc::Status ToGrpc(const absl::Status& status) {
@@ -7,19 +9,23 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-grpc::Status RegistryService::Register(grpc::ServerContext*,
+grpc::Status RegistryService::Register(grpc::ServerContext* context,
                                        const tandem::v1::RegisterRequest* request,
                                        tandem::v1::RegisterResponse* response) {
+  if (grpc::Status auth = CheckClusterToken(*context, cluster_token_); !auth.ok()) return auth;
   absl::StatusOr<tandem::v1::RegisterResponse> result = registry_->Register(*request);
   if (!result.ok()) return ToGrpc(result.status());
   *response = *std::move(result);
   return grpc::Status::OK;
 }
 
-grpc::Status RegistryService::Heartbeat(grpc::ServerContext*,
+grpc::Status RegistryService::Heartbeat(grpc::ServerContext* context,
                                         const tandem::v1::HeartbeatRequest* request,
                                         tandem::v1::HeartbeatResponse* response) {
-  *response = registry_->Heartbeat(*request);
+  if (grpc::Status auth = CheckClusterToken(*context, cluster_token_); !auth.ok()) return auth;
+  absl::StatusOr<tandem::v1::HeartbeatResponse> result = registry_->Heartbeat(*request);
+  if (!result.ok()) return ToGrpc(result.status());
+  *response = *std::move(result);
   return grpc::Status::OK;
 }
 

@@ -1,6 +1,10 @@
 // The router's WorkerRegistry gRPC service (worker.proto): Register and Heartbeat, forwarded to
-// the WorkerRegistry. Protocol or model mismatches come back as FAILED_PRECONDITION.
+// the WorkerRegistry. Protocol or model mismatches come back as FAILED_PRECONDITION; a call
+// without the cluster token (when one is set) as UNAUTHENTICATED, before anything else.
 #pragma once
+
+#include <string>
+#include <utility>
 
 #include "router/worker_registry.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -9,7 +13,8 @@ namespace tandem::router {
 
 class RegistryService final : public tandem::v1::WorkerRegistry::Service {
  public:
-  explicit RegistryService(WorkerRegistry* registry) : registry_(registry) {}
+  RegistryService(WorkerRegistry* registry, std::string cluster_token)
+      : registry_(registry), cluster_token_(std::move(cluster_token)) {}
 
   grpc::Status Register(grpc::ServerContext* context, const tandem::v1::RegisterRequest* request,
                         tandem::v1::RegisterResponse* response) override;
@@ -18,6 +23,7 @@ class RegistryService final : public tandem::v1::WorkerRegistry::Service {
 
  private:
   WorkerRegistry* registry_;
+  const std::string cluster_token_;
 };
 
 // absl::Status → grpc::Status (same code numbers).

@@ -6,6 +6,7 @@
 #include "base/logging.h"
 #include "router/worker_calls.h"
 #include "router/worker_proto.h"
+#include "rpc/peer_fault.h"
 
 namespace tandem::router {
 namespace {
@@ -254,7 +255,10 @@ void RequestFlow::OnPrefillDone(const grpc::Status& status) {
     prefill_stream_done_ = true;
     const WorkerRef prefill = abort_prefill_.value_or(prefill_.value_or(WorkerRef{}));
     if (status.ok()) abort_prefill_.reset();
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    // Unreachable only if it did not answer: a worker that says its KV transfer to the decode
+    // worker failed (rpc/peer_fault.h) is up, and the decode worker's own calls judge that one.
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        !(prefill_ctx_ && ReportsPeerFault(*prefill_ctx_))) {
       later.push_back(
           [this, prefill] { deps_->registry->ReportUnreachable(prefill.id, prefill.epoch); });
     }

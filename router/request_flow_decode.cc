@@ -4,6 +4,7 @@
 #include "router/request_flow.h"
 #include "router/worker_calls.h"
 #include "router/worker_proto.h"
+#include "rpc/peer_fault.h"
 
 namespace tandem::router {
 namespace {
@@ -93,7 +94,10 @@ void RequestFlow::OnDecodeDone(const grpc::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     const WorkerRef decode = abort_decode_.value_or(decode_.value_or(WorkerRef{}));
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !decode.id.empty()) {
+    // As for the prefill worker (request_flow.cc): a decode worker that reports the prefill
+    // worker's transfer failed is not unreachable.
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !decode.id.empty() &&
+        !(decode_ctx_ && ReportsPeerFault(*decode_ctx_))) {
       later.push_back(
           [this, decode] { deps_->registry->ReportUnreachable(decode.id, decode.epoch); });
     }

@@ -4,6 +4,7 @@
 #include "base/listen_error.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "rpc/cluster_auth.h"
 
 namespace tandem::router {
 
@@ -26,6 +27,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   // Workers may be started with another served name; the shape is what must match.
   registry_options.expected_model.clear_name();
   registry_options.clock = config.clock;
+  registry_options.cluster_token = config.cluster_token;
   s->registry_ = std::make_unique<WorkerRegistry>(registry_options);
   ASSIGN_OR_RETURN(s->policy_, MakeRoutingPolicy(config.routing_policy));
   AdmissionOptions admission_options;
@@ -46,11 +48,13 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   s->api_ = std::make_unique<OpenAiApi>(api_options, s->model_.context, s->service_.get(),
                                         s->registry_.get(), s->metrics_.get());
 
-  s->registry_service_ = std::make_unique<RegistryService>(s->registry_.get());
+  s->registry_service_ =
+      std::make_unique<RegistryService>(s->registry_.get(), config.cluster_token);
   s->generation_service_ =
       std::make_unique<GenerationGrpcService>(s->model_.context, s->service_.get(), config.api_key);
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // as the workers (run_worker.cc)
+  ApplyControlPlaneServerArgs(builder);
   builder.AddListeningPort(absl::StrCat(config.host, ":", config.grpc_port),
                            grpc::InsecureServerCredentials(), &s->grpc_port_);
   builder.RegisterService(s->registry_service_.get());

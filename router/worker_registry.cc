@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
+#include "rpc/cluster_auth.h"
 
 namespace tandem::router {
 namespace {
@@ -26,22 +27,20 @@ absl::Status Same(const char* what, const T& router, const T& worker) {
 
 }  // namespace
 
-std::shared_ptr<WorkerStub> MakeWorkerStub(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+std::shared_ptr<WorkerStub> MakeWorkerStub(const std::string& address,
+                                           const std::string& cluster_token) {
   // Fail fast on a dead worker instead of backing off for a minute.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto channel = ClusterChannel(address, cluster_token, ControlPlaneChannelArgs());
   return std::shared_ptr<WorkerStub>(tandem::v1::Worker::NewStub(channel));
 }
 
 WorkerRegistry::WorkerRegistry(RegistryOptions options, StubFactory stub_factory)
     : options_(std::move(options)), stub_factory_(std::move(stub_factory)) {
-  if (!stub_factory_) stub_factory_ = MakeWorkerStub;
+  if (!stub_factory_) {
+    stub_factory_ = [token = options_.cluster_token](const std::string& address) {
+      return MakeWorkerStub(address, token);
+    };
+  }
 }
 
 absl::Status WorkerRegistry::CheckCompatible(const RegisterRequest& request) const {
@@ -52,8 +51,8 @@ absl::Status WorkerRegistry::CheckCompatible(const RegisterRequest& request) con
         static_cast<int>(tandem::v1::PROTOCOL_VERSION_CURRENT),
         "; run the router and the workers from the same tandem build"));
   }
-  if (request.worker_id().empty() || request.address().empty()) {
-    return absl::InvalidArgumentError("worker_id and address are required");
+  if (request.worker_id().empty() || request.address().empty() || request.instance_id().empty()) {
+    return absl::InvalidArgumentError("worker_id, address and instance_id are required");
   }
   if (request.role() == tandem::v1::WORKER_ROLE_UNSPECIFIED) {
     return absl::InvalidArgumentError("worker role is required");
@@ -80,6 +79,15 @@ absl::StatusOr<RegisterResponse> WorkerRegistry::Register(const RegisterRequest&
   RegisterResponse response;
   {
     absl::MutexLock lock(&mu_);
+    auto held = workers_.find(request.worker_id());
+    if (held != workers_.end() && held->second.state.healthy &&
+        held->second.state.instance_id != request.instance_id()) {
+      LOG(WARNING) << "refused worker '" << request.worker_id()
+                   << "': the id is held by another live instance";
+      return absl::AlreadyExistsError(absl::StrCat(
+          "worker id '", request.worker_id(),
+          "' is held by another instance that is still up; retry once it is marked down"));
+    }
     Entry& entry = workers_[request.worker_id()];
     if (MarkDown(entry, "re-registered")) down.emplace_back(entry.state.id, entry.state.epoch);
     entry.state = WorkerSnapshot();
@@ -88,6 +96,7 @@ absl::StatusOr<RegisterResponse> WorkerRegistry::Register(const RegisterRequest&
     entry.state.role = request.role();
     entry.state.address = request.address();
     entry.state.kv_transfer_address = request.kv_transfer_address();
+    entry.state.instance_id = request.instance_id();
     entry.state.load = request.load();
     entry.state.kv_pool = request.kv_pool();
     entry.state.healthy = true;
@@ -106,7 +115,16 @@ absl::StatusOr<RegisterResponse> WorkerRegistry::Register(const RegisterRequest&
   return response;
 }
 
-HeartbeatResponse WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
+absl::StatusOr<HeartbeatResponse> WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(request.worker_id());
+    if (it != workers_.end() && it->second.state.healthy &&
+        it->second.state.instance_id != request.instance_id()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("worker id '", request.worker_id(), "' is held by another instance"));
+    }
+  }
   // An unhealthy worker is marked down first: then told to register again, which it will not do.
   if (!request.unhealthy_reason().empty()) ReportUnhealthy(request);
   HeartbeatResponse response;
@@ -129,6 +147,7 @@ void WorkerRegistry::ReportUnhealthy(const HeartbeatRequest& request) {
     absl::MutexLock lock(&mu_);
     auto it = workers_.find(request.worker_id());
     if (it != workers_.end() && it->second.state.epoch == request.epoch() &&
+        it->second.state.instance_id == request.instance_id() &&
         MarkDown(it->second, absl::StrCat("unhealthy: ", request.unhealthy_reason()))) {
       down.emplace_back(request.worker_id(), request.epoch());
     }

@@ -8,6 +8,11 @@
 // down-listener fails the requests in flight on it. The next heartbeat of a down or unknown
 // worker is answered with reregister = true; a new registration (new epoch) replaces the old
 // entry and, if the old one was still up, counts as the old one going down (it restarted).
+// Only the instance that holds a worker id (RegisterRequest.instance_id) may renew it while it
+// is up: another instance's Register is refused with AlreadyExists and its Heartbeat with
+// PermissionDenied, changing nothing, until the holder is marked down (missed heartbeats,
+// unreachable, unhealthy). A restarted worker (a new instance) therefore registers once the
+// router has noticed the old one is gone: at most missed_heartbeats_limit * heartbeat_interval.
 //
 // Thread-safe. The listener is called without the registry lock held.
 #pragma once
@@ -38,6 +43,7 @@ struct WorkerSnapshot {
   tandem::v1::WorkerRole role = tandem::v1::WORKER_ROLE_UNSPECIFIED;
   std::string address;
   std::string kv_transfer_address;
+  std::string instance_id;
   tandem::v1::LoadReport load;
   tandem::v1::KvPoolInfo kv_pool;  // as registered
   int outstanding = 0;             // requests this router has in flight on the worker
@@ -51,6 +57,8 @@ struct RegistryOptions {
   // Model identity every worker must match; empty name / zero fields are not checked.
   tandem::v1::ModelIdentity expected_model;
   Clock* clock = Clock::Real();  // stamps heartbeats (ExpireStale compares against it)
+  // Attached to every call to the workers (rpc/cluster_auth.h); empty: none.
+  std::string cluster_token;
 };
 
 class WorkerRegistry {
@@ -62,7 +70,9 @@ class WorkerRegistry {
   explicit WorkerRegistry(RegistryOptions options, StubFactory stub_factory = nullptr);
 
   absl::StatusOr<tandem::v1::RegisterResponse> Register(const tandem::v1::RegisterRequest& request);
-  tandem::v1::HeartbeatResponse Heartbeat(const tandem::v1::HeartbeatRequest& request);
+  // PermissionDenied (and no effect) when another instance holds the worker id.
+  absl::StatusOr<tandem::v1::HeartbeatResponse> Heartbeat(
+      const tandem::v1::HeartbeatRequest& request);
 
   // Marks workers with no heartbeat since now - limit * interval as down; returns how many.
   int ExpireStale(absl::Time now);
@@ -100,8 +110,9 @@ class WorkerRegistry {
   DownListener listener_ ABSL_GUARDED_BY(mu_);
 };
 
-// The default stub factory: an insecure channel with keepalive pings, so a worker that vanishes
-// without closing its connection is noticed within seconds.
-std::shared_ptr<WorkerStub> MakeWorkerStub(const std::string& address);
+// The default stub factory: a channel with keepalive pings, so a worker that vanishes without
+// closing its connection is noticed within seconds, whose calls carry `cluster_token`.
+std::shared_ptr<WorkerStub> MakeWorkerStub(const std::string& address,
+                                           const std::string& cluster_token);
 
 }  // namespace tandem::router

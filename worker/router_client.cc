@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/logging.h"
+#include "rpc/cluster_auth.h"
 
 namespace tandem {
 namespace {
@@ -21,8 +22,9 @@ void SetDeadline(grpc::ClientContext* ctx) {
 }  // namespace
 
 RouterClient::RouterClient(Options options) : options_(std::move(options)) {
+  // Short reconnect backoff: a restarted router is reached again within about a second.
   stub_ = tandem::v1::WorkerRegistry::NewStub(
-      grpc::CreateChannel(options_.router_address, grpc::InsecureChannelCredentials()));
+      ClusterChannel(options_.router_address, options_.cluster_token, ControlPlaneChannelArgs()));
 }
 
 RouterClient::~RouterClient() {
@@ -70,10 +72,12 @@ bool RouterClient::Register() {
   tandem::v1::RegisterResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
+  const absl::Time started = options_.clock->Now();
   const grpc::Status st = stub_->Register(&ctx, req, &resp);
   if (!st.ok()) {
     if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-        st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+        st.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        st.error_code() == grpc::StatusCode::UNAUTHENTICATED) {  // not the router's token
       LOG(ERROR) << "router refused registration of " << req.worker_id() << ": "
                  << st.error_message();
       absl::MutexLock l(&mu_);
@@ -84,9 +88,14 @@ bool RouterClient::Register() {
     }
     return false;
   }
+  int registrations;
+  {
+    absl::MutexLock l(&mu_);
+    registrations = ++registrations_;
+  }
+  if (registrations > 1 && options_.on_reregistered) options_.on_reregistered(started);
   absl::MutexLock l(&mu_);
   registered_ = true;
-  ++registrations_;
   epoch_ = resp.epoch();
   failed_heartbeats_ = 0;
   if (resp.heartbeat_interval_ms() > 0) {
@@ -101,6 +110,7 @@ bool RouterClient::Register() {
 void RouterClient::Heartbeat() {
   tandem::v1::HeartbeatRequest req;
   req.set_worker_id(options_.hello.worker_id());
+  req.set_instance_id(options_.hello.instance_id());
   {
     absl::MutexLock l(&mu_);
     req.set_epoch(epoch_);

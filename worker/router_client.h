@@ -1,8 +1,9 @@
 // RouterClient: registers this worker with the router's WorkerRegistry and heartbeats with a
 // load report. Keeps doing so for the life of the process: if the router is unreachable it
 // retries; if a heartbeat answers `reregister` (router restarted, or it had marked us down) it
-// registers again. A refused registration (FAILED_PRECONDITION: protocol or model mismatch) is
-// logged loudly and retried slowly: the operator must fix the deployment. An unhealthy worker
+// registers again. A refused registration (FAILED_PRECONDITION: protocol or model mismatch;
+// UNAUTHENTICATED: not the router's cluster token) is logged loudly and retried slowly: the
+// operator must fix the deployment. An unhealthy worker
 // (Options::health not OK) says so in its heartbeats, so the router marks it down, and never
 // registers again: only a restart heals it.
 #pragma once
@@ -25,11 +26,14 @@ class RouterClient {
  public:
   struct Options {
     std::string router_address;         // host:port of the router's gRPC server
+    std::string cluster_token;          // carried by every call (rpc/cluster_auth.h)
     tandem::v1::RegisterRequest hello;  // everything but the load report
     std::function<tandem::v1::LoadReport()> load;
     std::function<bool()> draining;
     std::function<absl::Status()> health;  // null: always healthy
     Clock* clock = Clock::Real();          // heartbeat and retry intervals; outlives the client
+    // After each registration but the first, with the clock's time the Register call started.
+    std::function<void(absl::Time)> on_reregistered = nullptr;
   };
 
   explicit RouterClient(Options options);

@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
+#include "rpc/cluster_auth.h"
 #include "worker/router_client.h"
 
 namespace tandem {
@@ -51,6 +52,7 @@ tandem::v1::RegisterRequest MakeHello(const WorkerOptions& o, const Engine& engi
   pool->set_tp_size(1);
   pool->set_pp_size(1);
   r.set_build_version(TANDEM_VERSION);
+  r.set_instance_id(o.instance_id);
   return r;
 }
 
@@ -93,6 +95,8 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
   // No SO_REUSEPORT (gRPC's default on Linux): a second server on this port would silently share
   // its connections; instead the bind fails and the launcher picks another port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // The router pings every 5 s (rpc/cluster_auth.h); gRPC's server default refuses that.
+  ApplyControlPlaneServerArgs(builder);
   int port = 0;
   builder.AddListeningPort(absl::StrCat(o.host, ":", o.port), grpc::InsecureServerCredentials(),
                            &port);
@@ -128,9 +132,10 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
   if (!o.router.empty()) {
     WorkerService* svc = service->get();
     router = std::make_unique<RouterClient>(RouterClient::Options{
-        o.router, MakeHello(o, loop.engine(), port, svc->kv_transfer_address()),
+        o.router, o.cluster_token, MakeHello(o, loop.engine(), port, svc->kv_transfer_address()),
         [svc] { return svc->Load(); }, [svc] { return svc->draining(); },
-        [svc] { return svc->health(); }, clock});
+        [svc] { return svc->health(); }, clock,
+        [svc](absl::Time cutoff) { svc->ForgetRouterStateBefore(cutoff); }});
     router->Start();
     // An engine that breaks is reported at once, not at the next heartbeat.
     svc->SetUnhealthyListener([r = router.get()] { r->Wake(); });

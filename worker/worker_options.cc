@@ -4,7 +4,9 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "base/cluster_token.h"
 #include "base/logging.h"
+#include "base/secure_random.h"
 #include "worker/engine_flags.h"
 
 namespace tandem {
@@ -59,6 +61,12 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
   app.add_option("--kv-transfer-timeout-ms", o.kv_transfer_timeout_ms, "Per KV transfer");
   app.add_option("--reservation-ttl-ms", o.reservation_ttl_ms, "Unclaimed reservation TTL");
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms, "Drain time on SIGTERM");
+  std::string cluster_token_file;
+  app.add_option("--cluster-token-file", cluster_token_file,
+                 "File (mode 600) with the cluster token (default: $TANDEM_CLUSTER_TOKEN)");
+  bool insecure = false;
+  app.add_flag("--insecure-no-cluster-token", insecure,
+               "Serve the Worker API and the KV port without a cluster token (development only)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -67,6 +75,15 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
     return absl::InvalidArgumentError(absl::StrCat(e.what(), "\n", app.help()));
   }
   o.role = role == "mixed" ? WorkerRole::kMixed : default_role;
+  absl::StatusOr<std::string> token = LoadClusterToken(cluster_token_file);
+  if (!token.ok()) return token.status();
+  if (token->empty() && !insecure) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no cluster token: set $", kClusterTokenEnv,
+        " or --cluster-token-file (tandem serve does), or pass --insecure-no-cluster-token"));
+  }
+  o.cluster_token = *std::move(token);
+  o.instance_id = RandomHex(16);
   if (absl::Status s = ResolveEngineFlags(&engine_flags); !s.ok()) return s;
   o.engine = engine_flags.engine;
   if (o.role == WorkerRole::kPrefill && o.engine.speculative.enabled()) {

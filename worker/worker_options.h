@@ -27,6 +27,10 @@ struct WorkerOptions {
   int64_t kv_transfer_timeout_ms = 30000;  // per transfer, both sides
   int64_t reservation_ttl_ms = 30000;      // decode: unclaimed reservation lifetime
   int64_t drain_timeout_ms = 30000;        // SIGTERM: wait this long for in-flight requests
+  // Every internal call to and from this worker carries it (base/cluster_token.h): from
+  // --cluster-token-file or $TANDEM_CLUSTER_TOKEN. Empty only with --insecure-no-cluster-token.
+  std::string cluster_token;
+  std::string instance_id;  // random per process (worker.proto, Authentication)
   EngineOptions engine;
 };
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
+#include "rpc/cluster_auth.h"
 
 namespace tandem {
 
@@ -27,14 +28,20 @@ tandem::v1::LoadReport WorkerService::Load() const {
   return r;
 }
 
-grpc::Status WorkerService::GetLoad(grpc::ServerContext*, const tandem::v1::GetLoadRequest*,
+grpc::Status WorkerService::Authenticate(const grpc::ServerContext* ctx) const {
+  return CheckClusterToken(*ctx, env_.options->cluster_token);
+}
+
+grpc::Status WorkerService::GetLoad(grpc::ServerContext* ctx, const tandem::v1::GetLoadRequest*,
                                     tandem::v1::LoadReport* resp) {
+  if (grpc::Status st = Authenticate(ctx); !st.ok()) return st;
   *resp = Load();
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::Abort(grpc::ServerContext*, const tandem::v1::AbortRequest* req,
+grpc::Status WorkerService::Abort(grpc::ServerContext* ctx, const tandem::v1::AbortRequest* req,
                                   tandem::v1::AbortResponse* resp) {
+  if (grpc::Status st = Authenticate(ctx); !st.ok()) return st;
   bool found = false;
   loop_->RunSync([&](Engine& e) { found = AbortOnLoop(e, req->request_id(), req->reason()); });
   resp->set_found(found);

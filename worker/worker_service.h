@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "base/clock.h"
+#include "rpc/peer_fault.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "worker/engine_loop.h"
 #include "worker/event_channel.h"
@@ -55,6 +56,11 @@ class WorkerService : public tandem::v1::Worker::Service {
   // Stops the role's own threads (transport, transfer workers) so that nothing posts to the
   // loop any more. Called after the gRPC server stopped, while the loop still runs.
   virtual void Stop() {}
+  // This worker registered again with the router (it restarted, or had marked this worker down
+  // and failed its requests): state only that router could still use, made before `cutoff`, is
+  // dead. The decode role drops the unclaimed reservations (which would otherwise hold their
+  // pages until their TTL); streams need nothing (a router gone cancels them). Thread-safe.
+  virtual void ForgetRouterStateBefore(absl::Time cutoff) {}
   // Where KV pushes land (decode, mixed); empty otherwise.
   virtual std::string kv_transfer_address() const { return ""; }
   // Requests this worker holds any state for (queued, running, transferring, reserved).
@@ -68,6 +74,9 @@ class WorkerService : public tandem::v1::Worker::Service {
   // its heartbeat with it). Thread-safe; null clears it.
   void SetUnhealthyListener(std::function<void()> listener);
   tandem::v1::LoadReport Load() const;
+
+  // Every RPC handler's first step: UNAUTHENTICATED unless the call carries the cluster token.
+  grpc::Status Authenticate(const grpc::ServerContext* ctx) const;
 
   grpc::Status GetLoad(grpc::ServerContext* ctx, const tandem::v1::GetLoadRequest* req,
                        tandem::v1::LoadReport* resp) override;
@@ -122,6 +131,7 @@ grpc::Status WorkerService::StreamEvents(grpc::ServerContext* ctx,
         if (writer->Write(event)) continue;
         break;  // the client is gone
       case EventChannel<Event>::Result::kClosed:
+        AddPeerFaultTrailer(ctx, final_status);  // the router must not blame this worker
         return ToGrpc(final_status);
       case EventChannel<Event>::Result::kTimeout:
         if (!ctx->IsCancelled()) continue;

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "deploy/cli/commands.h"
@@ -79,21 +78,22 @@ void PrintReady(launcher::Cluster& cluster, const std::string& model_name,
             << "Ctrl-C (or SIGTERM) drains in-flight requests and stops everything." << std::endl;
 }
 
-// Blocks until SIGINT / SIGTERM, reporting processes that exit meanwhile.
-void WaitForStop(launcher::Cluster& cluster) {
+// Blocks until SIGINT / SIGTERM, restarting processes that die meanwhile (Cluster::Supervise).
+// Returns false if the router was given up on (crashed again and again): nothing can be served.
+bool WaitForStop(launcher::Cluster& cluster) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
-  std::set<std::string> reported;
-  const timespec timeout{0, 200 * 1000 * 1000};
+  const timespec timeout{0, 100 * 1000 * 1000};
   while (sigtimedwait(&set, nullptr, &timeout) < 0) {
-    for (const auto& [name, code] : cluster.Exited()) {
-      if (reported.insert(name).second) {
-        std::cerr << "tandem serve: " << name << " exited with code " << code << std::endl;
-      }
+    if (absl::Status st = cluster.Supervise(); !st.ok()) {
+      std::cerr << "tandem serve: " << st.message() << std::endl;
+      const launcher::Process& router = cluster.router();
+      if (router.given_up) return false;
     }
   }
+  return true;
 }
 
 int RunServe(const ServeFlags& f) {
@@ -149,7 +149,11 @@ int RunServe(const ServeFlags& f) {
                                ? fs::path(model).lexically_normal().filename().string()
                                : layout->served_model_name;
   PrintReady(**cluster, name, options.log_dir);
-  WaitForStop(**cluster);
+  if (!WaitForStop(**cluster)) {
+    std::cerr << "tandem serve: the router keeps crashing; stopping everything" << std::endl;
+    (void)(*cluster)->Shutdown(absl::Seconds(5));
+    return 1;
+  }
   std::cout << "tandem serve: draining in-flight requests, then stopping" << std::endl;
   absl::Status st = (*cluster)->Shutdown(absl::Seconds(f.drain_timeout_s + 10));
   if (!st.ok()) {

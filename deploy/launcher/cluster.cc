@@ -13,8 +13,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "base/cluster_token.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
+#include "base/secure_random.h"
 #include "comm/socket_io.h"
 #include "deploy/launcher/http_get.h"
 
@@ -132,6 +134,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
                                                         const ClusterOptions& options) {
   std::unique_ptr<Cluster> c(new Cluster);
   c->log_dir_ = options.log_dir;
+  c->cluster_token_ = RandomHex(32);
+  c->restart_ = options.restart;
   const std::string model = options.model_dir.empty() ? layout.model : options.model_dir;
   const std::string host = layout.host;
   const absl::Time deadline = Clock::Real()->Now() + options.ready_timeout;
@@ -170,6 +174,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
     return absl::OkStatus();
   };
   router.ports_picked = fixed_http == 0 || fixed_grpc == 0;
+  router.env.push_back({kClusterTokenEnv, c->cluster_token_});
+  router.restarts = RestartPolicy(options.restart);
   c->processes_.push_back(std::move(router));
   if (absl::Status st = c->LaunchPickingPorts(c->processes_[0]); !st.ok()) return st;
   if (absl::Status st = c->WaitForRouter(deadline); !st.ok()) return st;
@@ -213,6 +219,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
         return absl::OkStatus();
       };
       w.ports_picked = true;
+      w.env.push_back({kClusterTokenEnv, c->cluster_token_});
+      w.restarts = RestartPolicy(options.restart);
       if (!g.gpus.empty()) w.env.push_back({"CUDA_VISIBLE_DEVICES", std::to_string(g.gpus[i])});
       c->processes_.push_back(std::move(w));
     }
@@ -274,6 +282,42 @@ absl::Status Cluster::Launch(Process& p) {
       ChildProcess::Start(p.argv, p.env, absl::StrCat(log_dir_, "/", p.name, ".log"));
   if (!child.ok()) return child.status();
   p.child = *std::move(child);
+  p.started = Clock::Real()->Now();
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::Supervise() {
+  const absl::Time now = Clock::Real()->Now();
+  std::string gave_up;
+  for (Process& p : processes_) {
+    if (p.child == nullptr || p.given_up || p.child->Running()) continue;
+    if (p.restart_at == absl::InfiniteFuture()) {
+      const RestartDecision d = p.restarts.OnExit(p.started, now);
+      const int code = p.child->exit_code().value_or(-1);
+      if (d.give_up) {
+        p.given_up = true;
+        LOG(ERROR) << p.name << " exited with code " << code << " (crash " << d.rapid_crashes
+                   << " in a row within " << restart_.rapid
+                   << " of a start): not restarting it (log " << p.child->log_path() << ")";
+        absl::StrAppend(&gave_up, p.name, " crashed ", d.rapid_crashes, " times in a row within ",
+                        absl::FormatDuration(restart_.rapid),
+                        " of starting and is not restarted; log tail:\n", p.child->LogTail(), "\n");
+        continue;
+      }
+      p.restart_at = d.restart_at;
+      LOG(WARNING) << p.name << " exited with code " << code << "; restarting it in "
+                   << (d.restart_at - now);
+    }
+    if (now < p.restart_at) continue;
+    p.restart_at = absl::InfiniteFuture();
+    if (absl::Status st = Launch(p); !st.ok()) {
+      p.given_up = true;
+      absl::StrAppend(&gave_up, p.name, " cannot be started again: ", st.message(), "\n");
+      continue;
+    }
+    LOG(WARNING) << "restarted " << p.name << " (pid " << p.child->pid() << ")";
+  }
+  if (!gave_up.empty()) return absl::UnavailableError(gave_up);
   return absl::OkStatus();
 }
 
@@ -331,6 +375,7 @@ absl::Status Cluster::Restart(const std::string& name) {
   if (p->child != nullptr && p->child->Running()) {
     return absl::FailedPreconditionError(absl::StrCat(name, " is still running"));
   }
+  p->restart_at = absl::InfiniteFuture();
   return Launch(*p);
 }
 

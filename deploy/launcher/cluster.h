@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "deploy/launcher/child_process.h"
 #include "deploy/launcher/layout.h"
+#include "deploy/launcher/restart_policy.h"
 
 namespace tandem::launcher {
 
@@ -27,6 +28,8 @@ struct ClusterOptions {
   // Picks each port the layout leaves to the launcher; PickFreePort when unset (tests set it to
   // hand out a port that is taken).
   std::function<absl::StatusOr<int>(const std::string& host)> pick_port;
+  // When Supervise starts a process that died again (restart_policy.h).
+  RestartOptions restart;
 };
 
 struct Process {
@@ -43,6 +46,12 @@ struct Process {
   std::function<absl::Status(Process&)> assign_ports;
   bool ports_picked = false;
   int launches = 0;
+  // Supervise's state: when the current child started, when a dead one is due to start again
+  // (InfiniteFuture: not scheduled), and whether it was given up on.
+  absl::Time started;
+  absl::Time restart_at = absl::InfiniteFuture();
+  bool given_up = false;
+  RestartPolicy restarts;
 };
 
 class Cluster {
@@ -56,6 +65,9 @@ class Cluster {
   ~Cluster();  // kills whatever still runs
 
   const std::string& http_address() const { return http_address_; }  // host:port
+  // This deployment's cluster token (fresh per Start, 256 random bits): every child gets it in
+  // $TANDEM_CLUSTER_TOKEN, never on its command line. Tests use it to call workers directly.
+  const std::string& cluster_token() const { return cluster_token_; }
   const Process& router() const { return processes_[0]; }
   std::vector<Process*> workers();
   Process* Find(const std::string& name);
@@ -65,6 +77,10 @@ class Cluster {
                               absl::Duration timeout);
   // Starts a worker again (same name, ports and flags) after it exited.
   absl::Status Restart(const std::string& name);
+  // Restarts what died (same name, ports and flags) under options.restart: logs each exit and
+  // restart; after too many rapid crashes in a row gives the process up and returns an error
+  // naming it, with its log tail (once per process). Call it every ~100 ms; never blocks long.
+  absl::Status Supervise();
   // Names of processes that have exited since the start (with their exit codes).
   std::vector<std::pair<std::string, int>> Exited();
   // Graceful stop: SIGTERM the router (it drains in-flight requests), then the workers; SIGKILL
@@ -86,6 +102,8 @@ class Cluster {
                          absl::Time deadline, bool repick_taken_ports);
 
   std::string http_address_;
+  std::string cluster_token_;
+  RestartOptions restart_;
   std::string log_dir_;
   std::vector<std::pair<std::string, int>> expected_;
   std::vector<Process> processes_;  // [0] is the router

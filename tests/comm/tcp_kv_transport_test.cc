@@ -5,12 +5,17 @@
 //
 // The receiver runs on a FakeClock: its transfer deadlines pass exactly when a test advances
 // time, and never otherwise. The sender's deadlines bound socket I/O and are real time.
+#include <sys/stat.h>
+
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "base/cluster_token.h"
+#include "base/secure_random.h"
 #include "comm/kv_wire.h"
 #include "comm/socket_io.h"
 #include "comm/tcp_kv_receiver.h"
@@ -163,7 +168,7 @@ TEST_F(TcpKvTransportTest, SenderProcessDeathIsUnavailable) {
   {
     auto s = Connect(receiver_->address(), deadline);
     ASSERT_TRUE(s.ok());
-    kv_wire::Hello hello{src_layout_, 2, "r1"};
+    kv_wire::Hello hello{src_layout_, 2, "r1", ""};
     ASSERT_TRUE(
         kv_wire::WriteFrame(*s, kv_wire::FrameType::kHello, kv_wire::EncodeHello(hello), deadline)
             .ok());
@@ -391,6 +396,81 @@ TEST(TcpKvPoolCopyTest, PagesGoThroughThePoolCopiesOnBothSides) {
   if (st.ok()) st = (*bad)->Finish().status();
   EXPECT_FALSE(st.ok());
   EXPECT_FALSE(outcomes.WaitFor(2).ok());
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// Finding 1 of [hardening]: with a cluster token set, a sender without it (or with another, or
+// with another layout too) is refused at the handshake before the transfer is looked up: the
+// transfer stays pending, no byte lands, no outcome is reported; the right token then works.
+TEST_F(TcpKvTransportTest, HandshakeWithoutTheClusterTokenIsRefusedWithNoEffect) {
+  const std::string token = "kv-test-cluster-token-0123";
+  auto r = TcpKvReceiver::Create("127.0.0.1", 0, dst_pool_.data(), dst_layout_,
+                                 outcomes_.Callback(), &clock_, {}, token);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::unique_ptr<TcpKvReceiver> receiver = *std::move(r);
+  ASSERT_TRUE(receiver->Expect("r1", {5, 2}, clock_.Now() + absl::Seconds(5)).ok());
+  KvLayout other = src_layout_;
+  other.head_dim = 16;  // a mismatch that would fail the transfer if it were looked at
+  for (const std::string& wrong :
+       {std::string(), std::string("kv-test-cluster-token-0124"), std::string("short")}) {
+    for (const KvLayout& layout : {src_layout_, other}) {
+      TcpKvSender intruder({}, wrong);
+      auto op = intruder.Begin(receiver->address(), "r1", layout, 2, absl::Seconds(5));
+      EXPECT_EQ(op.status().code(), absl::StatusCode::kUnauthenticated) << op.status();
+    }
+  }
+  EXPECT_EQ(receiver->NumPending(), 1);
+  EXPECT_EQ(outcomes_.Count(), 0u);
+  EXPECT_TRUE(DstAllZero());
+  TcpKvSender sender({}, token);
+  const std::vector<int32_t> src = {1, 3};
+  auto op = sender.Begin(receiver->address(), "r1", src_layout_, 2, absl::Seconds(5));
+  ASSERT_TRUE(op.ok()) << op.status();
+  for (int layer = 0; layer < 3; ++layer) {
+    ASSERT_TRUE((*op)->SendLayer(layer, src_pool_.data(), src, 0).ok());
+  }
+  ASSERT_TRUE((*op)->Finish().ok());
+  EXPECT_TRUE(outcomes_.WaitFor(1).ok());
+  EXPECT_TRUE(PageEquals(2, 3, 2));
+}
+
+TEST(ClusterTokenTest, MatchesOnlyTheExactToken) {
+  EXPECT_TRUE(TokenMatches("0123456789abcdef", "0123456789abcdef"));
+  EXPECT_FALSE(TokenMatches("0123456789abcdef", "0123456789abcdeF"));
+  EXPECT_FALSE(TokenMatches("0123456789abcdef", "0123456789abcde"));
+  EXPECT_FALSE(TokenMatches("0123456789abcdef", "0123456789abcdef0"));
+  EXPECT_FALSE(TokenMatches("0123456789abcdef", "0123456789abcdef0123456789abcdef"));
+  EXPECT_FALSE(TokenMatches("0123456789abcdef", ""));
+  EXPECT_FALSE(TokenMatches("", ""));  // no secret: nothing matches
+}
+
+TEST(ClusterTokenTest, LoadsFromAnOwnerOnlyFileOrTheEnvironment) {
+  const std::string path = ::testing::TempDir() + "/cluster_token_" + RandomHex(4);
+  std::ofstream(path) << "file-token-0123456789\n";
+  chmod(path.c_str(), 0644);
+  EXPECT_EQ(LoadClusterToken(path).status().code(), absl::StatusCode::kInvalidArgument);
+  chmod(path.c_str(), 0600);
+  EXPECT_EQ(*LoadClusterToken(path), "file-token-0123456789");
+  EXPECT_FALSE(LoadClusterToken(path + ".missing").ok());
+  setenv(kClusterTokenEnv, "env-token-0123456789", 1);
+  EXPECT_EQ(*LoadClusterToken(""), "env-token-0123456789");
+  setenv(kClusterTokenEnv, "short", 1);
+  EXPECT_EQ(LoadClusterToken("").status().code(), absl::StatusCode::kInvalidArgument);
+  unsetenv(kClusterTokenEnv);
+  EXPECT_EQ(*LoadClusterToken(""), "");
+  std::remove(path.c_str());
+}
+
+TEST(ClusterTokenTest, RandomHexIsFreshAndOfTheAskedLength) {
+  const std::string a = RandomHex(16), b = RandomHex(16);
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
 }
 
 }  // namespace

@@ -8,16 +8,22 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/cluster_token.h"
+#include "comm/tcp_kv_sender.h"
 #include "deploy/launcher/child_process.h"
 #include "deploy/launcher/cluster.h"
 #include "deploy/launcher/http_get.h"
 #include "gtest/gtest.h"
+#include "rpc/cluster_auth.h"
 #include "tests/deploy/e2e_harness.h"
 
 namespace tandem::e2e {
 namespace {
 
 using tandem::v1::Worker;
+
+// The workers run authenticated, as deployed; the stubs carry the token.
+constexpr char kToken[] = "worker-pair-test-cluster-token";
 
 struct RunningWorker {
   std::unique_ptr<launcher::ChildProcess> process;
@@ -47,13 +53,13 @@ RunningWorker StartWorker(const std::string& binary, std::vector<std::string> ex
   char tmpl[] = "/tmp/tandem-worker-log-XXXXXX";
   const int fd = mkstemp(tmpl);
   close(fd);
-  auto p = launcher::ChildProcess::Start(argv, {}, tmpl);
+  auto p = launcher::ChildProcess::Start(argv, {{kClusterTokenEnv, kToken}}, tmpl);
   CHECK_OK(p.status());
   w.process = *std::move(p);
-  w.stub = Worker::NewStub(grpc::CreateChannel(w.address, grpc::InsecureChannelCredentials()));
+  w.stub = Worker::NewStub(ClusterChannel(w.address, kToken, grpc::ChannelArguments()));
   // Ready once GetLoad answers.
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < deadline && GetLoad(w.address).num_waiting() < 0) {
+  while (absl::Now() < deadline && GetLoad(w.address, kToken).num_waiting() < 0) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   return w;
@@ -128,7 +134,7 @@ class WorkerPairTest : public ::testing::Test {
   static bool Idle(const RunningWorker& w, absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
     do {
-      const auto l = GetLoad(w.address);
+      const auto l = GetLoad(w.address, kToken);
       if (l.num_waiting() == 0 && l.num_running() == 0 && l.num_pages_reserved() == 0 &&
           l.num_pages_owned() == 0) {
         return true;
@@ -196,7 +202,7 @@ TEST_F(WorkerPairTest, AbortWhileReservedFreesBothSides) {
   const std::vector<int32_t> prompt = Prompt(40, 3);
   auto r = Reserve("abort-1", 40);
   ASSERT_TRUE(r.ok());
-  EXPECT_GT(GetLoad(decode_->address).num_pages_reserved(), 0);
+  EXPECT_GT(GetLoad(decode_->address, kToken).num_pages_reserved(), 0);
   tandem::v1::AbortRequest abort;
   abort.set_request_id("abort-1");
   tandem::v1::AbortResponse aresp;
@@ -220,7 +226,7 @@ TEST_F(WorkerPairTest, AbortWhileReservedFreesBothSides) {
 TEST_F(WorkerPairTest, UnclaimedReservationExpires) {
   auto r = Reserve("ttl-1", 50, /*ttl_ms=*/200);
   ASSERT_TRUE(r.ok());
-  EXPECT_GT(GetLoad(decode_->address).num_pages_reserved(), 0);
+  EXPECT_GT(GetLoad(decode_->address, kToken).num_pages_reserved(), 0);
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_TRUE(Idle(*decode_, absl::Seconds(1)));
 }
@@ -263,6 +269,121 @@ TEST_F(WorkerPairTest, EachRoleRefusesTheOtherRolesRpcs) {
   EXPECT_EQ(prefill_->stub->ReservePages(&rctx, rreq, &rresp).error_code(),
             grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_TRUE(Idle(*decode_, absl::Seconds(1)));
+}
+
+// Finding 1 of [hardening]: a client without the cluster token (none, or a wrong one) can do
+// nothing on a worker. Every Worker RPC answers UNAUTHENTICATED and has no effect: the victim's
+// reservation stays reserved (not aborted, not claimed, not filled), no pages are reserved, no
+// prompt is computed; the KV port refuses the handshake before naming the transfer. The victim
+// request then completes normally with the real token.
+TEST_F(WorkerPairTest, EveryRpcAndTheKvHandshakeNeedTheClusterToken) {
+  // Every method of the Worker service is tried below; a new one must be added here.
+  ASSERT_EQ(Worker::service_full_name(), std::string("tandem.v1.Worker"));
+  ASSERT_EQ(tandem::v1::ReservePagesRequest::descriptor()
+                ->file()
+                ->FindServiceByName("Worker")
+                ->method_count(),
+            6);
+  RunningWorker mixed = StartWorker("tandem-decode-worker", {"--role", "mixed"});
+  const std::vector<int32_t> prompt = Prompt(40, 5);
+  auto victim = Reserve("victim", static_cast<int>(prompt.size()));
+  ASSERT_TRUE(victim.ok()) << victim.status();
+  const tandem::v1::LoadReport decode_before = GetLoad(decode_->address, kToken);
+  const tandem::v1::LoadReport prefill_before = GetLoad(prefill_->address, kToken);
+  ASSERT_GT(decode_before.num_pages_reserved(), 0);
+
+  for (const std::string& token : {std::string(), std::string("wrong-token-of-the-right-size")}) {
+    SCOPED_TRACE(token.empty() ? "no token" : "wrong token");
+    auto stub = [&](const RunningWorker& w) {
+      return Worker::NewStub(ClusterChannel(w.address, token, grpc::ChannelArguments()));
+    };
+    auto decode = stub(*decode_), prefill = stub(*prefill_), mix = stub(mixed);
+    auto ctx = [] {
+      auto c = std::make_unique<grpc::ClientContext>();
+      c->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+      return c;
+    };
+    // ReservePages: the pool does not shrink.
+    tandem::v1::ReservePagesRequest rreq;
+    rreq.set_request_id("intruder");
+    rreq.set_num_prompt_tokens(1000);
+    tandem::v1::ReservePagesResponse rresp;
+    EXPECT_EQ(decode->ReservePages(ctx().get(), rreq, &rresp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    // Abort of another user's request: it stays.
+    tandem::v1::AbortRequest areq;
+    areq.set_request_id("victim");
+    tandem::v1::AbortResponse aresp;
+    for (auto* s : {decode.get(), prefill.get(), mix.get()}) {
+      EXPECT_EQ(s->Abort(ctx().get(), areq, &aresp).error_code(),
+                grpc::StatusCode::UNAUTHENTICATED);
+      tandem::v1::LoadReport load;
+      EXPECT_EQ(s->GetLoad(ctx().get(), tandem::v1::GetLoadRequest(), &load).error_code(),
+                grpc::StatusCode::UNAUTHENTICATED);
+    }
+    // Claiming the victim's reservation (GenerateFromPrefill), prefilling into it, and
+    // inference with no admission (Generate on the mixed worker).
+    {
+      tandem::v1::GenerateFromPrefillRequest req;
+      req.set_request_id("victim");
+      req.mutable_prompt_tokens()->Assign(prompt.begin(), prompt.end());
+      *req.mutable_sampling() = Greedy(8);
+      auto c = ctx();
+      auto reader = decode->GenerateFromPrefill(c.get(), req);
+      tandem::v1::TokenEvent ev;
+      EXPECT_FALSE(reader->Read(&ev));
+      EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    }
+    {
+      auto c = ctx();
+      auto reader = prefill->Prefill(c.get(), PrefillFor("victim", prompt, *victim));
+      tandem::v1::PrefillEvent ev;
+      EXPECT_FALSE(reader->Read(&ev));
+      EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    }
+    {
+      tandem::v1::WorkerGenerateRequest req;
+      req.set_request_id("free-inference");
+      req.mutable_prompt_tokens()->Assign(prompt.begin(), prompt.end());
+      *req.mutable_sampling() = Greedy(4);
+      auto c = ctx();
+      auto reader = mix->Generate(c.get(), req);
+      tandem::v1::TokenEvent ev;
+      EXPECT_FALSE(reader->Read(&ev));
+      EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    }
+    // The KV handshake, naming the victim's transfer: refused before it is looked up (a
+    // mismatched layout would otherwise fail the victim's transfer).
+    TcpKvSender sender({}, token);
+    absl::StatusOr<std::unique_ptr<KvSendOp>> op =
+        sender.Begin(victim->kv_transfer_address(), "victim", KvLayout{}, 1, absl::Seconds(5));
+    EXPECT_TRUE(absl::IsUnauthenticated(op.status())) << op.status();
+  }
+  // Nothing changed: the victim's pages are still reserved, nothing else is, no prompt ran.
+  const tandem::v1::LoadReport decode_after = GetLoad(decode_->address, kToken);
+  const tandem::v1::LoadReport prefill_after = GetLoad(prefill_->address, kToken);
+  EXPECT_EQ(decode_after.num_pages_reserved(), decode_before.num_pages_reserved());
+  EXPECT_EQ(decode_after.num_pages_owned(), 0);
+  EXPECT_EQ(prefill_after.num_prompt_tokens_total(), prefill_before.num_prompt_tokens_total());
+  EXPECT_EQ(GetLoad(mixed.address, kToken).num_prompt_tokens_total(), 0);
+  // And the victim's request completes with the real token.
+  GenerateArgs ref_args;
+  ref_args.prompt = prompt;
+  ref_args.max_tokens = 8;
+  grpc::ClientContext pctx;
+  auto preader = prefill_->stub->Prefill(&pctx, PrefillFor("victim", prompt, *victim));
+  tandem::v1::PrefillEvent ev;
+  ASSERT_TRUE(preader->Read(&ev));
+  ASSERT_TRUE(ev.has_first_token());
+  const int32_t first = ev.first_token().token_id();
+  while (preader->Read(&ev)) {
+  }
+  ASSERT_TRUE(preader->Finish().ok());
+  grpc::Status dstatus;
+  EXPECT_EQ(Decode("victim", prompt, first, &dstatus), ReferenceGreedy(TinyModelDir(), ref_args));
+  EXPECT_TRUE(dstatus.ok()) << dstatus.error_message();
+  EXPECT_TRUE(Idle(*decode_, absl::Seconds(1)));
+  EXPECT_TRUE(Idle(*prefill_, absl::Seconds(1)));
 }
 
 TEST(MixedWorker, GenerateMatchesSingleEngine) {

@@ -362,6 +362,7 @@ def run_layout_from_units(f, args, prefix, unit_dir):
     router's /ready within 60 s, then a clean drain on SIGTERM: the units' flags are ones the
     binaries accept and the layout they describe comes up."""
     import signal
+    import secrets
     import urllib.request
     model = os.path.join(prefix, "tiny")
     r = subprocess.run([os.path.join(prefix, "bin", "tandem"), "make-model", "--preset", "tiny",
@@ -380,12 +381,15 @@ def run_layout_from_units(f, args, prefix, unit_dir):
                    TANDEM_KV_PORT=str(free_port()), CUDA_VISIBLE_DEVICES="",
                    TANDEM_WORKER_ARGS="--backend cpu --kv-memory-bytes 16777216")
         runs.append((f"tandem-{role}-worker@.service", "0", env))
+    token = secrets.token_hex(32)
     procs = []
     try:
         for unit, instance, env in runs:
             argv = expand_exec_start(open(os.path.join(unit_dir, unit)).read(), instance, env)
+            # As /etc/tandem/cluster-token.env (EnvironmentFile of every unit) would set it.
             procs.append((unit, subprocess.Popen(argv, stdout=subprocess.DEVNULL,
-                                                 stderr=subprocess.PIPE, text=True)))
+                                                 stderr=subprocess.PIPE, text=True,
+                                                 env=dict(os.environ, TANDEM_CLUSTER_TOKEN=token))))
         url = f"http://127.0.0.1:{base['TANDEM_ROUTER_PORT']}/ready"
         ready = False
         deadline = time.time() + 60

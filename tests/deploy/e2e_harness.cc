@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/model/make_model.h"
 #include "gtest/gtest.h"
+#include "rpc/cluster_auth.h"
 
 namespace tandem::e2e {
 
@@ -80,6 +81,7 @@ StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args) 
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + args.deadline));
   std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader =
       stub->Generate(&ctx, req);
+  if (args.on_start) args.on_start(&ctx);
   StreamResult result;
   tandem::v1::GenerateResponse msg;
   while (reader->Read(&msg)) {
@@ -149,9 +151,13 @@ ReferenceResult Reference(const std::string& model_dir, const std::vector<int32_
   return result;
 }
 
-tandem::v1::LoadReport GetLoad(const std::string& worker_grpc) {
+tandem::v1::LoadReport GetLoad(const launcher::Cluster& cluster, const std::string& worker_grpc) {
+  return GetLoad(worker_grpc, cluster.cluster_token());
+}
+
+tandem::v1::LoadReport GetLoad(const std::string& worker_grpc, const std::string& cluster_token) {
   auto stub = tandem::v1::Worker::NewStub(
-      grpc::CreateChannel(worker_grpc, grpc::InsecureChannelCredentials()));
+      ClusterChannel(worker_grpc, cluster_token, grpc::ChannelArguments()));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   tandem::v1::LoadReport load;
@@ -167,7 +173,7 @@ bool WaitForIdle(launcher::Cluster& cluster, absl::Duration timeout, std::string
     last.clear();
     for (launcher::Process* w : cluster.workers()) {
       if (w->child == nullptr || !w->child->Running()) continue;
-      const tandem::v1::LoadReport l = GetLoad(w->grpc_address);
+      const tandem::v1::LoadReport l = GetLoad(cluster, w->grpc_address);
       if (l.num_pages_reserved() != 0 || l.num_pages_owned() != 0 || l.num_waiting() != 0 ||
           l.num_running() != 0) {
         absl::StrAppend(&last, w->name, ": ", l.ShortDebugString(), "; ");

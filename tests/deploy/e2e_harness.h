@@ -48,6 +48,9 @@ struct GenerateArgs {
   std::vector<std::string> stop;  // stop strings (the reference ignores them)
   // Called after each streamed message; return false to cancel the call (client disconnect).
   std::function<bool(const StreamResult&)> on_message;
+  // Called once the call is under way, with its context (another thread may TryCancel it until
+  // Generate returns).
+  std::function<void(grpc::ClientContext*)> on_start;
   absl::Duration deadline = absl::Seconds(60);
   // Sets more sampling options on the request (after the fields above).
   std::function<void(tandem::v1::SamplingOptions&)> sampling;
@@ -68,7 +71,9 @@ struct ReferenceResult {
 ReferenceResult Reference(const std::string& model_dir, const std::vector<int32_t>& prompt,
                           const SamplingParams& sampling);
 
-tandem::v1::LoadReport GetLoad(const std::string& worker_grpc);
+// A worker's load report, asked with the cluster's token (num_waiting -1 when unreachable).
+tandem::v1::LoadReport GetLoad(const launcher::Cluster& cluster, const std::string& worker_grpc);
+tandem::v1::LoadReport GetLoad(const std::string& worker_grpc, const std::string& cluster_token);
 // True when every running worker holds no reserved or owned pages and has nothing queued or
 // running, within `timeout`.
 bool WaitForIdle(launcher::Cluster& cluster, absl::Duration timeout, std::string* why = nullptr);

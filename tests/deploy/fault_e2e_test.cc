@@ -74,7 +74,7 @@ void ExpectNewRequestsSucceed(launcher::Cluster& c, int n) {
 // Sends requests until `worker` has served some (its generated-token count grows).
 bool TakesTraffic(launcher::Cluster& c, const std::string& worker_grpc, bool decode) {
   auto count = [&] {
-    const tandem::v1::LoadReport l = GetLoad(worker_grpc);
+    const tandem::v1::LoadReport l = GetLoad(c, worker_grpc);
     return decode ? l.num_generated_tokens_total() : l.num_prompt_tokens_total();
   };
   const int64_t before = count();
@@ -109,7 +109,7 @@ void KillAndCheck(launcher::Cluster& c, const std::string& victim_name, bool dec
     // Kill as soon as the victim's engine holds prompts being prefilled.
     const absl::Time give_up = absl::Now() + absl::Seconds(20);
     while (absl::Now() < give_up) {
-      const tandem::v1::LoadReport l = GetLoad(victim->grpc_address);
+      const tandem::v1::LoadReport l = GetLoad(c, victim->grpc_address);
       if (l.num_running() + l.num_waiting() > 0) break;
       absl::SleepFor(absl::Milliseconds(1));
     }

@@ -55,7 +55,7 @@ TEST(ServingE2E, DisaggregatedGreedyMatchesSingleEngine2P2D) {
   ExpectSameAnswers(*cluster);
   // Both decode workers took part.
   for (launcher::Process* w : cluster->workers()) {
-    EXPECT_GT(GetLoad(w->grpc_address).num_prompt_tokens_total(), 0) << w->name;
+    EXPECT_GT(GetLoad(*cluster, w->grpc_address).num_prompt_tokens_total(), 0) << w->name;
   }
   EXPECT_TRUE(cluster->Shutdown(absl::Seconds(20)).ok());
 }

@@ -1,6 +1,8 @@
 #include "tests/router/fake_worker.h"
 
 #include "absl/strings/str_cat.h"
+#include "rpc/cluster_auth.h"
+#include "rpc/peer_fault.h"
 
 namespace tandem::router::testing {
 namespace {
@@ -25,7 +27,7 @@ absl::Status FakeWorker::Start(const std::string& router_address) {
   if (server_ == nullptr || port == 0) return absl::UnavailableError("fake worker: no port");
   address_ = absl::StrCat("127.0.0.1:", port);
   registry_ = tandem::v1::WorkerRegistry::NewStub(
-      grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()));
+      ClusterChannel(router_address, options_.cluster_token, ControlPlaneChannelArgs()));
   absl::Status status = Register();
   if (!status.ok()) return status;
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
@@ -36,6 +38,7 @@ absl::Status FakeWorker::Register() {
   tandem::v1::RegisterRequest request;
   request.set_protocol_version(static_cast<tandem::v1::ProtocolVersion>(options_.protocol_version));
   request.set_worker_id(options_.id);
+  request.set_instance_id(options_.instance_id);
   request.set_role(options_.role);
   request.set_address(address_);
   request.set_kv_transfer_address(address_);
@@ -60,6 +63,7 @@ void FakeWorker::HeartbeatLoop() {
     if (stop_) break;
     tandem::v1::HeartbeatRequest request;
     request.set_worker_id(options_.id);
+    request.set_instance_id(options_.instance_id);
     {
       absl::MutexLock lock(&mu_);
       request.set_epoch(epoch_);
@@ -75,6 +79,10 @@ void FakeWorker::HeartbeatLoop() {
       Register().IgnoreError();
     }
   }
+}
+
+grpc::Status FakeWorker::Authenticate(const grpc::ServerContext* context) const {
+  return CheckClusterToken(*context, options_.cluster_token);
 }
 
 void FakeWorker::Sleep(Clock* clock, int ms) {
@@ -104,6 +112,11 @@ std::set<std::string> FakeWorker::aborted_ids() const {
   return aborted_;
 }
 
+std::vector<std::string> FakeWorker::request_ids() const {
+  absl::MutexLock lock(&mu_);
+  return request_ids_;
+}
+
 int FakeWorker::reservations_held() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(reserved_.size());
@@ -123,15 +136,17 @@ bool FakeWorker::Stopped(grpc::ServerContext* context, const std::string& id) {
   return aborted_.count(id) > 0;
 }
 
-grpc::Status FakeWorker::ReservePages(grpc::ServerContext*,
+grpc::Status FakeWorker::ReservePages(grpc::ServerContext* context,
                                       const tandem::v1::ReservePagesRequest* request,
                                       tandem::v1::ReservePagesResponse* response) {
+  if (grpc::Status st = Authenticate(context); !st.ok()) return st;
   if (options_.refuse_reservations) {
     ++reservations_refused_;
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no free pages");
   }
   absl::MutexLock lock(&mu_);
   reserved_.insert(request->request_id());
+  request_ids_.push_back(request->request_id());
   const int pages = (request->num_prompt_tokens() + 1 + 15) / 16;
   for (int i = 0; i < pages; ++i) response->add_page_ids(i);
   response->set_kv_transfer_address(address_);
@@ -143,6 +158,7 @@ grpc::Status FakeWorker::ReservePages(grpc::ServerContext*,
 grpc::Status FakeWorker::Prefill(grpc::ServerContext* context,
                                  const tandem::v1::PrefillRequest* request,
                                  grpc::ServerWriter<tandem::v1::PrefillEvent>* writer) {
+  if (grpc::Status st = Authenticate(context); !st.ok()) return st;
   ++streams_open_;
   ++requests_served_;
   Sleep(options_.clock, options_.token_delay_ms);
@@ -159,6 +175,10 @@ grpc::Status FakeWorker::Prefill(grpc::ServerContext* context,
     result = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
   } else if (!writer->Write(first)) {
     result = grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+  } else if (first.first_token().finish_reason() == tandem::v1::FINISH_REASON_UNSPECIFIED &&
+             options_.transfer_fails) {
+    AddPeerFaultTrailer(context, MarkPeerFault(absl::UnavailableError("x"), "decode"));
+    result = grpc::Status(grpc::StatusCode::UNAVAILABLE, "KV transfer to decode failed: refused");
   } else if (first.first_token().finish_reason() == tandem::v1::FINISH_REASON_UNSPECIFIED) {
     Sleep(options_.clock, options_.token_delay_ms);  // the "transfer"
     tandem::v1::PrefillEvent done;
@@ -198,10 +218,16 @@ grpc::Status FakeWorker::StreamTokens(grpc::ServerContext* context, const std::s
 grpc::Status FakeWorker::GenerateFromPrefill(grpc::ServerContext* context,
                                              const tandem::v1::GenerateFromPrefillRequest* request,
                                              grpc::ServerWriter<tandem::v1::TokenEvent>* writer) {
+  if (grpc::Status st = Authenticate(context); !st.ok()) return st;
   {
     absl::MutexLock lock(&mu_);
     if (reserved_.count(request->request_id()) == 0) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "no reservation");
+    }
+    if (options_.transfer_fails) {
+      reserved_.erase(request->request_id());
+      AddPeerFaultTrailer(context, MarkPeerFault(absl::UnavailableError("x"), "prefill"));
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "KV transfer from prefill failed");
     }
   }
   ++streams_open_;
@@ -219,6 +245,11 @@ grpc::Status FakeWorker::GenerateFromPrefill(grpc::ServerContext* context,
 grpc::Status FakeWorker::Generate(grpc::ServerContext* context,
                                   const tandem::v1::WorkerGenerateRequest* request,
                                   grpc::ServerWriter<tandem::v1::TokenEvent>* writer) {
+  if (grpc::Status st = Authenticate(context); !st.ok()) return st;
+  {
+    absl::MutexLock lock(&mu_);
+    request_ids_.push_back(request->request_id());
+  }
   ++streams_open_;
   ++requests_served_;
   grpc::Status status =
@@ -227,8 +258,10 @@ grpc::Status FakeWorker::Generate(grpc::ServerContext* context,
   return status;
 }
 
-grpc::Status FakeWorker::Abort(grpc::ServerContext*, const tandem::v1::AbortRequest* request,
+grpc::Status FakeWorker::Abort(grpc::ServerContext* context,
+                               const tandem::v1::AbortRequest* request,
                                tandem::v1::AbortResponse* response) {
+  if (grpc::Status st = Authenticate(context); !st.ok()) return st;
   absl::MutexLock lock(&mu_);
   ++aborts_;
   aborted_.insert(request->request_id());
@@ -236,8 +269,9 @@ grpc::Status FakeWorker::Abort(grpc::ServerContext*, const tandem::v1::AbortRequ
   return grpc::Status::OK;
 }
 
-grpc::Status FakeWorker::GetLoad(grpc::ServerContext*, const tandem::v1::GetLoadRequest*,
+grpc::Status FakeWorker::GetLoad(grpc::ServerContext* context, const tandem::v1::GetLoadRequest*,
                                  tandem::v1::LoadReport* response) {
+  if (grpc::Status st = Authenticate(context); !st.ok()) return st;
   response->set_num_running(streams_open_);
   return grpc::Status::OK;
 }

@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -29,8 +30,16 @@ struct FakeWorkerOptions {
   int eos_after = -1;                  // >= 0: emit EOS (id 257, STOP) as token number eos_after
   int num_pages = 1000;
   bool refuse_reservations = false;  // ReservePages → RESOURCE_EXHAUSTED
+  // The KV transfer fails and this worker blames its peer (rpc/peer_fault.h): the prefill role
+  // ends Prefill after the first token, the decode role ends GenerateFromPrefill before any
+  // token, with UNAVAILABLE and the peer-fault trailer, as the real workers do.
+  bool transfer_fails = false;
   int protocol_version = tandem::v1::PROTOCOL_VERSION_CURRENT;
-  int heartbeat_ms = 100;        // real time
+  int heartbeat_ms = 100;  // real time
+  // Sent with every registry call and required on every call it serves (rpc/cluster_auth.h);
+  // empty: none. RouterTestEnv::AddWorker fills in the router's.
+  std::string cluster_token;
+  std::string instance_id = "fake-instance";  // RegisterRequest.instance_id
   Clock* clock = Clock::Real();  // token delays sleep on it (tests of the router's timings)
 };
 
@@ -49,6 +58,8 @@ class FakeWorker final : public tandem::v1::Worker::Service {
   std::set<std::string> aborted_ids() const;
   int cancelled_streams() const { return cancelled_streams_; }
   int reservations_held() const;
+  // The request ids of every ReservePages / Prefill / Generate it served, in arrival order.
+  std::vector<std::string> request_ids() const;
   int reservations_refused() const { return reservations_refused_; }
   int streams_open() const { return streams_open_; }
   int requests_served() const { return requests_served_; }
@@ -79,6 +90,7 @@ class FakeWorker final : public tandem::v1::Worker::Service {
   // Sleeps `ms` on `clock`; Kill() ends the sleep early.
   void Sleep(Clock* clock, int ms);
   void HeartbeatLoop();
+  grpc::Status Authenticate(const grpc::ServerContext* context) const;
   absl::Status Register();
 
   const FakeWorkerOptions options_;
@@ -96,6 +108,7 @@ class FakeWorker final : public tandem::v1::Worker::Service {
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> reserved_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> aborted_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> request_ids_ ABSL_GUARDED_BY(mu_);
   int aborts_ ABSL_GUARDED_BY(mu_) = 0;
   bool dying_ ABSL_GUARDED_BY(mu_) = false;  // wakes sleeps (a fake clock may never get there)
 };

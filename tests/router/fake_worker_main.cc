@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 
 #include "tests/router/fake_worker.h"
 
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("--text", options.text, "the text it generates");
   app.add_option("--token-delay-ms", options.token_delay_ms, "delay per token");
   CLI11_PARSE(app, argc, argv);
+  if (const char* token = std::getenv("TANDEM_CLUSTER_TOKEN")) options.cluster_token = token;
   options.role = role == "prefill"  ? tandem::v1::WORKER_ROLE_PREFILL
                  : role == "decode" ? tandem::v1::WORKER_ROLE_DECODE
                                     : tandem::v1::WORKER_ROLE_MIXED;

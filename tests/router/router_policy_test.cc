@@ -162,6 +162,7 @@ tandem::v1::RegisterRequest Registration(const std::string& id, tandem::v1::Work
   tandem::v1::RegisterRequest r;
   r.set_protocol_version(tandem::v1::PROTOCOL_VERSION_CURRENT);
   r.set_worker_id(id);
+  r.set_instance_id("instance-" + id);
   r.set_role(role);
   r.set_address("127.0.0.1:1");
   r.mutable_model()->set_vocab_size(258);
@@ -203,15 +204,16 @@ TEST(WorkerRegistryTest, HeartbeatsExpiryAndReregistration) {
   EXPECT_EQ(reg->heartbeat_interval_ms(), 100);
   tandem::v1::HeartbeatRequest hb;
   hb.set_worker_id("d0");
+  hb.set_instance_id("instance-d0");
   hb.set_epoch(reg->epoch());
   hb.mutable_load()->set_num_waiting(4);
-  EXPECT_FALSE(registry.Heartbeat(hb).reregister());
+  EXPECT_FALSE(registry.Heartbeat(hb)->reregister());
   EXPECT_EQ(registry.Snapshot()[0].load.num_waiting(), 4);
   // Within the limit nothing happens; a heartbeat starts the limit again; a nanosecond past it
   // the worker is down and must re-register.
   clock.Advance(absl::Milliseconds(200));
   EXPECT_EQ(registry.ExpireStale(clock.Now()), 0);
-  EXPECT_FALSE(registry.Heartbeat(hb).reregister());
+  EXPECT_FALSE(registry.Heartbeat(hb)->reregister());
   clock.Advance(absl::Milliseconds(300));
   EXPECT_EQ(registry.ExpireStale(clock.Now()), 0);
   EXPECT_TRUE(down.empty());
@@ -221,7 +223,7 @@ TEST(WorkerRegistryTest, HeartbeatsExpiryAndReregistration) {
   ASSERT_EQ(down.size(), 1u);
   EXPECT_EQ(down[0].second, reg->epoch());
   EXPECT_FALSE(registry.Snapshot()[0].healthy);
-  EXPECT_TRUE(registry.Heartbeat(hb).reregister());
+  EXPECT_TRUE(registry.Heartbeat(hb)->reregister());
   EXPECT_EQ(registry.Stub("d0", reg->epoch() + 100), nullptr);
   absl::StatusOr<tandem::v1::RegisterResponse> again =
       registry.Register(Registration("d0", WORKER_ROLE_DECODE));
@@ -255,19 +257,20 @@ TEST(WorkerRegistryTest, UnhealthyHeartbeatMarksTheWorkerDown) {
   ASSERT_TRUE(reg.ok());
   tandem::v1::HeartbeatRequest hb;
   hb.set_worker_id("m0");
+  hb.set_instance_id("instance-m0");
   hb.set_epoch(reg->epoch());
-  EXPECT_FALSE(registry.Heartbeat(hb).reregister());
+  EXPECT_FALSE(registry.Heartbeat(hb)->reregister());
   EXPECT_TRUE(registry.Snapshot()[0].healthy);
   hb.set_unhealthy_reason("illegal memory access");
-  registry.Heartbeat(hb);
+  ASSERT_TRUE(registry.Heartbeat(hb).ok());
   ASSERT_EQ(down.size(), 1u);
   EXPECT_EQ(down[0], std::make_pair(std::string("m0"), reg->epoch()));
   EXPECT_FALSE(registry.Snapshot()[0].healthy);
   EXPECT_FALSE(MakeLeastLoadedPolicy()->Pick(registry.Snapshot(), RouteQuery()).ok());
-  registry.Heartbeat(hb);  // again: already down, no second notification
+  ASSERT_TRUE(registry.Heartbeat(hb).ok());  // again: already down, no second notification
   EXPECT_EQ(down.size(), 1u);
   hb.set_epoch(reg->epoch() + 7);  // another epoch's report changes nothing
-  EXPECT_TRUE(registry.Heartbeat(hb).reregister());
+  EXPECT_TRUE(registry.Heartbeat(hb)->reregister());
   EXPECT_EQ(down.size(), 1u);
 }
 

@@ -22,12 +22,14 @@ inline RouterConfig TestRouterConfig() {
   config.missed_heartbeats = 3;
   config.flow.rpc_timeout = absl::Seconds(2);
   config.flow.reserve_retry_budget = absl::Seconds(1);
+  config.cluster_token = "router-test-cluster-token";  // every test runs authenticated
   return config;
 }
 
 class RouterTestEnv {
  public:
-  explicit RouterTestEnv(RouterConfig config = TestRouterConfig()) {
+  explicit RouterTestEnv(RouterConfig config = TestRouterConfig())
+      : cluster_token_(config.cluster_token) {
     ServedModel model;
     model.dir = "/models/tiny";
     model.tokenizer = std::make_unique<ByteTokenizer>();
@@ -53,6 +55,7 @@ class RouterTestEnv {
 
   // Starts a fake worker registered with the router; null on failure (see last_error()).
   FakeWorker* AddWorker(FakeWorkerOptions options) {
+    if (options.cluster_token.empty()) options.cluster_token = cluster_token_;
     auto worker = std::make_unique<FakeWorker>(std::move(options));
     last_error_ = worker->Start(grpc_address());
     if (!last_error_.ok()) return nullptr;
@@ -60,6 +63,7 @@ class RouterTestEnv {
     return workers_.back().get();
   }
   const absl::Status& last_error() const { return last_error_; }
+  const std::string& cluster_token() const { return cluster_token_; }
 
   // Waits until `predicate` holds or `timeout` passes.
   template <typename Predicate>
@@ -73,6 +77,7 @@ class RouterTestEnv {
   }
 
  private:
+  const std::string cluster_token_;
   absl::Status start_error_;
   absl::Status last_error_;
   std::unique_ptr<RouterServer> server_;

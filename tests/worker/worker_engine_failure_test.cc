@@ -61,7 +61,7 @@ tandem::v1::SamplingParams Greedy(int max_tokens) {
 // The router's registry (router/worker_registry.h) behind its gRPC service.
 class RouterRegistry {
  public:
-  RouterRegistry() : registry_(Options()), service_(&registry_) {
+  RouterRegistry() : registry_(Options()), service_(&registry_, /*cluster_token=*/"") {
     registry_.SetDownListener([this](const std::string&, uint64_t) { ++downs_; });
     grpc::ServerBuilder builder;
     int port = 0;
@@ -152,12 +152,13 @@ class InProcessWorker {
     tandem::v1::RegisterRequest hello;
     hello.set_protocol_version(tandem::v1::PROTOCOL_VERSION_CURRENT);
     hello.set_worker_id(options_.worker_id);
+    hello.set_instance_id("in-process");
     hello.set_role(RoleProto(options_.role));
     hello.set_address(address_);
     WorkerService* svc = service_.get();
-    router_client_ = std::make_unique<RouterClient>(
-        RouterClient::Options{router_address, hello, [svc] { return svc->Load(); },
-                              [svc] { return svc->draining(); }, [svc] { return svc->health(); }});
+    router_client_ = std::make_unique<RouterClient>(RouterClient::Options{
+        router_address, /*cluster_token=*/"", hello, [svc] { return svc->Load(); },
+        [svc] { return svc->draining(); }, [svc] { return svc->health(); }});
     router_client_->Start();
     svc->SetUnhealthyListener([r = router_client_.get()] { r->Wake(); });
   }
