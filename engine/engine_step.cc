@@ -1,10 +1,13 @@
 // EngineImpl: the parts of Step() after scheduling — sampling, stop checks, finishing, and
 // stopping for good when the backend is unusable.
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "base/check.h"
 #include "base/logging.h"
+#include "base/page_hash.h"
 #include "engine/engine_impl.h"
 
 namespace tandem {
@@ -39,13 +42,39 @@ std::vector<RequestOutput> EngineImpl::FinishAborted() {
   return outputs;
 }
 
+void EngineImpl::ExtendPageHashes(Sequence* seq) const {
+  if (!seq->cache_prefix) return;
+  const int page_size = options_.page_size;
+  const absl::Span<const int32_t> tokens(seq->tokens);
+  for (size_t i = seq->page_hashes.size(); (i + 1) * page_size <= tokens.size(); ++i) {
+    const uint64_t parent = i == 0 ? kPageHashSeed : seq->page_hashes[i - 1];
+    seq->page_hashes.push_back(ChainPageHash(parent, tokens.subspan(i * page_size, page_size)));
+  }
+}
+
+void EngineImpl::RegisterFullPages(Sequence* seq) {
+  if (!seq->cache_prefix) return;
+  const int full = seq->num_computed_tokens / options_.page_size;
+  CHECK_LE(full, static_cast<int>(seq->page_hashes.size())) << seq->id;
+  CHECK_LE(full, static_cast<int>(seq->block_table.size())) << seq->id;
+  for (; seq->num_hashed_pages < full; ++seq->num_hashed_pages) {
+    const int i = seq->num_hashed_pages;
+    // False when another page already holds this prefix (computed twice concurrently): this
+    // copy then stays unhashed and goes back to free when its request ends.
+    CHECK_OK(kv_cache_->allocator().Register(seq->block_table[i], seq->page_hashes[i]).status());
+  }
+}
+
 RequestOutput EngineImpl::AppendToken(Sequence* seq, const StepOutput& output, size_t row) {
   const int32_t token = output.tokens[row];
+  const bool first = seq->num_output_tokens() == 0;
   seq->tokens.push_back(token);
+  ExtendPageHashes(seq);
   ++counters_.num_generated_tokens_total;
   RequestOutput out;
   out.id = seq->id;
   out.new_tokens.push_back(token);
+  if (first) out.num_cached_tokens = std::max(seq->num_cached_tokens, 0);
   if (seq->sampling.logprobs >= 0) {
     TokenLogprobs lp;
     lp.logprob = output.token_logprobs[row];
@@ -74,6 +103,8 @@ void EngineImpl::PostProcess(const ScheduleDecision& decision,
   CHECK_EQ(result.sampling_chunks.size(), result.output.tokens.size());
   for (const ScheduledChunk& chunk : decision.chunks) {
     chunk.seq->num_computed_tokens += chunk.num_new_tokens;
+    // Before AppendToken, which may finish the sequence and free its pages into the cache.
+    RegisterFullPages(chunk.seq);
   }
   for (size_t i = 0; i < result.sampling_chunks.size(); ++i) {
     outputs->push_back(
@@ -102,6 +133,8 @@ absl::Status EngineImpl::Break(const absl::Status& error) {
   all.reserve(sequences_.size());
   for (auto& [id, seq] : sequences_) all.push_back(seq.get());
   for (Sequence* seq : all) Finish(seq);
+  // Nothing the backend wrote can be trusted, nor will anything read it again.
+  kv_cache_->allocator().ClearCache();
   return broken_;
 }
 

@@ -68,6 +68,9 @@ struct RequestOutput {
   std::vector<TokenLogprobs> logprobs;
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
   std::string error;                                 // set when finish_reason == kError
+  // On the output carrying a request's first token: how many of its prompt tokens were found
+  // in the prefix cache (their KV was reused, not computed); 0 without prefix caching.
+  int num_cached_tokens = 0;
 };
 
 }  // namespace tandem

@@ -30,6 +30,10 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
                  "Decode batch sizes to capture CUDA graphs for, comma-separated (default "
                  "1,2,4,8,16,...,max-num-seqs)");
   app.add_flag("--enforce-eager", o.enforce_eager, "No CUDA graphs: run every step op by op");
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+               "Automatic prefix caching: reuse the KV of cached full pages of earlier prompts "
+               "(on by default; --no-enable-prefix-caching or --enable-prefix-caching=false: off)")
+      ->capture_default_str();
 }
 
 absl::Status ResolveEngineFlags(EngineFlags* f) {

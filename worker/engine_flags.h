@@ -1,7 +1,8 @@
 // The engine's command-line flags, shared by every worker binary and the `tandem` commands that
 // run an engine in process (generate, bench), so that one name means one thing everywhere
 // (vLLM's names where vLLM has the flag: --gpu-memory-utilization, --max-num-seqs,
-// --max-num-batched-tokens, --max-model-len, --cuda-graph-sizes, --enforce-eager).
+// --max-num-batched-tokens, --max-model-len, --cuda-graph-sizes, --enforce-eager,
+// --enable-prefix-caching / --no-enable-prefix-caching).
 #pragma once
 
 #include <CLI/CLI.hpp>

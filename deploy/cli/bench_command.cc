@@ -292,6 +292,7 @@ int RunBench(BenchOptions& o) {
                  {"backend", BackendName(o.engine.engine.backend)},
                  {"startup_s", startup_s},
                  {"enforce_eager", o.engine.engine.enforce_eager},
+                 {"enable_prefix_caching", o.engine.engine.enable_prefix_caching},
                  {"bandwidth_gbs", o.bandwidth_gbs}};
   std::cout << absl::StrFormat("bench: %s on %s, start-up %.1f s\n", config.model_type,
                                BackendName(o.engine.engine.backend), startup_s);

@@ -44,6 +44,7 @@ std::vector<std::string> EngineFlags(const Layout& l) {
     flags.push_back(absl::StrJoin(e.cuda_graph_sizes, ","));
   }
   if (e.enforce_eager) flags.push_back("--enforce-eager");
+  if (!e.enable_prefix_caching) flags.push_back("--no-enable-prefix-caching");
   return flags;
 }
 

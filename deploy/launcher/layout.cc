@@ -93,6 +93,7 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(e, "max_model_len", &l.engine.max_model_len);
       Read(e, "cuda_graph_sizes", &l.engine.cuda_graph_sizes);
       Read(e, "enforce_eager", &l.engine.enforce_eager);
+      Read(e, "enable_prefix_caching", &l.engine.enable_prefix_caching);
     }
     if (const YAML::Node groups = root["groups"]) {
       for (const YAML::Node& g : groups) l.groups.push_back(ParseGroup(g));

@@ -8,7 +8,8 @@
 //   cuda host: 127.0.0.1 router: {port: 8000, grpc_port: 0, args: []}      # 0: any free port
 //   engine: {page_size: 16, num_pages: 0, kv_memory_bytes: 0, gpu_memory_utilization: 0.9,
 //            max_num_seqs: 256, max_num_batched_tokens: 2048, max_model_len: 0,
-//            cuda_graph_sizes: [], enforce_eager: false}     # worker flags of the same names
+//            cuda_graph_sizes: [], enforce_eager: false,
+//            enable_prefix_caching: true}                     # worker flags of the same names
 //   groups:
 //     - {role: prefill, count: 1, gpus: [0], tensor_parallel: 1, pipeline_parallel: 1, args: []}
 //     - {role: decode, count: 1, gpus: [1]}
@@ -41,6 +42,7 @@ struct EngineSpec {
   int max_model_len = 0;
   std::vector<int> cuda_graph_sizes;  // empty: the engine's default list
   bool enforce_eager = false;
+  bool enable_prefix_caching = true;
 };
 
 struct Layout {

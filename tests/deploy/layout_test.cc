@@ -39,13 +39,16 @@ TEST(Layout, ShippedLayoutsParse) {
 TEST(Layout, EngineFieldsParse) {
   absl::StatusOr<Layout> l = ParseLayout(
       "engine: {gpu_memory_utilization: 0.5, max_model_len: 4096, cuda_graph_sizes: [1, 8, 64],"
-      " enforce_eager: true, kv_memory_bytes: 1024}\ngroups: [{role: mixed}]");
+      " enforce_eager: true, kv_memory_bytes: 1024, enable_prefix_caching: false}\n"
+      "groups: [{role: mixed}]");
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(l->engine.gpu_memory_utilization, 0.5);
   EXPECT_EQ(l->engine.max_model_len, 4096);
   EXPECT_EQ(l->engine.cuda_graph_sizes, (std::vector<int>{1, 8, 64}));
   EXPECT_TRUE(l->engine.enforce_eager);
   EXPECT_EQ(l->engine.kv_memory_bytes, 1024);
+  EXPECT_FALSE(l->engine.enable_prefix_caching);
+  EXPECT_TRUE(DefaultLayout().engine.enable_prefix_caching);
 }
 
 TEST(Layout, DefaultIsOnePrefillOneDecodeOnPort8000) {
