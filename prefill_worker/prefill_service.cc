@@ -89,6 +89,7 @@ void PrefillService::OnOutput(Engine& engine, const RequestOutput& out, absl::Ti
     const double prefill_s = absl::ToDoubleSeconds(now - step_start);
     first->set_prefill_queue_s(queue_s);
     first->set_prefill_s(prefill_s);
+    first->set_num_cached_tokens(out.num_cached_tokens);
     r.channel->Push(std::move(ev));
     if (env_.metrics) {
       env_.metrics->ObserveQueueTime(queue_s);

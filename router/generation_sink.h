@@ -18,6 +18,7 @@ struct FinishInfo {
   tandem::v1::FinishReason reason = tandem::v1::FINISH_REASON_STOP;  // STOP, LENGTH or ABORT
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int cached_tokens = 0;  // of prompt_tokens, those a worker's prefix cache supplied
   tandem::v1::PhaseTimings timings;
 };
 

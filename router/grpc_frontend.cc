@@ -66,6 +66,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<GenerateResponse>,
     response.mutable_usage()->set_prompt_tokens(info.prompt_tokens);
     response.mutable_usage()->set_completion_tokens(info.completion_tokens);
     response.mutable_usage()->set_total_tokens(info.prompt_tokens + info.completion_tokens);
+    response.mutable_usage()->set_cached_tokens(info.cached_tokens);
     *response.mutable_timings() = info.timings;
     Enqueue(std::move(response), true, grpc::Status::OK);
   }

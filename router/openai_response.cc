@@ -66,7 +66,8 @@ json FinishReasonJson(tandem::v1::FinishReason reason) {
 json UsageJson(const FinishInfo& info) {
   return {{"prompt_tokens", info.prompt_tokens},
           {"completion_tokens", info.completion_tokens},
-          {"total_tokens", info.prompt_tokens + info.completion_tokens}};
+          {"total_tokens", info.prompt_tokens + info.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", info.cached_tokens}}}};
 }
 
 json DeltaChunk(const ResponseMeta& meta, const std::string& text, bool with_role) {

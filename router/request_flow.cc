@@ -30,6 +30,8 @@ RequestFlow::RequestFlow(FlowDeps* deps, GenerateSpec spec, std::string worker_r
       sink_(std::move(sink)),
       text_(deps->tokenizer, spec_.sampling.skip_special_tokens, spec_.sampling.stop) {
   ++deps_->flow_objects;
+  query_.num_prompt_tokens = static_cast<int>(spec_.prompt_tokens.size());
+  query_.prompt_tokens = &spec_.prompt_tokens;
 }
 
 RequestFlow::~RequestFlow() { --deps_->flow_objects; }
@@ -220,6 +222,7 @@ void RequestFlow::OnPrefillEvent(const PrefillEvent& event) {
       const tandem::v1::FirstToken& first = event.first_token();
       timings_.set_prefill_queue_s(first.prefill_queue_s());
       timings_.set_prefill_s(first.prefill_s());
+      cached_tokens_ = first.num_cached_tokens();
       first_token_ = first.token_id();
       google::protobuf::RepeatedField<int32_t> ids;
       ids.Add(first.token_id());

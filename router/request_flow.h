@@ -135,6 +135,7 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
 
   TextStream text_ ABSL_GUARDED_BY(mu_);
   int completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;  // reported with the first token
   absl::Time admitted_at_ ABSL_GUARDED_BY(mu_);
   absl::Time first_token_at_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_at_ ABSL_GUARDED_BY(mu_);

@@ -68,6 +68,7 @@ void RequestFlow::OnTokenEvent(const TokenEvent& event) {
     absl::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone) return;
     MergeTimings(event.timings());
+    if (event.num_cached_tokens() > 0) cached_tokens_ = event.num_cached_tokens();
     EmitTokens(event.token_ids(), later);
     if (phase_ != Phase::kDone) {
       switch (event.finish_reason()) {

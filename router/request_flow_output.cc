@@ -75,6 +75,7 @@ void RequestFlow::Finish(FinishReason reason, Actions& later) {
   info.reason = reason;
   info.prompt_tokens = static_cast<int>(spec_.prompt_tokens.size());
   info.completion_tokens = completion_tokens_;
+  info.cached_tokens = cached_tokens_;
   info.timings = timings_;
   FinishedRequest finished;
   finished.prompt_tokens = info.prompt_tokens;

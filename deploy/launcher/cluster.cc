@@ -138,6 +138,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
   if (!layout.served_model_name.empty()) {
     router_flags.insert(router_flags.end(), {"--served-model-name", layout.served_model_name});
   }
+  if (!layout.routing_policy.empty()) {
+    router_flags.insert(router_flags.end(), {"--routing-policy", layout.routing_policy});
+  }
   router_flags.insert(router_flags.end(), layout.router_args.begin(), layout.router_args.end());
   Cluster* self = c.get();
   router.assign_ports = [self, pick, host, model, fixed_http, fixed_grpc, router_flags,

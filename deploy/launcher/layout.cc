@@ -82,6 +82,7 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(r, "port", &l.router_port);
       Read(r, "grpc_port", &l.router_grpc_port);
       Read(r, "args", &l.router_args);
+      Read(r, "routing_policy", &l.routing_policy);
     }
     if (const YAML::Node e = root["engine"]) {
       Read(e, "page_size", &l.engine.page_size);

@@ -49,6 +49,10 @@ TEST(Layout, EngineFieldsParse) {
   EXPECT_EQ(l->engine.kv_memory_bytes, 1024);
   EXPECT_FALSE(l->engine.enable_prefix_caching);
   EXPECT_TRUE(DefaultLayout().engine.enable_prefix_caching);
+  absl::StatusOr<Layout> kv =
+      ParseLayout("router: {routing_policy: kv-aware}\ngroups: [{role: mixed}]");
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  EXPECT_EQ(kv->routing_policy, "kv-aware");
 }
 
 TEST(Layout, DefaultIsOnePrefillOneDecodeOnPort8000) {
