@@ -32,6 +32,7 @@ struct FakeWorkerOptions {
   int protocol_version = tandem::v1::PROTOCOL_VERSION_CURRENT;
   int heartbeat_ms = 100;        // real time
   Clock* clock = Clock::Real();  // token delays sleep on it (tests of the router's timings)
+  int cached_tokens = 0;         // prefill: reported with the first token as a prefix-cache hit
 };
 
 class FakeWorker final : public tandem::v1::Worker::Service {
