@@ -14,7 +14,8 @@ std::string SourceDir() {
 }
 
 TEST(Layout, ShippedLayoutsParse) {
-  for (const char* name : {"default", "2p2d", "mixed", "h200x2", "h200-mixed", "h200-1p1d"}) {
+  for (const char* name : {"default", "2p2d", "2p2d-kv", "mixed", "h200x2", "h200-mixed",
+                           "h200-1p1d", "h200x4-2p2d"}) {
     absl::StatusOr<Layout> l = LoadLayout(SourceDir() + "/deploy/layouts/" + name + ".yaml");
     EXPECT_TRUE(l.ok()) << name << ": " << l.status();
   }
