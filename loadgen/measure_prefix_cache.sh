@@ -10,7 +10,7 @@
 # the serve log and every worker's prefix-cache and KV-transfer metrics.
 # Environment (defaults in brackets): RUNS ["on-least-loaded off-least-loaded on-kv-aware"],
 # NUM_PROMPTS [64], TURNS [4], SYSTEM_LEN [512], SYSTEM_PROMPTS [2], USER_LEN [64],
-# OUTPUT_LEN [16], CONCURRENCY [4], RATE [inf], READY_S [300].
+# OUTPUT_LEN [16], CONCURRENCY [4], RATE [inf], READY_S [300], REQUEST_TIMEOUT_S [600].
 set -euo pipefail
 build=${1:?build dir}
 layout=${2:?layout yaml}
@@ -55,7 +55,8 @@ for run in $runs; do
     --max-concurrency "${CONCURRENCY:-4}" --request-rate "${RATE:-inf}" \
     --tokenizer "$tokenizer" --percentile-metrics ttft,tpot,e2el --metric-percentiles 50,99 \
     --save-result --result-dir "$out" --result-filename "$run.json" --label "$run" \
-    --disable-progress >"$out/loadgen-$run.txt" 2>&1
+    --request-timeout "${REQUEST_TIMEOUT_S:-600}" --disable-progress >"$out/loadgen-$run.txt" 2>&1 ||
+    echo "$run: tandem-loadgen exited with $? (failed requests?)" >&2
   # Every worker's prefix-cache and transfer counters, from the metrics URLs serve printed.
   : >"$out/metrics-$run.txt"
   grep -oE 'http://[0-9.]+:[0-9]+/metrics +\((prefill|decode|mixed)-[0-9]+' \
@@ -67,7 +68,7 @@ for run in $runs; do
   kill -INT "$serve"
   wait "$serve" || true
   echo "== $run"
-  grep -E "Successful requests|Mean TTFT|Median TTFT|P99 TTFT|Mean E2EL|Output token throughput" \
+  grep -E "Successful requests|Failed requests|Mean TTFT|Median TTFT|P99 TTFT|Mean E2EL|Mean prefill|Mean kv_transfer" \
     "$out/loadgen-$run.txt" || cat "$out/loadgen-$run.txt"
   grep -E "prefix_cache_(hits|queries)_total" "$out/metrics-$run.txt" | sed 's/^/  /' || true
 done
