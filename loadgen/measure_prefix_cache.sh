@@ -62,7 +62,7 @@ for run in $runs; do
   grep -oE 'http://[0-9.]+:[0-9]+/metrics +\((prefill|decode|mixed)-[0-9]+' \
     "$out/serve-$run.log" | while read -r url name; do
     echo "# ${name#(}" >>"$out/metrics-$run.txt"
-    curl -s "$url" | grep -E '^tandem_(prefix_cache|kv_pages_cached|kv_transfer_duration_seconds_(sum|count)|request_prefill_time_seconds_(sum|count))' \
+    curl -s "$url" | grep -E '^tandem(:prefix_cache|_worker_prefix_cache|_worker_kv_pages_cached|_worker_kv_(send|receive)_seconds_(sum|count)|_worker_prefill_time_seconds_(sum|count))' \
       >>"$out/metrics-$run.txt" || true
   done
   kill -INT "$serve"

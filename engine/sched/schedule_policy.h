@@ -25,7 +25,7 @@ struct ScheduledChunk {
   int num_new_pages = 0;   // pages to append to seq->block_table before the step
   // A waiting sequence's prefix hit: hashed pages that become the start of its block table
   // (before the new pages), so its first cached_pages.size() * page_size tokens are computed.
-  std::vector<int32_t> cached_pages;
+  std::vector<int32_t> cached_pages = {};
 };
 
 struct ScheduleDecision {
