@@ -59,7 +59,6 @@ void MixedService::OnOutput(Engine&, const RequestOutput& out, absl::Time step_s
     tandem::v1::PhaseTimings* t = ev.mutable_timings();
     t->set_prefill_queue_s(absl::ToDoubleSeconds(step_start - r.arrival));
     t->set_prefill_s(absl::ToDoubleSeconds(env_.clock->Now() - step_start));
-    ev.set_num_cached_tokens(out.num_cached_tokens);
     if (env_.metrics) {
       env_.metrics->ObserveQueueTime(t->prefill_queue_s());
       env_.metrics->ObservePrefillTime(t->prefill_s());

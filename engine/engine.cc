@@ -7,23 +7,35 @@
 namespace tandem {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  RETURN_IF_ERROR(ValidateSpeculativeConfig(options.speculative));
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(options.model_dir, options.backend));
   std::vector<int> eos_token_ids = model->config().eos_token_ids;
   if (eos_token_ids.empty()) {
     ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(options.model_dir));
     if (tokenizer->eos_id().has_value()) eos_token_ids.push_back(*tokenizer->eos_id());
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<EngineImpl> engine,
-                   EngineImpl::Create(options, std::move(model), std::move(eos_token_ids)));
+  std::unique_ptr<Model> draft;
+  if (options.speculative.method == SpecMethod::kDraft) {
+    ASSIGN_OR_RETURN(draft, LoadModel(options.speculative.draft_model, options.backend));
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<EngineImpl> engine,
+      EngineImpl::Create(options, std::move(model), std::move(eos_token_ids), std::move(draft)));
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateWithModel(const EngineOptions& options,
-                                                                std::unique_ptr<Model> model) {
+                                                                std::unique_ptr<Model> model,
+                                                                std::unique_ptr<Model> draft) {
   if (model == nullptr) return absl::InvalidArgumentError("engine needs a model");
+  RETURN_IF_ERROR(ValidateSpeculativeConfig(options.speculative));
   std::vector<int> eos_token_ids = model->config().eos_token_ids;
-  ASSIGN_OR_RETURN(std::unique_ptr<EngineImpl> engine,
-                   EngineImpl::Create(options, std::move(model), std::move(eos_token_ids)));
+  if (options.speculative.method == SpecMethod::kDraft && draft == nullptr) {
+    ASSIGN_OR_RETURN(draft, LoadModel(options.speculative.draft_model, options.backend));
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<EngineImpl> engine,
+      EngineImpl::Create(options, std::move(model), std::move(eos_token_ids), std::move(draft)));
   return std::unique_ptr<Engine>(std::move(engine));
 }
 

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
 #include "engine/request.h"
+#include "engine/spec/speculative_config.h"
 #include "kernels/common/kv_layout.h"
 
 namespace tandem {
@@ -44,6 +45,9 @@ struct EngineOptions {
   // and a new request reuses its longest cached prefix. Requests added with AddRequest use it;
   // prefilled requests (decode side) keep no cache: every page of theirs was transferred.
   bool enable_prefix_caching = true;
+  // Speculative decoding (engine/spec/README.md): off by default. A draft model gets its own KV
+  // pool with as many pages as the target's (the pool budget is split between the two).
+  SpeculativeConfig speculative;
 };
 
 // The graph sizes `options` asks for, ascending and without repeats (the default list when
@@ -73,6 +77,17 @@ struct EngineStats {
   int64_t step_time_ns_total = 0;
   int64_t device_wait_ns_total = 0;
   int64_t num_graph_steps_total = 0;  // steps that replayed a CUDA graph
+  // Speculative decoding (vLLM's spec_decode_* counters): sequence-steps that verified at least
+  // one proposal, proposals verified, proposals accepted, and tokens those steps emitted
+  // (accepted + the target's own token, less what a stop cut off). Acceptance rate =
+  // accepted / draft tokens; mean accepted length = emitted / drafts.
+  int64_t spec_decode_num_drafts = 0;
+  int64_t spec_decode_num_draft_tokens = 0;
+  int64_t spec_decode_num_accepted_tokens = 0;
+  int64_t spec_decode_num_emitted_tokens = 0;
+  // The draft model's own KV pool (0 / 0 without one).
+  int num_draft_pages_total = 0;
+  int num_draft_pages_free = 0;
 };
 
 class Engine {
@@ -82,9 +97,11 @@ class Engine {
   // tokenizer's (read once here: the engine keeps no tokenizer).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
   // Like Create, over a model the caller already has: a test's fake, or a model loaded
-  // elsewhere (EOS ids from its config only). options.model_dir is ignored.
-  static absl::StatusOr<std::unique_ptr<Engine>> CreateWithModel(const EngineOptions& options,
-                                                                 std::unique_ptr<Model> model);
+  // elsewhere (EOS ids from its config only). options.model_dir is ignored. With the draft
+  // method, `draft` is the draft model (null: loaded from options.speculative.draft_model).
+  static absl::StatusOr<std::unique_ptr<Engine>> CreateWithModel(
+      const EngineOptions& options, std::unique_ptr<Model> model,
+      std::unique_ptr<Model> draft = nullptr);
   virtual ~Engine() = default;
 
   // Queues a request. InvalidArgument: empty prompt, bad sampling params, prompt + max_tokens

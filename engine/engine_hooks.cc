@@ -108,6 +108,10 @@ EngineStats EngineImpl::Stats() const {
   stats.num_preemptions_total = scheduler_.num_preemptions();
   stats.prefix_cache_queries_total = scheduler_.num_prefix_cache_queries();
   stats.prefix_cache_hits_total = scheduler_.num_prefix_cache_hits();
+  if (proposer_ != nullptr) {
+    stats.num_draft_pages_total = proposer_->num_pages_total();
+    stats.num_draft_pages_free = proposer_->num_pages_free();
+  }
   return stats;
 }
 

@@ -12,6 +12,8 @@
 #include "base/status_macros.h"
 #include "engine/kv_budget.h"
 #include "engine/sample/sampler.h"
+#include "engine/spec/draft_proposer.h"
+#include "engine/spec/ngram_proposer.h"
 
 namespace tandem {
 namespace {
@@ -39,14 +41,17 @@ absl::StatusOr<int> ResolveMaxModelLen(const EngineOptions& options, const Model
   return options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
 }
 
-// The most one step may hold, for the backend's step buffers (reserved once).
-StepCapacity CapacityFor(const EngineOptions& o, const ModelConfig& c, int max_model_len) {
+// The most one step may hold, for the backend's step buffers (reserved once). A verify step
+// samples 1 + spec_tokens rows per sequence.
+StepCapacity CapacityFor(const EngineOptions& o, const ModelConfig& c, int max_model_len,
+                         int spec_tokens) {
   StepCapacity cap;
   cap.max_seqs = o.max_num_seqs;
+  cap.max_rows = o.max_num_seqs * (1 + spec_tokens);
   cap.max_tokens = std::max(o.max_num_batched_tokens, o.max_num_seqs);
   cap.max_pages_per_seq = PagesForTokens(max_model_len, o.page_size);
-  cap.max_history_tokens = int64_t{o.max_num_seqs} * max_model_len;
-  cap.max_bias_entries = int64_t{o.max_num_seqs} * kMaxBiasPerRow;
+  cap.max_history_tokens = int64_t{cap.max_rows} * max_model_len;
+  cap.max_bias_entries = int64_t{cap.max_rows} * kMaxBiasPerRow;
   cap.num_q_heads = c.num_q_heads;
   cap.num_kv_heads = c.num_kv_heads;
   return cap;
@@ -63,12 +68,37 @@ class DeviceKvMemory final : public KvMemory {
   std::unique_ptr<DeviceAllocation> a_;
 };
 
+// The draft model can serve this target: same vocabulary and backend, long enough a context.
+absl::Status CheckDraft(const Model& draft, const Model& target, int max_model_len) {
+  if (draft.config().vocab_size != target.config().vocab_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the draft model's vocabulary (%d) differs from the target's (%d): a draft must share the "
+        "target's tokenizer",
+        draft.config().vocab_size, target.config().vocab_size));
+  }
+  if (draft.backend() != target.backend()) {
+    return absl::InvalidArgumentError("the draft model runs on another backend than the target");
+  }
+  if (draft.config().max_position_embeddings < max_model_len) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the draft model's context (%d) is shorter than max_model_len (%d)",
+                        draft.config().max_position_embeddings, max_model_len));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptions& options,
                                                                std::unique_ptr<Model> model,
-                                                               std::vector<int> eos_token_ids) {
+                                                               std::vector<int> eos_token_ids,
+                                                               std::unique_ptr<Model> draft) {
   if (model == nullptr) return absl::InvalidArgumentError("engine needs a model");
+  const SpeculativeConfig& spec = options.speculative;
+  RETURN_IF_ERROR(ValidateSpeculativeConfig(spec));
+  if (spec.method == SpecMethod::kDraft && draft == nullptr) {
+    return absl::InvalidArgumentError("speculative method 'draft' without a draft model");
+  }
   if (options.page_size < 1 || options.max_num_seqs < 1 || options.max_num_batched_tokens < 1) {
     return absl::InvalidArgumentError(
         "page_size, max_num_seqs and max_num_batched_tokens must be >= 1");
@@ -82,12 +112,32 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
   const absl::Time start = Clock::Real()->Now();
   ASSIGN_OR_RETURN(const int max_model_len, ResolveMaxModelLen(options, model->config()));
   KvLayout layout = LayoutFor(model->config(), options.page_size);
-  const StepCapacity capacity = CapacityFor(options, model->config(), max_model_len);
+  const StepCapacity capacity = CapacityFor(options, model->config(), max_model_len,
+                                            spec.enabled() ? spec.num_speculative_tokens : 0);
   RETURN_IF_ERROR(model->ReserveStep(capacity));
-  ASSIGN_OR_RETURN(const DeviceMemoryInfo memory, model->MemoryInfo());
+  ASSIGN_OR_RETURN(DeviceMemoryInfo memory, model->MemoryInfo());
+  // The draft's step buffers are reserved before the pools are sized, so the budget counts them.
+  StepCapacity draft_capacity;
+  KvLayout draft_layout;
+  if (draft != nullptr) {
+    RETURN_IF_ERROR(CheckDraft(*draft, *model, max_model_len));
+    draft_capacity = CapacityFor(options, draft->config(), max_model_len, 0);
+    RETURN_IF_ERROR(draft->ReserveStep(draft_capacity));
+    ASSIGN_OR_RETURN(const DeviceMemoryInfo draft_memory, draft->MemoryInfo());
+    memory.own_bytes += draft_memory.own_bytes;
+    draft_layout = LayoutFor(draft->config(), options.page_size);
+  }
   ASSIGN_OR_RETURN(const int64_t kv_bytes, KvPoolBytes(options, memory));
-  layout.num_pages =
-      options.num_pages > 0 ? options.num_pages : KvCache::NumPagesFor(layout, kv_bytes);
+  if (options.num_pages > 0) {
+    layout.num_pages = options.num_pages;
+  } else if (draft != nullptr) {
+    // Both pools get the same number of pages, out of one budget.
+    const int64_t bytes_per_page =
+        layout.PageBytes() * layout.num_layers + draft_layout.PageBytes() * draft_layout.num_layers;
+    layout.num_pages = static_cast<int>(kv_bytes / bytes_per_page);
+  } else {
+    layout.num_pages = KvCache::NumPagesFor(layout, kv_bytes);
+  }
   if (layout.num_pages < 1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%d bytes of KV memory hold no KV page of this model", kv_bytes));
@@ -112,12 +162,26 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
               << absl::FormatDuration(
                      absl::Trunc(Clock::Real()->Now() - capture_start, absl::Milliseconds(1)));
   }
+  std::unique_ptr<Proposer> proposer;
+  if (spec.method == SpecMethod::kNgram) {
+    proposer = std::make_unique<NgramProposer>(spec.prompt_lookup_min, spec.prompt_lookup_max);
+  } else if (spec.method == SpecMethod::kDraft) {
+    draft_layout.num_pages = layout.num_pages;
+    ASSIGN_OR_RETURN(proposer, DraftProposer::Create(std::move(draft),
+                                                     DraftOptions{draft_capacity, draft_layout,
+                                                                  graph_sizes, eos_token_ids}));
+  }
+  if (proposer != nullptr) {
+    LOG(INFO) << "speculative decoding: " << SpecMethodName(spec.method) << ", "
+              << spec.num_speculative_tokens << " tokens per step";
+  }
   LOG(INFO) << "engine ready on the " << BackendName(options.backend) << " backend in "
             << absl::FormatDuration(
                    absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
             << " after the model load";
   return std::unique_ptr<EngineImpl>(new EngineImpl(options, max_model_len, std::move(model),
-                                                    std::move(eos_token_ids), std::move(kv_cache)));
+                                                    std::move(eos_token_ids), std::move(kv_cache),
+                                                    std::move(proposer)));
 }
 
 absl::StatusOr<std::vector<int>> CudaGraphSizes(const EngineOptions& options) {
@@ -146,7 +210,7 @@ absl::StatusOr<std::vector<int>> CudaGraphSizes(const EngineOptions& options) {
 
 EngineImpl::EngineImpl(const EngineOptions& options, int max_model_len,
                        std::unique_ptr<Model> model, std::vector<int> eos_token_ids,
-                       std::unique_ptr<KvCache> kv_cache)
+                       std::unique_ptr<KvCache> kv_cache, std::unique_ptr<Proposer> proposer)
     : options_(options),
       max_model_len_(max_model_len),
       model_(std::move(model)),
@@ -156,7 +220,8 @@ EngineImpl::EngineImpl(const EngineOptions& options, int max_model_len,
                  &kv_cache_->allocator()),
       eos_token_ids_(eos_token_ids),
       runner_(model_.get(), kv_cache_.get(), eos_token_ids_),
-      stop_checker_(std::move(eos_token_ids)) {}
+      stop_checker_(std::move(eos_token_ids)),
+      proposer_(std::move(proposer)) {}
 
 absl::Status EngineImpl::ValidateRequestBody(const EngineRequest& request) const {
   if (request.prompt_tokens.empty()) return absl::InvalidArgumentError("empty prompt");
@@ -249,6 +314,14 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::Step() {
   if (!broken_.ok()) return broken_;
   std::vector<RequestOutput> outputs = FinishAborted();
   const absl::Time start = Clock::Real()->Now();
+  if (proposer_ != nullptr) {
+    const absl::Status proposed = Propose();
+    if (IsBackendUnusable(proposed)) return Break(proposed);
+    // Any other failure costs only this step's proposals: the step decodes without them.
+    if (!proposed.ok()) {
+      LOG(WARNING) << "no proposals this step: " << proposed;
+    }
+  }
   const ScheduleDecision decision = scheduler_.Schedule();
   if (decision.empty()) return outputs;
   ++counters_.num_steps_total;

@@ -14,16 +14,19 @@
 #include "engine/sample/stop_checker.h"
 #include "engine/sched/scheduler.h"
 #include "engine/sched/sequence.h"
+#include "engine/spec/proposer.h"
 
 namespace tandem {
 
 class EngineImpl : public Engine {
  public:
   // Validates `options` against the model and allocates the KV pool. A request stops at any of
-  // `eos_token_ids` (unless ignore_eos).
+  // `eos_token_ids` (unless ignore_eos). `draft`: the draft model of the draft method (its own
+  // KV pool is carved out of the same budget).
   static absl::StatusOr<std::unique_ptr<EngineImpl>> Create(const EngineOptions& options,
                                                             std::unique_ptr<Model> model,
-                                                            std::vector<int> eos_token_ids);
+                                                            std::vector<int> eos_token_ids,
+                                                            std::unique_ptr<Model> draft = nullptr);
 
   absl::Status AddRequest(EngineRequest request) override;
   absl::Status Abort(const std::string& id) override;
@@ -48,7 +51,8 @@ class EngineImpl : public Engine {
 
  private:
   EngineImpl(const EngineOptions& options, int max_model_len, std::unique_ptr<Model> model,
-             std::vector<int> eos_token_ids, std::unique_ptr<KvCache> kv_cache);
+             std::vector<int> eos_token_ids, std::unique_ptr<KvCache> kv_cache,
+             std::unique_ptr<Proposer> proposer);
 
   // AddRequest's checks but the duplicate id: InvalidArgument.
   absl::Status ValidateRequestBody(const EngineRequest& request) const;
@@ -60,6 +64,15 @@ class EngineImpl : public Engine {
                    std::vector<RequestOutput>* outputs);
   // Appends one sampled token (row `row` of `output`) to `seq`: stop checks, text, finishing.
   RequestOutput AppendToken(Sequence* seq, const StepOutput& output, size_t row);
+  // Appends `token` to `seq` and `out` (with `logprobs` when the request asked for them): stop
+  // checks and finishing. True when no token may follow: `seq` finished (and is gone) or handed
+  // its prefill over.
+  bool Emit(Sequence* seq, int32_t token, TokenLogprobs logprobs, RequestOutput* out);
+  // Speculative decoding (engine_spec.cc): proposals for every decoding sequence before the
+  // step is scheduled, and the verification of a verify chunk's rows [row, row + 1 + m).
+  absl::Status Propose();
+  RequestOutput VerifyChunk(const ScheduledChunk& chunk, const ModelRunner::StepResult& result,
+                            size_t row);
   void FailBatch(const ScheduleDecision& decision, const absl::Status& error,
                  std::vector<RequestOutput>* outputs);
   // The backend is unusable: ends every request (pages freed) and remembers `error`.
@@ -80,6 +93,7 @@ class EngineImpl : public Engine {
   std::vector<int> eos_token_ids_;  // before runner_, which is built with them
   ModelRunner runner_;
   StopChecker stop_checker_;
+  std::unique_ptr<Proposer> proposer_;  // null: no speculation
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
   int64_t next_arrival_ = 0;
   int num_abort_requested_ = 0;

@@ -22,6 +22,7 @@ void EngineImpl::Finish(Sequence* seq) {
   }
   seq->status = SequenceStatus::kFinished;
   if (seq->abort_requested) --num_abort_requested_;
+  if (proposer_ != nullptr) proposer_->Forget(seq->id);
   CHECK_EQ(sequences_.erase(seq->id), 1u) << seq->id;
 }
 
@@ -54,8 +55,16 @@ void EngineImpl::ExtendPageHashes(Sequence* seq) const {
 
 void EngineImpl::RegisterFullPages(Sequence* seq) {
   if (!seq->cache_prefix) return;
-  const int full = seq->num_computed_tokens / options_.page_size;
-  CHECK_LE(full, static_cast<int>(seq->page_hashes.size())) << seq->id;
+  // A page is hashed once all its tokens are known and their KV computed. During a verify
+  // chunk's emission the computed tokens run ahead of the known ones (the accepted proposals'
+  // KV is written before they are appended); rejected proposals never count as computed
+  // (VerifyChunk advances num_computed_tokens by the accepted ones only), so a page holding
+  // their KV never counts as full and is never hashed: the next step overwrites that KV first.
+  const int full = std::min(seq->num_computed_tokens / options_.page_size,
+                            static_cast<int>(seq->page_hashes.size()));
+  CHECK_LE(seq->num_computed_tokens,
+           seq->num_tokens() + options_.speculative.num_speculative_tokens)
+      << seq->id;
   CHECK_LE(full, static_cast<int>(seq->block_table.size())) << seq->id;
   for (; seq->num_hashed_pages < full; ++seq->num_hashed_pages) {
     const int i = seq->num_hashed_pages;
@@ -66,35 +75,44 @@ void EngineImpl::RegisterFullPages(Sequence* seq) {
 }
 
 RequestOutput EngineImpl::AppendToken(Sequence* seq, const StepOutput& output, size_t row) {
-  const int32_t token = output.tokens[row];
-  const bool first = seq->num_output_tokens() == 0;
-  seq->tokens.push_back(token);
-  ExtendPageHashes(seq);
-  ++counters_.num_generated_tokens_total;
   RequestOutput out;
   out.id = seq->id;
-  out.new_tokens.push_back(token);
-  if (first) out.num_cached_tokens = std::max(seq->num_cached_tokens, 0);
+  TokenLogprobs lp;
   if (seq->sampling.logprobs >= 0) {
-    TokenLogprobs lp;
     lp.logprob = output.token_logprobs[row];
     for (int i = 0; i < seq->sampling.logprobs; ++i) {
       const size_t at = row * kMaxTopLogprobs + i;
       lp.top.emplace_back(output.top_tokens[at], output.top_logprobs[at]);
     }
-    out.logprobs.push_back(std::move(lp));
   }
-  out.finish_reason = stop_checker_.Check(seq->sampling, token, seq->num_output_tokens(),
-                                          seq->num_tokens(), max_model_len_);
-  if (out.finish_reason != FinishReason::kNone) {
+  Emit(seq, output.tokens[row], std::move(lp), &out);
+  return out;
+}
+
+bool EngineImpl::Emit(Sequence* seq, int32_t token, TokenLogprobs logprobs, RequestOutput* out) {
+  if (seq->num_output_tokens() == 0) out->num_cached_tokens = std::max(seq->num_cached_tokens, 0);
+  seq->tokens.push_back(token);
+  ExtendPageHashes(seq);
+  // Before the stop check, which may finish the sequence and free its pages into the cache: a
+  // verify chunk's accepted proposals fill pages as they are emitted.
+  RegisterFullPages(seq);
+  ++counters_.num_generated_tokens_total;
+  out->new_tokens.push_back(token);
+  if (seq->sampling.logprobs >= 0) out->logprobs.push_back(std::move(logprobs));
+  out->finish_reason = stop_checker_.Check(seq->sampling, token, seq->num_output_tokens(),
+                                           seq->num_tokens(), max_model_len_);
+  if (out->finish_reason != FinishReason::kNone) {
     Finish(seq);
-  } else if (seq->prefill_only) {
+    return true;
+  }
+  if (seq->prefill_only) {
     // The prompt's KV stays in the pages for the transfer until ReleaseRequest().
-    out.finish_reason = FinishReason::kPrefillDone;
+    out->finish_reason = FinishReason::kPrefillDone;
     scheduler_.Detach(seq);
     seq->status = SequenceStatus::kPrefillDone;
+    return true;
   }
-  return out;
+  return false;
 }
 
 void EngineImpl::PostProcess(const ScheduleDecision& decision,
@@ -102,13 +120,21 @@ void EngineImpl::PostProcess(const ScheduleDecision& decision,
                              std::vector<RequestOutput>* outputs) {
   CHECK_EQ(result.sampling_chunks.size(), result.output.tokens.size());
   for (const ScheduledChunk& chunk : decision.chunks) {
+    // A verify chunk's computed tokens depend on how many proposals it accepts (VerifyChunk).
+    if (chunk.num_spec_tokens > 0) continue;
     chunk.seq->num_computed_tokens += chunk.num_new_tokens;
     // Before AppendToken, which may finish the sequence and free its pages into the cache.
     RegisterFullPages(chunk.seq);
   }
-  for (size_t i = 0; i < result.sampling_chunks.size(); ++i) {
-    outputs->push_back(
-        AppendToken(decision.chunks[result.sampling_chunks[i]].seq, result.output, i));
+  for (size_t i = 0; i < result.sampling_chunks.size();) {
+    const ScheduledChunk& chunk = decision.chunks[result.sampling_chunks[i]];
+    if (chunk.num_spec_tokens == 0) {
+      outputs->push_back(AppendToken(chunk.seq, result.output, i));
+      ++i;
+    } else {
+      outputs->push_back(VerifyChunk(chunk, result, i));
+      i += 1 + chunk.num_spec_tokens;
+    }
   }
 }
 

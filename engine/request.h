@@ -66,11 +66,11 @@ struct RequestOutput {
   std::vector<int32_t> new_tokens;  // tokens sampled this step (usually 0 or 1)
   // One per new token when the request asked for logprobs (SamplingParams::logprobs >= 0).
   std::vector<TokenLogprobs> logprobs;
+  // Prompt tokens whose KV was found in a prefix cache instead of computed (0 without one);
+  // reported on the output that carries the first token.
+  int num_cached_tokens = 0;
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
   std::string error;                                 // set when finish_reason == kError
-  // On the output carrying a request's first token: how many of its prompt tokens were found
-  // in the prefix cache (their KV was reused, not computed); 0 without prefix caching.
-  int num_cached_tokens = 0;
 };
 
 }  // namespace tandem

@@ -84,12 +84,13 @@ void PrefillService::OnOutput(Engine& engine, const RequestOutput& out, absl::Ti
     auto* first = ev.mutable_first_token();
     first->set_token_id(out.new_tokens[0]);
     first->set_finish_reason(FinishReasonToProto(out.finish_reason));
+    if (!out.logprobs.empty()) *first->mutable_logprobs() = LogprobsToProto(out.logprobs[0]);
+    first->set_num_cached_tokens(out.num_cached_tokens);
     // The step that finished the prompt approximates prefill; earlier chunks count as queue.
     const double queue_s = absl::ToDoubleSeconds(step_start - r.arrival);
     const double prefill_s = absl::ToDoubleSeconds(now - step_start);
     first->set_prefill_queue_s(queue_s);
     first->set_prefill_s(prefill_s);
-    first->set_num_cached_tokens(out.num_cached_tokens);
     r.channel->Push(std::move(ev));
     if (env_.metrics) {
       env_.metrics->ObserveQueueTime(queue_s);

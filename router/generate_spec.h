@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tandem::router {
@@ -25,6 +26,16 @@ struct SamplingSpec {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool skip_special_tokens = true;
+  float min_p = 0.0f;                                 // [0, 1]
+  int min_tokens = 0;                                 // [0, max_tokens]
+  float repetition_penalty = 1.0f;                    // > 0
+  float frequency_penalty = 0.0f;                     // [-2, 2]
+  float presence_penalty = 0.0f;                      // [-2, 2]
+  std::vector<std::pair<int32_t, float>> logit_bias;  // ids in [0, vocab), bias in [-100, 100]
+  bool include_stop_str_in_output = false;
+  // -1: none; 0..20: per-token logprobs with that many top alternatives (completions
+  // `logprobs`; chat `logprobs: true` + `top_logprobs`).
+  int logprobs = -1;
 };
 
 struct GenerateSpec {
@@ -34,8 +45,16 @@ struct GenerateSpec {
   std::vector<int32_t> prompt_tokens;
   SamplingSpec sampling;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  // Completions `echo`-style extras are not supported; chat-only fields are already applied.
+  bool include_usage = false;           // stream_options.include_usage
+  bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats
+  bool echo = false;                    // completions: the prompt text precedes the output
+  // Choices: `n` of each prompt returned, `best_of` (>= n) generated; with best_of > n the n
+  // with the highest cumulative logprob are returned (not streamed).
+  int n = 1;
+  int best_of = 1;
+  // Completions with a list of prompts: the rest of the batch (this spec's prompt_tokens is the
+  // first). Choice i*n + j is prompt i, sequence j.
+  std::vector<std::vector<int32_t>> more_prompts;
 };
 
 }  // namespace tandem::router

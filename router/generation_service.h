@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,9 @@ class GenerationService {
   // True when a (prefill, decode) pair or a mixed worker is healthy: /ready, and 503 at submit.
   bool HasUsableWorkers() const;
   int num_live() const;
+
+  // Runs `fn` soon on the service's timer thread (work a sink call must not do inline).
+  void RunSoon(std::function<void()> fn) { timers_.RunAfter(absl::ZeroDuration(), std::move(fn)); }
 
   // Refreshes the running/waiting gauges (call before rendering /metrics).
   void UpdateGauges();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,16 +19,39 @@ struct FinishInfo {
   tandem::v1::FinishReason reason = tandem::v1::FINISH_REASON_STOP;  // STOP, LENGTH or ABORT
   int prompt_tokens = 0;
   int completion_tokens = 0;
-  int cached_tokens = 0;  // of prompt_tokens, those a worker's prefix cache supplied
+  int cached_tokens = 0;  // prompt tokens the worker found in its prefix cache
   tandem::v1::PhaseTimings timings;
+  // With reason STOP: the stop string that matched, or the stop token id (neither for EOS).
+  std::string stop_string;
+  std::optional<int32_t> stop_token_id;
+};
+
+// A token and its log-probability, with the token's own text (decoded alone, special tokens
+// kept).
+struct TokenLogprob {
+  int32_t id = 0;
+  std::string token;
+  float logprob = 0.0f;
+};
+
+// One generated token's logprob and its most likely alternatives (most likely first).
+struct TokenLogprobInfo {
+  TokenLogprob sampled;
+  std::vector<TokenLogprob> top;
+};
+
+struct OutputDelta {
+  std::vector<int32_t> token_ids;
+  // The text they completed (whole code points; may be empty even with tokens, and may be
+  // non-empty with no tokens when held-back text is flushed at the end).
+  std::string text;
+  std::vector<TokenLogprobInfo> logprobs;  // one per token id when the request asked for them
 };
 
 class GenerationSink {
  public:
   virtual ~GenerationSink() = default;
-  // New tokens and the text they completed (whole code points; may be empty even with tokens,
-  // and may be non-empty with no tokens when held-back text is flushed at the end).
-  virtual void OnOutput(const std::vector<int32_t>& token_ids, const std::string& text) = 0;
+  virtual void OnOutput(const OutputDelta& delta) = 0;
   virtual void OnFinish(const FinishInfo& info) = 0;
   // The request failed (Unavailable: a worker died; ResourceExhausted; Cancelled; ...).
   virtual void OnError(const absl::Status& status) = 0;

@@ -1,5 +1,6 @@
 #include "router/grpc_frontend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 
@@ -24,6 +25,22 @@ absl::Status SamplingFromProto(const tandem::v1::SamplingOptions& o, SamplingSpe
   s->stop_token_ids.assign(o.stop_token_ids().begin(), o.stop_token_ids().end());
   s->ignore_eos = o.ignore_eos();
   s->skip_special_tokens = !o.has_skip_special_tokens() || o.skip_special_tokens();
+  if (o.has_min_p()) s->min_p = o.min_p();
+  if (o.has_min_tokens()) s->min_tokens = o.min_tokens();
+  if (o.has_repetition_penalty()) s->repetition_penalty = o.repetition_penalty();
+  if (o.has_frequency_penalty()) s->frequency_penalty = o.frequency_penalty();
+  if (o.has_presence_penalty()) s->presence_penalty = o.presence_penalty();
+  if (o.logit_bias_size() > kMaxLogitBiasEntries) {
+    return InvalidParam("logit_bias",
+                        absl::StrCat("at most ", kMaxLogitBiasEntries, " logit_bias entries"));
+  }
+  s->logit_bias.assign(o.logit_bias().begin(), o.logit_bias().end());
+  std::sort(s->logit_bias.begin(), s->logit_bias.end());
+  s->include_stop_str_in_output = o.include_stop_str_in_output();
+  if (o.has_logprobs()) {
+    if (o.logprobs() < 0) return InvalidParam("logprobs", "logprobs must be in [0, 20]");
+    s->logprobs = o.logprobs();
+  }
   return absl::OkStatus();
 }
 
@@ -52,11 +69,20 @@ class GenerateReactor : public grpc::ServerWriteReactor<GenerateResponse>,
     MaybeFinishLocked();
   }
 
-  void OnOutput(const std::vector<int32_t>& ids, const std::string& text) override {
+  void OnOutput(const OutputDelta& delta) override {
     GenerateResponse response;
     response.set_request_id(request_id_);
-    response.mutable_token_ids()->Add(ids.begin(), ids.end());
-    response.set_text(text);
+    response.mutable_token_ids()->Add(delta.token_ids.begin(), delta.token_ids.end());
+    response.set_text(delta.text);
+    for (const TokenLogprobInfo& info : delta.logprobs) {
+      tandem::v1::TokenLogprobs* lp = response.add_logprobs();
+      lp->set_logprob(info.sampled.logprob);
+      for (const TokenLogprob& top : info.top) {
+        tandem::v1::TopLogprob* t = lp->add_top();
+        t->set_token_id(top.id);
+        t->set_logprob(top.logprob);
+      }
+    }
     Enqueue(std::move(response), false, grpc::Status::OK);
   }
   void OnFinish(const FinishInfo& info) override {
@@ -67,6 +93,11 @@ class GenerateReactor : public grpc::ServerWriteReactor<GenerateResponse>,
     response.mutable_usage()->set_completion_tokens(info.completion_tokens);
     response.mutable_usage()->set_total_tokens(info.prompt_tokens + info.completion_tokens);
     response.mutable_usage()->set_cached_tokens(info.cached_tokens);
+    if (!info.stop_string.empty()) {
+      response.set_stop_string(info.stop_string);
+    } else if (info.stop_token_id) {
+      response.set_stop_token_id(*info.stop_token_id);
+    }
     *response.mutable_timings() = info.timings;
     Enqueue(std::move(response), true, grpc::Status::OK);
   }

@@ -85,6 +85,9 @@ void OpenAiApi::Handle(HttpRequest request, std::shared_ptr<HttpResponder> respo
   if (post && path == "/tokenize") return HandleTokenize(request, *responder, headers);
   if (post && path == "/detokenize") return HandleDetokenize(request, *responder, headers);
   if (get && path == "/v1/models") return HandleModels(*responder, headers);
+  if (get && absl::StartsWith(path, "/v1/models/")) {
+    return HandleModel(path.substr(std::string_view("/v1/models/").size()), *responder, headers);
+  }
   if (get && path == "/health") return SendJson(*responder, 200, {{"status", "ok"}}, headers);
   if (get && path == "/version") {
     return SendJson(*responder, 200, {{"version", options_.version}}, headers);
@@ -135,17 +138,42 @@ void OpenAiApi::HandleGenerate(const HttpRequest& request, std::shared_ptr<HttpR
   meta.model = model_.served_name;
   meta.kind = kind;
   meta.include_usage = spec->stream && spec->include_usage;
-  spec->request_id = meta.id;
-  std::shared_ptr<GenerationSink> sink;
-  if (spec->stream) {
-    sink = std::make_shared<SseSink>(responder, meta, metrics_, headers);
-  } else {
-    sink = std::make_shared<BufferedSink>(responder, meta, metrics_, headers);
+  meta.continuous_usage = meta.include_usage && spec->continuous_usage_stats;
+  meta.logprobs = spec->sampling.logprobs >= 0;
+
+  // One spec per sequence: every prompt of the batch, best_of times.
+  std::vector<std::vector<int32_t>> prompts;
+  prompts.push_back(spec->prompt_tokens);
+  for (std::vector<int32_t>& p : spec->more_prompts) prompts.push_back(std::move(p));
+  spec->more_prompts.clear();
+  ChoiceLayout layout;
+  layout.stream = spec->stream;
+  layout.n = spec->n;
+  layout.best_of = spec->best_of;
+  layout.rank_by_logprob = spec->best_of > spec->n;
+  for (const std::vector<int32_t>& p : prompts) {
+    layout.prompt_tokens.push_back(static_cast<int>(p.size()));
+    layout.echo.push_back(spec->echo ? model_.tokenizer->Decode(p, /*skip_special_tokens=*/true)
+                                     : std::string());
   }
-  absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
-      service_->Submit(*std::move(spec), std::move(sink));
-  if (!handle.ok()) return SendError(*responder, metrics_, handle.status(), headers);
-  responder->SetCancelCallback([handle = *handle] { handle->Cancel(); });
+  // Ranking best_of sequences needs their logprobs, asked for or not (then not shown).
+  if (layout.rank_by_logprob && spec->sampling.logprobs < 0) spec->sampling.logprobs = 0;
+  auto response = std::make_shared<OpenAiResponse>(
+      responder, meta, metrics_, headers, layout,
+      [service = service_](std::function<void()> fn) { service->RunSoon(std::move(fn)); });
+  for (int s = 0; s < layout.num_sequences(); ++s) {
+    GenerateSpec one = *spec;
+    one.prompt_tokens = prompts[s / layout.best_of];
+    const int sample = s % layout.best_of;
+    // The samples of one prompt differ by seed (sample 0 keeps the request's seed).
+    if (one.sampling.seed && sample > 0) *one.sampling.seed += static_cast<uint64_t>(sample);
+    one.request_id = layout.num_sequences() > 1 ? absl::StrCat(meta.id, "-", s) : meta.id;
+    absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
+        service_->Submit(std::move(one), response->SinkFor(s));
+    if (!handle.ok()) return response->Fail(handle.status());
+    response->AddHandle(*std::move(handle));
+  }
+  responder->SetCancelCallback([response] { response->CancelAll(); });
 }
 
 }  // namespace tandem::router

@@ -1,6 +1,6 @@
 // OpenAiApi: the router's HTTP endpoints on top of HttpServer.
 //   POST /v1/completions, /v1/chat/completions   (stream and not; see openai_sinks.h)
-//   GET  /v1/models, /version, /health, /ready, /metrics
+//   GET  /v1/models, /v1/models/{id}, /version, /health, /ready, /metrics
 //   POST /tokenize {"prompt" | "messages", "add_special_tokens"} →
 //   {"count","max_model_len","tokens"} POST /detokenize {"tokens"} → {"prompt"}
 // With an API key, /v1/*, /tokenize and /detokenize need "Authorization: Bearer <key>" (401
@@ -45,6 +45,9 @@ class OpenAiApi {
   void HandleDetokenize(const HttpRequest& request, HttpResponder& responder,
                         const HttpHeaders& headers);
   void HandleModels(HttpResponder& responder, const HttpHeaders& headers);
+  // GET /v1/models/{id}: the model object, or 404 for another id.
+  void HandleModel(const std::string& id, HttpResponder& responder, const HttpHeaders& headers);
+  nlohmann::json ModelJson() const;
   void SendJson(HttpResponder& responder, int status, const nlohmann::json& body,
                 const HttpHeaders& headers);
   bool Authorized(const HttpRequest& request) const;

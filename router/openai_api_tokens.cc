@@ -1,4 +1,7 @@
 // OpenAiApi: /tokenize, /detokenize and /v1/models (vLLM's shapes).
+#include <cctype>
+
+#include "absl/strings/numbers.h"
 #include "base/status_macros.h"
 #include "router/api_error.h"
 #include "router/json_fields.h"
@@ -61,15 +64,44 @@ void OpenAiApi::HandleDetokenize(const HttpRequest& request, HttpResponder& resp
   SendJson(responder, 200, {{"prompt", *text}}, headers);
 }
 
+json OpenAiApi::ModelJson() const {
+  return {{"id", model_.served_name},
+          {"object", "model"},
+          {"created", created_},
+          {"owned_by", "tandem"},
+          {"root", options_.model_root},
+          {"parent", nullptr},
+          {"max_model_len", model_.max_model_len}};
+}
+
 void OpenAiApi::HandleModels(HttpResponder& responder, const HttpHeaders& headers) {
-  json model = {{"id", model_.served_name},
-                {"object", "model"},
-                {"created", created_},
-                {"owned_by", "tandem"},
-                {"root", options_.model_root},
-                {"parent", nullptr},
-                {"max_model_len", model_.max_model_len}};
-  SendJson(responder, 200, {{"object", "list"}, {"data", json::array({model})}}, headers);
+  SendJson(responder, 200, {{"object", "list"}, {"data", json::array({ModelJson()})}}, headers);
+}
+
+void OpenAiApi::HandleModel(const std::string& encoded_id, HttpResponder& responder,
+                            const HttpHeaders& headers) {
+  // Clients percent-encode the id in the path ("org%2Fname").
+  std::string id;
+  for (size_t i = 0; i < encoded_id.size(); ++i) {
+    int byte = 0;
+    if (encoded_id[i] == '%' && i + 2 < encoded_id.size() &&
+        std::isxdigit(static_cast<unsigned char>(encoded_id[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(encoded_id[i + 2])) &&
+        absl::SimpleHexAtoi(encoded_id.substr(i + 1, 2), &byte)) {
+      id.push_back(static_cast<char>(byte));
+      i += 2;
+    } else {
+      id.push_back(encoded_id[i]);
+    }
+  }
+  if (id != model_.served_name) {
+    return SendError(
+        responder, metrics_,
+        WithParam(absl::NotFoundError(absl::StrCat("The model `", id, "` does not exist.")),
+                  "model"),
+        headers);
+  }
+  SendJson(responder, 200, ModelJson(), headers);
 }
 
 }  // namespace tandem::router

@@ -41,31 +41,47 @@ absl::StatusOr<std::vector<int32_t>> TokenIdsFrom(const json& ids, const ModelCo
   return out;
 }
 
-// "prompt": a string, a list of token ids, or a one-element list of either.
-absl::StatusOr<std::vector<int32_t>> CompletionPrompt(const json& request,
-                                                      const ModelContext& model) {
+// "prompt": a string, a list of token ids, or a non-empty list of either (a batch).
+absl::StatusOr<std::vector<std::vector<int32_t>>> CompletionPrompts(const json& request,
+                                                                    const ModelContext& model) {
   auto it = request.find("prompt");
   if (it == request.end() || it->is_null()) {
     return InvalidParam("prompt", "'prompt' is a required field");
   }
-  const json* prompt = &*it;
-  if (prompt->is_array() && prompt->size() == 1 &&
-      ((*prompt)[0].is_string() || (*prompt)[0].is_array())) {
-    prompt = &(*prompt)[0];  // a batch of one
-  }
   ASSIGN_OR_RETURN(std::optional<bool> add_special, GetBool(request, "add_special_tokens"));
-  if (prompt->is_string()) {
-    const std::string& text = prompt->get_ref<const std::string&>();
-    RETURN_IF_ERROR(CheckPromptChars(model, text.size()));
-    return model.tokenizer->Encode(text, add_special.value_or(true));
+  const json& prompt = *it;
+  std::vector<const json*> items;
+  if (prompt.is_string() || (prompt.is_array() && !prompt.empty() && prompt[0].is_number())) {
+    items.push_back(&prompt);
+  } else if (prompt.is_array() && !prompt.empty()) {
+    for (const json& p : prompt) items.push_back(&p);
+  } else {
+    return InvalidParam("prompt",
+                        "'prompt' must be a string, a list of token ids, or a non-empty list of "
+                        "either");
   }
-  if (!prompt->is_array()) {
-    return InvalidParam("prompt", "'prompt' must be a string or a list of token ids");
+  if (items.size() > static_cast<size_t>(kMaxSequencesPerRequest)) {
+    return InvalidParam(
+        "prompt", absl::StrCat("at most ", kMaxSequencesPerRequest, " prompts in one request"));
   }
-  if (std::any_of(prompt->begin(), prompt->end(), [](const json& e) { return !e.is_number(); })) {
-    return InvalidParam("prompt", "batched prompts are not supported (send one prompt)");
+  size_t chars = 0;
+  std::vector<std::vector<int32_t>> out;
+  for (const json* p : items) {
+    if (p->is_string()) {
+      const std::string& text = p->get_ref<const std::string&>();
+      chars += text.size();
+      RETURN_IF_ERROR(CheckPromptChars(model, chars));
+      out.push_back(model.tokenizer->Encode(text, add_special.value_or(true)));
+    } else if (p->is_array() &&
+               std::all_of(p->begin(), p->end(), [](const json& e) { return e.is_number(); })) {
+      ASSIGN_OR_RETURN(std::vector<int32_t> ids, TokenIdsFrom(*p, model));
+      out.push_back(std::move(ids));
+    } else {
+      return InvalidParam("prompt",
+                          "each prompt of a batch must be a string or a list of token ids");
+    }
   }
-  return TokenIdsFrom(*prompt, model);
+  return out;
 }
 
 absl::StatusOr<std::string> MessageContent(const json& message, size_t index) {
@@ -94,6 +110,8 @@ absl::Status ParseStreamFlags(const json& request, GenerateSpec* spec) {
   if (!so->is_object()) return InvalidParam("stream_options", "'stream_options' must be an object");
   ASSIGN_OR_RETURN(std::optional<bool> usage, GetBool(*so, "include_usage"));
   spec->include_usage = usage.value_or(false);
+  ASSIGN_OR_RETURN(std::optional<bool> continuous, GetBool(*so, "continuous_usage_stats"));
+  spec->continuous_usage_stats = continuous.value_or(false);
   return absl::OkStatus();
 }
 
@@ -175,7 +193,7 @@ absl::Status ResolveMaxTokens(const ModelContext& model, std::optional<int64_t> 
 absl::Status CheckContextLength(const ModelContext& model, int default_max_tokens,
                                 const json& request, GenerateSpec* spec) {
   std::optional<int64_t> max_tokens;
-  RETURN_IF_ERROR(ParseSamplingOptions(request, spec->kind, &spec->sampling, &max_tokens));
+  RETURN_IF_ERROR(ParseSamplingOptions(request, spec->kind, spec, &max_tokens));
   RETURN_IF_ERROR(ResolveMaxTokens(model, max_tokens, default_max_tokens, spec));
   return ValidateSampling(spec->sampling, model.vocab_size);
 }
@@ -187,9 +205,25 @@ absl::StatusOr<GenerateSpec> ParseCompletionRequest(std::string_view body,
   GenerateSpec spec;
   spec.kind = ApiKind::kCompletion;
   spec.model = model.served_name;
-  ASSIGN_OR_RETURN(spec.prompt_tokens, CompletionPrompt(request, model));
+  ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, CompletionPrompts(request, model));
+  spec.prompt_tokens = std::move(prompts[0]);
   RETURN_IF_ERROR(CheckContextLength(model, kDefaultCompletionMaxTokens, request, &spec));
+  for (size_t i = 1; i < prompts.size(); ++i) {
+    // Every prompt of the batch must leave room for max_tokens.
+    GenerateSpec other;
+    other.prompt_tokens = std::move(prompts[i]);
+    std::optional<int64_t> max_tokens = spec.sampling.max_tokens;
+    RETURN_IF_ERROR(ResolveMaxTokens(model, max_tokens, kDefaultCompletionMaxTokens, &other));
+    spec.more_prompts.push_back(std::move(other.prompt_tokens));
+  }
+  if (static_cast<int64_t>(prompts.size()) * spec.best_of > kMaxSequencesPerRequest) {
+    return InvalidParam(
+        "best_of", absl::StrCat("prompts x best_of must be at most ", kMaxSequencesPerRequest));
+  }
   RETURN_IF_ERROR(ParseStreamFlags(request, &spec));
+  if (spec.stream && spec.best_of > spec.n) {
+    return InvalidParam("best_of", "best_of > n cannot be streamed");
+  }
   return spec;
 }
 

@@ -1,10 +1,11 @@
 // Parsing and validation of OpenAI-style request bodies into GenerateSpec: a pure module (no I/O,
 // no threads). Every rejection is an absl::Status the front end maps to the OpenAI error envelope
 // (api_error.h): malformed JSON, invalid UTF-8, wrong types and missing fields → 400 naming the
-// field; unknown model → 404; out-of-range sampling options, unsupported features (n > 1,
-// logprobs, echo, batched prompts) and prompts or max_tokens beyond the context → 400 with
-// vLLM's wording ("This model's maximum context length is N tokens...").
-// Unknown fields are ignored (clients send extension fields through `extra_body`).
+// field; unknown model → 404; out-of-range sampling options, unsupported features (tools,
+// response_format other than text, suffix, echo with logprobs, ...: sampling_options.h) and
+// prompts or max_tokens beyond the context → 400 with vLLM's wording ("This model's maximum
+// context length is N tokens..."). Fields neither OpenAI nor vLLM define are ignored (clients
+// send extension fields through `extra_body`).
 #pragma once
 
 #include <cstdint>

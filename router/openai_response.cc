@@ -1,5 +1,7 @@
 #include "router/openai_response.h"
 
+#include <algorithm>
+
 #include "router/api_error.h"
 
 namespace tandem::router {
@@ -21,14 +23,21 @@ json Envelope(const ResponseMeta& meta, bool chunk) {
   return out;
 }
 
-json Choice(const ResponseMeta& meta, const json& delta_or_text, const json& finish_reason) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+json Choice(const ResponseMeta& meta, int index, const json& delta_or_text, const json& logprobs,
+            const json& finish_reason) {
+  json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
   if (meta.kind == ApiKind::kChat) {
     choice["delta"] = delta_or_text;
   } else {
     choice["text"] = delta_or_text;
   }
   return choice;
+}
+
+json Bytes(const std::string& token) {
+  json bytes = json::array();
+  for (unsigned char c : token) bytes.push_back(static_cast<int>(c));
+  return bytes;
 }
 
 }  // namespace
@@ -63,28 +72,72 @@ json FinishReasonJson(tandem::v1::FinishReason reason) {
   }
 }
 
-json UsageJson(const FinishInfo& info) {
-  return {{"prompt_tokens", info.prompt_tokens},
-          {"completion_tokens", info.completion_tokens},
-          {"total_tokens", info.prompt_tokens + info.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", info.cached_tokens}}}};
+json StopReasonJson(const FinishInfo& info) {
+  if (!info.stop_string.empty()) return info.stop_string;
+  if (info.stop_token_id) return *info.stop_token_id;
+  return nullptr;
 }
 
-json DeltaChunk(const ResponseMeta& meta, const std::string& text, bool with_role) {
+json UsageJson(const UsageCounts& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json CompletionLogprobsJson(const std::vector<TokenLogprobInfo>& tokens, int64_t* text_offset) {
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const TokenLogprobInfo& t : tokens) {
+    out["tokens"].push_back(t.sampled.token);
+    out["token_logprobs"].push_back(t.sampled.logprob);
+    json top = json::object();
+    for (const TokenLogprob& alt : t.top) {
+      if (!top.contains(alt.token)) top[alt.token] = alt.logprob;
+    }
+    if (!top.contains(t.sampled.token)) top[t.sampled.token] = t.sampled.logprob;
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(*text_offset);
+    *text_offset += static_cast<int64_t>(t.sampled.token.size());
+  }
+  return out;
+}
+
+json ChatLogprobsJson(const std::vector<TokenLogprobInfo>& tokens) {
+  json content = json::array();
+  for (const TokenLogprobInfo& t : tokens) {
+    json top = json::array();
+    for (const TokenLogprob& alt : t.top) {
+      top.push_back({{"token", alt.token}, {"logprob", alt.logprob}, {"bytes", Bytes(alt.token)}});
+    }
+    content.push_back({{"token", t.sampled.token},
+                       {"logprob", t.sampled.logprob},
+                       {"bytes", Bytes(t.sampled.token)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
+json DeltaChunk(const ResponseMeta& meta, int index, const std::string& text, bool with_role,
+                const json& logprobs) {
   json out = Envelope(meta, /*chunk=*/true);
   json body = text;
   if (meta.kind == ApiKind::kChat) {
     body = {{"content", text}};
     if (with_role) body["role"] = "assistant";
   }
-  out["choices"] = json::array({Choice(meta, body, nullptr)});
+  out["choices"] = json::array({Choice(meta, index, body, logprobs, nullptr)});
   return out;
 }
 
-json FinishChunk(const ResponseMeta& meta, tandem::v1::FinishReason reason) {
+json FinishChunk(const ResponseMeta& meta, int index, const FinishInfo& info) {
   json out = Envelope(meta, /*chunk=*/true);
   json body = meta.kind == ApiKind::kChat ? json::object() : json("");
-  out["choices"] = json::array({Choice(meta, body, FinishReasonJson(reason))});
+  json choice = Choice(meta, index, body, nullptr, FinishReasonJson(info.reason));
+  choice["stop_reason"] = StopReasonJson(info);
+  out["choices"] = json::array({std::move(choice)});
   return out;
 }
 
@@ -99,27 +152,38 @@ json TimingsJson(const tandem::v1::PhaseTimings& t) {
           {"e2e_s", t.e2e_s()}};
 }
 
-json UsageChunk(const ResponseMeta& meta, const FinishInfo& info) {
+json UsageChunk(const ResponseMeta& meta, const UsageCounts& usage,
+                const tandem::v1::PhaseTimings& timings) {
   json out = Envelope(meta, /*chunk=*/true);
   out["choices"] = json::array();
-  out["usage"] = UsageJson(info);
-  out["timings"] = TimingsJson(info.timings);  // tandem extension: the server's TTFT phases
+  out["usage"] = UsageJson(usage);
+  out["timings"] = TimingsJson(timings);  // tandem extension: the server's TTFT phases
   return out;
 }
 
-json FullResponse(const ResponseMeta& meta, const std::string& text, const FinishInfo& info) {
+json FullResponse(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                  const UsageCounts& usage, const tandem::v1::PhaseTimings& timings) {
   json out = Envelope(meta, /*chunk=*/false);
-  json choice = {
-      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishReasonJson(info.reason)}};
-  if (meta.kind == ApiKind::kChat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
-    choice["stop_reason"] = nullptr;
+  out["choices"] = json::array();
+  for (const ChoiceResult& c : choices) {
+    json choice = {{"index", c.index},
+                   {"logprobs", nullptr},
+                   {"finish_reason", FinishReasonJson(c.info.reason)},
+                   {"stop_reason", StopReasonJson(c.info)}};
+    if (meta.kind == ApiKind::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (meta.logprobs) choice["logprobs"] = ChatLogprobsJson(c.logprobs);
+    } else {
+      choice["text"] = c.text;
+      if (meta.logprobs) {
+        int64_t offset = c.first_text_offset;
+        choice["logprobs"] = CompletionLogprobsJson(c.logprobs, &offset);
+      }
+    }
+    out["choices"].push_back(std::move(choice));
   }
-  out["choices"] = json::array({choice});
-  out["usage"] = UsageJson(info);
-  out["timings"] = TimingsJson(info.timings);
+  out["usage"] = UsageJson(usage);
+  out["timings"] = TimingsJson(timings);
   return out;
 }
 

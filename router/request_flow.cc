@@ -28,7 +28,8 @@ RequestFlow::RequestFlow(FlowDeps* deps, GenerateSpec spec, std::string worker_r
       worker_request_id_(std::move(worker_request_id)),
       arrival_(deps->options.clock->Now()),
       sink_(std::move(sink)),
-      text_(deps->tokenizer, spec_.sampling.skip_special_tokens, spec_.sampling.stop) {
+      text_(deps->tokenizer, spec_.sampling.skip_special_tokens, spec_.sampling.stop,
+            spec_.sampling.include_stop_str_in_output) {
   ++deps_->flow_objects;
   query_.num_prompt_tokens = static_cast<int>(spec_.prompt_tokens.size());
   query_.prompt_tokens = &spec_.prompt_tokens;
@@ -222,11 +223,13 @@ void RequestFlow::OnPrefillEvent(const PrefillEvent& event) {
       const tandem::v1::FirstToken& first = event.first_token();
       timings_.set_prefill_queue_s(first.prefill_queue_s());
       timings_.set_prefill_s(first.prefill_s());
-      cached_tokens_ = first.num_cached_tokens();
       first_token_ = first.token_id();
+      cached_tokens_ = first.num_cached_tokens();
       google::protobuf::RepeatedField<int32_t> ids;
       ids.Add(first.token_id());
-      EmitTokens(ids, later);
+      google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs> logprobs;
+      if (first.has_logprobs()) *logprobs.Add() = first.logprobs();
+      EmitTokens(ids, logprobs, later);
       if (phase_ != Phase::kDone &&
           first.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
         abort_prefill_.reset();  // finished at prefill: no transfer, nothing held

@@ -98,8 +98,11 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
   bool RetryRoute(absl::Duration delay, Actions& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Output and endings (all under mu_; they append work for after the unlock to `later`).
-  void EmitTokens(const google::protobuf::RepeatedField<int32_t>& ids, Actions& later)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `logprobs`: one per id, or empty when the request asked for none.
+  void EmitTokens(const google::protobuf::RepeatedField<int32_t>& ids,
+                  const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>& logprobs,
+                  Actions& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TokenLogprob LogprobOf(int32_t id, float logprob) const;
   void Finish(tandem::v1::FinishReason reason, Actions& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(absl::Status status, Actions& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndCommon(const char* outcome, tandem::v1::AbortReason abort_reason, Actions& later)
@@ -135,7 +138,8 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
 
   TextStream text_ ABSL_GUARDED_BY(mu_);
   int completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
-  int cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;  // reported with the first token
+  int32_t last_token_ ABSL_GUARDED_BY(mu_) = -1;
+  int cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time admitted_at_ ABSL_GUARDED_BY(mu_);
   absl::Time first_token_at_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_at_ ABSL_GUARDED_BY(mu_);

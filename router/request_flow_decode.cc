@@ -69,7 +69,7 @@ void RequestFlow::OnTokenEvent(const TokenEvent& event) {
     if (phase_ == Phase::kDone) return;
     MergeTimings(event.timings());
     if (event.num_cached_tokens() > 0) cached_tokens_ = event.num_cached_tokens();
-    EmitTokens(event.token_ids(), later);
+    EmitTokens(event.token_ids(), event.logprobs(), later);
     if (phase_ != Phase::kDone) {
       switch (event.finish_reason()) {
         case tandem::v1::FINISH_REASON_UNSPECIFIED:

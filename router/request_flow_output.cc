@@ -1,5 +1,8 @@
 // RequestFlow, output side: text (TextStream: detokenizing, stop strings), the terminal event,
 // metrics, cleanup.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
 #include "base/logging.h"
 #include "router/request_flow.h"
 #include "router/worker_calls.h"
@@ -26,9 +29,20 @@ const char* OutcomeOf(FinishReason reason) {
 
 }  // namespace
 
-void RequestFlow::EmitTokens(const google::protobuf::RepeatedField<int32_t>& all_ids,
-                             Actions& later) {
+TokenLogprob RequestFlow::LogprobOf(int32_t id, float logprob) const {
+  return TokenLogprob{id, deps_->tokenizer->Decode({id}, /*skip_special_tokens=*/false), logprob};
+}
+
+void RequestFlow::EmitTokens(
+    const google::protobuf::RepeatedField<int32_t>& all_ids,
+    const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>& logprobs, Actions& later) {
   if (all_ids.empty()) return;
+  if (spec_.sampling.logprobs >= 0 && logprobs.size() != all_ids.size()) {
+    Fail(absl::InternalError(absl::StrCat("worker sent ", logprobs.size(), " logprobs for ",
+                                          all_ids.size(), " tokens")),
+         later);
+    return;
+  }
   // Tokens after the one that completes a stop string are past the end of the output.
   const TextStream::Delta delta = text_.Add(absl::MakeConstSpan(all_ids.data(), all_ids.size()));
   const absl::Span<const int32_t> ids(all_ids.data(), delta.num_tokens);
@@ -46,7 +60,22 @@ void RequestFlow::EmitTokens(const google::protobuf::RepeatedField<int32_t>& all
   last_token_at_ = now;
   completion_tokens_ += ids.size();
   deps_->metrics->generation_tokens().Increment(ids.size());
-  sink_->OnOutput(std::vector<int32_t>(ids.begin(), ids.end()), delta.text);
+  if (!ids.empty()) last_token_ = ids.back();
+  OutputDelta out;
+  out.token_ids.assign(ids.begin(), ids.end());
+  out.text = delta.text;
+  if (spec_.sampling.logprobs >= 0) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const tandem::v1::TokenLogprobs& lp = logprobs[static_cast<int>(i)];
+      TokenLogprobInfo info;
+      info.sampled = LogprobOf(ids[i], lp.logprob());
+      for (const tandem::v1::TopLogprob& top : lp.top()) {
+        info.top.push_back(LogprobOf(top.token_id(), top.logprob()));
+      }
+      out.logprobs.push_back(std::move(info));
+    }
+  }
+  sink_->OnOutput(out);
   if (delta.stopped) {
     // The workers may still be generating: Finish aborts them.
     Finish(tandem::v1::FINISH_REASON_STOP, later);
@@ -67,7 +96,7 @@ void RequestFlow::Finish(FinishReason reason, Actions& later) {
   // completes a stop string.
   const TextStream::Delta tail = text_.Finish();
   if (tail.stopped) reason = tandem::v1::FINISH_REASON_STOP;
-  if (!tail.text.empty()) sink_->OnOutput({}, tail.text);
+  if (!tail.text.empty()) sink_->OnOutput(OutputDelta{{}, tail.text, {}});
   const absl::Time now = deps_->options.clock->Now();
   timings_.set_queue_s(absl::ToDoubleSeconds(admitted_at_ - arrival_));
   timings_.set_e2e_s(absl::ToDoubleSeconds(now - arrival_));
@@ -76,6 +105,14 @@ void RequestFlow::Finish(FinishReason reason, Actions& later) {
   info.prompt_tokens = static_cast<int>(spec_.prompt_tokens.size());
   info.completion_tokens = completion_tokens_;
   info.cached_tokens = cached_tokens_;
+  if (reason == tandem::v1::FINISH_REASON_STOP) {
+    if (text_.stopped()) {
+      info.stop_string = text_.matched_stop();
+    } else if (std::find(spec_.sampling.stop_token_ids.begin(), spec_.sampling.stop_token_ids.end(),
+                         last_token_) != spec_.sampling.stop_token_ids.end()) {
+      info.stop_token_id = last_token_;
+    }
+  }
   info.timings = timings_;
   FinishedRequest finished;
   finished.prompt_tokens = info.prompt_tokens;

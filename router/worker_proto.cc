@@ -13,6 +13,13 @@ tandem::v1::SamplingParams ToProto(const SamplingSpec& s) {
   p.set_max_tokens(s.max_tokens);
   for (int32_t id : s.stop_token_ids) p.add_stop_token_ids(id);
   p.set_ignore_eos(s.ignore_eos);
+  p.set_min_p(s.min_p);
+  p.set_min_tokens(s.min_tokens);
+  p.set_repetition_penalty(s.repetition_penalty);
+  p.set_frequency_penalty(s.frequency_penalty);
+  p.set_presence_penalty(s.presence_penalty);
+  for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
+  if (s.logprobs >= 0) p.set_logprobs(s.logprobs);
   return p;
 }
 

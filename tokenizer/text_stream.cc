@@ -26,8 +26,10 @@ bool IsContinuationByte(char c) { return (static_cast<unsigned char>(c) & 0xC0) 
 }  // namespace
 
 TextStream::TextStream(const Tokenizer* tokenizer, bool skip_special_tokens,
-                       std::vector<std::string> stop)
-    : detokenizer_(tokenizer, skip_special_tokens), stop_(std::move(stop)) {
+                       std::vector<std::string> stop, bool include_stop)
+    : detokenizer_(tokenizer, skip_special_tokens),
+      stop_(std::move(stop)),
+      include_stop_(include_stop) {
   std::erase_if(stop_, [](const std::string& s) { return s.empty(); });
 }
 
@@ -37,10 +39,18 @@ std::string TextStream::Scan(const std::string& text) {
   // Every occurrence of a stop string starts inside held_: the text emitted before it ended
   // with no proper prefix of any stop string.
   size_t first = std::string::npos;
-  for (const std::string& stop : stop_) first = std::min(first, held_.find(stop));
-  if (first != std::string::npos) {
+  const std::string* matched = nullptr;
+  for (const std::string& stop : stop_) {
+    const size_t at = held_.find(stop);
+    if (at < first) {
+      first = at;
+      matched = &stop;
+    }
+  }
+  if (matched != nullptr) {
     stopped_ = true;
-    std::string out = held_.substr(0, first);
+    matched_stop_ = *matched;
+    std::string out = held_.substr(0, include_stop_ ? first + matched->size() : first);
     held_.clear();
     return out;
   }

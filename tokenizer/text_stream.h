@@ -14,8 +14,10 @@
 // Rules:
 //   - text comes from an IncrementalDetokenizer: deltas hold whole UTF-8 code points only;
 //   - a completed stop string ends the stream: neither it nor anything after it is emitted
-//     (OpenAI semantics); of several, the one found first (after the fewest tokens) wins, and
-//     the text is cut where it starts;
+//     (OpenAI semantics; with `include_stop` the stop string itself is, vLLM's
+//     include_stop_str_in_output); of several, the one found first (after the fewest tokens)
+//     wins, and the text is cut where it starts (ends, with include_stop); matched_stop() names
+//     it;
 //   - text whose tail could still be the start of a stop string is held back, and released as
 //     soon as it cannot be (or at Finish): a client never sees part of a stop string, and
 //     never waits for text that cannot be one;
@@ -36,7 +38,8 @@ namespace tandem {
 class TextStream {
  public:
   // `tokenizer` must outlive the stream.
-  TextStream(const Tokenizer* tokenizer, bool skip_special_tokens, std::vector<std::string> stop);
+  TextStream(const Tokenizer* tokenizer, bool skip_special_tokens, std::vector<std::string> stop,
+             bool include_stop = false);
 
   struct Delta {
     std::string text;      // to emit now (possibly empty)
@@ -55,6 +58,8 @@ class TextStream {
   Delta Finish();
 
   bool stopped() const { return stopped_; }
+  // The stop string that ended the stream (empty until one did).
+  const std::string& matched_stop() const { return matched_stop_; }
 
  private:
   // Appends `text` to the held text; returns what can be emitted now and sets stopped_ when a
@@ -63,6 +68,8 @@ class TextStream {
 
   IncrementalDetokenizer detokenizer_;
   std::vector<std::string> stop_;
+  const bool include_stop_;
+  std::string matched_stop_;
   std::string held_;  // not emitted yet: the longest tail that may start a stop string
   bool stopped_ = false;
 };

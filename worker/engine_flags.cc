@@ -30,6 +30,20 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
                  "Decode batch sizes to capture CUDA graphs for, comma-separated (default "
                  "1,2,4,8,16,...,max-num-seqs)");
   app.add_flag("--enforce-eager", o.enforce_eager, "No CUDA graphs: run every step op by op");
+  SpeculativeConfig& s = o.speculative;
+  app.add_option("--speculative-method", f->speculative_method,
+                 "Speculative decoding: none, ngram (prompt lookup) or draft (a draft model)")
+      ->check(CLI::IsMember({"none", "ngram", "draft"}))
+      ->capture_default_str();
+  app.add_option("--num-speculative-tokens", s.num_speculative_tokens,
+                 "Tokens proposed per sequence and step (k)");
+  app.add_option("--speculative-draft-model", s.draft_model,
+                 "Draft model directory (sharing the target's tokenizer) for --speculative-method "
+                 "draft");
+  app.add_option("--prompt-lookup-min", s.prompt_lookup_min, "Smallest n-gram the lookup tries")
+      ->capture_default_str();
+  app.add_option("--prompt-lookup-max", s.prompt_lookup_max, "Largest n-gram the lookup tries")
+      ->capture_default_str();
   app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "Automatic prefix caching: reuse the KV of cached full pages of earlier prompts "
                "(on by default; --no-enable-prefix-caching or --enable-prefix-caching=false: off)")
@@ -61,6 +75,12 @@ absl::Status ResolveEngineFlags(EngineFlags* f) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--cuda-graph-sizes: ", s, " outside [1, --max-num-seqs = ", o.max_num_seqs, "]"));
     }
+  }
+  absl::StatusOr<SpecMethod> method = ParseSpecMethod(f->speculative_method);
+  if (!method.ok()) return method.status();
+  o.speculative.method = *method;
+  if (absl::Status s = ValidateSpeculativeConfig(o.speculative); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("speculative decoding flags: ", s.message()));
   }
   return absl::OkStatus();
 }

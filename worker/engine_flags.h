@@ -2,7 +2,9 @@
 // run an engine in process (generate, bench), so that one name means one thing everywhere
 // (vLLM's names where vLLM has the flag: --gpu-memory-utilization, --max-num-seqs,
 // --max-num-batched-tokens, --max-model-len, --cuda-graph-sizes, --enforce-eager,
-// --enable-prefix-caching / --no-enable-prefix-caching).
+// --enable-prefix-caching / --no-enable-prefix-caching; the fields of vLLM's
+// --speculative-config as --speculative-method, --num-speculative-tokens,
+// --speculative-draft-model, --prompt-lookup-min, --prompt-lookup-max).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -15,8 +17,9 @@ namespace tandem {
 
 struct EngineFlags {
   EngineOptions engine;
-  std::string backend = "auto";  // auto | cpu | cuda
-  std::string cuda_graph_sizes;  // "1,2,4,8"; empty: the default list
+  std::string backend = "auto";             // auto | cpu | cuda
+  std::string cuda_graph_sizes;             // "1,2,4,8"; empty: the default list
+  std::string speculative_method = "none";  // none | ngram | draft
 };
 
 // Adds the flags to `app`, writing into `flags`.

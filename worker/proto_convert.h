@@ -7,12 +7,16 @@
 
 namespace tandem {
 
+// Every field, logit_bias sorted by token id; repetition_penalty 0 (unset) reads as 1, logprobs
+// unset as -1. The engine validates the ranges (AddRequest).
 SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p);
+tandem::v1::TokenLogprobs LogprobsToProto(const TokenLogprobs& lp);
 // kNone -> UNSPECIFIED, kStop -> STOP, kLength -> LENGTH, kAbort -> ABORT, kError -> ERROR
 // (kPrefillDone is not a client-visible reason: UNSPECIFIED).
 tandem::v1::FinishReason FinishReasonToProto(FinishReason r);
 // The TokenEvent a decode or mixed worker streams for one engine output: its tokens and, when
-// the output ends the request, its finish reason (and error message, for kError).
+// the output ends the request, its finish reason (and error message, for kError); its logprobs
+// and num_cached_tokens.
 tandem::v1::TokenEvent TokenEventFor(const RequestOutput& out);
 
 }  // namespace tandem

@@ -5,6 +5,8 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
+
 #include "worker/metrics_http_server.h"
 
 namespace tandem {
@@ -108,6 +110,22 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
       counter("tandem_worker_prompt_tokens_total", "Prompt tokens of requests this engine took");
   m->generation_tokens_ =
       counter("tandem_worker_generation_tokens_total", "Tokens this engine sampled");
+  // Speculative decoding: vLLM's spec_decode_* counters (V1) and acceptance-rate gauge (V0).
+  m->spec_drafts_ = counter("tandem:spec_decode_num_drafts_total",
+                            "Sequence steps that verified speculative proposals");
+  m->spec_draft_tokens_ =
+      counter("tandem:spec_decode_num_draft_tokens_total", "Speculative proposals verified");
+  m->spec_accepted_tokens_ =
+      counter("tandem:spec_decode_num_accepted_tokens_total", "Speculative proposals accepted");
+  m->spec_emitted_tokens_ = counter("tandem:spec_decode_num_emitted_tokens_total",
+                                    "Tokens emitted by verify steps (accepted + the target's own)");
+  m->spec_acceptance_rate_ = gauge("tandem:spec_decode_draft_acceptance_rate",
+                                   "Accepted / proposed speculative tokens since start");
+  m->spec_mean_accepted_length_ =
+      gauge("tandem_worker_spec_decode_mean_accepted_length",
+            "Tokens emitted per verify step since start (1 + accepted proposals)");
+  m->draft_pages_free_ =
+      gauge("tandem_worker_draft_kv_pages_free", "Free KV pages of the draft model");
   return m;
 }
 
@@ -164,6 +182,24 @@ void WorkerMetrics::UpdateEngine(const EngineStats& stats, int num_live_requests
     preemptions_->Increment(static_cast<double>(stats.num_preemptions_total - last_preemptions_));
     last_preemptions_ = stats.num_preemptions_total;
   }
+  auto advance = [](prometheus::Counter* c, int64_t now, int64_t* last) {
+    if (now > *last) c->Increment(static_cast<double>(now - *last));
+    *last = std::max(*last, now);
+  };
+  advance(spec_drafts_, stats.spec_decode_num_drafts, &last_spec_drafts_);
+  advance(spec_draft_tokens_, stats.spec_decode_num_draft_tokens, &last_spec_draft_tokens_);
+  advance(spec_accepted_tokens_, stats.spec_decode_num_accepted_tokens,
+          &last_spec_accepted_tokens_);
+  advance(spec_emitted_tokens_, stats.spec_decode_num_emitted_tokens, &last_spec_emitted_tokens_);
+  if (stats.spec_decode_num_draft_tokens > 0) {
+    spec_acceptance_rate_->Set(static_cast<double>(stats.spec_decode_num_accepted_tokens) /
+                               static_cast<double>(stats.spec_decode_num_draft_tokens));
+  }
+  if (stats.spec_decode_num_drafts > 0) {
+    spec_mean_accepted_length_->Set(static_cast<double>(stats.spec_decode_num_emitted_tokens) /
+                                    static_cast<double>(stats.spec_decode_num_drafts));
+  }
+  draft_pages_free_->Set(stats.num_draft_pages_free);
 }
 
 }  // namespace tandem

@@ -87,6 +87,18 @@ class WorkerMetrics {
   prometheus::Gauge* prefix_cache_hit_rate_ = nullptr;
   prometheus::Counter* prompt_tokens_ = nullptr;
   prometheus::Counter* generation_tokens_ = nullptr;
+  // Speculative decoding (vLLM's spec_decode_* names; engine/spec/README.md).
+  prometheus::Counter* spec_drafts_ = nullptr;
+  prometheus::Counter* spec_draft_tokens_ = nullptr;
+  prometheus::Counter* spec_accepted_tokens_ = nullptr;
+  prometheus::Counter* spec_emitted_tokens_ = nullptr;
+  prometheus::Gauge* spec_acceptance_rate_ = nullptr;
+  prometheus::Gauge* spec_mean_accepted_length_ = nullptr;
+  prometheus::Gauge* draft_pages_free_ = nullptr;
+  int64_t last_spec_drafts_ = 0;
+  int64_t last_spec_draft_tokens_ = 0;
+  int64_t last_spec_accepted_tokens_ = 0;
+  int64_t last_spec_emitted_tokens_ = 0;
   int64_t last_prompt_tokens_ = 0;
   int64_t last_generation_tokens_ = 0;
   int64_t last_preemptions_ = 0;

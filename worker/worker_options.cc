@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "base/logging.h"
 #include "worker/engine_flags.h"
 
 namespace tandem {
@@ -68,6 +69,13 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
   o.role = role == "mixed" ? WorkerRole::kMixed : default_role;
   if (absl::Status s = ResolveEngineFlags(&engine_flags); !s.ok()) return s;
   o.engine = engine_flags.engine;
+  if (o.role == WorkerRole::kPrefill && o.engine.speculative.enabled()) {
+    // A prefill worker samples only the first token; the decode worker speculates (and prefills
+    // its draft model itself from the prompt tokens it receives: engine/spec/README.md).
+    LOG(INFO) << "speculative decoding runs on the decode worker; this prefill worker does not "
+                 "speculate";
+    o.engine.speculative = SpeculativeConfig();
+  }
   if (o.advertise_host.empty()) o.advertise_host = o.host;
   if (o.worker_id.empty() && o.port != 0) o.worker_id = absl::StrCat(RoleName(o.role), "-", o.port);
   if (o.served_model_name.empty()) {

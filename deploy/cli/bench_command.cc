@@ -8,8 +8,11 @@
 //   prefill     one prompt of each --prefill-lens: TTFT, tokens/s, TFLOP/s (GEMMs + attention)
 //   throughput  --num-prompts requests of --input-len tokens generating --output-len each, all
 //               submitted at once: output tokens/s over the whole run
-// Prompts are random token ids; EOS is ignored so every request runs its full length. Results
-// print as a table and, with --json FILE, as JSON.
+// Prompts are random token ids (with --prompt-period N, a random N-token phrase repeated, which
+// n-gram speculation can look up); EOS is ignored so every request runs its full length. With
+// speculative decoding on (--speculative-method), every scenario also reports the proposals,
+// acceptance rate and mean accepted length of its own steps. Results print as a table and, with
+// --json FILE, as JSON.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -53,6 +56,7 @@ struct BenchOptions {
   int output_len = 1024;
   double bandwidth_gbs = 4800;  // H200 HBM3e, the vendor's figure
   uint64_t seed = 0;
+  int prompt_period = 0;  // 0: random prompts; N: a random N-token phrase repeated
   std::string json_path;
 };
 
@@ -77,6 +81,11 @@ class Bench {
       r.id = absl::StrCat("bench-", next_id_++);
       r.prompt_tokens.resize(prompt);
       for (int32_t& t : r.prompt_tokens) t = id(rng_);
+      if (o_.prompt_period > 0) {
+        for (int j = o_.prompt_period; j < prompt; ++j) {
+          r.prompt_tokens[j] = r.prompt_tokens[j % o_.prompt_period];
+        }
+      }
       r.sampling.max_tokens = tokens;
       r.sampling.temperature = 0.0f;
       r.sampling.ignore_eos = true;
@@ -134,8 +143,18 @@ class Bench {
     const EngineStats after = engine_->Stats();
     // Decode steps: every step after the first (which runs the prompt).
     std::vector<double> decode(log.seconds.begin() + 1, log.seconds.end());
+    double decode_seconds = 0;
+    int64_t decode_tokens = 0;
+    for (size_t i = 1; i < log.seconds.size(); ++i) {
+      decode_seconds += log.seconds[i];
+      decode_tokens += log.tokens[i];
+    }
     std::sort(decode.begin(), decode.end());
-    const double median = decode.empty() ? 0 : decode[decode.size() / 2];
+    // A speculative step emits several tokens: time per token is then the decode window's
+    // seconds over its tokens; otherwise the median step.
+    const double median = Speculating() ? (decode_tokens > 0 ? decode_seconds / decode_tokens : 0)
+                          : decode.empty() ? 0
+                                           : decode[decode.size() / 2];
     const ModelMath m(engine_->model_config());
     const int mid_context = prompt + tokens / 2;
     const double floor_s = m.DecodeBytes(1, mid_context) / (o_.bandwidth_gbs * 1e9);
@@ -151,6 +170,7 @@ class Bench {
         "tokens/s at %.0f GB/s: %.0f%%), host share %.1f%%",
         prompt, median * 1e3, j["tokens_per_s"].get<double>(), 1.0 / floor_s, o_.bandwidth_gbs,
         100.0 * (1.0 / std::max(median, 1e-12)) * floor_s, 100 * j["host_share"].get<double>()));
+    AddSpec(before, after, &j);
     return j;
   }
 
@@ -186,11 +206,15 @@ class Bench {
         row["ms_per_step"] = tokens > 0 ? seconds / tokens * batch * 1e3 : 0;
         row["floor_tokens_per_s"] = batch / floor_s;
         row["host_share"] = HostShare(before, after);
+        if (Speculating()) {  // a step emits more than one token per sequence
+          row["ms_per_step"] = log.seconds.empty() ? 0 : seconds / log.seconds.size() * 1e3;
+        }
         Row(
             absl::StrFormat("decode   B=%d ctx %d: %.0f tokens/s, %.2f ms/step (floor %.0f "
                             "tokens/s), host share %.1f%%",
                             batch, context, tps, row["ms_per_step"].get<double>(), batch / floor_s,
                             100 * row["host_share"].get<double>()));
+        AddSpec(before, after, &row);
         rows.push_back(row);
       }
     }
@@ -256,10 +280,35 @@ class Bench {
                         "host share %.1f%%",
                         n, in, out, j["output_tokens_per_s"].get<double>(), seconds,
                         100 * j["host_share"].get<double>()));
+    AddSpec(before, after, &j);
     return j;
   }
 
  private:
+  bool Speculating() const { return o_.engine.engine.speculative.enabled(); }
+
+  // Speculative decoding over [before, after]: vLLM's counters and the two ratios, in `j` and as
+  // a row.
+  void AddSpec(const EngineStats& a, const EngineStats& b, json* j) const {
+    if (!Speculating()) return;
+    const int64_t drafts = b.spec_decode_num_drafts - a.spec_decode_num_drafts;
+    const int64_t proposed = b.spec_decode_num_draft_tokens - a.spec_decode_num_draft_tokens;
+    const int64_t accepted = b.spec_decode_num_accepted_tokens - a.spec_decode_num_accepted_tokens;
+    const int64_t emitted = b.spec_decode_num_emitted_tokens - a.spec_decode_num_emitted_tokens;
+    const double rate = proposed > 0 ? static_cast<double>(accepted) / proposed : 0.0;
+    const double length = drafts > 0 ? static_cast<double>(emitted) / drafts : 0.0;
+    (*j)["spec_decode"] = {{"num_drafts", drafts},
+                           {"num_draft_tokens", proposed},
+                           {"num_accepted_tokens", accepted},
+                           {"num_emitted_tokens", emitted},
+                           {"acceptance_rate", rate},
+                           {"mean_accepted_length", length}};
+    Row(
+        absl::StrFormat("         speculative: %d proposals in %d verify steps, acceptance rate "
+                        "%.3f, mean accepted length %.2f",
+                        proposed, drafts, rate, length));
+  }
+
   static double HostShare(const EngineStats& a, const EngineStats& b) {
     const double step = static_cast<double>(b.step_time_ns_total - a.step_time_ns_total);
     const double wait = static_cast<double>(b.device_wait_ns_total - a.device_wait_ns_total);
@@ -293,6 +342,8 @@ int RunBench(BenchOptions& o) {
                  {"startup_s", startup_s},
                  {"enforce_eager", o.engine.engine.enforce_eager},
                  {"enable_prefix_caching", o.engine.engine.enable_prefix_caching},
+                 {"speculative_method", SpecMethodName(o.engine.engine.speculative.method)},
+                 {"num_speculative_tokens", o.engine.engine.speculative.num_speculative_tokens},
                  {"bandwidth_gbs", o.bandwidth_gbs}};
   std::cout << absl::StrFormat("bench: %s on %s, start-up %.1f s\n", config.model_type,
                                BackendName(o.engine.engine.backend), startup_s);
@@ -342,6 +393,9 @@ std::function<int()> AddBenchCommand(CLI::App* sub) {
   sub->add_option("--bandwidth-gbs", o->bandwidth_gbs, "Memory bandwidth for the floors")
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the random prompts")->capture_default_str();
+  sub->add_option("--prompt-period", o->prompt_period,
+                  "Prompts repeat a random phrase of this many tokens (0: random prompts)")
+      ->capture_default_str();
   sub->add_option("--json", o->json_path, "Write the results as JSON to this file");
   return [o]() { return RunBench(*o); };
 }

@@ -45,6 +45,15 @@ std::vector<std::string> EngineFlags(const Layout& l) {
   }
   if (e.enforce_eager) flags.push_back("--enforce-eager");
   if (!e.enable_prefix_caching) flags.push_back("--no-enable-prefix-caching");
+  if (e.speculative_method != "none") {
+    flags.insert(flags.end(), {"--speculative-method", e.speculative_method,
+                               "--num-speculative-tokens", std::to_string(e.num_speculative_tokens),
+                               "--prompt-lookup-min", std::to_string(e.prompt_lookup_min),
+                               "--prompt-lookup-max", std::to_string(e.prompt_lookup_max)});
+    if (!e.speculative_draft_model.empty()) {
+      flags.insert(flags.end(), {"--speculative-draft-model", e.speculative_draft_model});
+    }
+  }
   return flags;
 }
 

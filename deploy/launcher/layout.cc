@@ -55,6 +55,18 @@ absl::Status Validate(const Layout& l) {
   if (!(l.engine.gpu_memory_utilization > 0.0 && l.engine.gpu_memory_utilization <= 1.0)) {
     return absl::InvalidArgumentError("engine: gpu_memory_utilization must be in (0, 1]");
   }
+  const std::string& method = l.engine.speculative_method;
+  if (method != "none" && method != "ngram" && method != "draft") {
+    return absl::InvalidArgumentError(
+        "engine: speculative_config.method must be none, ngram or draft");
+  }
+  if (method != "none" && l.engine.num_speculative_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "engine: speculative_config.num_speculative_tokens must be >= 1");
+  }
+  if (method == "draft" && l.engine.speculative_draft_model.empty()) {
+    return absl::InvalidArgumentError("engine: speculative_config.model (the draft) is missing");
+  }
   return absl::OkStatus();
 }
 
@@ -95,6 +107,13 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(e, "cuda_graph_sizes", &l.engine.cuda_graph_sizes);
       Read(e, "enforce_eager", &l.engine.enforce_eager);
       Read(e, "enable_prefix_caching", &l.engine.enable_prefix_caching);
+      if (const YAML::Node s = e["speculative_config"]) {
+        Read(s, "method", &l.engine.speculative_method);
+        Read(s, "num_speculative_tokens", &l.engine.num_speculative_tokens);
+        Read(s, "model", &l.engine.speculative_draft_model);
+        Read(s, "prompt_lookup_min", &l.engine.prompt_lookup_min);
+        Read(s, "prompt_lookup_max", &l.engine.prompt_lookup_max);
+      }
     }
     if (const YAML::Node groups = root["groups"]) {
       for (const YAML::Node& g : groups) l.groups.push_back(ParseGroup(g));

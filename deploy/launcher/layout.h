@@ -9,8 +9,10 @@
 //            routing_policy: ""}  # "": the router's (least-loaded) | round-robin | kv-aware
 //   engine: {page_size: 16, num_pages: 0, kv_memory_bytes: 0, gpu_memory_utilization: 0.9,
 //            max_num_seqs: 256, max_num_batched_tokens: 2048, max_model_len: 0,
-//            cuda_graph_sizes: [], enforce_eager: false,
-//            enable_prefix_caching: true}                     # worker flags of the same names
+//            cuda_graph_sizes: [], enforce_eager: false,      # worker flags of the same names
+//            enable_prefix_caching: true,
+//            speculative_config: {method: ngram, num_speculative_tokens: 4,   # vLLM's fields
+//                                 prompt_lookup_min: 1, prompt_lookup_max: 3, model: /draft}}
 //   groups:
 //     - {role: prefill, count: 1, gpus: [0], tensor_parallel: 1, pipeline_parallel: 1, args: []}
 //     - {role: decode, count: 1, gpus: [1]}
@@ -44,6 +46,12 @@ struct EngineSpec {
   std::vector<int> cuda_graph_sizes;  // empty: the engine's default list
   bool enforce_eager = false;
   bool enable_prefix_caching = true;
+  // speculative_config (decode and mixed workers; prefill workers do not speculate).
+  std::string speculative_method = "none";  // none | ngram | draft
+  int num_speculative_tokens = 0;
+  std::string speculative_draft_model;
+  int prompt_lookup_min = 1;
+  int prompt_lookup_max = 3;
 };
 
 struct Layout {

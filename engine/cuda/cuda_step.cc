@@ -93,7 +93,7 @@ absl::Status CudaOps::ReserveStep(const StepCapacity& capacity) {
 }
 
 absl::Status CudaOps::AllocateStepArrays() {
-  const int64_t t = capacity_.max_tokens, s = capacity_.max_seqs;
+  const int64_t t = capacity_.max_tokens, s = capacity_.max_seqs, r = MaxRows(capacity_);
   const int64_t h = std::max<int64_t>(capacity_.max_history_tokens, 1);
   const int64_t b = std::max<int64_t>(capacity_.max_bias_entries, 1);
   // Every array gets 16 bytes of slack: Unpack copies whole 16-byte vectors.
@@ -110,23 +110,23 @@ absl::Status CudaOps::AllocateStepArrays() {
   RETURN_IF_ERROR(alloc(&a.query_start, s + 1));
   RETURN_IF_ERROR(alloc(&a.seq_lens, s));
   RETURN_IF_ERROR(alloc(&a.block_tables, s * capacity_.max_pages_per_seq));
-  RETURN_IF_ERROR(alloc(&a.logits_rows, s));
-  RETURN_IF_ERROR(alloc(&a.temperature, s));
-  RETURN_IF_ERROR(alloc(&a.top_k, s));
-  RETURN_IF_ERROR(alloc(&a.top_p, s));
-  RETURN_IF_ERROR(alloc(&a.min_p, s));
-  RETURN_IF_ERROR(alloc(&a.seeds, s));
-  RETURN_IF_ERROR(alloc(&a.steps, s));
-  RETURN_IF_ERROR(alloc(&a.repetition_penalty, s));
-  RETURN_IF_ERROR(alloc(&a.frequency_penalty, s));
-  RETURN_IF_ERROR(alloc(&a.presence_penalty, s));
-  RETURN_IF_ERROR(alloc(&a.num_logprobs, s));
+  RETURN_IF_ERROR(alloc(&a.logits_rows, r));
+  RETURN_IF_ERROR(alloc(&a.temperature, r));
+  RETURN_IF_ERROR(alloc(&a.top_k, r));
+  RETURN_IF_ERROR(alloc(&a.top_p, r));
+  RETURN_IF_ERROR(alloc(&a.min_p, r));
+  RETURN_IF_ERROR(alloc(&a.seeds, r));
+  RETURN_IF_ERROR(alloc(&a.steps, r));
+  RETURN_IF_ERROR(alloc(&a.repetition_penalty, r));
+  RETURN_IF_ERROR(alloc(&a.frequency_penalty, r));
+  RETURN_IF_ERROR(alloc(&a.presence_penalty, r));
+  RETURN_IF_ERROR(alloc(&a.num_logprobs, r));
   RETURN_IF_ERROR(alloc(&a.history_tokens, h));
-  RETURN_IF_ERROR(alloc(&a.history_start, s + 1));
-  RETURN_IF_ERROR(alloc(&a.num_prompt_history, s));
+  RETURN_IF_ERROR(alloc(&a.history_start, r + 1));
+  RETURN_IF_ERROR(alloc(&a.num_prompt_history, r));
   RETURN_IF_ERROR(alloc(&a.bias_tokens, b));
   RETURN_IF_ERROR(alloc(&a.bias_values, b));
-  RETURN_IF_ERROR(alloc(&a.bias_start, s + 1));
+  RETURN_IF_ERROR(alloc(&a.bias_start, r + 1));
   CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return absl::OkStatus();
 }
@@ -231,7 +231,8 @@ absl::StatusOr<DeviceStep> CudaOps::BeginStep(const StepInputs& in, const KvLayo
   }
   const int seqs = std::max(pad_seqs, in.num_seqs);
   const int64_t tokens = in.num_tokens + std::max(0, pad_seqs - in.num_seqs);
-  if (seqs > capacity_.max_seqs || tokens > capacity_.max_tokens ||
+  const int64_t rows = std::max<int64_t>(static_cast<int64_t>(in.logits_rows.size()), seqs);
+  if (seqs > capacity_.max_seqs || tokens > capacity_.max_tokens || rows > MaxRows(capacity_) ||
       in.max_pages_per_seq > capacity_.max_pages_per_seq ||
       static_cast<int64_t>(in.history_tokens.size()) > capacity_.max_history_tokens ||
       static_cast<int64_t>(in.bias_tokens.size()) > capacity_.max_bias_entries) {

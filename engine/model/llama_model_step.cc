@@ -54,9 +54,9 @@ absl::Status LlamaModel::ReserveStep(const StepCapacity& capacity) {
   if (capacity.max_tokens < capacity.max_seqs || capacity.max_seqs < 1) {
     return absl::InvalidArgumentError("step capacity: need max_tokens >= max_seqs >= 1");
   }
-  ASSIGN_OR_RETURN(Activations unused, GetActivations(capacity.max_tokens, capacity.max_seqs));
+  ASSIGN_OR_RETURN(Activations unused, GetActivations(capacity.max_tokens, MaxRows(capacity)));
   (void)unused;
-  ASSIGN_OR_RETURN(SampledBlock block, GetSampledBlock(capacity.max_seqs));
+  ASSIGN_OR_RETURN(SampledBlock block, GetSampledBlock(MaxRows(capacity)));
   (void)block;
   RETURN_IF_ERROR(ops_->ReserveStep(capacity));
   ops_->Freeze();

@@ -37,8 +37,11 @@ namespace tandem {
 
 // The most a step may hold; a backend reserves its step buffers for this once (ReserveStep).
 struct StepCapacity {
-  int64_t max_tokens = 0;          // new tokens per step (max_num_batched_tokens, >= max_seqs)
-  int max_seqs = 0;                // sequences (and logits rows) per step
+  int64_t max_tokens = 0;  // new tokens per step (max_num_batched_tokens, >= max_seqs)
+  int max_seqs = 0;        // sequences per step
+  // Logits rows per step: max_seqs, or more when a speculative verify step samples 1 + k rows
+  // per sequence (engine/spec). 0 means max_seqs.
+  int max_rows = 0;
   int max_pages_per_seq = 0;       // block-table stride: ceil(max_model_len / page_size)
   int64_t max_history_tokens = 0;  // penalty histories, all rows together
   int64_t max_bias_entries = 0;    // logit biases, all rows together
@@ -50,6 +53,8 @@ struct StepCapacity {
 // A step's inputs where the backend put them: device pointers (host pointers on RefOps) that
 // stay valid until the next BeginStep. Arrays have the padded sizes (num_tokens, num_rows);
 // block_tables has a fixed stride on backends with graphs.
+inline int64_t MaxRows(const StepCapacity& c) { return c.max_rows > 0 ? c.max_rows : c.max_seqs; }
+
 struct DeviceStep {
   int num_seqs = 0;         // the real sequences (attention is planned for these)
   int num_decode_seqs = 0;  // the first num_decode_seqs have one new token each

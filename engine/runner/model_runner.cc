@@ -26,10 +26,14 @@ StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
     const Sequence& seq = *decision.chunks[c].seq;
     const int begin = seq.num_computed_tokens;
     const int end = begin + decision.chunks[c].num_new_tokens;
-    CHECK_LE(end, seq.num_tokens()) << seq.id;
+    const int num_spec = decision.chunks[c].num_spec_tokens;
+    CHECK_LE(num_spec, static_cast<int>(seq.spec_tokens.size())) << seq.id;
+    CHECK_LE(end, seq.num_tokens() + num_spec) << seq.id;
+    CHECK(num_spec == 0 || end == seq.num_tokens() + num_spec) << seq.id;
     CHECK_LE(end, static_cast<int64_t>(seq.block_table.size()) * page_size) << seq.id;
     for (int pos = begin; pos < end; ++pos) {
-      in.token_ids.push_back(seq.tokens[pos]);
+      in.token_ids.push_back(pos < seq.num_tokens() ? seq.tokens[pos]
+                                                    : seq.spec_tokens[pos - seq.num_tokens()]);
       in.positions.push_back(pos);
       in.slot_mapping.push_back(seq.block_table[pos / page_size] * page_size + pos % page_size);
     }
@@ -37,10 +41,12 @@ StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
     in.seq_lens.push_back(end);
     std::copy(seq.block_table.begin(), seq.block_table.end(),
               in.block_tables.begin() + static_cast<size_t>(c) * in.max_pages_per_seq);
-    if (end == seq.num_tokens()) {
-      in.logits_rows.push_back(in.query_start.back() - 1);
-      AppendSamplingRow(seq, eos_token_ids, &in);
-      sampling_chunks->push_back(c);
+    if (end == seq.num_tokens() + num_spec) {
+      for (int i = 0; i <= num_spec; ++i) {
+        in.logits_rows.push_back(in.query_start.back() - 1 - num_spec + i);
+        AppendSamplingRow(seq, eos_token_ids, &in, i);
+        sampling_chunks->push_back(c);
+      }
     }
   }
   in.num_tokens = static_cast<int64_t>(in.token_ids.size());
@@ -51,7 +57,23 @@ absl::StatusOr<ModelRunner::StepResult> ModelRunner::Run(const ScheduleDecision&
   StepResult result;
   const StepInputs inputs = BuildStepInputs(decision, kv_cache_->layout().page_size, eos_token_ids_,
                                             &result.sampling_chunks);
-  ASSIGN_OR_RETURN(result.output, model_->Step(inputs, kv_cache_->layout(), kv_cache_->pool()));
+  bool drawn_proposals = false;
+  for (const ScheduledChunk& chunk : decision.chunks) {
+    drawn_proposals |= chunk.num_spec_tokens > 0 && !chunk.seq->spec_probs.empty();
+  }
+  if (!drawn_proposals) {
+    ASSIGN_OR_RETURN(result.output, model_->Step(inputs, kv_cache_->layout(), kv_cache_->pool()));
+    return result;
+  }
+  // The lossless rule needs the target's distributions: the logits come back to the host and
+  // every row is sampled there (the same sampler semantics as the backend's).
+  const int64_t vocab = model_->config().vocab_size;
+  result.logits.resize(inputs.logits_rows.size() * static_cast<size_t>(vocab));
+  RETURN_IF_ERROR(
+      model_->ComputeLogits(inputs, kv_cache_->layout(), kv_cache_->pool(), result.logits.data()));
+  std::vector<float> scratch = result.logits;
+  ASSIGN_OR_RETURN(result.output, SampleOnHost(inputs, vocab, scratch.data()));
+  result.inputs = inputs;
   return result;
 }
 

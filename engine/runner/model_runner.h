@@ -16,9 +16,12 @@
 namespace tandem {
 
 // Builds the inputs of one step. Chunk c covers tokens [num_computed_tokens, + num_new_tokens)
-// of its sequence, whose block table must already hold the pages for them. A chunk that
-// reaches the end of its sequence's tokens samples: its last row is in logits_rows (in chunk
-// order), its SamplingRow in sampling, and *sampling_chunks gets its index.
+// of its sequence (then its first num_spec_tokens proposals, spec_tokens), whose block table must
+// already hold the pages for them. A chunk that reaches the end of its sequence's tokens samples:
+// its last row is in logits_rows (in chunk order), its SamplingRow in sampling, and
+// *sampling_chunks gets its index. A verify chunk (num_spec_tokens = m > 0) samples all its
+// 1 + m rows, row i as if proposals 0 .. i-1 had been emitted; *sampling_chunks gets its index
+// 1 + m times.
 StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
                            const std::vector<int>& eos_token_ids,
                            std::vector<int>* sampling_chunks);
@@ -32,6 +35,11 @@ class ModelRunner {
   struct StepResult {
     std::vector<int> sampling_chunks;  // indices into decision.chunks, one per sampled token
     StepOutput output;                 // tokens (and logprobs) in sampling_chunks order
+    // Steps with a verify chunk whose proposals were drawn (Sequence::spec_probs): the step's
+    // inputs and the logits of every row ([rows, vocab], unprocessed), from which the lossless
+    // rule computes the target's distributions (engine/spec/verify.h). Empty otherwise.
+    StepInputs inputs;
+    std::vector<float> logits;
   };
 
   // Runs the step of `decision` (non-empty).

@@ -4,15 +4,17 @@
 
 namespace tandem {
 
-void AppendSamplingRow(const Sequence& seq, const std::vector<int>& eos_token_ids, StepInputs* in) {
+void AppendSamplingRow(const Sequence& seq, const std::vector<int>& eos_token_ids, StepInputs* in,
+                       int num_spec) {
   const SamplingParams& p = seq.sampling;
+  const int num_output = seq.num_output_tokens() + num_spec;
   SamplingRow row;
   row.temperature = p.temperature;
   row.top_k = p.top_k;
   row.top_p = p.top_p;
   row.min_p = p.min_p;
   row.seed = seq.seed;
-  row.step = static_cast<uint64_t>(seq.num_output_tokens());
+  row.step = static_cast<uint64_t>(num_output);
   row.repetition_penalty = p.repetition_penalty;
   row.frequency_penalty = p.frequency_penalty;
   row.presence_penalty = p.presence_penalty;
@@ -29,6 +31,8 @@ void AppendSamplingRow(const Sequence& seq, const std::vector<int>& eos_token_id
       num_prompt = seq.num_prompt_tokens;
     }
     in->history_tokens.insert(in->history_tokens.end(), prompt_end, seq.tokens.end());
+    in->history_tokens.insert(in->history_tokens.end(), seq.spec_tokens.begin(),
+                              seq.spec_tokens.begin() + num_spec);
   }
   in->num_prompt_history.push_back(num_prompt);
   in->history_start.push_back(static_cast<int32_t>(in->history_tokens.size()));
@@ -37,7 +41,7 @@ void AppendSamplingRow(const Sequence& seq, const std::vector<int>& eos_token_id
     in->bias_tokens.push_back(token);
     in->bias_values.push_back(bias);
   }
-  if (seq.num_output_tokens() < p.min_tokens) {
+  if (num_output < p.min_tokens) {
     constexpr float kBanned = -std::numeric_limits<float>::infinity();
     if (!p.ignore_eos) {
       for (int eos : eos_token_ids) {

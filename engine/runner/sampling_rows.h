@@ -15,6 +15,9 @@ namespace tandem {
 // history_start and bias_start started (one 0 each) before the first row. EOS ids (unless
 // ignore_eos) and stop token ids are banned with a -inf bias while the request has fewer than
 // min_tokens output tokens.
-void AppendSamplingRow(const Sequence& seq, const std::vector<int>& eos_token_ids, StepInputs* in);
+// `num_spec` > 0: the row after the first num_spec of seq.spec_tokens (a verify step's row), as if
+// they had been emitted: they join the history as output tokens and count for step and min_tokens.
+void AppendSamplingRow(const Sequence& seq, const std::vector<int>& eos_token_ids, StepInputs* in,
+                       int num_spec = 0);
 
 }  // namespace tandem

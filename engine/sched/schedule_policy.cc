@@ -41,9 +41,10 @@ struct Plan {
     return false;
   }
 
-  void Add(Sequence* seq, int num_new_tokens, int num_new_pages,
+  void Add(Sequence* seq, int num_new_tokens, int num_new_pages, int num_spec_tokens = 0,
            std::vector<int32_t> cached_pages = {}) {
-    decision.chunks.push_back({seq, num_new_tokens, num_new_pages, std::move(cached_pages)});
+    decision.chunks.push_back(
+        {seq, num_new_tokens, num_new_pages, num_spec_tokens, std::move(cached_pages)});
     decision.num_batched_tokens += num_new_tokens;
     free_pages -= num_new_pages;
     budget -= num_new_tokens;
@@ -55,7 +56,9 @@ struct Plan {
   void ScheduleRunning(size_t i, int page_size) {
     if (preempted[i] || scheduled[i] || budget <= 0 || seqs_left <= 0) return;
     Sequence* seq = running[i];
-    const int n = std::min(seq->num_uncomputed_tokens(), budget);
+    // A decode with proposals verifies them in the same step (as many as the budget allows).
+    const int spec = seq->is_decode() ? static_cast<int>(seq->spec_tokens.size()) : 0;
+    const int n = std::min(seq->num_uncomputed_tokens() + spec, budget);
     if (n <= 0) return;
     const int need = PagesForTokens(seq->num_computed_tokens + n, page_size) -
                      static_cast<int>(seq->block_table.size());
@@ -68,7 +71,7 @@ struct Plan {
       return;
     }
     scheduled[i] = true;
-    Add(seq, n, std::max(need, 0));
+    Add(seq, n, std::max(need, 0), std::max(0, n - seq->num_uncomputed_tokens()));
   }
 };
 
@@ -91,8 +94,17 @@ ScheduleDecision FcfsChunkedPolicy::Schedule(const std::vector<Sequence*>& runni
             std::vector<bool>(running.size()),
             std::vector<bool>(running.size()),
             {}};
+  // Plain decodes, then decodes verifying proposals (1 + k tokens), then prefills: the CUDA
+  // backend runs the leading one-token sequences with its decode attention kernel.
   for (size_t i = 0; i < running.size(); ++i) {
-    if (running[i]->is_decode()) plan.ScheduleRunning(i, config_.page_size);
+    if (running[i]->is_decode() && running[i]->spec_tokens.empty()) {
+      plan.ScheduleRunning(i, config_.page_size);
+    }
+  }
+  for (size_t i = 0; i < running.size(); ++i) {
+    if (running[i]->is_decode() && !running[i]->spec_tokens.empty()) {
+      plan.ScheduleRunning(i, config_.page_size);
+    }
   }
   for (size_t i = 0; i < running.size(); ++i) {
     if (!running[i]->is_decode()) plan.ScheduleRunning(i, config_.page_size);
@@ -114,7 +126,7 @@ ScheduleDecision FcfsChunkedPolicy::Schedule(const std::vector<Sequence*>& runni
                      static_cast<int>(seq->block_table.size() + hit.size());
     if (need + hit_cost > plan.free_pages) break;
     plan.free_pages -= hit_cost;
-    plan.Add(seq, n, need, std::move(hit));
+    plan.Add(seq, n, need, /*num_spec_tokens=*/0, std::move(hit));
   }
   return std::move(plan.decision);
 }

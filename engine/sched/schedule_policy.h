@@ -23,13 +23,17 @@ struct ScheduledChunk {
   Sequence* seq = nullptr;
   int num_new_tokens = 0;  // tokens [num_computed_tokens, + num_new_tokens) run this step
   int num_new_pages = 0;   // pages to append to seq->block_table before the step
+  // Of a decode's new tokens, how many are proposals (seq->spec_tokens) after its last token:
+  // num_new_tokens = 1 + num_spec_tokens, all of them logits rows (a verify step).
+  int num_spec_tokens = 0;
   // A waiting sequence's prefix hit: hashed pages that become the start of its block table
   // (before the new pages), so its first cached_pages.size() * page_size tokens are computed.
   std::vector<int32_t> cached_pages = {};
 };
 
 struct ScheduleDecision {
-  // Batch order: decodes first, then prefill chunks (running ones, then newly admitted).
+  // Batch order: decodes first (those without proposals, then verify chunks), then prefill
+  // chunks (running ones, then newly admitted).
   std::vector<ScheduledChunk> chunks;
   // Running sequences whose pages are freed; they go back to the front of the waiting queue
   // and recompute their KV later (preemption by recompute).

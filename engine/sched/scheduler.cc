@@ -63,6 +63,8 @@ void Scheduler::Preempt(Sequence* seq) {
   CHECK(Erase(running_, seq)) << seq->id;
   FreePages(seq);
   seq->num_computed_tokens = 0;
+  seq->spec_tokens.clear();
+  seq->spec_probs.clear();
   seq->status = SequenceStatus::kWaiting;
   waiting_.push_front(seq);
   ++num_preemptions_;

@@ -32,6 +32,11 @@ struct Sequence {
   bool prefill_only = false;
   uint64_t seed = 0;  // sampling.seed, or derived from the id
   bool abort_requested = false;
+  // Speculative decoding (engine/spec): tokens proposed this step after `tokens` (the step
+  // verifies them; never part of `tokens` until accepted), and the distribution each was drawn
+  // from ([spec_tokens.size()][vocab]; empty: point masses).
+  std::vector<int32_t> spec_tokens;
+  std::vector<std::vector<float>> spec_probs;
 
   // Prefix caching (engine/kv/block_allocator.h). A sequence that caches looks its prefix up
   // when it is admitted from the waiting queue and hashes its pages as they fill.

@@ -75,6 +75,7 @@ StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args) 
   req.mutable_sampling()->set_temperature(0.0f);
   req.mutable_sampling()->set_ignore_eos(args.ignore_eos);
   for (const std::string& stop : args.stop) req.mutable_sampling()->add_stop(stop);
+  if (args.sampling) args.sampling(*req.mutable_sampling());
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + args.deadline));
   std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader =
@@ -85,8 +86,10 @@ StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args) 
     result.num_messages++;
     result.tokens.insert(result.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
     result.text += msg.text();
+    result.logprobs.insert(result.logprobs.end(), msg.logprobs().begin(), msg.logprobs().end());
     if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
       result.finish = msg.finish_reason();
+      result.last = msg;
     }
     if (args.on_message && !args.on_message(result)) {
       ctx.TryCancel();
@@ -119,6 +122,31 @@ std::vector<int32_t> ReferenceGreedy(const std::string& model_dir, const Generat
     }
   }
   return tokens;
+}
+
+ReferenceResult Reference(const std::string& model_dir, const std::vector<int32_t>& prompt,
+                          const SamplingParams& sampling) {
+  EngineOptions options;
+  options.model_dir = model_dir;
+  options.num_pages = 256;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
+  CHECK_OK(engine.status());
+  EngineRequest req;
+  req.id = "reference";
+  req.prompt_tokens = prompt;
+  req.sampling = sampling;
+  CHECK_OK((*engine)->AddRequest(req));
+  ReferenceResult result;
+  while ((*engine)->HasWork()) {
+    absl::StatusOr<std::vector<RequestOutput>> outs = (*engine)->Step();
+    CHECK_OK(outs.status());
+    for (const RequestOutput& o : *outs) {
+      result.tokens.insert(result.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      result.logprobs.insert(result.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+      if (o.finish_reason != FinishReason::kNone) result.finish = o.finish_reason;
+    }
+  }
+  return result;
 }
 
 tandem::v1::LoadReport GetLoad(const std::string& worker_grpc) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "deploy/launcher/cluster.h"
+#include "engine/request.h"
 #include "tandem/v1/generate.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -36,6 +37,8 @@ struct StreamResult {
   tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
   grpc::Status status;
   int num_messages = 0;
+  std::vector<tandem::v1::TokenLogprobs> logprobs;  // when sampling.logprobs was set
+  tandem::v1::GenerateResponse last;                // the terminal message (stop reason, usage)
 };
 
 struct GenerateArgs {
@@ -46,6 +49,8 @@ struct GenerateArgs {
   // Called after each streamed message; return false to cancel the call (client disconnect).
   std::function<bool(const StreamResult&)> on_message;
   absl::Duration deadline = absl::Seconds(60);
+  // Sets more sampling options on the request (after the fields above).
+  std::function<void(tandem::v1::SamplingOptions&)> sampling;
 };
 
 // Streams one greedy generation through the router's gRPC Generation API.
@@ -53,6 +58,15 @@ StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args);
 
 // Greedy tokens of one Engine in this process (max_tokens, ignore_eos as in `args`).
 std::vector<int32_t> ReferenceGreedy(const std::string& model_dir, const GenerateArgs& args);
+
+// What one Engine in this process generates for `prompt` with `sampling` (`tandem generate`).
+struct ReferenceResult {
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;
+  FinishReason finish = FinishReason::kNone;
+};
+ReferenceResult Reference(const std::string& model_dir, const std::vector<int32_t>& prompt,
+                          const SamplingParams& sampling);
 
 tandem::v1::LoadReport GetLoad(const std::string& worker_grpc);
 // True when every running worker holds no reserved or owned pages and has nothing queued or

@@ -54,6 +54,17 @@ TEST(Layout, EngineFieldsParse) {
       ParseLayout("router: {routing_policy: kv-aware}\ngroups: [{role: mixed}]");
   ASSERT_TRUE(kv.ok()) << kv.status();
   EXPECT_EQ(kv->routing_policy, "kv-aware");
+  EXPECT_EQ(l->engine.speculative_method, "none");
+
+  absl::StatusOr<Layout> spec = ParseLayout(
+      "engine: {speculative_config: {method: draft, num_speculative_tokens: 5, model: /d,"
+      " prompt_lookup_min: 2, prompt_lookup_max: 4}}\ngroups: [{role: mixed}]");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->engine.speculative_method, "draft");
+  EXPECT_EQ(spec->engine.num_speculative_tokens, 5);
+  EXPECT_EQ(spec->engine.speculative_draft_model, "/d");
+  EXPECT_EQ(spec->engine.prompt_lookup_min, 2);
+  EXPECT_EQ(spec->engine.prompt_lookup_max, 4);
 }
 
 TEST(Layout, DefaultIsOnePrefillOneDecodeOnPort8000) {
@@ -81,6 +92,14 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
       {"groups: [{role: mixed, tensor_parallel: 2}]", "tensor/pipeline"},
       {"groups: [{role: mixed", "layout:"},
       {"engine: {gpu_memory_utilization: 1.5}\ngroups: [{role: mixed}]", "gpu_memory_utilization"},
+      {"engine: {speculative_config: {method: medusa, num_speculative_tokens: 2}}\n"
+       "groups: [{role: mixed}]",
+       "speculative_config.method"},
+      {"engine: {speculative_config: {method: ngram}}\ngroups: [{role: mixed}]",
+       "num_speculative_tokens"},
+      {"engine: {speculative_config: {method: draft, num_speculative_tokens: 3}}\n"
+       "groups: [{role: mixed}]",
+       "speculative_config.model"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Layout> l = ParseLayout(c.yaml);

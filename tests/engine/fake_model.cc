@@ -62,7 +62,7 @@ absl::Status FakeModel::Score(const StepInputs& in, const KvLayout& layout, cons
     return absl::InternalError(
         absl::StrFormat("row %d: position %d, expected %d", row, in.positions[row], pos));
   }
-  uint64_t h = 0x1234;
+  uint64_t h = 0x1234 ^ options_.salt;
   int32_t last = 0;
   for (int j = 0; j <= pos; ++j) {
     const int32_t page =

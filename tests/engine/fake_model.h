@@ -34,6 +34,9 @@ class FakeModel : public Model {
     int head_dim = 4;
     int max_position_embeddings = 4096;
     std::vector<int> eos_token_ids;
+    // kHash: mixed into the hash, so two salts are two different models over the same
+    // vocabulary (a target and its draft in speculative-decoding tests).
+    uint64_t salt = 0;
   };
 
   explicit FakeModel(const Options& options);

@@ -125,15 +125,109 @@ TEST_F(OpenAiRequestTest, OutOfRangeSampling) {
   ExpectBad(Completion(R"({"prompt": "x", "presence_penalty": 3})"), "[-2, 2]");
 }
 
-TEST_F(OpenAiRequestTest, UnsupportedFeatures) {
-  ExpectBad(Completion(R"({"prompt": "x", "n": 2})"), "n > 1 is not supported", "n");
-  ExpectBad(Completion(R"({"prompt": "x", "best_of": 3})"), "best_of");
-  ExpectBad(Completion(R"({"prompt": "x", "logprobs": 2})"), "logprobs");
-  ExpectBad(Completion(R"({"prompt": "x", "echo": true})"), "echo");
-  ExpectBad(Chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})"),
+TEST_F(OpenAiRequestTest, UnsupportedFeaturesAre400) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  ExpectBad(Chat("{" + msgs + R"(, "tools": [{"type": "function"}]})"), "not supported", "tools");
+  ExpectBad(Chat("{" + msgs + R"(, "tool_choice": "auto"})"), "tool calling", "tool_choice");
+  EXPECT_TRUE(Chat("{" + msgs + R"(, "tool_choice": "none"})").ok());
+  ExpectBad(Chat("{" + msgs + R"(, "functions": []})"), "not supported", "functions");
+  ExpectBad(Chat("{" + msgs + R"(, "reasoning_effort": "low"})"), "not supported",
+            "reasoning_effort");
+  ExpectBad(Chat("{" + msgs + R"(, "response_format": {"type": "json_object"}})"),
+            "response_format", "response_format");
+  ExpectBad(Chat("{" + msgs + R"(, "response_format": {"type": "json_schema"}})"),
+            "response_format", "response_format");
+  EXPECT_TRUE(Chat("{" + msgs + R"(, "response_format": {"type": "text"}})").ok());
+  ExpectBad(Chat("{" + msgs + R"(, "best_of": 2})"), "best_of", "best_of");
+  ExpectBad(Completion(R"({"prompt": "x", "suffix": "y"})"), "suffix", "suffix");
+  ExpectBad(Completion(R"({"prompt": "x", "echo": true, "logprobs": 1})"), "echo", "echo");
+  ExpectBad(Completion(R"({"prompt": "x", "guided_json": {}})"), "not supported", "guided_json");
+  ExpectBad(Completion(R"({"prompt": "x", "prompt_logprobs": 1})"), "not supported");
+  ExpectBad(Completion(R"({"prompt": "x", "use_beam_search": true})"), "beam search");
+  ExpectBad(Completion(R"({"prompt": "x", "n": 2, "best_of": 3, "stream": true})"),
+            "cannot be streamed", "best_of");
+  EXPECT_TRUE(Completion(R"({"prompt": "x", "user": "u", "parallel_tool_calls": true})").ok());
+}
+
+TEST_F(OpenAiRequestTest, SamplingFieldsAreParsed) {
+  absl::StatusOr<GenerateSpec> spec = Completion(
+      R"({"prompt": "x", "max_tokens": 8, "presence_penalty": 0.5, "frequency_penalty": -1,
+          "repetition_penalty": 1.2, "min_p": 0.1, "min_tokens": 3,
+          "logit_bias": {"7": 100, "3": -2.5}, "logprobs": 4, "echo": false,
+          "include_stop_str_in_output": true, "n": 2, "best_of": 3,
+          "stream_options": {"include_usage": true, "continuous_usage_stats": true}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const SamplingSpec& s = spec->sampling;
+  EXPECT_FLOAT_EQ(s.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.2f);
+  EXPECT_FLOAT_EQ(s.min_p, 0.1f);
+  EXPECT_EQ(s.min_tokens, 3);
+  EXPECT_EQ(s.logit_bias, (std::vector<std::pair<int32_t, float>>{{3, -2.5f}, {7, 100.0f}}));
+  EXPECT_EQ(s.logprobs, 4);
+  EXPECT_TRUE(s.include_stop_str_in_output);
+  EXPECT_EQ(spec->n, 2);
+  EXPECT_EQ(spec->best_of, 3);
+  EXPECT_TRUE(spec->continuous_usage_stats);
+  // Chat: logprobs + top_logprobs.
+  spec = Chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true,
+                  "top_logprobs": 2, "n": 3})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->sampling.logprobs, 2);
+  EXPECT_EQ(spec->n, 3);
+  EXPECT_EQ(spec->best_of, 3);
+  spec = Chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->sampling.logprobs, -1);
+}
+
+TEST_F(OpenAiRequestTest, SamplingFieldsOutOfRange) {
+  const std::string chat = R"({"messages": [{"role": "user", "content": "x"}], )";
+  ExpectBad(Completion(R"({"prompt": "x", "min_p": 1.5})"), "min_p must be in [0, 1]", "min_p");
+  ExpectBad(Completion(R"({"prompt": "x", "repetition_penalty": 0})"), "greater than zero",
+            "repetition_penalty");
+  ExpectBad(Completion(R"({"prompt": "x", "frequency_penalty": -2.5})"), "[-2, 2]",
+            "frequency_penalty");
+  ExpectBad(Completion(R"({"prompt": "x", "max_tokens": 4, "min_tokens": 5})"),
+            "min_tokens must be in [0, max_tokens = 4]", "min_tokens");
+  ExpectBad(Completion(R"({"prompt": "x", "min_tokens": -1})"), "min_tokens", "min_tokens");
+  ExpectBad(Completion(R"({"prompt": "x", "logit_bias": {"5": 101}})"), "[-100, 100]",
+            "logit_bias");
+  ExpectBad(Completion(R"({"prompt": "x", "logit_bias": {"abc": 1}})"), "not a token id",
+            "logit_bias");
+  ExpectBad(Completion(R"({"prompt": "x", "logit_bias": {"100000": 1}})"), "out of range",
+            "logit_bias");
+  ExpectBad(Completion(R"({"prompt": "x", "logit_bias": {"5": "a"}})"), "must be a number",
+            "logit_bias");
+  ExpectBad(Completion(R"({"prompt": "x", "logit_bias": [1]})"), "must be an object", "logit_bias");
+  ExpectBad(Completion(R"({"prompt": "x", "logprobs": 21})"), "logprobs must be in [0, 20]",
             "logprobs");
-  ExpectBad(Completion(R"({"prompt": ["a", "b"]})"), "batched prompts");
-  EXPECT_TRUE(Completion(R"({"prompt": ["single"]})").ok());  // a batch of one is fine
+  ExpectBad(Chat(chat + R"("logprobs": true, "top_logprobs": 21})"), "top_logprobs",
+            "top_logprobs");
+  ExpectBad(Chat(chat + R"("top_logprobs": 2})"), "needs logprobs", "top_logprobs");
+  ExpectBad(Completion(R"({"prompt": "x", "n": 0})"), "n must be in [1, 64]", "n");
+  ExpectBad(Completion(R"({"prompt": "x", "n": 3, "best_of": 2})"), "best_of must be in [n = 3",
+            "best_of");
+  ExpectBad(Completion(R"({"prompt": ["a", "b", "c"], "best_of": 30})"), "prompts x best_of",
+            "best_of");
+}
+
+TEST_F(OpenAiRequestTest, BatchedPrompts) {
+  absl::StatusOr<GenerateSpec> spec = Completion(R"({"prompt": ["ab", "c"], "max_tokens": 2})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->prompt_tokens, (std::vector<int32_t>{ByteTokenizer::kBos, 'a', 'b'}));
+  ASSERT_EQ(spec->more_prompts.size(), 1u);
+  EXPECT_EQ(spec->more_prompts[0], (std::vector<int32_t>{ByteTokenizer::kBos, 'c'}));
+  spec = Completion(R"({"prompt": [[1, 2], [3]]})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->prompt_tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(spec->more_prompts, (std::vector<std::vector<int32_t>>{{3}}));
+  EXPECT_TRUE(Completion(R"({"prompt": ["single"]})").ok());
+  ExpectBad(Completion(R"({"prompt": ["a", 3]})"), "each prompt of a batch", "prompt");
+  ExpectBad(Completion(R"({"prompt": ["a", [1, 999]]})"), "out of range", "prompt");
+  // Every prompt of the batch must fit with max_tokens.
+  ExpectBad(Completion(R"({"prompt": ["a", ")" + std::string(62, 'b') + R"("], "max_tokens": 4})"),
+            "maximum context length", "max_tokens");
 }
 
 TEST_F(OpenAiRequestTest, ContextLength) {

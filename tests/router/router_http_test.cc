@@ -3,8 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <thread>
 
+#include "absl/strings/str_format.h"
 #include "tests/router/http_test_client.h"
 #include "tests/router/router_test_env.h"
 
@@ -208,7 +210,13 @@ TEST_F(RouterHttpTest, BadInputGetsEnvelopeAndServerKeepsServing) {
       {"/v1/completions", R"({"prompt": "x", "temperature": 9})", 400, "temperature"},
       {"/v1/completions", R"({"prompt": "x", "top_p": 0})", 400, "top_p"},
       {"/v1/chat/completions", R"({"messages": "hi"})", 400, "messages"},
-      {"/v1/completions", R"({"prompt": "x", "n": 3})", 400, "n > 1"},
+      {"/v1/completions", R"({"prompt": "x", "n": 0})", 400, "n must be"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}],
+          "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       400, "not supported"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}],
+          "response_format": {"type": "json_object"}})",
+       400, "response_format"},
       {"/v1/nothing", "{}", 404, "no route"},
   };
   for (const Case& c : cases) {
@@ -222,6 +230,19 @@ TEST_F(RouterHttpTest, BadInputGetsEnvelopeAndServerKeepsServing) {
   }
   EXPECT_EQ(HttpCall(port(), "GET", "/v1/completions").status, 405);
   EXPECT_EQ(Post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": 2})").status, 200);
+  HttpResult unknown = HttpCall(port(), "GET", "/v1/models/nope");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_THAT(unknown.body, HasSubstr("The model `nope` does not exist"));
+  const std::string served = HttpCall(port(), "GET", "/v1/models").Json()["data"][0]["id"];
+  HttpResult model = HttpCall(port(), "GET", "/v1/models/" + served);
+  EXPECT_EQ(model.status, 200) << model.body;
+  EXPECT_EQ(model.Json()["id"], served);
+  EXPECT_EQ(model.Json()["object"], "model");
+  EXPECT_EQ(HttpCall(port(), "GET",
+                     "/v1/models/%" + absl::StrFormat("%02X", served[0]) + served.substr(1))
+                .status,
+            200);  // percent-encoded
+  EXPECT_EQ(HttpCall(port(), "GET", "/v1/models/" + served + "%2").status, 404);
 }
 
 TEST(RouterHttpLimitsTest, OversizedBodyIs413AndApiKeyIsChecked) {
@@ -337,6 +358,78 @@ TEST_F(RouterHttpTest, DecodeWorkerDyingMidStreamEndsWithInBandErrorAndTrafficMo
   }
   EXPECT_GE(survivor->requests_served(), 3);
   decode_ = survivor;
+  ExpectIdle();
+}
+
+TEST_F(RouterHttpTest, ChoicesOfNAndBatchedPrompts) {
+  StartPair();
+  HttpResult r = Post(port(), "/v1/completions", R"({"prompt": "hi", "max_tokens": 5, "n": 3})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = r.Json();
+  ASSERT_EQ(body["choices"].size(), 3u) << r.body;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(body["choices"][i]["index"], i);
+    EXPECT_EQ(body["choices"][i]["text"], "hello");
+  }
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 3);  // one prompt, counted once
+  EXPECT_EQ(body["usage"]["completion_tokens"], 15);
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  r = Post(port(), "/v1/completions", R"({"prompt": ["hi", "x"], "max_tokens": 2, "echo": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  body = r.Json();
+  ASSERT_EQ(body["choices"].size(), 2u) << r.body;
+  EXPECT_EQ(body["choices"][0]["text"], "hihe");  // echo: the prompt text, then the output
+  EXPECT_EQ(body["choices"][1]["text"], "xhe");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 3 + 2);
+  // Streamed chat, n = 2: each choice's chunks carry its index; one [DONE] after both.
+  r = Post(port(), "/v1/chat/completions",
+           R"({"messages": [{"role": "user", "content": "q"}], "max_tokens": 5, "n": 2,
+               "stream": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<std::string> events = SseData(r.body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::map<int, std::string> content;
+  std::map<int, int> finishes, roles;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json choice = json::parse(events[i])["choices"][0];
+    const int index = choice["index"];
+    content[index] += choice["delta"].value("content", "");
+    if (choice["delta"].contains("role")) roles[index]++;
+    if (!choice["finish_reason"].is_null()) finishes[index]++;
+  }
+  EXPECT_EQ(content, (std::map<int, std::string>{{0, "hello"}, {1, "hello"}}));
+  EXPECT_EQ(finishes, (std::map<int, int>{{0, 1}, {1, 1}}));
+  EXPECT_EQ(roles, (std::map<int, int>{{0, 1}, {1, 1}}));
+  ExpectIdle();
+}
+
+TEST_F(RouterHttpTest, ClientDisconnectCancelsEverySequenceOfARequest) {
+  StartPair(/*token_delay_ms=*/20);
+  StreamingCall call(port(), "/v1/completions",
+                     R"({"prompt": "x", "max_tokens": 200, "n": 3, "stream": true})");
+  ASSERT_TRUE(RouterTestEnv::WaitFor([&] { return decode_->streams_open() == 3; }));
+  call.Close();
+  EXPECT_TRUE(
+      RouterTestEnv::WaitFor([&] { return decode_->streams_open() == 0; }, absl::Seconds(1)));
+  ExpectIdle();
+}
+
+TEST_F(RouterHttpTest, ASequenceFailingEndsTheResponseAndCancelsItsSiblings) {
+  StartPair(/*token_delay_ms=*/20);
+  FakeWorker* other = env_.AddWorker(Role("decode-1", WORKER_ROLE_DECODE, 20));
+  ASSERT_NE(other, nullptr);
+  StreamingCall call(port(), "/v1/completions",
+                     R"({"prompt": "x", "max_tokens": 200, "n": 2, "stream": true})");
+  // The two sequences went to different decode workers (least outstanding first).
+  ASSERT_TRUE(RouterTestEnv::WaitFor(
+      [&] { return decode_->streams_open() == 1 && other->streams_open() == 1; }));
+  decode_->Kill();
+  ASSERT_TRUE(call.ReadUntil("[DONE]", 5000)) << call.received();
+  EXPECT_THAT(call.received(), HasSubstr(R"("code":503)"));
+  // The sibling on the live worker is cancelled, long before its 200 tokens would end.
+  EXPECT_TRUE(RouterTestEnv::WaitFor([&] { return other->streams_open() == 0; }, absl::Seconds(1)));
+  decode_ = other;
   ExpectIdle();
 }
 

@@ -135,7 +135,7 @@ TEST(WorkerRegistryTest, RefusesMismatchedProtocolAndModel) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.status().message()),
               ::testing::AllOf(::testing::HasSubstr("version 7"),
-                               ::testing::HasSubstr("speaks version 1")));
+                               ::testing::HasSubstr("speaks version 2")));
   r = Registration("d0", WORKER_ROLE_DECODE);
   r.mutable_model()->set_vocab_size(1000);
   EXPECT_THAT(std::string(registry.Register(r).status().message()),

@@ -131,6 +131,32 @@ TEST_F(TextStreamTest, EarliestOfSeveralStopStringsWins) {
   EXPECT_EQ(d.num_tokens, 2);
 }
 
+TEST_F(TextStreamTest, MatchedStopIsNamedAndIncludeStopKeepsIt) {
+  TextStream s = Make({"zz", "cd", "c"});
+  EXPECT_EQ(s.matched_stop(), "");
+  Fed run = FeedOneByOne(s, Ids("abcdef"));
+  EXPECT_EQ(run.text, "ab");
+  EXPECT_EQ(s.matched_stop(), "c");  // "c" completes before "cd"
+
+  TextStream kept(&tokenizer_, /*skip_special_tokens=*/true, {"cde", "x"},
+                  /*include_stop=*/true);
+  run = FeedOneByOne(kept, Ids("abcdefg"));
+  EXPECT_EQ(run.text, "abcde");  // the stop string stays; what follows does not
+  EXPECT_EQ(run.consumed, 5);
+  EXPECT_EQ(kept.matched_stop(), "cde");
+
+  // Completed over held-back text.
+  TextStream tail(&tokenizer_, true, {"ef"}, /*include_stop=*/true);
+  EXPECT_EQ(Add(tail, "abe"), "ab");  // "e" is held back
+  EXPECT_EQ(Add(tail, "f"), "ef");
+  EXPECT_TRUE(tail.stopped());
+  EXPECT_EQ(tail.matched_stop(), "ef");
+  // No stop: nothing named.
+  TextStream none = Make({"q"});
+  FeedOneByOne(none, Ids("abc"));
+  EXPECT_EQ(none.matched_stop(), "");
+}
+
 TEST_F(TextStreamTest, NothingAfterTheStop) {
   TextStream s = Make({"XY"});
   TextStream::Delta d = s.Add(Ids("abXYcd"));

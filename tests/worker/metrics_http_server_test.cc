@@ -341,3 +341,43 @@ TEST(WorkerMetricsTest, ServesTheWorkerFamiliesWithTheirLabels) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// The engine's speculative-decoding counters reach Prometheus as counters (deltas between
+// updates) and the two ratios as gauges.
+TEST(WorkerMetricsTest, ExportsSpeculativeDecodingCounters) {
+  absl::StatusOr<std::unique_ptr<WorkerMetrics>> m =
+      WorkerMetrics::Create("127.0.0.1", 0, "decode", "decode-1", "tiny");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EngineStats s;
+  s.spec_decode_num_drafts = 10;
+  s.spec_decode_num_draft_tokens = 40;
+  s.spec_decode_num_accepted_tokens = 30;
+  s.spec_decode_num_emitted_tokens = 38;
+  (*m)->UpdateEngine(s, 0);
+  s.spec_decode_num_drafts = 20;
+  s.spec_decode_num_draft_tokens = 80;
+  s.spec_decode_num_accepted_tokens = 40;
+  s.spec_decode_num_emitted_tokens = 58;
+  (*m)->UpdateEngine(s, 0);
+  std::optional<testing::RawHttpResponse> r = testing::HttpGetOnce((*m)->port(), "/metrics");
+  ASSERT_TRUE(r.has_value());
+  const std::string labels = "{model_name=\"tiny\",role=\"decode\",worker=\"decode-1\"}";
+  EXPECT_THAT(r->body,
+              ::testing::HasSubstr("tandem:spec_decode_num_drafts_total" + labels + " 20\n"));
+  EXPECT_THAT(r->body,
+              ::testing::HasSubstr("tandem:spec_decode_num_draft_tokens_total" + labels + " 80\n"));
+  EXPECT_THAT(r->body, ::testing::HasSubstr("tandem:spec_decode_num_accepted_tokens_total" +
+                                            labels + " 40\n"));
+  EXPECT_THAT(r->body, ::testing::HasSubstr("tandem:spec_decode_num_emitted_tokens_total" + labels +
+                                            " 58\n"));
+  EXPECT_THAT(r->body,
+              ::testing::HasSubstr("tandem:spec_decode_draft_acceptance_rate" + labels + " 0.5\n"));
+  EXPECT_THAT(r->body, ::testing::HasSubstr("tandem_worker_spec_decode_mean_accepted_length" +
+                                            labels + " 2.9\n"));
+}
+
+}  // namespace
+}  // namespace tandem
