@@ -40,6 +40,11 @@ struct EngineOptions {
   // 1, 2, 4, 8, 16, 24, ... (steps of 8) up to max_num_seqs. Ignored on the CPU backend.
   std::vector<int> cuda_graph_sizes;
   bool enforce_eager = false;  // no CUDA graphs: every step runs op by op
+  // Automatic prefix caching (vLLM's --enable-prefix-caching, on by default): full pages of a
+  // request's tokens stay cached after it ends, keyed by their chained hash (base/page_hash.h),
+  // and a new request reuses its longest cached prefix. Requests added with AddRequest use it;
+  // prefilled requests (decode side) keep no cache: every page of theirs was transferred.
+  bool enable_prefix_caching = true;
   // Speculative decoding (engine/spec/README.md): off by default. A draft model gets its own KV
   // pool with as many pages as the target's (the pool budget is split between the two).
   SpeculativeConfig speculative;
@@ -58,6 +63,11 @@ struct EngineStats {
   int num_pages_free = 0;
   int num_pages_reserved = 0;  // reserved or receiving for incoming transfers
   int num_pages_owned = 0;
+  // Prefix caching: pages holding a cached prefix that no request holds (evictable: Allocate
+  // takes them when no page is free), and of the owned ones those a cached prefix names.
+  int num_pages_cached = 0;
+  int64_t prefix_cache_queries_total = 0;  // tokens of requests admitted with a lookup
+  int64_t prefix_cache_hits_total = 0;     // of them, tokens found in the cache
   int64_t num_prompt_tokens_total = 0;
   int64_t num_generated_tokens_total = 0;
   int64_t num_steps_total = 0;
@@ -140,6 +150,15 @@ class Engine {
   virtual const ModelConfig& model_config() const = 0;
   virtual int max_model_len() const = 0;
   virtual EngineStats Stats() const = 0;
+
+  // --- prefix caching ---
+  // Every cached (evictable) page becomes free; pages requests hold keep their hashes. Returns
+  // the number of pages freed (vLLM's reset_prefix_cache).
+  virtual int ResetPrefixCache() = 0;
+  // Hashes of the pages this engine's cache holds (held by requests or evictable), and a
+  // version that changes whenever that set does: what a worker publishes for KV-aware routing.
+  virtual std::vector<uint64_t> PrefixCacheHashes() const = 0;
+  virtual uint64_t prefix_cache_version() const = 0;
 };
 
 }  // namespace tandem

@@ -104,12 +104,25 @@ EngineStats EngineImpl::Stats() const {
   stats.num_pages_reserved =
       allocator.num_in_state(PageState::kReserved) + allocator.num_in_state(PageState::kReceiving);
   stats.num_pages_owned = allocator.num_in_state(PageState::kOwned);
+  stats.num_pages_cached = allocator.num_cached();
   stats.num_preemptions_total = scheduler_.num_preemptions();
+  stats.prefix_cache_queries_total = scheduler_.num_prefix_cache_queries();
+  stats.prefix_cache_hits_total = scheduler_.num_prefix_cache_hits();
   if (proposer_ != nullptr) {
     stats.num_draft_pages_total = proposer_->num_pages_total();
     stats.num_draft_pages_free = proposer_->num_pages_free();
   }
   return stats;
+}
+
+int EngineImpl::ResetPrefixCache() { return kv_cache_->allocator().ClearCache(); }
+
+std::vector<uint64_t> EngineImpl::PrefixCacheHashes() const {
+  return kv_cache_->allocator().Hashes();
+}
+
+uint64_t EngineImpl::prefix_cache_version() const {
+  return kv_cache_->allocator().hashes_version();
 }
 
 }  // namespace tandem

@@ -215,9 +215,9 @@ EngineImpl::EngineImpl(const EngineOptions& options, int max_model_len,
       max_model_len_(max_model_len),
       model_(std::move(model)),
       kv_cache_(std::move(kv_cache)),
-      scheduler_(
-          SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens, options.page_size},
-          &kv_cache_->allocator()),
+      scheduler_(SchedulerConfig{options.max_num_seqs, options.max_num_batched_tokens,
+                                 options.page_size, options.enable_prefix_caching},
+                 &kv_cache_->allocator()),
       eos_token_ids_(eos_token_ids),
       runner_(model_.get(), kv_cache_.get(), eos_token_ids_),
       stop_checker_(std::move(eos_token_ids)),
@@ -287,6 +287,8 @@ absl::Status EngineImpl::AddRequest(EngineRequest request) {
   RETURN_IF_ERROR(ValidateRequestBody(request));
   std::unique_ptr<Sequence> seq = NewSequence(std::move(request));
   counters_.num_prompt_tokens_total += seq->num_prompt_tokens;
+  seq->cache_prefix = options_.enable_prefix_caching;
+  ExtendPageHashes(seq.get());
   scheduler_.AddWaiting(seq.get());
   sequences_.emplace(seq->id, std::move(seq));
   return absl::OkStatus();

@@ -45,6 +45,9 @@ class EngineImpl : public Engine {
   const ModelConfig& model_config() const override { return model_->config(); }
   int max_model_len() const override { return max_model_len_; }
   EngineStats Stats() const override;
+  int ResetPrefixCache() override;
+  std::vector<uint64_t> PrefixCacheHashes() const override;
+  uint64_t prefix_cache_version() const override;
 
  private:
   EngineImpl(const EngineOptions& options, int max_model_len, std::unique_ptr<Model> model,
@@ -77,6 +80,10 @@ class EngineImpl : public Engine {
   // FailedPrecondition naming broken_, for calls that take new work after Break.
   absl::Status BrokenError() const;
   void Finish(Sequence* seq);  // frees pages, forgets the sequence
+  // Prefix caching: extends seq->page_hashes over its full pages of tokens, and hashes the
+  // pages of its block table whose every token's KV is now computed.
+  void ExtendPageHashes(Sequence* seq) const;
+  void RegisterFullPages(Sequence* seq);
 
   EngineOptions options_;
   int max_model_len_;

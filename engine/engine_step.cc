@@ -1,10 +1,13 @@
 // EngineImpl: the parts of Step() after scheduling — sampling, stop checks, finishing, and
 // stopping for good when the backend is unusable.
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "base/check.h"
 #include "base/logging.h"
+#include "base/page_hash.h"
 #include "engine/engine_impl.h"
 
 namespace tandem {
@@ -40,6 +43,37 @@ std::vector<RequestOutput> EngineImpl::FinishAborted() {
   return outputs;
 }
 
+void EngineImpl::ExtendPageHashes(Sequence* seq) const {
+  if (!seq->cache_prefix) return;
+  const int page_size = options_.page_size;
+  const absl::Span<const int32_t> tokens(seq->tokens);
+  for (size_t i = seq->page_hashes.size(); (i + 1) * page_size <= tokens.size(); ++i) {
+    const uint64_t parent = i == 0 ? kPageHashSeed : seq->page_hashes[i - 1];
+    seq->page_hashes.push_back(ChainPageHash(parent, tokens.subspan(i * page_size, page_size)));
+  }
+}
+
+void EngineImpl::RegisterFullPages(Sequence* seq) {
+  if (!seq->cache_prefix) return;
+  // A page is hashed once all its tokens are known and their KV computed. During a verify
+  // chunk's emission the computed tokens run ahead of the known ones (the accepted proposals'
+  // KV is written before they are appended); rejected proposals never count as computed
+  // (VerifyChunk advances num_computed_tokens by the accepted ones only), so a page holding
+  // their KV never counts as full and is never hashed: the next step overwrites that KV first.
+  const int full = std::min(seq->num_computed_tokens / options_.page_size,
+                            static_cast<int>(seq->page_hashes.size()));
+  CHECK_LE(seq->num_computed_tokens,
+           seq->num_tokens() + options_.speculative.num_speculative_tokens)
+      << seq->id;
+  CHECK_LE(full, static_cast<int>(seq->block_table.size())) << seq->id;
+  for (; seq->num_hashed_pages < full; ++seq->num_hashed_pages) {
+    const int i = seq->num_hashed_pages;
+    // False when another page already holds this prefix (computed twice concurrently): this
+    // copy then stays unhashed and goes back to free when its request ends.
+    CHECK_OK(kv_cache_->allocator().Register(seq->block_table[i], seq->page_hashes[i]).status());
+  }
+}
+
 RequestOutput EngineImpl::AppendToken(Sequence* seq, const StepOutput& output, size_t row) {
   RequestOutput out;
   out.id = seq->id;
@@ -56,7 +90,12 @@ RequestOutput EngineImpl::AppendToken(Sequence* seq, const StepOutput& output, s
 }
 
 bool EngineImpl::Emit(Sequence* seq, int32_t token, TokenLogprobs logprobs, RequestOutput* out) {
+  if (seq->num_output_tokens() == 0) out->num_cached_tokens = std::max(seq->num_cached_tokens, 0);
   seq->tokens.push_back(token);
+  ExtendPageHashes(seq);
+  // Before the stop check, which may finish the sequence and free its pages into the cache: a
+  // verify chunk's accepted proposals fill pages as they are emitted.
+  RegisterFullPages(seq);
   ++counters_.num_generated_tokens_total;
   out->new_tokens.push_back(token);
   if (seq->sampling.logprobs >= 0) out->logprobs.push_back(std::move(logprobs));
@@ -82,7 +121,10 @@ void EngineImpl::PostProcess(const ScheduleDecision& decision,
   CHECK_EQ(result.sampling_chunks.size(), result.output.tokens.size());
   for (const ScheduledChunk& chunk : decision.chunks) {
     // A verify chunk's computed tokens depend on how many proposals it accepts (VerifyChunk).
-    if (chunk.num_spec_tokens == 0) chunk.seq->num_computed_tokens += chunk.num_new_tokens;
+    if (chunk.num_spec_tokens > 0) continue;
+    chunk.seq->num_computed_tokens += chunk.num_new_tokens;
+    // Before AppendToken, which may finish the sequence and free its pages into the cache.
+    RegisterFullPages(chunk.seq);
   }
   for (size_t i = 0; i < result.sampling_chunks.size();) {
     const ScheduledChunk& chunk = decision.chunks[result.sampling_chunks[i]];
@@ -117,6 +159,8 @@ absl::Status EngineImpl::Break(const absl::Status& error) {
   all.reserve(sequences_.size());
   for (auto& [id, seq] : sequences_) all.push_back(seq.get());
   for (Sequence* seq : all) Finish(seq);
+  // Nothing the backend wrote can be trusted, nor will anything read it again.
+  kv_cache_->allocator().ClearCache();
   return broken_;
 }
 

@@ -33,7 +33,7 @@ struct Config {
   uint64_t seed = 0;
 
   // Dataset.
-  std::string dataset_name = "random";  // random | sharegpt | trace (alias mooncake)
+  std::string dataset_name = "random";  // random | sharegpt | trace (alias mooncake) | multi-turn
   std::string dataset_path;
   int random_input_len = 1024;
   int random_output_len = 128;
@@ -43,8 +43,11 @@ struct Config {
   double prefix_sharing_ratio = 0.0;           // extra
   int num_prefix_groups = 1;                   // extra
   int sharegpt_output_len = -1;
-  int trace_block_size = 512;     // extra
-  double trace_time_scale = 1.0;  // extra
+  int trace_block_size = 512;         // extra
+  double trace_time_scale = 1.0;      // extra
+  int multi_turn_system_len = 256;    // extra (multi-turn)
+  int multi_turn_system_prompts = 1;  // extra
+  int multi_turn_turns = 4;           // extra
 
   // Reporting.
   std::vector<std::string> goodput;  // ttft:MS tpot:MS e2el:MS

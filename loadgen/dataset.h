@@ -5,6 +5,9 @@
 //              ratio: the first ratio*len tokens of request i come from shared prefix i % G.
 //   sharegpt — a ShareGPT JSON file: first human turn is the prompt, the next turn's length is
 //              the output length (vLLM's filters: both >= 4 tokens, prompt <= 1024, total <= 2048).
+//   multi-turn — chat conversations: each starts with one of a few shared system prompts, and
+//              every turn resends the whole conversation so far (earlier user turns and
+//              answers) plus a new user turn, so a prefix cache sees each conversation grow.
 //   trace    — Mooncake trace replay (JSON lines: timestamp ms, input_length, output_length,
 //              hash_ids): arrivals come from the timestamps; equal hash ids produce equal
 //              blocks of --trace-block-size tokens, so prefix caches see the trace's sharing.
@@ -59,6 +62,19 @@ absl::StatusOr<std::vector<RequestSpec>> RandomDataset(const RandomDatasetOption
 absl::StatusOr<std::vector<RequestSpec>> ShareGptDataset(const std::string& path, int num_prompts,
                                                          int output_len, uint64_t seed,
                                                          const PromptSource& source);
+
+struct MultiTurnOptions {
+  int num_prompts = 1000;      // requests in all: conversations x turns (the last may be short)
+  int system_len = 256;        // tokens of each shared system prompt
+  int num_system_prompts = 1;  // conversation c uses system prompt c % num_system_prompts
+  int turns = 4;               // turns per conversation
+  int user_len = 64;           // tokens of each user turn
+  int output_len = 64;         // max_tokens, and the length of the answer resent next turn
+  uint64_t seed = 0;
+};
+// Requests in round order: turn 0 of every conversation, then turn 1 of every one, ...
+absl::StatusOr<std::vector<RequestSpec>> MultiTurnDataset(const MultiTurnOptions& options,
+                                                          const PromptSource& source);
 
 struct TraceOptions {
   int num_prompts = -1;     // -1: the whole trace

@@ -45,6 +45,17 @@ absl::StatusOr<std::vector<RequestSpec>> MakeDataset(const Config& c, const Prom
     o.seed = c.seed;
     return RandomDataset(o, source);
   }
+  if (c.dataset_name == "multi-turn") {
+    MultiTurnOptions o;
+    o.num_prompts = c.num_prompts;
+    o.system_len = c.multi_turn_system_len;
+    o.num_system_prompts = c.multi_turn_system_prompts;
+    o.turns = c.multi_turn_turns;
+    o.user_len = c.random_input_len;
+    o.output_len = c.random_output_len;
+    o.seed = c.seed;
+    return MultiTurnDataset(o, source);
+  }
   if (c.dataset_path.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--dataset-name ", c.dataset_name, " needs --dataset-path"));

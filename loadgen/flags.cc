@@ -38,7 +38,7 @@ void LoadFlags(CLI::App& app, Config* c) {
 
 void DatasetFlags(CLI::App& app, Config* c) {
   app.add_option("--dataset-name", c->dataset_name)
-      ->check(CLI::IsMember({"random", "sharegpt", "trace", "mooncake"}));
+      ->check(CLI::IsMember({"random", "sharegpt", "trace", "mooncake", "multi-turn"}));
   app.add_option("--dataset-path", c->dataset_path);
   app.add_option("--random-input-len,--input-len", c->random_input_len);
   app.add_option("--random-output-len,--output-len", c->random_output_len);
@@ -52,6 +52,12 @@ void DatasetFlags(CLI::App& app, Config* c) {
   app.add_option("--sharegpt-output-len", c->sharegpt_output_len);
   app.add_option("--trace-block-size", c->trace_block_size, "tokens per trace hash id");
   app.add_option("--trace-time-scale", c->trace_time_scale, "multiply trace timestamps");
+  app.add_option("--multi-turn-system-len", c->multi_turn_system_len,
+                 "multi-turn: tokens of each shared system prompt (user turns: --random-input-len, "
+                 "answers: --random-output-len)");
+  app.add_option("--multi-turn-system-prompts", c->multi_turn_system_prompts,
+                 "multi-turn: distinct system prompts the conversations share");
+  app.add_option("--multi-turn-turns", c->multi_turn_turns, "multi-turn: turns per conversation");
 }
 
 void ReportFlags(CLI::App& app, Config* c) {

@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   app.add_option("--grpc-port", config.grpc_port, "gRPC port (Generation API, worker registry)");
   app.add_option("--api-key", config.api_key, "require 'Authorization: Bearer KEY' on /v1/*")
       ->envname("TANDEM_API_KEY");
-  app.add_option("--routing-policy", config.routing_policy, "least-loaded | round-robin");
+  app.add_option("--routing-policy", config.routing_policy,
+                 "least-loaded | round-robin | kv-aware (prefix-cache overlap and load)");
   app.add_option("--max-running", config.max_running,
                  "requests routed to workers at once (also bounded by the KV tokens the "
                  "workers can hold: prompt + max_tokens per request)");

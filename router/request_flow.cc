@@ -32,6 +32,8 @@ RequestFlow::RequestFlow(FlowDeps* deps, GenerateSpec spec, std::string worker_r
       text_(deps->tokenizer, spec_.sampling.skip_special_tokens, spec_.sampling.stop,
             spec_.sampling.include_stop_str_in_output) {
   ++deps_->flow_objects;
+  query_.num_prompt_tokens = static_cast<int>(spec_.prompt_tokens.size());
+  query_.prompt_tokens = &spec_.prompt_tokens;
 }
 
 RequestFlow::~RequestFlow() { --deps_->flow_objects; }

@@ -29,6 +29,8 @@ struct RoutePlan {
 
 struct RouteQuery {
   int num_prompt_tokens = 0;
+  // The tokenized prompt (kv-aware routing hashes its pages); null: unknown. Must outlive Pick.
+  const std::vector<int32_t>* prompt_tokens = nullptr;
   // Workers not to pick (e.g. a decode worker that just refused a reservation).
   absl::flat_hash_set<std::string> excluded;
 };
@@ -47,7 +49,16 @@ class RoutingPolicy {
 std::unique_ptr<RoutingPolicy> MakeLeastLoadedPolicy();
 // Round robin over each pool, ignoring load.
 std::unique_ptr<RoutingPolicy> MakeRoundRobinPolicy();
-// "least-loaded" or "round-robin"; InvalidArgument otherwise.
+// KV-aware (Dynamo's KV router idea): a prefill (or mixed) worker's cost is the prompt tokens it
+// would compute — the prompt less the longest prefix of its full pages found in the worker's
+// published prefix cache (WorkerSnapshot::prefix_cache, hashed as the engine does with
+// base/page_hash.h, and never the last token, as the engine) — plus load_weight x the prompt's
+// length per request already on it (load as least-loaded counts it); the lowest cost wins, ties
+// go to the lower load, then rotate. Decode workers keep no cache: least-loaded picks them.
+std::unique_ptr<RoutingPolicy> MakeKvAwarePolicy(double load_weight = 1.0);
+// The prompt tokens `w` would find in its prefix cache (0 without a summary or a prompt).
+int CachedPrefixTokens(const WorkerSnapshot& w, const std::vector<int32_t>& prompt);
+// "least-loaded", "round-robin" or "kv-aware"; InvalidArgument otherwise.
 absl::StatusOr<std::unique_ptr<RoutingPolicy>> MakeRoutingPolicy(const std::string& name);
 
 // True when a (prefill, decode) pair or a mixed worker is healthy and not draining.

@@ -128,6 +128,15 @@ absl::StatusOr<HeartbeatResponse> WorkerRegistry::Heartbeat(const HeartbeatReque
   // An unhealthy worker is marked down first: then told to register again, which it will not do.
   if (!request.unhealthy_reason().empty()) ReportUnhealthy(request);
   HeartbeatResponse response;
+  std::shared_ptr<WorkerPrefixCache> cache;  // built before taking the lock
+  if (request.has_prefix_cache()) {
+    cache = std::make_shared<WorkerPrefixCache>();
+    cache->version = request.prefix_cache().version();
+    cache->page_size = request.prefix_cache().page_size();
+    cache->truncated = request.prefix_cache().truncated();
+    cache->hashes.insert(request.prefix_cache().page_hashes().begin(),
+                         request.prefix_cache().page_hashes().end());
+  }
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request.worker_id());
   if (it == workers_.end() || it->second.state.epoch != request.epoch() ||
@@ -137,6 +146,7 @@ absl::StatusOr<HeartbeatResponse> WorkerRegistry::Heartbeat(const HeartbeatReque
   }
   it->second.state.load = request.load();
   it->second.state.draining = request.draining();
+  if (cache != nullptr) it->second.state.prefix_cache = std::move(cache);
   it->second.last_heartbeat = options_.clock->Now();
   return response;
 }

@@ -26,6 +26,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -35,6 +36,15 @@
 namespace tandem::router {
 
 using WorkerStub = tandem::v1::Worker::StubInterface;
+
+// The page hashes a worker's prefix cache held at its last summary (worker.proto
+// PrefixCacheSummary), for KV-aware routing. Immutable once built: snapshots share it.
+struct WorkerPrefixCache {
+  uint64_t version = 0;
+  int page_size = 0;
+  bool truncated = false;
+  absl::flat_hash_set<uint64_t> hashes;
+};
 
 // A copy of one worker's state, for routing decisions and reports.
 struct WorkerSnapshot {
@@ -49,6 +59,8 @@ struct WorkerSnapshot {
   int outstanding = 0;             // requests this router has in flight on the worker
   bool healthy = false;
   bool draining = false;
+  // The last prefix-cache summary of this epoch; null: none yet (or no prefix cache).
+  std::shared_ptr<const WorkerPrefixCache> prefix_cache;
 };
 
 struct RegistryOptions {

@@ -44,6 +44,10 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
       ->capture_default_str();
   app.add_option("--prompt-lookup-max", s.prompt_lookup_max, "Largest n-gram the lookup tries")
       ->capture_default_str();
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+               "Automatic prefix caching: reuse the KV of cached full pages of earlier prompts "
+               "(on by default; --no-enable-prefix-caching or --enable-prefix-caching=false: off)")
+      ->capture_default_str();
 }
 
 absl::Status ResolveEngineFlags(EngineFlags* f) {

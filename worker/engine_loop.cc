@@ -11,6 +11,9 @@ EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, Handlers handlers, absl::
                        Clock* clock)
     : engine_(std::move(engine)), handlers_(std::move(handlers)), tick_(tick), clock_(clock) {
   stats_ = engine_->Stats();
+  prefix_cache_.version = engine_->prefix_cache_version();
+  prefix_cache_.hashes =
+      std::make_shared<const std::vector<uint64_t>>(engine_->PrefixCacheHashes());
 }
 
 EngineLoop::~EngineLoop() {
@@ -45,6 +48,11 @@ void EngineLoop::RunSync(const std::function<void(Engine&)>& task) {
 EngineStats EngineLoop::stats() const {
   absl::MutexLock l(&mu_);
   return stats_;
+}
+
+EngineLoop::PrefixCacheSnapshot EngineLoop::prefix_cache() const {
+  absl::MutexLock l(&mu_);
+  return prefix_cache_;
 }
 
 void EngineLoop::RunTasks() {
@@ -85,8 +93,21 @@ void EngineLoop::Run() {
       }
     }
     EngineStats stats = engine_->Stats();
+    std::shared_ptr<const std::vector<uint64_t>> hashes;
+    const uint64_t version = engine_->prefix_cache_version();
+    const absl::Time now = clock_->Now();
+    bool changed;
+    {
+      absl::MutexLock l(&mu_);
+      changed = version != prefix_cache_.version;
+    }
+    if (changed && now - prefix_cache_at_ >= kPrefixCacheRefresh) {
+      hashes = std::make_shared<const std::vector<uint64_t>>(engine_->PrefixCacheHashes());
+      prefix_cache_at_ = now;
+    }
     absl::MutexLock l(&mu_);
     stats_ = stats;
+    if (hashes != nullptr) prefix_cache_ = {version, std::move(hashes)};
   }
 }
 

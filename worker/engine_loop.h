@@ -44,6 +44,14 @@ class EngineLoop {
 
   // The engine's stats as of the last step (thread-safe snapshot).
   EngineStats stats() const;
+  // The page hashes of the engine's prefix cache as of a recent step (refreshed at most every
+  // kPrefixCacheRefresh while they change), and their version. Thread-safe.
+  struct PrefixCacheSnapshot {
+    uint64_t version = 0;
+    std::shared_ptr<const std::vector<uint64_t>> hashes;  // never null
+  };
+  PrefixCacheSnapshot prefix_cache() const;
+  static constexpr absl::Duration kPrefixCacheRefresh = absl::Milliseconds(100);
   // Engine constants (read-only after Create; safe from any thread).
   const Engine& engine() const { return *engine_; }
 
@@ -61,6 +69,8 @@ class EngineLoop {
   std::vector<std::function<void(Engine&)>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  PrefixCacheSnapshot prefix_cache_ ABSL_GUARDED_BY(mu_);
+  absl::Time prefix_cache_at_ = absl::InfinitePast();  // loop thread only
 };
 
 }  // namespace tandem

@@ -35,6 +35,12 @@ RouterClient::~RouterClient() {
   if (thread_.joinable()) thread_.join();
 }
 
+void RouterClient::PublishPrefixCache(std::function<uint64_t()> version,
+                                      std::function<void(tandem::v1::PrefixCacheSummary*)> fill) {
+  prefix_cache_version_ = std::move(version);
+  prefix_cache_ = std::move(fill);
+}
+
 void RouterClient::Start() {
   thread_ = std::thread([this] { Run(); });
 }
@@ -98,6 +104,7 @@ bool RouterClient::Register() {
   registered_ = true;
   epoch_ = resp.epoch();
   failed_heartbeats_ = 0;
+  cache_sent_ = false;
   if (resp.heartbeat_interval_ms() > 0) {
     interval_ = absl::Milliseconds(resp.heartbeat_interval_ms());
   }
@@ -111,10 +118,15 @@ void RouterClient::Heartbeat() {
   tandem::v1::HeartbeatRequest req;
   req.set_worker_id(options_.hello.worker_id());
   req.set_instance_id(options_.hello.instance_id());
+  bool send_cache = false;
   {
     absl::MutexLock l(&mu_);
     req.set_epoch(epoch_);
+    if (prefix_cache_) {
+      send_cache = !cache_sent_ || prefix_cache_version_() != cache_sent_version_;
+    }
   }
+  if (send_cache) prefix_cache_(req.mutable_prefix_cache());
   *req.mutable_load() = options_.load();
   req.set_draining(options_.draining && options_.draining());
   if (absl::Status health = Health(); !health.ok()) {
@@ -131,6 +143,10 @@ void RouterClient::Heartbeat() {
     return;
   }
   failed_heartbeats_ = 0;
+  if (send_cache && !resp.reregister()) {
+    cache_sent_ = true;
+    cache_sent_version_ = req.prefix_cache().version();
+  }
   if (resp.reregister()) {
     LOG(INFO) << "router asked " << req.worker_id() << " to register again";
     registered_ = false;

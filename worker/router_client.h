@@ -39,6 +39,12 @@ class RouterClient {
   explicit RouterClient(Options options);
   ~RouterClient();  // stops the heartbeat thread
 
+  // KV-aware routing; call before Start (not called: no prefix cache to publish). `version`
+  // reads the current version of the prefix cache's page hashes, `fill` writes a summary of
+  // them. The first heartbeat after a registration and every heartbeat after the version moved
+  // carry the summary; the others leave it out.
+  void PublishPrefixCache(std::function<uint64_t()> version,
+                          std::function<void(tandem::v1::PrefixCacheSummary*)> fill);
   void Start();
   // Sends a heartbeat now (e.g. to announce draining) instead of at the next interval.
   void Wake();
@@ -53,6 +59,8 @@ class RouterClient {
   absl::Status Health() const;
 
   Options options_;
+  std::function<uint64_t()> prefix_cache_version_;  // set before Start: read-only after
+  std::function<void(tandem::v1::PrefixCacheSummary*)> prefix_cache_;
   std::unique_ptr<tandem::v1::WorkerRegistry::Stub> stub_;
   std::thread thread_;
 
@@ -65,6 +73,9 @@ class RouterClient {
   absl::Duration interval_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(500);
   int missed_limit_ ABSL_GUARDED_BY(mu_) = 3;
   int failed_heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  // The prefix-cache version the router last accepted in this epoch (cache_sent_: any at all).
+  bool cache_sent_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t cache_sent_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool said_unhealthy_ = false;  // heartbeat thread only: logged why it stays unregistered
 };
 

@@ -136,6 +136,12 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
         [svc] { return svc->Load(); }, [svc] { return svc->draining(); },
         [svc] { return svc->health(); }, clock,
         [svc](absl::Time cutoff) { svc->ForgetRouterStateBefore(cutoff); }});
+    // A decode worker keeps no prefix cache (its pages all arrive by transfer).
+    if (o.engine.enable_prefix_caching && o.role != WorkerRole::kDecode) {
+      router->PublishPrefixCache(
+          [svc] { return svc->PrefixCacheVersion(); },
+          [svc](tandem::v1::PrefixCacheSummary* out) { svc->PrefixCache(out); });
+    }
     router->Start();
     // An engine that breaks is reported at once, not at the next heartbeat.
     svc->SetUnhealthyListener([r = router.get()] { r->Wake(); });

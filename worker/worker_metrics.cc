@@ -89,10 +89,21 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
                          .Register(r);
   m->running_ = gauge("tandem:num_requests_running", "Requests in this engine's running batch");
   m->waiting_ = gauge("tandem:num_requests_waiting", "Requests queued in this engine");
-  m->kv_usage_ = gauge("tandem:kv_cache_usage_perc", "Fraction of this engine's KV pages not free");
+  m->kv_usage_ = gauge("tandem:kv_cache_usage_perc",
+                       "Fraction of this engine's KV pages held by requests or reserved (cached "
+                       "pages are evictable: not counted)");
   m->preemptions_ = counter("tandem:num_preemptions_total", "Requests preempted by this engine");
   m->live_ = gauge("tandem_worker_live_requests", "Requests this worker holds state for");
-  m->pages_free_ = gauge("tandem_worker_kv_pages_free", "Free KV pages");
+  m->pages_free_ = gauge("tandem_worker_kv_pages_free", "Free KV pages (cached ones not included)");
+  m->pages_cached_ = gauge("tandem_worker_kv_pages_cached",
+                           "KV pages holding a cached prefix no request holds (evictable)");
+  m->prefix_cache_queries_ = counter("tandem:prefix_cache_queries_total",
+                                     "Prompt tokens this engine looked up in its prefix cache");
+  m->prefix_cache_hits_ = counter("tandem:prefix_cache_hits_total",
+                                  "Prompt tokens found in this engine's prefix cache");
+  m->prefix_cache_hit_rate_ =
+      gauge("tandem_worker_prefix_cache_hit_rate",
+            "tandem:prefix_cache_hits_total / tandem:prefix_cache_queries_total");
   m->pages_reserved_ = gauge("tandem_worker_kv_pages_reserved", "KV pages reserved for transfers");
   m->pages_owned_ = gauge("tandem_worker_kv_pages_owned", "KV pages held by requests");
   m->prompt_tokens_ =
@@ -138,8 +149,23 @@ void WorkerMetrics::UpdateEngine(const EngineStats& stats, int num_live_requests
   waiting_->Set(stats.num_waiting);
   live_->Set(num_live_requests);
   const double total = stats.num_pages_total > 0 ? stats.num_pages_total : 1;
-  kv_usage_->Set(1.0 - stats.num_pages_free / total);
+  kv_usage_->Set(1.0 - (stats.num_pages_free + stats.num_pages_cached) / total);
   pages_free_->Set(stats.num_pages_free);
+  pages_cached_->Set(stats.num_pages_cached);
+  if (stats.prefix_cache_queries_total > last_prefix_queries_) {
+    prefix_cache_queries_->Increment(
+        static_cast<double>(stats.prefix_cache_queries_total - last_prefix_queries_));
+    last_prefix_queries_ = stats.prefix_cache_queries_total;
+  }
+  if (stats.prefix_cache_hits_total > last_prefix_hits_) {
+    prefix_cache_hits_->Increment(
+        static_cast<double>(stats.prefix_cache_hits_total - last_prefix_hits_));
+    last_prefix_hits_ = stats.prefix_cache_hits_total;
+  }
+  if (stats.prefix_cache_queries_total > 0) {
+    prefix_cache_hit_rate_->Set(static_cast<double>(stats.prefix_cache_hits_total) /
+                                static_cast<double>(stats.prefix_cache_queries_total));
+  }
   pages_reserved_->Set(stats.num_pages_reserved);
   pages_owned_->Set(stats.num_pages_owned);
   if (stats.num_prompt_tokens_total > last_prompt_tokens_) {

@@ -81,6 +81,10 @@ class WorkerMetrics {
   prometheus::Gauge* pages_free_ = nullptr;
   prometheus::Gauge* pages_reserved_ = nullptr;
   prometheus::Gauge* pages_owned_ = nullptr;
+  prometheus::Gauge* pages_cached_ = nullptr;
+  prometheus::Counter* prefix_cache_queries_ = nullptr;
+  prometheus::Counter* prefix_cache_hits_ = nullptr;
+  prometheus::Gauge* prefix_cache_hit_rate_ = nullptr;
   prometheus::Counter* prompt_tokens_ = nullptr;
   prometheus::Counter* generation_tokens_ = nullptr;
   // Speculative decoding (vLLM's spec_decode_* names; engine/spec/README.md).
@@ -98,6 +102,8 @@ class WorkerMetrics {
   int64_t last_prompt_tokens_ = 0;
   int64_t last_generation_tokens_ = 0;
   int64_t last_preemptions_ = 0;
+  int64_t last_prefix_queries_ = 0;
+  int64_t last_prefix_hits_ = 0;
 };
 
 }  // namespace tandem

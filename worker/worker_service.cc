@@ -1,5 +1,6 @@
 #include "worker/worker_service.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,12 +26,27 @@ tandem::v1::LoadReport WorkerService::Load() const {
   r.set_num_pages_owned(s.num_pages_owned);
   r.set_num_prompt_tokens_total(s.num_prompt_tokens_total);
   r.set_num_generated_tokens_total(s.num_generated_tokens_total);
+  r.set_num_pages_cached(s.num_pages_cached);
+  r.set_prefix_cache_queries_total(s.prefix_cache_queries_total);
+  r.set_prefix_cache_hits_total(s.prefix_cache_hits_total);
   return r;
 }
 
 grpc::Status WorkerService::Authenticate(const grpc::ServerContext* ctx) const {
   return CheckClusterToken(*ctx, env_.options->cluster_token);
 }
+
+void WorkerService::PrefixCache(tandem::v1::PrefixCacheSummary* out) const {
+  const EngineLoop::PrefixCacheSnapshot snap = loop_->prefix_cache();
+  out->set_version(snap.version);
+  out->set_page_size(loop_->engine().kv_layout().page_size);
+  const size_t n = std::min(snap.hashes->size(), static_cast<size_t>(kMaxPublishedHashes));
+  out->mutable_page_hashes()->Reserve(static_cast<int>(n));
+  for (size_t i = 0; i < n; ++i) out->add_page_hashes((*snap.hashes)[i]);
+  out->set_truncated(n < snap.hashes->size());
+}
+
+uint64_t WorkerService::PrefixCacheVersion() const { return loop_->prefix_cache().version; }
 
 grpc::Status WorkerService::GetLoad(grpc::ServerContext* ctx, const tandem::v1::GetLoadRequest*,
                                     tandem::v1::LoadReport* resp) {

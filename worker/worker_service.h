@@ -74,6 +74,10 @@ class WorkerService : public tandem::v1::Worker::Service {
   // its heartbeat with it). Thread-safe; null clears it.
   void SetUnhealthyListener(std::function<void()> listener);
   tandem::v1::LoadReport Load() const;
+  // The prefix cache's page hashes for the router (at most kMaxPublishedHashes of them).
+  void PrefixCache(tandem::v1::PrefixCacheSummary* out) const;
+  uint64_t PrefixCacheVersion() const;
+  static constexpr int kMaxPublishedHashes = 1 << 18;  // 2 MiB of hashes per heartbeat
 
   // Every RPC handler's first step: UNAUTHENTICATED unless the call carries the cluster token.
   grpc::Status Authenticate(const grpc::ServerContext* ctx) const;

@@ -46,6 +46,7 @@ std::vector<std::string> EngineFlags(const Layout& l) {
     flags.push_back(absl::StrJoin(e.cuda_graph_sizes, ","));
   }
   if (e.enforce_eager) flags.push_back("--enforce-eager");
+  if (!e.enable_prefix_caching) flags.push_back("--no-enable-prefix-caching");
   if (e.speculative_method != "none") {
     flags.insert(flags.end(), {"--speculative-method", e.speculative_method,
                                "--num-speculative-tokens", std::to_string(e.num_speculative_tokens),
@@ -149,6 +150,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
                                            std::to_string(options.router_drain_timeout_s)};
   if (!layout.served_model_name.empty()) {
     router_flags.insert(router_flags.end(), {"--served-model-name", layout.served_model_name});
+  }
+  if (!layout.routing_policy.empty()) {
+    router_flags.insert(router_flags.end(), {"--routing-policy", layout.routing_policy});
   }
   router_flags.insert(router_flags.end(), layout.router_args.begin(), layout.router_args.end());
   Cluster* self = c.get();

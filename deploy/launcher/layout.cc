@@ -94,6 +94,7 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(r, "port", &l.router_port);
       Read(r, "grpc_port", &l.router_grpc_port);
       Read(r, "args", &l.router_args);
+      Read(r, "routing_policy", &l.routing_policy);
     }
     if (const YAML::Node e = root["engine"]) {
       Read(e, "page_size", &l.engine.page_size);
@@ -105,6 +106,7 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(e, "max_model_len", &l.engine.max_model_len);
       Read(e, "cuda_graph_sizes", &l.engine.cuda_graph_sizes);
       Read(e, "enforce_eager", &l.engine.enforce_eager);
+      Read(e, "enable_prefix_caching", &l.engine.enable_prefix_caching);
       if (const YAML::Node s = e["speculative_config"]) {
         Read(s, "method", &l.engine.speculative_method);
         Read(s, "num_speculative_tokens", &l.engine.num_speculative_tokens);

@@ -5,10 +5,12 @@
 //   model: /models/llama          # HF directory; empty: generate the tiny model (CPU)
 //   served_model_name: ""         # default: the directory's name
 //   backend: auto                 # auto (cuda with a model and a visible GPU, else cpu) | cpu |
-//   cuda host: 127.0.0.1 router: {port: 8000, grpc_port: 0, args: []}      # 0: any free port
+//   cuda host: 127.0.0.1 router: {port: 8000, grpc_port: 0, args: [],  # 0: any free port
+//            routing_policy: ""}  # "": the router's (least-loaded) | round-robin | kv-aware
 //   engine: {page_size: 16, num_pages: 0, kv_memory_bytes: 0, gpu_memory_utilization: 0.9,
 //            max_num_seqs: 256, max_num_batched_tokens: 2048, max_model_len: 0,
 //            cuda_graph_sizes: [], enforce_eager: false,      # worker flags of the same names
+//            enable_prefix_caching: true,
 //            speculative_config: {method: ngram, num_speculative_tokens: 4,   # vLLM's fields
 //                                 prompt_lookup_min: 1, prompt_lookup_max: 3, model: /draft}}
 //   groups:
@@ -43,6 +45,7 @@ struct EngineSpec {
   int max_model_len = 0;
   std::vector<int> cuda_graph_sizes;  // empty: the engine's default list
   bool enforce_eager = false;
+  bool enable_prefix_caching = true;
   // speculative_config (decode and mixed workers; prefill workers do not speculate).
   std::string speculative_method = "none";  // none | ngram | draft
   int num_speculative_tokens = 0;
@@ -59,6 +62,7 @@ struct Layout {
   int router_port = 8000;
   int router_grpc_port = 0;
   std::vector<std::string> router_args;
+  std::string routing_policy;  // router --routing-policy; empty: the router's default
   EngineSpec engine;
   std::vector<GroupSpec> groups;
 };

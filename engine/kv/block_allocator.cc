@@ -23,6 +23,8 @@ const char* PageStateName(PageState state) {
       return "receiving";
     case PageState::kOwned:
       return "owned";
+    case PageState::kCached:
+      return "cached";
   }
   return "?";
 }
@@ -35,10 +37,12 @@ BlockAllocator::BlockAllocator(int num_pages) : pages_(num_pages) {
 
 absl::StatusOr<std::vector<int32_t>> BlockAllocator::Take(int n, PageState to) {
   if (n < 0) return absl::InvalidArgumentError(absl::StrFormat("cannot take %d pages", n));
-  if (n > num_free()) {
+  if (n > num_available()) {
     return absl::ResourceExhaustedError(
-        absl::StrFormat("KV cache: %d pages requested, %d of %d free", n, num_free(), num_pages()));
+        absl::StrFormat("KV cache: %d pages requested, %d of %d free (%d of them cached)", n,
+                        num_available(), num_pages(), num_cached()));
   }
+  while (num_free() < n) EvictOne();
   std::vector<int32_t> out(free_list_.end() - n, free_list_.end());
   std::reverse(out.begin(), out.end());
   free_list_.resize(free_list_.size() - n);
@@ -50,6 +54,25 @@ absl::StatusOr<std::vector<int32_t>> BlockAllocator::Take(int n, PageState to) {
     page.ref_count = to == PageState::kOwned ? 1 : 0;
   }
   return out;
+}
+
+void BlockAllocator::Unhash(Page& page) {
+  if (!page.hashed) return;
+  page_of_hash_.erase(page.hash);
+  page.hashed = false;
+  page.hash = 0;
+  ++hashes_version_;
+}
+
+void BlockAllocator::EvictOne() {
+  CHECK(!lru_.empty());
+  const int32_t p = lru_.front();
+  lru_.pop_front();
+  Page& page = pages_[p];
+  CHECK(page.state == PageState::kCached && page.ref_count == 0) << "page " << p;
+  Unhash(page);
+  page = Page{};
+  free_list_.push_back(p);
 }
 
 absl::StatusOr<std::vector<int32_t>> BlockAllocator::Allocate(int n) {
@@ -86,7 +109,11 @@ absl::Status BlockAllocator::BeginReceive(absl::Span<const int32_t> pages) {
 absl::Status BlockAllocator::Commit(absl::Span<const int32_t> pages) {
   const uint32_t allowed = Bit(PageState::kReserved) | Bit(PageState::kReceiving);
   if (absl::Status s = Validate(pages, allowed, "Commit"); !s.ok()) return s;
-  for (int32_t p : pages) pages_[p] = Page{PageState::kOwned, 1};
+  for (int32_t p : pages) {
+    pages_[p] = Page{};
+    pages_[p].state = PageState::kOwned;
+    pages_[p].ref_count = 1;
+  }
   return absl::OkStatus();
 }
 
@@ -108,13 +135,83 @@ absl::Status BlockAllocator::Free(absl::Span<const int32_t> pages) {
       return absl::FailedPreconditionError(absl::StrFormat("Free: page %d freed twice", p));
     }
   }
+  std::vector<int32_t> to_cache;
   for (int32_t p : pages) {
     Page& page = pages_[p];
     if (page.state == PageState::kOwned && --page.ref_count > 0) continue;
+    if (page.state == PageState::kOwned && page.hashed) {
+      page.state = PageState::kCached;
+      to_cache.push_back(p);
+      continue;
+    }
     page = Page{};
     free_list_.push_back(p);
   }
+  // Last page first: evicted before the pages of the prefix it extends.
+  for (auto it = to_cache.rbegin(); it != to_cache.rend(); ++it) {
+    pages_[*it].lru_pos = lru_.insert(lru_.end(), *it);
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> BlockAllocator::Register(int32_t page, uint64_t hash) {
+  const int32_t one[] = {page};
+  if (absl::Status s = Validate(one, Bit(PageState::kOwned), "Register"); !s.ok()) return s;
+  Page& p = pages_[page];
+  if (p.hashed || page_of_hash_.contains(hash)) return p.hashed && p.hash == hash;
+  p.hashed = true;
+  p.hash = hash;
+  page_of_hash_.emplace(hash, page);
+  ++hashes_version_;
+  return true;
+}
+
+std::vector<int32_t> BlockAllocator::Lookup(absl::Span<const uint64_t> hashes) const {
+  std::vector<int32_t> out;
+  for (uint64_t h : hashes) {
+    auto it = page_of_hash_.find(h);
+    if (it == page_of_hash_.end()) break;
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+absl::Status BlockAllocator::Acquire(absl::Span<const int32_t> pages) {
+  const uint32_t allowed = Bit(PageState::kOwned) | Bit(PageState::kCached);
+  if (absl::Status s = Validate(pages, allowed, "Acquire"); !s.ok()) return s;
+  for (int32_t p : pages) {
+    if (!pages_[p].hashed) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("Acquire: page %d holds no cached prefix", p));
+    }
+  }
+  for (int32_t p : pages) {
+    Page& page = pages_[p];
+    if (page.state == PageState::kCached) {
+      lru_.erase(page.lru_pos);
+      page.state = PageState::kOwned;
+    }
+    ++page.ref_count;
+  }
+  return absl::OkStatus();
+}
+
+int BlockAllocator::ClearCache() {
+  const int n = num_cached();
+  while (!lru_.empty()) EvictOne();
+  return n;
+}
+
+std::vector<uint64_t> BlockAllocator::Hashes() const {
+  std::vector<uint64_t> out;
+  out.reserve(page_of_hash_.size());
+  for (const auto& [hash, page] : page_of_hash_) out.push_back(hash);
+  return out;
+}
+
+bool BlockAllocator::hashed(int32_t page) const {
+  CHECK(page >= 0 && page < num_pages()) << "page " << page;
+  return pages_[page].hashed;
 }
 
 PageState BlockAllocator::state(int32_t page) const {

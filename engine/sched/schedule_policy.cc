@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/types/span.h"
 #include "engine/kv/block_allocator.h"
 
 namespace tandem {
@@ -10,6 +11,7 @@ namespace {
 // Working state of one Schedule() call.
 struct Plan {
   const std::vector<Sequence*>& running;
+  const BlockAllocator* allocator;  // null: every page has one holder
   int free_pages;
   int budget;
   int seqs_left;
@@ -17,21 +19,32 @@ struct Plan {
   std::vector<bool> preempted;
   ScheduleDecision decision;
 
+  // Pages that preempting `seq` gives back: those it alone holds (a page shared with another
+  // block table stays; counting it as kept when both holders go is merely conservative).
+  int Freed(const Sequence& seq) const {
+    if (allocator == nullptr) return static_cast<int>(seq.block_table.size());
+    int n = 0;
+    for (int32_t p : seq.block_table) n += allocator->ref_count(p) == 1;
+    return n;
+  }
+
   // Preempts the youngest running sequence other than `asking` that is neither scheduled nor
   // preempted yet. False if there is none.
   bool PreemptYoungest(size_t asking) {
     for (size_t j = running.size(); j-- > 0;) {
       if (j == asking || scheduled[j] || preempted[j]) continue;
       preempted[j] = true;
-      free_pages += static_cast<int>(running[j]->block_table.size());
+      free_pages += Freed(*running[j]);
       decision.preempted.push_back(running[j]);
       return true;
     }
     return false;
   }
 
-  void Add(Sequence* seq, int num_new_tokens, int num_new_pages, int num_spec_tokens = 0) {
-    decision.chunks.push_back({seq, num_new_tokens, num_new_pages, num_spec_tokens});
+  void Add(Sequence* seq, int num_new_tokens, int num_new_pages, int num_spec_tokens = 0,
+           std::vector<int32_t> cached_pages = {}) {
+    decision.chunks.push_back(
+        {seq, num_new_tokens, num_new_pages, num_spec_tokens, std::move(cached_pages)});
     decision.num_batched_tokens += num_new_tokens;
     free_pages -= num_new_pages;
     budget -= num_new_tokens;
@@ -53,7 +66,7 @@ struct Plan {
     }
     if (need > free_pages) {
       preempted[i] = true;
-      free_pages += static_cast<int>(seq->block_table.size());
+      free_pages += Freed(*seq);
       decision.preempted.push_back(seq);
       return;
     }
@@ -64,10 +77,17 @@ struct Plan {
 
 }  // namespace
 
+std::vector<int32_t> PrefixHit(const BlockAllocator& cache, const Sequence& seq, int page_size) {
+  const size_t max_pages =
+      std::min(seq.page_hashes.size(), static_cast<size_t>((seq.num_tokens() - 1) / page_size));
+  return cache.Lookup(absl::MakeConstSpan(seq.page_hashes.data(), max_pages));
+}
+
 ScheduleDecision FcfsChunkedPolicy::Schedule(const std::vector<Sequence*>& running,
                                              const std::deque<Sequence*>& waiting,
                                              int num_free_pages) const {
   Plan plan{running,
+            allocator_,
             num_free_pages,
             config_.max_num_batched_tokens,
             config_.max_num_seqs,
@@ -92,11 +112,21 @@ ScheduleDecision FcfsChunkedPolicy::Schedule(const std::vector<Sequence*>& runni
   if (!plan.decision.preempted.empty()) return std::move(plan.decision);
   for (Sequence* seq : waiting) {
     if (plan.budget <= 0 || plan.seqs_left <= 0) break;
-    const int n = std::min(seq->num_uncomputed_tokens(), plan.budget);
-    const int need = PagesForTokens(seq->num_computed_tokens + n, config_.page_size) -
-                     static_cast<int>(seq->block_table.size());
-    if (need > plan.free_pages) break;
-    plan.Add(seq, n, need);
+    std::vector<int32_t> hit;
+    int hit_cost = 0;  // hit pages that leave the evictable set
+    if (config_.enable_prefix_caching && allocator_ != nullptr && seq->cache_prefix &&
+        seq->block_table.empty()) {
+      hit = PrefixHit(*allocator_, *seq, config_.page_size);
+      for (int32_t p : hit) hit_cost += allocator_->state(p) == PageState::kCached;
+    }
+    const int computed =
+        seq->num_computed_tokens + static_cast<int>(hit.size()) * config_.page_size;
+    const int n = std::min(seq->num_tokens() - computed, plan.budget);
+    const int need = PagesForTokens(computed + n, config_.page_size) -
+                     static_cast<int>(seq->block_table.size() + hit.size());
+    if (need + hit_cost > plan.free_pages) break;
+    plan.free_pages -= hit_cost;
+    plan.Add(seq, n, need, /*num_spec_tokens=*/0, std::move(hit));
   }
   return std::move(plan.decision);
 }

@@ -24,7 +24,9 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator* allocator,
   CHECK_GE(config_.max_num_seqs, 1);
   CHECK_GE(config_.max_num_batched_tokens, 1);
   CHECK_GE(config_.page_size, 1);
-  if (policy_ == nullptr) policy_ = std::make_unique<FcfsChunkedPolicy>(config_);
+  if (policy_ == nullptr) {
+    policy_ = std::make_unique<FcfsChunkedPolicy>(config_, allocator_);
+  }
 }
 
 void Scheduler::AddWaiting(Sequence* seq) {
@@ -47,6 +49,7 @@ void Scheduler::InsertRunning(Sequence* seq) {
 void Scheduler::FreePages(Sequence* seq) {
   CHECK_OK(allocator_->Free(seq->block_table));
   seq->block_table.clear();
+  seq->num_hashed_pages = 0;
 }
 
 void Scheduler::Remove(Sequence* seq) {
@@ -68,9 +71,25 @@ void Scheduler::Preempt(Sequence* seq) {
 }
 
 ScheduleDecision Scheduler::Schedule() {
-  ScheduleDecision decision = policy_->Schedule(running_, waiting_, allocator_->num_free());
+  ScheduleDecision decision = policy_->Schedule(running_, waiting_, allocator_->num_available());
   // Youngest first, so the oldest preempted sequence ends up at the very front.
   for (Sequence* seq : decision.preempted) Preempt(seq);
+  for (const ScheduledChunk& chunk : decision.chunks) {
+    Sequence* seq = chunk.seq;
+    if (seq->status != SequenceStatus::kWaiting || !config_.enable_prefix_caching ||
+        !seq->cache_prefix) {
+      continue;
+    }
+    CHECK(seq->block_table.empty()) << seq->id;
+    CHECK_OK(allocator_->Acquire(chunk.cached_pages));
+    seq->block_table = chunk.cached_pages;
+    seq->num_hashed_pages = static_cast<int>(chunk.cached_pages.size());
+    const int hit_tokens = seq->num_hashed_pages * config_.page_size;
+    seq->num_computed_tokens = hit_tokens;
+    if (seq->num_cached_tokens < 0) seq->num_cached_tokens = hit_tokens;
+    num_prefix_cache_queries_ += seq->num_tokens();
+    num_prefix_cache_hits_ += hit_tokens;
+  }
   for (const ScheduledChunk& chunk : decision.chunks) {
     Sequence* seq = chunk.seq;
     absl::StatusOr<std::vector<int32_t>> pages = allocator_->Allocate(chunk.num_new_pages);

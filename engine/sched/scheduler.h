@@ -33,13 +33,18 @@ class Scheduler {
   void Detach(Sequence* seq);
 
   // Decides this step's batch and applies it: preempted sequences lose their pages and return
-  // to the front of the waiting queue; scheduled ones get their new pages and run.
+  // to the front of the waiting queue; scheduled ones get their new pages and run. A prefix hit
+  // is acquired before any page is allocated, so this step's allocations cannot evict it.
   ScheduleDecision Schedule();
 
   const SchedulerConfig& config() const { return config_; }
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Prefix caching: tokens of the sequences admitted from the waiting queue (queries) and of
+  // their prefixes found in the cache (hits); vLLM's prefix_cache_queries / prefix_cache_hits.
+  int64_t num_prefix_cache_queries() const { return num_prefix_cache_queries_; }
+  int64_t num_prefix_cache_hits() const { return num_prefix_cache_hits_; }
 
  private:
   void InsertRunning(Sequence* seq);  // keeps running_ ordered by arrival
@@ -52,6 +57,8 @@ class Scheduler {
   std::vector<Sequence*> running_;  // oldest first
   std::deque<Sequence*> waiting_;   // admission order; preempted ones at the front
   int64_t num_preemptions_ = 0;
+  int64_t num_prefix_cache_queries_ = 0;
+  int64_t num_prefix_cache_hits_ = 0;
 };
 
 }  // namespace tandem

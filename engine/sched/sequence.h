@@ -38,6 +38,17 @@ struct Sequence {
   std::vector<int32_t> spec_tokens;
   std::vector<std::vector<float>> spec_probs;
 
+  // Prefix caching (engine/kv/block_allocator.h). A sequence that caches looks its prefix up
+  // when it is admitted from the waiting queue and hashes its pages as they fill.
+  bool cache_prefix = false;
+  // Chained hashes of the full pages of `tokens` (base/page_hash.h), page 0 first; the engine
+  // extends it as tokens are appended.
+  std::vector<uint64_t> page_hashes;
+  // block_table[0, num_hashed_pages) are hashed (prefix hits, or pages registered once full).
+  int num_hashed_pages = 0;
+  // Prompt tokens found in the cache when the sequence was first admitted; -1 before that.
+  int num_cached_tokens = -1;
+
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   // Tokens still to feed through the model before the next sample.

@@ -14,7 +14,8 @@ std::string SourceDir() {
 }
 
 TEST(Layout, ShippedLayoutsParse) {
-  for (const char* name : {"default", "2p2d", "mixed", "h200x2", "h200-mixed", "h200-1p1d"}) {
+  for (const char* name : {"default", "2p2d", "2p2d-kv", "mixed", "h200x2", "h200-mixed",
+                           "h200-1p1d", "h200x4-2p2d"}) {
     absl::StatusOr<Layout> l = LoadLayout(SourceDir() + "/deploy/layouts/" + name + ".yaml");
     EXPECT_TRUE(l.ok()) << name << ": " << l.status();
   }
@@ -39,13 +40,20 @@ TEST(Layout, ShippedLayoutsParse) {
 TEST(Layout, EngineFieldsParse) {
   absl::StatusOr<Layout> l = ParseLayout(
       "engine: {gpu_memory_utilization: 0.5, max_model_len: 4096, cuda_graph_sizes: [1, 8, 64],"
-      " enforce_eager: true, kv_memory_bytes: 1024}\ngroups: [{role: mixed}]");
+      " enforce_eager: true, kv_memory_bytes: 1024, enable_prefix_caching: false}\n"
+      "groups: [{role: mixed}]");
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(l->engine.gpu_memory_utilization, 0.5);
   EXPECT_EQ(l->engine.max_model_len, 4096);
   EXPECT_EQ(l->engine.cuda_graph_sizes, (std::vector<int>{1, 8, 64}));
   EXPECT_TRUE(l->engine.enforce_eager);
   EXPECT_EQ(l->engine.kv_memory_bytes, 1024);
+  EXPECT_FALSE(l->engine.enable_prefix_caching);
+  EXPECT_TRUE(DefaultLayout().engine.enable_prefix_caching);
+  absl::StatusOr<Layout> kv =
+      ParseLayout("router: {routing_policy: kv-aware}\ngroups: [{role: mixed}]");
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  EXPECT_EQ(kv->routing_policy, "kv-aware");
   EXPECT_EQ(l->engine.speculative_method, "none");
 
   absl::StatusOr<Layout> spec = ParseLayout(

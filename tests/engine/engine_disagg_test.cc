@@ -87,6 +87,63 @@ TEST(EngineDisaggTest, PrefillThenDecodeEqualsOneEngine) {
   ExpectIdle(*decode);
 }
 
+// Prefix caching with disaggregation: the prefill engine's cache serves the repeated prefixes
+// (later requests reuse earlier ones' pages, while those are still held for their transfer);
+// every page of each request still travels, and the decode engine keeps no cache even with the
+// flag on. Tokens equal one engine without a cache.
+TEST(EngineDisaggTest, PrefillCacheServesRepeatedPrefixesAndDecodeKeepsNone) {
+  const FakeModel::Options model;
+  const std::vector<int32_t> system = RandomPrompt(18, kVocab, 77);
+  std::map<std::string, EngineRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = "s" + std::to_string(i);
+    std::vector<int32_t> prompt = system;
+    const std::vector<int32_t> suffix = RandomPrompt(1 + 3 * i, kVocab, 90 + i);
+    prompt.insert(prompt.end(), suffix.begin(), suffix.end());
+    requests[id] = Request(id, prompt, 10, i % 2 ? 0.0f : 0.9f);
+  }
+  EngineOptions no_cache = Options(512);
+  no_cache.enable_prefix_caching = false;
+  std::unique_ptr<Engine> single = MakeEngine(no_cache, model);
+  for (const auto& [id, r] : requests) ASSERT_TRUE(single->AddRequest(r).ok());
+  std::map<std::string, Finished> want = RunToCompletion(*single);
+
+  std::unique_ptr<Engine> prefill = MakeEngine(Options(300), model);
+  std::unique_ptr<Engine> decode = MakeEngine(Options(400), model);
+  std::map<std::string, Finished> first;
+  for (const auto& [id, r] : requests) {
+    EngineRequest p = r;
+    p.prefill_only = true;
+    ASSERT_TRUE(prefill->AddRequest(std::move(p)).ok());
+    first[id] = RunToCompletion(*prefill)[id];  // one at a time: each later one hits
+  }
+  // Six requests, 18 shared tokens = 4 full pages: the first computes them, the others reuse.
+  EXPECT_EQ(prefill->Stats().prefix_cache_hits_total, 5 * 16);
+  for (const auto& [id, r] : requests) {
+    ASSERT_EQ(first[id].reason, FinishReason::kPrefillDone) << id;
+    absl::StatusOr<std::vector<int32_t>> dst =
+        decode->ReservePages(id, static_cast<int>(r.prompt_tokens.size()));
+    ASSERT_TRUE(dst.ok()) << dst.status();
+    absl::StatusOr<std::vector<int32_t>> src = prefill->KvPages(id);
+    ASSERT_TRUE(src.ok()) << src.status();
+    CopyPages(*prefill, *src, *decode, *dst);
+    ASSERT_TRUE(decode->AddPrefilledRequest(r, first[id].tokens[0]).ok());
+  }
+  for (const auto& [id, r] : requests) ASSERT_TRUE(prefill->ReleaseRequest(id).ok());
+  EXPECT_GT(prefill->Stats().num_pages_cached, 0);
+  ExpectIdle(*prefill);
+  std::map<std::string, Finished> rest = RunToCompletion(*decode);
+  for (const auto& [id, r] : requests) {
+    std::vector<int32_t> got = first[id].tokens;
+    got.insert(got.end(), rest[id].tokens.begin(), rest[id].tokens.end());
+    EXPECT_EQ(got, want[id].tokens) << id;
+  }
+  EXPECT_EQ(decode->Stats().num_pages_cached, 0);
+  EXPECT_EQ(decode->Stats().prefix_cache_queries_total, 0);
+  EXPECT_TRUE(decode->PrefixCacheHashes().empty());
+  ExpectIdle(*decode);
+}
+
 TEST(EngineDisaggTest, HookErrorsAndReleases) {
   std::unique_ptr<Engine> engine = MakeEngine(Options(10), FakeModel::Options());
   EXPECT_EQ(engine->KvPages("x").status().code(), absl::StatusCode::kNotFound);

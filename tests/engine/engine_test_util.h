@@ -31,8 +31,9 @@ std::map<std::string, Finished> RunToCompletion(Engine& engine, int max_steps = 
 // Adds `outputs` to `results` (for tests that step by hand).
 void Collect(const std::vector<RequestOutput>& outputs, std::map<std::string, Finished>* results);
 
-// Every page is free and nothing runs or waits.
-void ExpectIdle(const Engine& engine);
+// Nothing runs or waits and every page is free or cached (evictable); then clears the prefix
+// cache and checks that every page is free.
+void ExpectIdle(Engine& engine);
 
 EngineRequest Request(const std::string& id, std::vector<int32_t> prompt, int max_tokens,
                       float temperature = 0.0f);

@@ -37,6 +37,46 @@ TEST(DatasetTest, RandomPromptsHaveTheRequestedTokenLengthsAndAreDeterministic) 
   EXPECT_NE((*a)[0].prompt, (*a)[1].prompt);
 }
 
+// Multi-turn: turn t + 1 of a conversation resends turn t's prompt, an answer of output_len and
+// a new user turn; conversations share their system prompt; requests come round by round.
+TEST(DatasetTest, MultiTurnConversationsGrowAndShareSystemPrompts) {
+  auto source = MakeWordPromptSource();
+  MultiTurnOptions o;
+  o.num_prompts = 11;  // 4 conversations of 3 turns, the last round one short
+  o.turns = 3;
+  o.system_len = 30;
+  o.num_system_prompts = 2;
+  o.user_len = 5;
+  o.output_len = 7;
+  o.seed = 4;
+  absl::StatusOr<std::vector<RequestSpec>> specs = MultiTurnDataset(o, *source);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 11u);
+  const int conversations = 4;
+  for (int i = 0; i < 11; ++i) {
+    const RequestSpec& r = (*specs)[i];
+    const int turn = i / conversations;
+    EXPECT_EQ(r.prompt_len, 30 + 5 + turn * (7 + 5)) << i;
+    EXPECT_EQ(source->Count(r.prompt), r.prompt_len) << i;
+    EXPECT_EQ(r.output_len, 7);
+    if (turn > 0) {
+      const std::string& before = (*specs)[i - conversations].prompt;
+      EXPECT_EQ(r.prompt.substr(0, before.size()), before) << i;  // the whole conversation
+    }
+  }
+  // Conversations 0 and 2 share system prompt 0; 0 and 1 do not share one.
+  auto words = [](const std::string& s, int n) {
+    size_t at = 0;
+    for (int k = 0; k < n && at != std::string::npos; ++k) at = s.find(' ', at + 1);
+    return s.substr(0, at);
+  };
+  EXPECT_EQ(words((*specs)[0].prompt, 30), words((*specs)[2].prompt, 30));
+  EXPECT_NE(words((*specs)[0].prompt, 30), words((*specs)[1].prompt, 30));
+  EXPECT_NE((*specs)[0].prompt, (*specs)[2].prompt);  // their user turns differ
+  o.turns = 0;
+  EXPECT_EQ(MultiTurnDataset(o, *source).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(DatasetTest, RangeRatioBoundsLengthsAndNormalIsClipped) {
   auto source = MakeWordPromptSource();
   RandomDatasetOptions o;

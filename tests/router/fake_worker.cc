@@ -166,6 +166,7 @@ grpc::Status FakeWorker::Prefill(grpc::ServerContext* context,
   tandem::v1::PrefillEvent first;
   first.mutable_first_token()->set_token_id(TokenAt(0));
   first.mutable_first_token()->set_prefill_s(0.001);
+  first.mutable_first_token()->set_num_cached_tokens(options_.cached_tokens);
   const bool eos = TokenAt(0) == kEos && !request->sampling().ignore_eos();
   if (eos) first.mutable_first_token()->set_finish_reason(FINISH_REASON_STOP);
   if (request->sampling().max_tokens() == 1) {

@@ -41,6 +41,7 @@ struct FakeWorkerOptions {
   std::string cluster_token;
   std::string instance_id = "fake-instance";  // RegisterRequest.instance_id
   Clock* clock = Clock::Real();  // token delays sleep on it (tests of the router's timings)
+  int cached_tokens = 0;         // prefill: reported with the first token as a prefix-cache hit
 };
 
 class FakeWorker final : public tandem::v1::Worker::Service {

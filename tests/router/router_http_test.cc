@@ -41,6 +41,22 @@ class RouterHttpTest : public ::testing::Test {
   FakeWorker* decode_ = nullptr;
 };
 
+// The prefill worker's prefix-cache hit reaches usage.prompt_tokens_details.cached_tokens.
+TEST_F(RouterHttpTest, CachedTokensReachTheUsage) {
+  FakeWorkerOptions prefill = Role("prefill-0", WORKER_ROLE_PREFILL);
+  prefill.cached_tokens = 2;
+  prefill_ = env_.AddWorker(prefill);
+  decode_ = env_.AddWorker(Role("decode-0", WORKER_ROLE_DECODE));
+  ASSERT_NE(prefill_, nullptr) << env_.last_error();
+  ASSERT_NE(decode_, nullptr) << env_.last_error();
+  HttpResult r = Post(port(), "/v1/chat/completions",
+                      R"({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                          "max_tokens": 3})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+  ExpectIdle();
+}
+
 TEST_F(RouterHttpTest, NonStreamingCompletionThroughPrefillAndDecode) {
   StartPair();
   HttpResult r = Post(port(), "/v1/completions",
@@ -55,6 +71,7 @@ TEST_F(RouterHttpTest, NonStreamingCompletionThroughPrefillAndDecode) {
   EXPECT_EQ(body["usage"]["prompt_tokens"], 3);  // BOS + 'h' + 'i'
   EXPECT_EQ(body["usage"]["completion_tokens"], 5);
   EXPECT_EQ(body["usage"]["total_tokens"], 8);
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_EQ(prefill_->requests_served(), 1);
   EXPECT_EQ(decode_->requests_served(), 1);
   ExpectIdle();

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "base/page_hash.h"
 #include "router/admission.h"
 #include "router/routing_policy.h"
 #include "router/worker_registry.h"
@@ -272,6 +275,129 @@ TEST(WorkerRegistryTest, UnhealthyHeartbeatMarksTheWorkerDown) {
   hb.set_epoch(reg->epoch() + 7);  // another epoch's report changes nothing
   EXPECT_TRUE(registry.Heartbeat(hb)->reregister());
   EXPECT_EQ(down.size(), 1u);
+}
+
+// --- kv-aware routing over fake workers' published prefix caches ---
+
+// A summary holding the first `pages` full pages of `prompt` (hashed as the engine hashes).
+std::shared_ptr<const WorkerPrefixCache> Holding(const std::vector<int32_t>& prompt, int pages,
+                                                 int page_size = 4) {
+  auto cache = std::make_shared<WorkerPrefixCache>();
+  cache->page_size = page_size;
+  const std::vector<uint64_t> hashes = PageHashes(prompt, page_size);
+  cache->hashes.insert(hashes.begin(), hashes.begin() + pages);
+  cache->hashes.insert(12345);  // some other prefix's page
+  return cache;
+}
+
+std::vector<int32_t> Prompt(int n, int salt = 0) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 7 + salt) % 1000;
+  return p;
+}
+
+TEST(KvAwareRoutingTest, CachedPrefixTokensFollowTheEnginesRules) {
+  const std::vector<int32_t> prompt = Prompt(18);
+  WorkerSnapshot w = Worker("p0", WORKER_ROLE_PREFILL);
+  EXPECT_EQ(CachedPrefixTokens(w, prompt), 0);  // no summary yet
+  w.prefix_cache = Holding(prompt, 4);
+  EXPECT_EQ(CachedPrefixTokens(w, prompt), 16);
+  // The last token is always computed: a 16-token prompt can hit at most 3 pages.
+  EXPECT_EQ(CachedPrefixTokens(w, Prompt(16)), 12);
+  // A prompt that differs in its first page shares nothing, though later pages' tokens match.
+  std::vector<int32_t> other = prompt;
+  other[0] = 999;
+  EXPECT_EQ(CachedPrefixTokens(w, other), 0);
+  // Stops at the first page missing.
+  w.prefix_cache = Holding(prompt, 2);
+  EXPECT_EQ(CachedPrefixTokens(w, prompt), 8);
+  // Another page size hashes differently: nothing matches.
+  auto wrong = std::make_shared<WorkerPrefixCache>(*Holding(prompt, 4));
+  wrong->page_size = 8;
+  w.prefix_cache = wrong;
+  EXPECT_EQ(CachedPrefixTokens(w, prompt), 0);
+}
+
+TEST(KvAwareRoutingTest, PicksThePrefillWorkerHoldingThePrefixUnlessItIsBusier) {
+  auto policy = MakeKvAwarePolicy();
+  EXPECT_EQ(policy->name(), "kv-aware");
+  const std::vector<int32_t> prompt = Prompt(64);
+  std::vector<WorkerSnapshot> workers = {
+      Worker("p0", WORKER_ROLE_PREFILL), Worker("p1", WORKER_ROLE_PREFILL),
+      Worker("d0", WORKER_ROLE_DECODE, 0, 100), Worker("d1", WORKER_ROLE_DECODE, 0, 900)};
+  workers[1].prefix_cache = Holding(prompt, 12);  // p1 holds 48 of the 64 tokens
+  RouteQuery query;
+  query.prompt_tokens = &prompt;
+  for (int i = 0; i < 4; ++i) {  // not a rotation: every time
+    absl::StatusOr<RoutePlan> plan = policy->Pick(workers, query);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->prefill.id, "p1");
+    EXPECT_EQ(plan->decode.id, "d1");  // decode side: least loaded, more room
+  }
+  // Least-loaded would not care: it rotates between the idle prefill workers.
+  auto least = MakeLeastLoadedPolicy();
+  std::set<std::string> picked;
+  for (int i = 0; i < 4; ++i) picked.insert(least->Pick(workers, query)->prefill.id);
+  EXPECT_EQ(picked.size(), 2u);
+  // One request already on p1 costs a whole prompt: 16 + 64 > 64, so p0 wins.
+  workers[1].outstanding = 1;
+  EXPECT_EQ(policy->Pick(workers, query)->prefill.id, "p0");
+  // With a lighter load weight the cache wins again.
+  EXPECT_EQ(MakeKvAwarePolicy(0.5)->Pick(workers, query)->prefill.id, "p1");
+  // Both hold the prefix and are idle: the lower load, then rotation, decides.
+  workers[1].outstanding = 0;
+  workers[0].prefix_cache = Holding(prompt, 12);
+  picked.clear();
+  for (int i = 0; i < 4; ++i) picked.insert(policy->Pick(workers, query)->prefill.id);
+  EXPECT_EQ(picked.size(), 2u);
+}
+
+TEST(KvAwareRoutingTest, MixedWorkersAreScoredAndNoPromptFallsBackToLeastLoaded) {
+  auto policy = MakeKvAwarePolicy();
+  const std::vector<int32_t> prompt = Prompt(40);
+  std::vector<WorkerSnapshot> workers = {Worker("m0", WORKER_ROLE_MIXED),
+                                         Worker("m1", WORKER_ROLE_MIXED)};
+  workers[0].prefix_cache = Holding(prompt, 9);
+  RouteQuery query;
+  query.prompt_tokens = &prompt;
+  absl::StatusOr<RoutePlan> plan = policy->Pick(workers, query);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->mixed);
+  EXPECT_EQ(plan->decode.id, "m0");
+  workers[0].outstanding = 3;
+  EXPECT_EQ(policy->Pick(workers, RouteQuery())->decode.id, "m1");  // no prompt: load only
+  EXPECT_FALSE(policy->Pick({}, query).ok());                       // no worker at all
+}
+
+TEST(KvAwareRoutingTest, RegistryKeepsTheLastSummaryOfTheEpoch) {
+  ::tandem::testing::FakeClock clock;
+  RegistryOptions options;
+  options.clock = &clock;
+  WorkerRegistry registry(options);
+  const tandem::v1::RegisterRequest hello = Registration("p0", WORKER_ROLE_PREFILL);
+  absl::StatusOr<tandem::v1::RegisterResponse> reg = registry.Register(hello);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  tandem::v1::HeartbeatRequest hb;
+  hb.set_worker_id("p0");
+  hb.set_epoch(reg->epoch());
+  hb.mutable_prefix_cache()->set_version(3);
+  hb.mutable_prefix_cache()->set_page_size(4);
+  hb.mutable_prefix_cache()->add_page_hashes(77);
+  EXPECT_FALSE(registry.Heartbeat(hb).reregister());
+  ASSERT_NE(registry.Snapshot()[0].prefix_cache, nullptr);
+  EXPECT_TRUE(registry.Snapshot()[0].prefix_cache->hashes.contains(77));
+  // A heartbeat without a summary means "unchanged".
+  hb.clear_prefix_cache();
+  registry.Heartbeat(hb);
+  EXPECT_EQ(registry.Snapshot()[0].prefix_cache->version, 3u);
+  // A new registration (the worker restarted: its cache is gone) forgets it.
+  ASSERT_TRUE(registry.Register(hello).ok());
+  EXPECT_EQ(registry.Snapshot()[0].prefix_cache, nullptr);
+}
+
+TEST(RoutingPolicyTest, NamesIncludeKvAware) {
+  EXPECT_TRUE(MakeRoutingPolicy("kv-aware").ok());
+  EXPECT_EQ(MakeRoutingPolicy("cache").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

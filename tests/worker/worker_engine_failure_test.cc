@@ -174,12 +174,12 @@ class InProcessWorker {
     CHECK(stub_->GetLoad(&ctx, tandem::v1::GetLoadRequest(), &load).ok());
     return load;
   }
-  // Nothing queued, running or held: every page free.
+  // Nothing queued, running or held: every page free or cached (evictable prefix-cache pages).
   void ExpectIdle() {
     EXPECT_TRUE(WaitFor([&] {
       const tandem::v1::LoadReport l = Load();
       return l.num_running() == 0 && l.num_waiting() == 0 &&
-             l.num_pages_free() == l.num_pages_total();
+             l.num_pages_free() + l.num_pages_cached() == l.num_pages_total();
     }));
     const tandem::v1::LoadReport l = Load();
     EXPECT_EQ(l.num_pages_owned(), 0);

@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/page_hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -146,6 +147,86 @@ TEST_F(SchedulerTest, PreemptsItselfWhenOnlyOlderSequencesHoldPages) {
   EXPECT_EQ(d.chunks[0].seq, b);
   EXPECT_EQ(d.chunks[0].num_new_tokens, 5);  // recomputes prompt + its sampled token
   RemoveAll();
+}
+
+// A prefix hit is taken before this step allocates anything: the allocations evict other cached
+// pages, never the hit (here the hit pages are the least recently freed, so an allocation made
+// first would have evicted them).
+TEST(SchedulerPrefixCacheTest, HitIsAcquiredBeforeAllocationsEvict) {
+  BlockAllocator allocator(4);
+  Scheduler scheduler(SchedulerConfig{16, 64, 4, /*enable_prefix_caching=*/true}, &allocator);
+  const std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10, 11, 12, 13};
+  const std::vector<uint64_t> hashes = PageHashes(tokens, 4);
+  std::vector<int32_t> x = *allocator.Allocate(2);
+  std::vector<int32_t> y = *allocator.Allocate(2);
+  ASSERT_TRUE(*allocator.Register(x[0], hashes[0]));
+  ASSERT_TRUE(*allocator.Register(x[1], hashes[1]));
+  ASSERT_TRUE(*allocator.Register(y[0], 1));
+  ASSERT_TRUE(*allocator.Register(y[1], 2));
+  ASSERT_TRUE(allocator.Free(x).ok());
+  ASSERT_TRUE(allocator.Free(y).ok());
+  ASSERT_EQ(allocator.num_cached(), 4);
+
+  Sequence r;  // no prefix of its own: needs one new page
+  r.id = "r";
+  r.tokens = {1, 2, 3, 4};
+  r.num_prompt_tokens = 4;
+  Sequence w;  // hits x (8 tokens) and needs one page for its last token
+  w.id = "w";
+  w.arrival = 1;
+  w.tokens = tokens;
+  w.num_prompt_tokens = 9;
+  w.cache_prefix = true;
+  w.page_hashes = hashes;
+  scheduler.AddWaiting(&r);
+  scheduler.AddWaiting(&w);
+  ScheduleDecision d = scheduler.Schedule();
+  ASSERT_EQ(d.chunks.size(), 2u);
+  EXPECT_EQ(d.chunks[1].num_new_tokens, 1);
+  ASSERT_EQ(w.block_table.size(), 3u);
+  EXPECT_EQ(w.block_table[0], x[0]);
+  EXPECT_EQ(w.block_table[1], x[1]);
+  EXPECT_EQ(w.num_computed_tokens, 8);
+  EXPECT_EQ(w.num_cached_tokens, 8);
+  EXPECT_EQ(allocator.state(x[0]), PageState::kOwned);
+  ASSERT_EQ(r.block_table.size(), 1u);
+  EXPECT_TRUE(r.block_table[0] == y[0] || r.block_table[0] == y[1]);
+  EXPECT_EQ(scheduler.num_prefix_cache_hits(), 8);
+  EXPECT_EQ(scheduler.num_prefix_cache_queries(), 9);  // r does not cache: no query
+  scheduler.Remove(&r);
+  scheduler.Remove(&w);
+  EXPECT_EQ(allocator.num_available(), 4);
+}
+
+// Preempting a sequence frees only the pages it alone holds: a page shared with another block
+// table is not counted as room (counting it would over-commit the pool and crash the step).
+TEST(SchedulerPrefixCacheTest, PreemptionCountsOnlyUnsharedPagesAsFreed) {
+  BlockAllocator allocator(3);
+  Scheduler scheduler(SchedulerConfig{16, 64, 4, true}, &allocator);
+  Sequence a;  // prefilling: 8 of 13 tokens computed in pages 0 and 1, needs 2 more pages
+  a.id = "a";
+  a.tokens.assign(13, 1);
+  a.num_prompt_tokens = 13;
+  a.num_computed_tokens = 8;
+  a.block_table = *allocator.Allocate(2);
+  Sequence b;  // younger, prefilling too; shares both of a's pages and holds its own third page
+  b.id = "b";
+  b.arrival = 1;
+  b.tokens.assign(12, 1);
+  b.num_prompt_tokens = 12;
+  b.num_computed_tokens = 11;
+  ASSERT_TRUE(allocator.AddRef(a.block_table).ok());
+  b.block_table = a.block_table;
+  b.block_table.push_back((*allocator.Allocate(1))[0]);
+  scheduler.AddRunning(&a);
+  scheduler.AddRunning(&b);
+  // Preempting b gives back one page, not three: a cannot run and gives up its own.
+  ScheduleDecision d = scheduler.Schedule();
+  EXPECT_EQ(d.preempted.size(), 2u);
+  EXPECT_TRUE(d.chunks.empty());
+  EXPECT_EQ(allocator.num_free(), 3);
+  scheduler.Remove(&a);
+  scheduler.Remove(&b);
 }
 
 }  // namespace

@@ -1,0 +1,45 @@
+// The engine flags every worker and `tandem generate` / `bench` share: prefix caching is on by
+// default and turned off by either spelling.
+#include "worker/engine_flags.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+// Parses `args` (after the program name); false if CLI11 refused them.
+bool Parse(std::vector<std::string> args, EngineFlags* flags) {
+  CLI::App app;
+  AddEngineFlags(app, flags);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError&) {
+    return false;
+  }
+  return ResolveEngineFlags(flags).ok();
+}
+
+TEST(EngineFlagsTest, PrefixCachingIsOnByDefaultAndOffByFlag) {
+  EngineFlags f;
+  ASSERT_TRUE(Parse({}, &f));
+  EXPECT_TRUE(f.engine.enable_prefix_caching);
+  for (const std::vector<std::string>& off :
+       {std::vector<std::string>{"--no-enable-prefix-caching"},
+        std::vector<std::string>{"--enable-prefix-caching=false"}}) {
+    EngineFlags g;
+    ASSERT_TRUE(Parse(off, &g)) << off[0];
+    EXPECT_FALSE(g.engine.enable_prefix_caching) << off[0];
+  }
+  EngineFlags h;
+  ASSERT_TRUE(Parse({"--no-enable-prefix-caching", "--enable-prefix-caching"}, &h));
+  EXPECT_TRUE(h.engine.enable_prefix_caching);  // the last one wins
+  EngineFlags bad;
+  EXPECT_FALSE(Parse({"--enable-prefix-caching=maybe"}, &bad));
+}
+
+}  // namespace
+}  // namespace tandem
