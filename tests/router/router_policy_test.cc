@@ -379,16 +379,19 @@ TEST(KvAwareRoutingTest, RegistryKeepsTheLastSummaryOfTheEpoch) {
   ASSERT_TRUE(reg.ok()) << reg.status();
   tandem::v1::HeartbeatRequest hb;
   hb.set_worker_id("p0");
+  hb.set_instance_id(hello.instance_id());
   hb.set_epoch(reg->epoch());
   hb.mutable_prefix_cache()->set_version(3);
   hb.mutable_prefix_cache()->set_page_size(4);
   hb.mutable_prefix_cache()->add_page_hashes(77);
-  EXPECT_FALSE(registry.Heartbeat(hb).reregister());
+  absl::StatusOr<tandem::v1::HeartbeatResponse> beat = registry.Heartbeat(hb);
+  ASSERT_TRUE(beat.ok()) << beat.status();
+  EXPECT_FALSE(beat->reregister());
   ASSERT_NE(registry.Snapshot()[0].prefix_cache, nullptr);
   EXPECT_TRUE(registry.Snapshot()[0].prefix_cache->hashes.contains(77));
   // A heartbeat without a summary means "unchanged".
   hb.clear_prefix_cache();
-  registry.Heartbeat(hb);
+  ASSERT_TRUE(registry.Heartbeat(hb).ok());
   EXPECT_EQ(registry.Snapshot()[0].prefix_cache->version, 3u);
   // A new registration (the worker restarted: its cache is gone) forgets it.
   ASSERT_TRUE(registry.Register(hello).ok());
