@@ -45,6 +45,14 @@ struct EngineOptions {
   // and a new request reuses its longest cached prefix. Requests added with AddRequest use it;
   // prefilled requests (decode side) keep no cache: every page of theirs was transferred.
   bool enable_prefix_caching = true;
+  // Async scheduling (vLLM's --async-scheduling; SGLang's overlap scheduler): on a backend that
+  // computes on a device (Model::SupportsAsyncSteps), Step() launches the next step before it
+  // returns the outputs of the one just collected, so the caller's handling of those outputs
+  // (streaming, metrics) runs while the device computes. The next step is scheduled only after
+  // the previous one's tokens are appended and stop-checked: outputs are those of synchronous
+  // steps, one step later in wall time by no more than the host's launch. Off with speculative
+  // decoding (its verification needs the host).
+  bool async_scheduling = true;
   // Speculative decoding (engine/spec/README.md): off by default. A draft model gets its own KV
   // pool with as many pages as the target's (the pool budget is split between the two).
   SpeculativeConfig speculative;
@@ -72,11 +80,15 @@ struct EngineStats {
   int64_t num_generated_tokens_total = 0;
   int64_t num_steps_total = 0;
   int64_t num_preemptions_total = 0;
-  // Wall time of the steps that ran a batch, and the part of it the host spent blocked on the
-  // backend (the device's share): 1 - device_wait / step_time is the host's share of a step.
+  // Wall time of the Step() calls that ran (or collected) a batch, and the part of it the host
+  // spent blocked on the backend: 1 - device_wait / step_time is the share of the engine
+  // thread's host work the device waits for (with async scheduling the caller's handling of
+  // the outputs overlaps the next step and is not in it; without, it adds to it).
   int64_t step_time_ns_total = 0;
   int64_t device_wait_ns_total = 0;
   int64_t num_graph_steps_total = 0;  // steps that replayed a CUDA graph
+  int64_t num_async_steps_total = 0;  // steps launched before their predecessor's outputs
+                                      // were returned (async scheduling)
   // Speculative decoding (vLLM's spec_decode_* counters): sequence-steps that verified at least
   // one proposal, proposals verified, proposals accepted, and tokens those steps emitted
   // (accepted + the target's own token, less what a stop cut off). Acceptance rate =
@@ -122,6 +134,12 @@ class Engine {
   // returns that error, AddRequest / ReservePages / AddPrefilledRequest return
   // FailedPrecondition and HasWork() is false. The caller fails its own requests and stops
   // serving (a worker reports itself unhealthy).
+  //
+  // With async scheduling (EngineOptions::async_scheduling) a Step() collects the step the
+  // previous Step() launched, post-processes it, then schedules and launches the next one and
+  // returns; HasWork() stays true while a step is launched. Between two Step() calls the caller
+  // may call anything on the engine as before: a launched step's sequences change only inside
+  // Step() (Abort() takes effect at the next Step(), after the launched step is collected).
   virtual absl::StatusOr<std::vector<RequestOutput>> Step() = 0;
   virtual bool HasWork() const = 0;
 

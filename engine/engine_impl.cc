@@ -221,7 +221,14 @@ EngineImpl::EngineImpl(const EngineOptions& options, int max_model_len,
       eos_token_ids_(eos_token_ids),
       runner_(model_.get(), kv_cache_.get(), eos_token_ids_),
       stop_checker_(std::move(eos_token_ids)),
-      proposer_(std::move(proposer)) {}
+      proposer_(std::move(proposer)) {
+  async_steps_ = options.async_scheduling && model_->SupportsAsyncSteps() && proposer_ == nullptr;
+}
+
+EngineImpl::~EngineImpl() {
+  // The device may still be running a launched step over the KV pool, which goes first.
+  if (launched_.has_value()) runner_.Collect().IgnoreError();
+}
 
 absl::Status EngineImpl::ValidateRequestBody(const EngineRequest& request) const {
   if (request.prompt_tokens.empty()) return absl::InvalidArgumentError("empty prompt");
@@ -307,13 +314,48 @@ absl::Status EngineImpl::Abort(const std::string& id) {
 }
 
 bool EngineImpl::HasWork() const {
-  return scheduler_.num_running() > 0 || scheduler_.num_waiting() > 0 || num_abort_requested_ > 0;
+  return scheduler_.num_running() > 0 || scheduler_.num_waiting() > 0 || num_abort_requested_ > 0 ||
+         launched_.has_value();
+}
+
+void EngineImpl::CountStep(const ModelRunner::StepResult& result) {
+  counters_.device_wait_ns_total += result.output.device_wait_ns;
+  counters_.num_graph_steps_total += result.output.graph_replayed ? 1 : 0;
+}
+
+absl::Status EngineImpl::CollectLaunched(std::vector<RequestOutput>* outputs) {
+  const ScheduleDecision decision = std::move(*launched_);
+  launched_.reset();
+  absl::StatusOr<ModelRunner::StepResult> result = runner_.Collect();
+  if (!result.ok()) {
+    if (IsBackendUnusable(result.status())) return Break(result.status());
+    FailBatch(decision, result.status(), outputs);
+    return absl::OkStatus();
+  }
+  PostProcess(decision, *result, outputs);
+  CountStep(*result);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<RequestOutput>> EngineImpl::Step() {
   if (!broken_.ok()) return broken_;
-  std::vector<RequestOutput> outputs = FinishAborted();
+  // The engine thread's time in Step() calls that ran or collected a step: with async
+  // scheduling that is what the device waits for between steps (the caller's handling of the
+  // outputs overlaps the launched step); without, the caller's time adds to it.
   const absl::Time start = Clock::Real()->Now();
+  const int64_t steps_before = counters_.num_steps_total;
+  const bool collects = launched_.has_value();
+  absl::StatusOr<std::vector<RequestOutput>> outputs = StepOnce();
+  if (collects || counters_.num_steps_total != steps_before) {
+    counters_.step_time_ns_total += absl::ToInt64Nanoseconds(Clock::Real()->Now() - start);
+  }
+  return outputs;
+}
+
+absl::StatusOr<std::vector<RequestOutput>> EngineImpl::StepOnce() {
+  std::vector<RequestOutput> outputs;
+  if (launched_.has_value()) RETURN_IF_ERROR(CollectLaunched(&outputs));
+  for (RequestOutput& out : FinishAborted()) outputs.push_back(std::move(out));
   if (proposer_ != nullptr) {
     const absl::Status proposed = Propose();
     if (IsBackendUnusable(proposed)) return Break(proposed);
@@ -322,10 +364,22 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::Step() {
       LOG(WARNING) << "no proposals this step: " << proposed;
     }
   }
-  const ScheduleDecision decision = scheduler_.Schedule();
+  ScheduleDecision decision = scheduler_.Schedule();
   if (decision.empty()) return outputs;
   ++counters_.num_steps_total;
 
+  if (async_steps_ && ModelRunner::CanLaunch(decision)) {
+    // Returns this step's predecessor's outputs while the device runs it (engine.h).
+    const absl::Status launched = runner_.Launch(decision);
+    if (!launched.ok()) {
+      if (IsBackendUnusable(launched)) return Break(launched);
+      FailBatch(decision, launched, &outputs);
+      return outputs;
+    }
+    launched_ = std::move(decision);
+    ++counters_.num_async_steps_total;
+    return outputs;
+  }
   absl::StatusOr<ModelRunner::StepResult> result = runner_.Run(decision);
   if (!result.ok()) {
     if (IsBackendUnusable(result.status())) return Break(result.status());
@@ -333,9 +387,7 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::Step() {
     return outputs;
   }
   PostProcess(decision, *result, &outputs);
-  counters_.step_time_ns_total += absl::ToInt64Nanoseconds(Clock::Real()->Now() - start);
-  counters_.device_wait_ns_total += result->output.device_wait_ns;
-  counters_.num_graph_steps_total += result->output.graph_replayed ? 1 : 0;
+  CountStep(*result);
   return outputs;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ class EngineImpl : public Engine {
                                                             std::unique_ptr<Model> model,
                                                             std::vector<int> eos_token_ids,
                                                             std::unique_ptr<Model> draft = nullptr);
+
+  ~EngineImpl() override;
 
   absl::Status AddRequest(EngineRequest request) override;
   absl::Status Abort(const std::string& id) override;
@@ -60,6 +63,13 @@ class EngineImpl : public Engine {
 
   // Step's parts.
   std::vector<RequestOutput> FinishAborted();
+  // The launched step (async scheduling): waits for it and post-processes it into `outputs`.
+  // Returns the error that broke the engine, if it did.
+  absl::Status CollectLaunched(std::vector<RequestOutput>* outputs);
+  // Step() but its timing.
+  absl::StatusOr<std::vector<RequestOutput>> StepOnce();
+  // The device counters of a collected step.
+  void CountStep(const ModelRunner::StepResult& result);
   void PostProcess(const ScheduleDecision& decision, const ModelRunner::StepResult& result,
                    std::vector<RequestOutput>* outputs);
   // Appends one sampled token (row `row` of `output`) to `seq`: stop checks, text, finishing.
@@ -97,8 +107,11 @@ class EngineImpl : public Engine {
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
   int64_t next_arrival_ = 0;
   int num_abort_requested_ = 0;
-  absl::Status broken_;   // OK until the backend became unusable (Break)
-  EngineStats counters_;  // the *_total fields; gauges are computed in Stats()
+  // Async scheduling: steps are launched (Step) and collected by the next Step().
+  bool async_steps_ = false;
+  std::optional<ScheduleDecision> launched_;  // the launched, not yet collected, step
+  absl::Status broken_;                       // OK until the backend became unusable (Break)
+  EngineStats counters_;                      // the *_total fields; gauges are computed in Stats()
 };
 
 }  // namespace tandem

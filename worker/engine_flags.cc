@@ -48,6 +48,11 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
                "Automatic prefix caching: reuse the KV of cached full pages of earlier prompts "
                "(on by default; --no-enable-prefix-caching or --enable-prefix-caching=false: off)")
       ->capture_default_str();
+  app.add_flag("--async-scheduling,!--no-async-scheduling", o.async_scheduling,
+               "Launch the next step before handling the outputs of the last one, so that "
+               "streaming and bookkeeping overlap the device (CUDA; on by default, off with "
+               "speculative decoding)")
+      ->capture_default_str();
 }
 
 absl::Status ResolveEngineFlags(EngineFlags* f) {

@@ -66,6 +66,11 @@ void EngineLoop::RunTasks() {
 
 void EngineLoop::Run() {
   absl::Time next_tick = clock_->Now() + tick_;
+  // Async scheduling (engine.h): a Step() returns the outputs of the step the previous Step()
+  // launched, which began when that call did.
+  int64_t async_steps_seen = engine_->Stats().num_async_steps_total;
+  absl::Time launched_start = absl::InfinitePast();
+  bool launched = false;
   while (true) {
     {
       absl::MutexLock l(&mu_);
@@ -82,17 +87,28 @@ void EngineLoop::Run() {
       next_tick = clock_->Now() + tick_;
       if (handlers_.on_tick) handlers_.on_tick(*engine_);
     }
+    bool stepped = false;
+    const absl::Time call_start = clock_->Now();
     if (engine_->HasWork()) {
-      const absl::Time step_start = clock_->Now();
+      stepped = true;
+      const absl::Time step_start = launched ? launched_start : call_start;
       absl::StatusOr<std::vector<RequestOutput>> outputs = engine_->Step();
       if (!outputs.ok()) {
         LOG(ERROR) << "engine step failed: " << outputs.status();
         if (handlers_.on_step_error) handlers_.on_step_error(*engine_, outputs.status());
       } else {
+        const absl::Time handling_start = clock_->Now();
         for (const RequestOutput& out : *outputs) handlers_.on_output(*engine_, out, step_start);
+        output_ns_.fetch_add(absl::ToInt64Nanoseconds(clock_->Now() - handling_start),
+                             std::memory_order_relaxed);
       }
     }
     EngineStats stats = engine_->Stats();
+    if (stepped) {
+      launched = stats.num_async_steps_total > async_steps_seen;
+      async_steps_seen = stats.num_async_steps_total;
+      launched_start = call_start;
+    }
     std::shared_ptr<const std::vector<uint64_t>> hashes;
     const uint64_t version = engine_->prefix_cache_version();
     const absl::Time now = clock_->Now();

@@ -5,6 +5,8 @@
 // thread, so it needs no lock.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -44,6 +46,8 @@ class EngineLoop {
 
   // The engine's stats as of the last step (thread-safe snapshot).
   EngineStats stats() const;
+  // Time the loop thread spent in on_output handlers (thread-safe).
+  int64_t output_handling_ns_total() const { return output_ns_.load(std::memory_order_relaxed); }
   // The page hashes of the engine's prefix cache as of a recent step (refreshed at most every
   // kPrefixCacheRefresh while they change), and their version. Thread-safe.
   struct PrefixCacheSnapshot {
@@ -71,6 +75,7 @@ class EngineLoop {
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
   PrefixCacheSnapshot prefix_cache_ ABSL_GUARDED_BY(mu_);
   absl::Time prefix_cache_at_ = absl::InfinitePast();  // loop thread only
+  std::atomic<int64_t> output_ns_{0};
 };
 
 }  // namespace tandem

@@ -163,7 +163,9 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
       metrics ? absl::StrCat(o.host, ":", metrics->port(), "/metrics").c_str() : "-");
   std::fflush(stdout);
   auto update_metrics = [&] {
-    if (metrics) metrics->UpdateEngine(loop.stats(), (*service)->NumLive());
+    if (metrics) {
+      metrics->UpdateEngine(loop.stats(), (*service)->NumLive(), loop.output_handling_ns_total());
+    }
   };
   WaitForSignal(update_metrics);
   LOG(INFO) << o.worker_id << ": draining (" << (*service)->NumLive() << " requests in flight)";

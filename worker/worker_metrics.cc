@@ -126,6 +126,19 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
             "Tokens emitted per verify step since start (1 + accepted proposals)");
   m->draft_pages_free_ =
       gauge("tandem_worker_draft_kv_pages_free", "Free KV pages of the draft model");
+  // Where a step's time goes (engine/engine.h, EngineStats): the host's share of the engine
+  // thread is 1 - device_wait / step, and output handling is the worker's own part of the loop.
+  m->steps_ = counter("tandem_worker_engine_steps_total", "Engine steps that ran a batch");
+  m->graph_steps_ =
+      counter("tandem_worker_engine_graph_steps_total", "Engine steps replayed as a CUDA graph");
+  m->async_steps_ = counter("tandem_worker_engine_async_steps_total",
+                            "Engine steps launched before the last step's outputs were handled");
+  m->step_seconds_ = counter("tandem_worker_engine_step_seconds_total",
+                             "Engine thread time in steps (device waits included)");
+  m->device_wait_seconds_ = counter("tandem_worker_engine_device_wait_seconds_total",
+                                    "Engine thread time blocked on the device within steps");
+  m->output_seconds_ = counter("tandem_worker_output_handling_seconds_total",
+                               "Loop thread time handing step outputs to their streams");
   return m;
 }
 
@@ -144,7 +157,8 @@ void WorkerMetrics::CountRequestOutcome(const std::string& reason) {
   outcomes_->Add({{"finished_reason", reason}}).Increment();
 }
 
-void WorkerMetrics::UpdateEngine(const EngineStats& stats, int num_live_requests) {
+void WorkerMetrics::UpdateEngine(const EngineStats& stats, int num_live_requests,
+                                 int64_t output_handling_ns_total) {
   running_->Set(stats.num_running);
   waiting_->Set(stats.num_waiting);
   live_->Set(num_live_requests);
@@ -200,6 +214,16 @@ void WorkerMetrics::UpdateEngine(const EngineStats& stats, int num_live_requests
                                     static_cast<double>(stats.spec_decode_num_drafts));
   }
   draft_pages_free_->Set(stats.num_draft_pages_free);
+  advance(steps_, stats.num_steps_total, &last_steps_);
+  advance(graph_steps_, stats.num_graph_steps_total, &last_graph_steps_);
+  advance(async_steps_, stats.num_async_steps_total, &last_async_steps_);
+  auto advance_ns = [](prometheus::Counter* c, int64_t now, int64_t* last) {
+    if (now > *last) c->Increment(static_cast<double>(now - *last) * 1e-9);
+    *last = std::max(*last, now);
+  };
+  advance_ns(step_seconds_, stats.step_time_ns_total, &last_step_ns_);
+  advance_ns(device_wait_seconds_, stats.device_wait_ns_total, &last_device_wait_ns_);
+  advance_ns(output_seconds_, output_handling_ns_total, &last_output_ns_);
 }
 
 }  // namespace tandem

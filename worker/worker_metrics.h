@@ -58,7 +58,9 @@ class WorkerMetrics {
   // "prefill_done" (prefill worker handed it to decode).
   void CountRequestOutcome(const std::string& reason);
   // Gauges: engine state and requests this worker holds state for. One caller thread only.
-  void UpdateEngine(const EngineStats& stats, int num_live_requests);
+  // output_handling_ns_total: EngineLoop::output_handling_ns_total().
+  void UpdateEngine(const EngineStats& stats, int num_live_requests,
+                    int64_t output_handling_ns_total = 0);
 
  private:
   WorkerMetrics() = default;
@@ -95,6 +97,18 @@ class WorkerMetrics {
   prometheus::Gauge* spec_acceptance_rate_ = nullptr;
   prometheus::Gauge* spec_mean_accepted_length_ = nullptr;
   prometheus::Gauge* draft_pages_free_ = nullptr;
+  prometheus::Counter* steps_ = nullptr;
+  prometheus::Counter* graph_steps_ = nullptr;
+  prometheus::Counter* async_steps_ = nullptr;
+  prometheus::Counter* step_seconds_ = nullptr;
+  prometheus::Counter* device_wait_seconds_ = nullptr;
+  prometheus::Counter* output_seconds_ = nullptr;
+  int64_t last_steps_ = 0;
+  int64_t last_graph_steps_ = 0;
+  int64_t last_async_steps_ = 0;
+  int64_t last_step_ns_ = 0;
+  int64_t last_device_wait_ns_ = 0;
+  int64_t last_output_ns_ = 0;
   int64_t last_spec_drafts_ = 0;
   int64_t last_spec_draft_tokens_ = 0;
   int64_t last_spec_accepted_tokens_ = 0;

@@ -342,6 +342,7 @@ int RunBench(BenchOptions& o) {
                  {"startup_s", startup_s},
                  {"enforce_eager", o.engine.engine.enforce_eager},
                  {"enable_prefix_caching", o.engine.engine.enable_prefix_caching},
+                 {"async_scheduling", o.engine.engine.async_scheduling},
                  {"speculative_method", SpecMethodName(o.engine.engine.speculative.method)},
                  {"num_speculative_tokens", o.engine.engine.speculative.num_speculative_tokens},
                  {"bandwidth_gbs", o.bandwidth_gbs}};

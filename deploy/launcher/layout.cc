@@ -3,7 +3,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -16,7 +18,20 @@ void Read(const YAML::Node& node, const char* key, T* out) {
   if (node[key]) *out = node[key].as<T>();
 }
 
+// A key this parser does not read is an error (a misspelt setting must not be ignored).
+void CheckKeys(const YAML::Node& node, const std::string& where,
+               std::initializer_list<const char*> known) {
+  if (!node.IsMap()) throw YAML::Exception(node.Mark(), where + " must be a mapping");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    bool found = false;
+    for (const char* k : known) found |= key == k;
+    if (!found) throw YAML::Exception(kv.first.Mark(), "unknown key '" + key + "' in " + where);
+  }
+}
+
 GroupSpec ParseGroup(const YAML::Node& g) {
+  CheckKeys(g, "groups", {"role", "count", "gpus", "tensor_parallel", "pipeline_parallel", "args"});
   GroupSpec s;
   Read(g, "role", &s.role);
   Read(g, "count", &s.count);
@@ -86,17 +101,26 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
   Layout l;
   try {  // yaml-cpp reports syntax and type errors by throwing
     const YAML::Node root = YAML::Load(yaml_text);
+    if (root.IsNull()) return absl::InvalidArgumentError("layout: the file is empty");
+    CheckKeys(root, "the layout",
+              {"model", "served_model_name", "backend", "host", "router", "engine", "groups"});
     Read(root, "model", &l.model);
     Read(root, "served_model_name", &l.served_model_name);
     Read(root, "backend", &l.backend);
     Read(root, "host", &l.host);
     if (const YAML::Node r = root["router"]) {
+      CheckKeys(r, "router", {"port", "grpc_port", "args", "routing_policy"});
       Read(r, "port", &l.router_port);
       Read(r, "grpc_port", &l.router_grpc_port);
       Read(r, "args", &l.router_args);
       Read(r, "routing_policy", &l.routing_policy);
     }
     if (const YAML::Node e = root["engine"]) {
+      CheckKeys(
+          e, "engine",
+          {"page_size", "num_pages", "kv_memory_bytes", "max_num_seqs", "max_num_batched_tokens",
+           "gpu_memory_utilization", "max_model_len", "cuda_graph_sizes", "enforce_eager",
+           "enable_prefix_caching", "async_scheduling", "speculative_config"});
       Read(e, "page_size", &l.engine.page_size);
       Read(e, "num_pages", &l.engine.num_pages);
       Read(e, "kv_memory_bytes", &l.engine.kv_memory_bytes);
@@ -107,7 +131,11 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(e, "cuda_graph_sizes", &l.engine.cuda_graph_sizes);
       Read(e, "enforce_eager", &l.engine.enforce_eager);
       Read(e, "enable_prefix_caching", &l.engine.enable_prefix_caching);
+      Read(e, "async_scheduling", &l.engine.async_scheduling);
       if (const YAML::Node s = e["speculative_config"]) {
+        CheckKeys(s, "engine.speculative_config",
+                  {"method", "num_speculative_tokens", "model", "prompt_lookup_min",
+                   "prompt_lookup_max"});
         Read(s, "method", &l.engine.speculative_method);
         Read(s, "num_speculative_tokens", &l.engine.num_speculative_tokens);
         Read(s, "model", &l.engine.speculative_draft_model);

@@ -4,18 +4,21 @@
 //
 //   model: /models/llama          # HF directory; empty: generate the tiny model (CPU)
 //   served_model_name: ""         # default: the directory's name
-//   backend: auto                 # auto (cuda with a model and a visible GPU, else cpu) | cpu |
-//   cuda host: 127.0.0.1 router: {port: 8000, grpc_port: 0, args: [],  # 0: any free port
+//   backend: auto                 # auto (cuda with a model and a visible GPU, else cpu),
+//                                 # cpu or cuda
+//   host: 127.0.0.1
+//   router: {port: 8000, grpc_port: 0, args: [],  # 0: any free port
 //            routing_policy: ""}  # "": the router's (least-loaded) | round-robin | kv-aware
 //   engine: {page_size: 16, num_pages: 0, kv_memory_bytes: 0, gpu_memory_utilization: 0.9,
 //            max_num_seqs: 256, max_num_batched_tokens: 2048, max_model_len: 0,
 //            cuda_graph_sizes: [], enforce_eager: false,      # worker flags of the same names
-//            enable_prefix_caching: true,
+//            enable_prefix_caching: true, async_scheduling: true,
 //            speculative_config: {method: ngram, num_speculative_tokens: 4,   # vLLM's fields
 //                                 prompt_lookup_min: 1, prompt_lookup_max: 3, model: /draft}}
 //   groups:
 //     - {role: prefill, count: 1, gpus: [0], tensor_parallel: 1, pipeline_parallel: 1, args: []}
 //     - {role: decode, count: 1, gpus: [1]}
+// A key not listed here is an error.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,7 @@ struct EngineSpec {
   std::vector<int> cuda_graph_sizes;  // empty: the engine's default list
   bool enforce_eager = false;
   bool enable_prefix_caching = true;
+  bool async_scheduling = true;
   // speculative_config (decode and mixed workers; prefill workers do not speculate).
   std::string speculative_method = "none";  // none | ngram | draft
   int num_speculative_tokens = 0;

@@ -43,9 +43,44 @@ if want tests; then
     "$LOGS/engine_cuda_test.log" | head -60 >>"$OUT/summary.txt"
 fi
 
+# The engine step counters of the first worker's /metrics (tandem_worker_engine_*, output
+# handling) as "name value" lines.
+worker_step_metrics() {  # serve.log
+  local url
+  url=$(grep -oE 'http://[0-9.:]+/metrics +\((mixed|decode)' "$1" | head -1 | cut -d' ' -f1)
+  curl -sf "$url" | grep -E '^tandem_worker_(engine_[a-z_]+_total|output_handling_seconds_total)' |
+    sed -E 's/\{[^}]*\}//'
+}
+
+# Per-step averages between two worker_step_metrics snapshots.
+step_breakdown() {  # before after
+  python3 - "$1" "$2" <<'PY'
+import sys
+def read(p):
+    return {l.split()[0]: float(l.split()[1]) for l in open(p) if l.strip()}
+a, b = read(sys.argv[1]), read(sys.argv[2])
+d = {k: b[k] - a.get(k, 0.0) for k in b}
+n = d.get("tandem_worker_engine_steps_total", 0)
+if n <= 0:
+    print("  no engine steps between the snapshots"); sys.exit()
+ms = lambda k: 1e3 * d.get(k, 0.0) / n
+print(f"  worker: {n:.0f} steps ({d.get('tandem_worker_engine_graph_steps_total', 0):.0f} graph, "
+      f"{d.get('tandem_worker_engine_async_steps_total', 0):.0f} async); per step: engine "
+      f"{ms('tandem_worker_engine_step_seconds_total'):.3f} ms, of it device wait "
+      f"{ms('tandem_worker_engine_device_wait_seconds_total'):.3f} ms; output handling "
+      f"{ms('tandem_worker_output_handling_seconds_total'):.3f} ms")
+PY
+}
+
 serve_and_load() {  # through the router: tandem serve LAYOUT and tandem-loadgen (B=1, C=256)
-  local layout=${1:-h200-mixed} c256=${2:-256}
-  $S/bin/tandem serve --layout deploy/layouts/$layout.yaml --model "$m" --port 8000 \
+  local layout=${1:-h200-mixed} c256=${2:-256} async=${3:-1}
+  local file=deploy/layouts/$layout.yaml
+  if [ "$async" = 0 ]; then
+    file=$OUT/${layout}_sync.yaml
+    sed 's/^engine:$/engine:\n  async_scheduling: false/' deploy/layouts/$layout.yaml >"$file"
+    layout=${layout}_sync
+  fi
+  $S/bin/tandem serve --layout "$file" --model "$m" --port 8000 \
     --log-dir "$LOGS/serve_${layout}_$preset" >"$LOGS/serve_${layout}_$preset.log" 2>&1 &
   local pid=$!
   for _ in $(seq 240); do
@@ -55,17 +90,23 @@ serve_and_load() {  # through the router: tandem serve LAYOUT and tandem-loadgen
   local lg=($S/bin/tandem-loadgen --base-url http://127.0.0.1:8000 --tokenizer "$m" --ignore-eos
             --request-rate inf --save-result --result-dir "$LOGS" --disable-progress)
   local tag=${layout}_$preset
+  local slog=$LOGS/serve_${layout}_$preset.log
+  worker_step_metrics "$slog" >"$LOGS/steps0_$tag.txt"
   timeout 120 "${lg[@]}" --num-prompts 8 --max-concurrency 1 --random-input-len 128 \
     --random-output-len 256 --label "served_b1_$tag" >"$LOGS/served_b1_$tag.log" 2>&1
   note "served $layout B=1 $preset exit=$?"
   grep -E "Successful|throughput|TPOT|ITL|TTFT" "$LOGS/served_b1_$tag.log" | head -9 \
     >>"$OUT/summary.txt"
+  worker_step_metrics "$slog" >"$LOGS/steps1_$tag.txt"
+  step_breakdown "$LOGS/steps0_$tag.txt" "$LOGS/steps1_$tag.txt" >>"$OUT/summary.txt"
   timeout 180 "${lg[@]}" --num-prompts "$c256" --max-concurrency "$c256" \
     --random-input-len 128 --random-output-len 1024 --label "served_c${c256}_$tag" \
     >"$LOGS/served_c${c256}_$tag.log" 2>&1
   note "served $layout C=$c256 $preset exit=$?"
   grep -E "Successful|throughput|TPOT|TTFT" "$LOGS/served_c${c256}_$tag.log" | head -9 \
     >>"$OUT/summary.txt"
+  worker_step_metrics "$slog" >"$LOGS/steps2_$tag.txt"
+  step_breakdown "$LOGS/steps1_$tag.txt" "$LOGS/steps2_$tag.txt" >>"$OUT/summary.txt"
   kill -TERM $pid
   wait $pid
 }
@@ -84,6 +125,15 @@ for preset in $PRESETS; do
     note "bench $preset exit=$?"
     grep -E "^(bench|latency|decode|prefill|throughput)|captured|KV cache|device memory" \
       "$LOGS/bench_$preset.log" >>"$OUT/summary.txt"
+    # BENCH_SYNC_SCENARIOS: the same scenarios again with async scheduling off.
+    if [ -n "${BENCH_SYNC_SCENARIOS:-}" ]; then
+      timeout 300 $S/bin/tandem bench --model "$m" --no-async-scheduling \
+        --json "$LOGS/bench_sync_$preset.json" --scenarios "$BENCH_SYNC_SCENARIOS" \
+        --decode-tokens 32 >"$LOGS/bench_sync_$preset.log" 2>&1
+      note "bench --no-async-scheduling $preset exit=$?"
+      grep -E "^(latency|decode|prefill|throughput)" "$LOGS/bench_sync_$preset.log" \
+        >>"$OUT/summary.txt"
+    fi
   fi
   if want abnorm; then
     # Batch-1 latency with the RMSNorm fused into the skinny GEMM (TANDEM_FUSED_NORM=1) and
@@ -136,7 +186,10 @@ for preset in $PRESETS; do
     note "ncu $preset exit=$?"
     python3 engine/bench/ncu_step_table.py "$LOGS/ncu_$preset.csv" >>"$OUT/summary.txt" 2>&1
   fi
-  if want served; then serve_and_load h200-mixed 256; fi
+  # SERVED_ASYNC="1 0": async scheduling on (the default), then off.
+  if want served; then
+    for a in ${SERVED_ASYNC:-1}; do serve_and_load h200-mixed 256 "$a"; done
+  fi
   # Prefill and decode workers sharing the GPU, pages over the host TCP transport.
   if want served1p1d; then serve_and_load h200-1p1d 32; fi
   if want peer; then

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/model/device_sampler.h"
@@ -43,6 +44,11 @@ class LlamaModel final : public Model {
   Backend backend() const override { return backend_; }
   absl::StatusOr<StepOutput> Step(const StepInputs& inputs, const KvLayout& layout,
                                   void* kv_pool) override;
+  // On CUDA a launched step is queued on the backend's stream (Model::Launch); Collect reads the
+  // sampled block back, which waits for it.
+  bool SupportsAsyncSteps() const override { return backend_ == Backend::kCuda; }
+  absl::Status Launch(const StepInputs& inputs, const KvLayout& layout, void* kv_pool) override;
+  absl::StatusOr<StepOutput> Collect() override;
   absl::Status ComputeLogits(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
                              float* logits) override;
   absl::StatusOr<std::unique_ptr<DeviceAllocation>> AllocateKvPool(int64_t bytes) override;
@@ -82,6 +88,13 @@ class LlamaModel final : public Model {
     int batch = 0;
     int handle = 0;
   };
+  // A step launched and not yet collected: where its sampled block is and what to read back.
+  struct Launched {
+    SampledBlock out;
+    int64_t rows = 0;  // real logits rows
+    bool logprobs = false;
+    bool graph_replayed = false;
+  };
 
   LlamaModel(const ModelConfig& config, std::unique_ptr<Ops> ops, Backend backend)
       : config_(config), ops_(std::move(ops)), backend_(backend) {}
@@ -119,6 +132,7 @@ class LlamaModel final : public Model {
   std::vector<Graph> graphs_;
   void* graph_pool_ = nullptr;
   KvLayout graph_layout_;
+  std::optional<Launched> launched_;
 };
 
 }  // namespace tandem

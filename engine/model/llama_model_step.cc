@@ -88,9 +88,19 @@ const LlamaModel::Graph* LlamaModel::GraphFor(const StepInputs& in, const KvLayo
 
 absl::StatusOr<StepOutput> LlamaModel::Step(const StepInputs& in, const KvLayout& layout,
                                             void* kv_pool) {
+  RETURN_IF_ERROR(Launch(in, layout, kv_pool));
+  return Collect();
+}
+
+absl::Status LlamaModel::Launch(const StepInputs& in, const KvLayout& layout, void* kv_pool) {
+  if (launched_.has_value())
+    return absl::FailedPreconditionError("a launched step is not collected");
   RETURN_IF_ERROR(ValidateStep(in, config_, layout));
   RETURN_IF_ERROR(ValidateSampling(in, config_));
-  if (in.num_tokens == 0) return StepOutput{};
+  if (in.num_tokens == 0) {
+    launched_ = Launched{};
+    return absl::OkStatus();
+  }
   const Graph* graph = GraphFor(in, layout, kv_pool);
   ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, graph ? graph->batch : 0));
   if (ops_->WantsEagerStep()) graph = nullptr;  // padded or not, the step runs the same ops
@@ -101,14 +111,22 @@ absl::StatusOr<StepOutput> LlamaModel::Step(const StepInputs& in, const KvLayout
     ASSIGN_OR_RETURN(float* logits, Forward(d, layout, kv_pool));
     RETURN_IF_ERROR(RunSampler(*ops_, d, logits, config_.vocab_size, out, /*every_stage=*/false));
   }
+  launched_ = Launched{out, static_cast<int64_t>(in.logits_rows.size()), in.AnyLogprobs(),
+                       graph != nullptr};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutput> LlamaModel::Collect() {
+  if (!launched_.has_value()) return absl::FailedPreconditionError("no launched step to collect");
+  const Launched l = *launched_;
+  launched_.reset();
+  if (l.rows == 0) return StepOutput{};
   const absl::Time wait_start = Clock::Real()->Now();
-  ASSIGN_OR_RETURN(
-      StepOutput result,
-      ReadSampled(*ops_, out, static_cast<int64_t>(in.logits_rows.size()), in.AnyLogprobs()));
+  ASSIGN_OR_RETURN(StepOutput result, ReadSampled(*ops_, l.out, l.rows, l.logprobs));
   if (backend_ == Backend::kCuda) {
     result.device_wait_ns = absl::ToInt64Nanoseconds(Clock::Real()->Now() - wait_start);
   }
-  result.graph_replayed = graph != nullptr;
+  result.graph_replayed = l.graph_replayed;
   return result;
 }
 

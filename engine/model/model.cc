@@ -3,6 +3,7 @@
 #include "engine/model/model.h"
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/status_macros.h"
@@ -25,6 +26,21 @@ absl::StatusOr<StepOutput> Model::Step(const StepInputs& inputs, const KvLayout&
   std::vector<float> logits(inputs.logits_rows.size() * static_cast<size_t>(config().vocab_size));
   RETURN_IF_ERROR(ComputeLogits(inputs, layout, kv_pool, logits.data()));
   return SampleOnHost(inputs, config().vocab_size, logits.data());
+}
+
+absl::Status Model::Launch(const StepInputs& inputs, const KvLayout& layout, void* kv_pool) {
+  if (launched_.has_value())
+    return absl::FailedPreconditionError("a launched step is not collected");
+  ASSIGN_OR_RETURN(StepOutput output, Step(inputs, layout, kv_pool));
+  launched_ = std::move(output);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutput> Model::Collect() {
+  if (!launched_.has_value()) return absl::FailedPreconditionError("no launched step to collect");
+  StepOutput output = std::move(*launched_);
+  launched_.reset();
+  return output;
 }
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,17 @@ class Model {
   //     a failure known to be confined to one batch must use another code.
   virtual absl::StatusOr<StepOutput> Step(const StepInputs& inputs, const KvLayout& layout,
                                           void* kv_pool);
+  // Step in two halves, so that the host can prepare the next step while the device runs this
+  // one (the engine's async scheduling): Launch queues the step of `inputs` and returns without
+  // waiting for the device; Collect waits for it and returns what Step would have. At most one
+  // launched step is not yet collected, and until it is, nothing may change the KV pages it
+  // reads or writes (those of its sequences) nor launch another step. Launch errors are Step's;
+  // Collect fails with FailedPrecondition when nothing was launched. By default (backends that
+  // compute on the host: SupportsAsyncSteps() false, nothing would overlap) Launch runs the
+  // whole step and Collect hands its output over.
+  virtual bool SupportsAsyncSteps() const { return false; }
+  virtual absl::Status Launch(const StepInputs& inputs, const KvLayout& layout, void* kv_pool);
+  virtual absl::StatusOr<StepOutput> Collect();
 
   // The forward pass only: fp32 logits of inputs.logits_rows into host `logits`,
   // [logits_rows.size(), vocab_size] row-major (tests and numerics checks). Errors as Step's.
@@ -66,6 +78,9 @@ class Model {
                                void* kv_pool) {
     return absl::OkStatus();
   }
+
+ private:
+  std::optional<StepOutput> launched_;  // the default Launch's output, until Collect
 };
 
 // Samples host logits rows ([inputs.logits_rows.size(), vocab_size]) with the CPU reference

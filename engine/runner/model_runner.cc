@@ -1,6 +1,7 @@
 #include "engine/runner/model_runner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "base/check.h"
 #include "base/status_macros.h"
@@ -53,15 +54,33 @@ StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
   return in;
 }
 
+bool ModelRunner::CanLaunch(const ScheduleDecision& decision) {
+  for (const ScheduledChunk& chunk : decision.chunks) {
+    if (chunk.num_spec_tokens > 0 && !chunk.seq->spec_probs.empty()) return false;
+  }
+  return true;
+}
+
+absl::Status ModelRunner::Launch(const ScheduleDecision& decision) {
+  CHECK(CanLaunch(decision));
+  const StepInputs inputs =
+      BuildStepInputs(decision, kv_cache_->layout().page_size, eos_token_ids_, &launched_chunks_);
+  return model_->Launch(inputs, kv_cache_->layout(), kv_cache_->pool());
+}
+
+absl::StatusOr<ModelRunner::StepResult> ModelRunner::Collect() {
+  StepResult result;
+  result.sampling_chunks = std::move(launched_chunks_);
+  launched_chunks_.clear();
+  ASSIGN_OR_RETURN(result.output, model_->Collect());
+  return result;
+}
+
 absl::StatusOr<ModelRunner::StepResult> ModelRunner::Run(const ScheduleDecision& decision) {
   StepResult result;
   const StepInputs inputs = BuildStepInputs(decision, kv_cache_->layout().page_size, eos_token_ids_,
                                             &result.sampling_chunks);
-  bool drawn_proposals = false;
-  for (const ScheduledChunk& chunk : decision.chunks) {
-    drawn_proposals |= chunk.num_spec_tokens > 0 && !chunk.seq->spec_probs.empty();
-  }
-  if (!drawn_proposals) {
+  if (CanLaunch(decision)) {
     ASSIGN_OR_RETURN(result.output, model_->Step(inputs, kv_cache_->layout(), kv_cache_->pool()));
     return result;
   }

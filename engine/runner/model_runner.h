@@ -45,10 +45,17 @@ class ModelRunner {
   // Runs the step of `decision` (non-empty).
   absl::StatusOr<StepResult> Run(const ScheduleDecision& decision);
 
+  // Run in two halves (Model::Launch / Collect), for a decision that CanLaunch: Launch queues
+  // the step, Collect waits for it. Between the two, `decision`'s sequences must not change.
+  static bool CanLaunch(const ScheduleDecision& decision);  // no drawn proposals to verify
+  absl::Status Launch(const ScheduleDecision& decision);
+  absl::StatusOr<StepResult> Collect();
+
  private:
   Model* model_;
   KvCache* kv_cache_;
   std::vector<int> eos_token_ids_;
+  std::vector<int> launched_chunks_;  // the launched step's sampling_chunks
 };
 
 }  // namespace tandem

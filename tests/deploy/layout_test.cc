@@ -40,7 +40,8 @@ TEST(Layout, ShippedLayoutsParse) {
 TEST(Layout, EngineFieldsParse) {
   absl::StatusOr<Layout> l = ParseLayout(
       "engine: {gpu_memory_utilization: 0.5, max_model_len: 4096, cuda_graph_sizes: [1, 8, 64],"
-      " enforce_eager: true, kv_memory_bytes: 1024, enable_prefix_caching: false}\n"
+      " enforce_eager: true, kv_memory_bytes: 1024, enable_prefix_caching: false,"
+      " async_scheduling: false}\n"
       "groups: [{role: mixed}]");
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(l->engine.gpu_memory_utilization, 0.5);
@@ -50,6 +51,8 @@ TEST(Layout, EngineFieldsParse) {
   EXPECT_EQ(l->engine.kv_memory_bytes, 1024);
   EXPECT_FALSE(l->engine.enable_prefix_caching);
   EXPECT_TRUE(DefaultLayout().engine.enable_prefix_caching);
+  EXPECT_FALSE(l->engine.async_scheduling);
+  EXPECT_TRUE(DefaultLayout().engine.async_scheduling);
   absl::StatusOr<Layout> kv =
       ParseLayout("router: {routing_policy: kv-aware}\ngroups: [{role: mixed}]");
   ASSERT_TRUE(kv.ok()) << kv.status();
@@ -100,6 +103,16 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
       {"engine: {speculative_config: {method: draft, num_speculative_tokens: 3}}\n"
        "groups: [{role: mixed}]",
        "speculative_config.model"},
+      // A misspelt or unknown key anywhere is refused, never ignored.
+      {"engine: {enable_prefix_cachng: false}\ngroups: [{role: mixed}]",
+       "unknown key 'enable_prefix_cachng' in engine"},
+      {"modle: /m\ngroups: [{role: mixed}]", "unknown key 'modle' in the layout"},
+      {"router: {prot: 1}\ngroups: [{role: mixed}]", "unknown key 'prot' in router"},
+      {"groups: [{role: mixed, gpu: [0]}]", "unknown key 'gpu' in groups"},
+      {"engine: {speculative_config: {method: ngram, k: 2}}\ngroups: [{role: mixed}]",
+       "unknown key 'k' in engine.speculative_config"},
+      {"engine: 3\ngroups: [{role: mixed}]", "engine must be a mapping"},
+      {"", "empty"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Layout> l = ParseLayout(c.yaml);

@@ -124,4 +124,22 @@ absl::Status FakeModel::ComputeLogits(const StepInputs& in, const KvLayout& layo
   return absl::OkStatus();
 }
 
+absl::Status FakeModel::Launch(const StepInputs& inputs, const KvLayout& layout, void* kv_pool) {
+  if (!options_.async) return Model::Launch(inputs, layout, kv_pool);
+  if (launched_) return absl::FailedPreconditionError("a launched step is not collected");
+  launched_ = true;
+  launched_inputs_ = inputs;
+  launched_layout_ = layout;
+  launched_pool_ = kv_pool;
+  ++num_launches_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutput> FakeModel::Collect() {
+  if (!options_.async) return Model::Collect();
+  if (!launched_) return absl::FailedPreconditionError("no launched step to collect");
+  launched_ = false;
+  return Step(launched_inputs_, launched_layout_, launched_pool_);
+}
+
 }  // namespace tandem::testing

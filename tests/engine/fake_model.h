@@ -11,6 +11,10 @@
 //       kCount: the argmax is (last token + 1) % vocab_size: predictable text for stop tests.
 // InjectFault makes ComputeLogits fail from a given call on: once (a bad batch) or for good (a
 // sticky device error, Internal: the backend is unusable).
+// Options::async makes it a model with asynchronous steps (Model::Launch / Collect) whose
+// "device" runs the launched step when it is collected: the step reads and writes the pages
+// then, so an engine that changed a launched step's sequences or pages in between fails the
+// position and layer checks or changes the output.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +41,7 @@ class FakeModel : public Model {
     // kHash: mixed into the hash, so two salts are two different models over the same
     // vocabulary (a target and its draft in speculative-decoding tests).
     uint64_t salt = 0;
+    bool async = false;  // SupportsAsyncSteps(): the step runs at Collect
   };
 
   explicit FakeModel(const Options& options);
@@ -44,6 +49,10 @@ class FakeModel : public Model {
   const ModelConfig& config() const override { return config_; }
   absl::Status ComputeLogits(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
                              float* logits) override;
+  bool SupportsAsyncSteps() const override { return options_.async; }
+  absl::Status Launch(const StepInputs& inputs, const KvLayout& layout, void* kv_pool) override;
+  absl::StatusOr<StepOutput> Collect() override;
+  int64_t num_launches() const { return num_launches_; }
 
   int64_t num_forward_calls() const { return num_forward_calls_; }
   int64_t max_tokens_per_forward() const { return max_tokens_per_forward_; }
@@ -65,6 +74,12 @@ class FakeModel : public Model {
   int64_t num_forward_calls_ = 0;
   int64_t max_tokens_per_forward_ = 0;
   int max_seqs_per_forward_ = 0;
+  // The launched step (async).
+  bool launched_ = false;
+  StepInputs launched_inputs_;
+  KvLayout launched_layout_;
+  void* launched_pool_ = nullptr;
+  int64_t num_launches_ = 0;
 
   // Returns the injected fault for the current call, if any.
   absl::Status Fault();
