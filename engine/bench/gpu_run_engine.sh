@@ -4,7 +4,7 @@
 # Qwen3-8B) with an op profile of decode steps, and the transformers + torch.compile peer on the
 # same checkpoints; full logs in one archive under $OUT, the short tables last.
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]).
-# Usage there: engine/bench/gpu_run_engine.sh [tests|bench|abnorm|profile|trace|ncu|served|served1p1d|peer|hf|all]...
+# Usage there: engine/bench/gpu_run_engine.sh [tests|bench|abnorm|profile|trace|ncu|served|served1p1d|peer|spec|hf|all]...
 # (default: all; PRESETS="llama3-8b qwen3-8b" by default). `hf` runs the engine test against
 # transformers on the preset itself (8B shapes); `tests` runs it on the small presets with
 # TANDEM_REF_PYTHON set by the caller.
@@ -203,6 +203,20 @@ for preset in $PRESETS; do
       --contexts 128,512 --decode-tokens 128 >"$LOGS/peer_tandem_$preset.log" 2>&1
     note "tandem at the peer's shapes $preset exit=$?"
     grep -E "^decode " "$LOGS/peer_tandem_$preset.log" >>"$OUT/summary.txt"
+  fi
+  if want spec; then
+    # Speculative decoding, n-gram proposals over prompts that repeat a 16-token phrase: decode
+    # steps at batch 1, 8, 32 (context 1024) without speculation and with k = SPEC_KS proposals
+    # per sequence; each row's spec line has the measured acceptance (engine/spec/README.md).
+    for k in 0 ${SPEC_KS:-1 2 4 8}; do
+      flags=()
+      [ "$k" -gt 0 ] && flags=(--speculative-method ngram --num-speculative-tokens "$k")
+      timeout 150 $S/bin/tandem bench --model "$m" --scenarios decode --batch-sizes 1,8,32 \
+        --contexts 1024 --prompt-period 16 --decode-tokens 64 "${flags[@]}" \
+        --json "$LOGS/spec_k${k}_$preset.json" >"$LOGS/spec_k${k}_$preset.log" 2>&1
+      note "spec ngram k=$k $preset exit=$?"
+      grep -E "^decode |speculative:" "$LOGS/spec_k${k}_$preset.log" >>"$OUT/summary.txt"
+    done
   fi
   if want hf; then
     TANDEM_REF_PYTHON=python3 TANDEM_HF_PRESETS=$preset TANDEM_HF_MODEL_DIR=$m \
