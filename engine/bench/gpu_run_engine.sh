@@ -4,7 +4,7 @@
 # Qwen3-8B) with an op profile of decode steps, and the transformers + torch.compile peer on the
 # same checkpoints; full logs in one archive under $OUT, the short tables last.
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]).
-# Usage there: engine/bench/gpu_run_engine.sh [tests|bench|abnorm|profile|trace|ncu|served|served1p1d|peer|spec|hf|all]...
+# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|bench|abnorm|profile|trace|ncu|served|served1p1d|peer|spec|hf|all]...
 # (default: all; PRESETS="llama3-8b qwen3-8b" by default). `hf` runs the engine test against
 # transformers on the preset itself (8B shapes); `tests` runs it on the small presets with
 # TANDEM_REF_PYTHON set by the caller.
@@ -33,6 +33,14 @@ run_test() {  # name timeout [args...]
   note "$t exit=$rc: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$LOGS/$t.log" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure$" -A3 "$LOGS/$t.log" | head -24 >>"$OUT/summary.txt"
 }
+
+if want attn_tc; then
+  # Decode shapes through the prefill kernels (GQA heads packed as mma rows) beside the decode
+  # kernel, same inputs, outputs compared: the input for [decode-tc].
+  timeout 240 $S/bin/attention_bench decode_as_prefill >"$LOGS/attn_tc.log" 2>&1
+  note "attention decode_as_prefill exit=$?"
+  grep -E "^RESULT" "$LOGS/attn_tc.log" | sed 's/^RESULT kernel=decode_as_prefill //' >>"$OUT/summary.txt"
+fi
 
 if want tests; then
   # TESTS picks a subset (default: all four).

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-build}
 stage=.gpu-eng
-bins=(tandem tandem-router tandem-decode-worker tandem-prefill-worker tandem-loadgen)
+bins=(tandem tandem-router tandem-decode-worker tandem-prefill-worker tandem-loadgen attention_bench)
 tests=(engine_cuda_test kernels_kb_gpu_test logits_gpu_test attention_gpu_test
        attention_prefill_gpu_test)
 [ -f "$dir/build.ninja" ] || cmake -S . -B "$dir" -G Ninja -DTANDEM_CUDA=ON

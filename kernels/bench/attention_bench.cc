@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -280,6 +282,86 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
 }
 
+// Decode through the prefill kernel (FlashInfer's tensor-core decode is its prefill kernel with
+// one query per request): `batch` sequences of `len` tokens, one query each, the query heads of a
+// KV group packed as rows of the mma tiles. Times the default prefill dispatch and the decode
+// kernel on the same inputs, and checks that both give the same output (input for [decode-tc]).
+void BenchDecodeAsPrefill(int batch, int len, int page_size, AttentionPlan& plan) {
+  const int pages_per_seq = (len + page_size - 1) / page_size;
+  const int64_t page_elems = int64_t{2} * kNkv * page_size * kD;
+  const int64_t num_pages = int64_t{batch} * pages_per_seq;
+  const int64_t q_elems = int64_t{batch} * kNq * kD;
+  void *kv, *q, *out_prefill, *out_decode;
+  CK(cudaMalloc(&kv, num_pages * page_elems * 2));
+  CK(cudaMalloc(&q, q_elems * 2));
+  CK(cudaMalloc(&out_prefill, q_elems * 2));
+  CK(cudaMalloc(&out_decode, q_elems * 2));
+  FillRandomBf16(kv, num_pages * page_elems, 12);
+  FillRandomBf16(q, q_elems, 13);
+  std::vector<int32_t> ids(num_pages);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(14));
+  std::vector<int32_t> lens(batch, len), starts(batch + 1);
+  std::iota(starts.begin(), starts.end(), 0);
+  int32_t *tables, *d_lens, *d_starts;
+  CK(cudaMalloc(&tables, ids.size() * 4));
+  CK(cudaMalloc(&d_lens, batch * 4));
+  CK(cudaMalloc(&d_starts, (batch + 1) * 4));
+  CK(cudaMemcpy(tables, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_lens, lens.data(), batch * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_starts, starts.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+  PagedAttentionArgs a;
+  a.q = q;
+  a.kv_layer = kv;
+  a.block_tables = tables;
+  a.seq_lens = d_lens;
+  a.query_start = d_starts;
+  a.num_seqs = batch;
+  a.num_tokens = batch;
+  a.num_q_heads = kNq;
+  a.num_kv_heads = kNkv;
+  a.head_dim = kD;
+  a.page_size = page_size;
+  a.max_pages_per_seq = pages_per_seq;
+  a.scale = 1.0f / std::sqrt(float{kD});
+  const AttentionBatchShape shape{lens.data(), starts.data(), batch, kNq, kNkv};
+  PagedAttentionArgs d = a;
+  d.out = out_decode;
+  CHECK_OK(plan.BuildDecode(shape, nullptr));
+  const double decode_us =
+      MedianUs([&](int) { CHECK_OK(PagedAttentionDecode(d, plan, nullptr)); }, 10, 15);
+  CHECK_OK(PagedAttentionDecode(d, plan, nullptr));
+  PagedAttentionArgs p = a;
+  p.out = out_prefill;
+  CHECK_OK(plan.BuildPrefill(shape, nullptr));
+  const double prefill_us =
+      MedianUs([&](int) { CHECK_OK(PagedAttentionPrefill(p, plan, nullptr)); }, 10, 15);
+  CHECK_OK(PagedAttentionPrefill(p, plan, nullptr));
+  CK(cudaDeviceSynchronize());
+  std::vector<uint16_t> hp(q_elems), hd(q_elems);
+  CK(cudaMemcpy(hp.data(), out_prefill, q_elems * 2, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hd.data(), out_decode, q_elems * 2, cudaMemcpyDeviceToHost));
+  auto f32 = [](uint16_t b) {
+    uint32_t u = uint32_t{b} << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  double max_diff = 0;
+  for (int64_t i = 0; i < q_elems; ++i) {
+    max_diff = std::max(max_diff, double(std::fabs(f32(hp[i]) - f32(hd[i]))));
+  }
+  const double bytes = double(batch) * len * kNkv * kD * 2 * 2;
+  const char* path = std::getenv("TANDEM_PREFILL_KERNEL");
+  std::printf(
+      "RESULT kernel=decode_as_prefill B=%d L=%d page=%d path=%s prefill_us=%.2f "
+      "prefill_TBps=%.3f decode_us=%.2f decode_TBps=%.3f max_abs_diff=%.5f\n",
+      batch, len, page_size, path != nullptr ? path : "default", prefill_us,
+      bytes / prefill_us * 1e-6, decode_us, bytes / decode_us * 1e-6, max_diff);
+  for (void* x : {kv, q, out_prefill, out_decode}) CK(cudaFree(x));
+  for (int32_t* x : {tables, d_lens, d_starts}) CK(cudaFree(x));
+}
+
 // Prefill: one causal prompt of `len` tokens whose K/V are already in the cache.
 void BenchPrefill(int len, int page_size, double gemm_tflops, AttentionPlan& plan) {
   const int pages = (len + page_size - 1) / page_size;
@@ -439,6 +521,18 @@ int main(int argc, char** argv) {
     auto plan = AttentionPlan::Create({});
     CHECK_OK(plan.status());
     for (const auto& c : kDecodeShapes) BenchDecode(c[0], c[1], c[2], copy, **plan);
+    return 0;
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "decode_as_prefill") {
+    // Every decode shape through the prefill kernels ([decode-tc]): the default dispatch and
+    // TANDEM_PREFILL_KERNEL=fa2, beside the decode kernel on the same inputs.
+    auto plan = AttentionPlan::Create({});
+    CHECK_OK(plan.status());
+    for (const char* path : {"default", "fa2"}) {
+      if (std::string_view(path) == "fa2") setenv("TANDEM_PREFILL_KERNEL", path, 1);
+      for (const auto& c : kDecodeShapes) BenchDecodeAsPrefill(c[0], c[1], c[2], **plan);
+    }
+    unsetenv("TANDEM_PREFILL_KERNEL");
     return 0;
   }
   if (argc == 5 && std::string_view(argv[1]) == "one") {
