@@ -103,8 +103,8 @@ absl::Status ThreadCommGroup::Enter(int rank, const char* what) {
   if (!status_.ok()) return status_;
   Fault& f = faults_[rank];
   if (f.calls >= 0 && f.calls-- == 0) {
-    AbortLocked(absl::Status(f.status.code(), absl::StrCat("rank ", rank, " in ", what, ": ",
-                                                           f.status.message())));
+    AbortLocked(absl::Status(f.status.code(),
+                             absl::StrCat("rank ", rank, " in ", what, ": ", f.status.message())));
     return status_;
   }
   return absl::OkStatus();
@@ -121,10 +121,10 @@ absl::Status ThreadCommGroup::Rendezvous(int rank, const Post& post, const char*
     for (int r = 0; r < size_; ++r) {
       const Post& p = posts_[r];
       if (p.op != post.op || p.count != post.count || p.dtype != post.dtype) {
-        AbortLocked(absl::InvalidArgumentError(absl::StrCat(
-            what, ": rank ", r, " called ", OpName(static_cast<int>(p.op)), " of ", p.count,
-            " while rank ", rank, " called ", OpName(static_cast<int>(post.op)), " of ",
-            post.count)));
+        AbortLocked(absl::InvalidArgumentError(
+            absl::StrCat(what, ": rank ", r, " called ", OpName(static_cast<int>(p.op)), " of ",
+                         p.count, " while rank ", rank, " called ",
+                         OpName(static_cast<int>(post.op)), " of ", post.count)));
         return status_;
       }
     }
@@ -142,9 +142,8 @@ absl::Status ThreadCommGroup::Rendezvous(int rank, const Post& post, const char*
   if (generation_ != generation) return absl::OkStatus();
   if (!woke) {
     AbortLocked(absl::DeadlineExceededError(
-        absl::StrCat("rank ", rank, " waited ", absl::FormatDuration(options_.timeout),
-                     " in ", what, " for its peers (", size_ - arrived_, " of ", size_,
-                     " missing)")));
+        absl::StrCat("rank ", rank, " waited ", absl::FormatDuration(options_.timeout), " in ",
+                     what, " for its peers (", size_ - arrived_, " of ", size_, " missing)")));
   }
   return status_;
 }
@@ -171,8 +170,8 @@ absl::Status ThreadCommGroup::CollectiveAllReduce(int rank, void* data, int64_t 
   }
   if (count < 0) return absl::InvalidArgumentError("all-reduce of a negative count");
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = Rendezvous(rank, Post{Op::kAllReduce, count, dtype, data, data},
-                                  "all-reduce");
+  if (absl::Status s =
+          Rendezvous(rank, Post{Op::kAllReduce, count, dtype, data, data}, "all-reduce");
       !s.ok()) {
     return s;
   }
@@ -196,8 +195,8 @@ absl::Status ThreadCommGroup::CollectiveAllGather(int rank, const void* send, vo
                                                   int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError("all-gather of a negative size");
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = Rendezvous(rank, Post{Op::kAllGather, bytes, DType::kF32, send, recv},
-                                  "all-gather");
+  if (absl::Status s =
+          Rendezvous(rank, Post{Op::kAllGather, bytes, DType::kF32, send, recv}, "all-gather");
       !s.ok()) {
     return s;
   }
@@ -215,9 +214,8 @@ absl::Status ThreadCommGroup::CollectiveAllGather(int rank, const void* send, vo
 
 absl::Status ThreadCommGroup::SendTo(int rank, const void* data, int64_t bytes, int peer) {
   if (peer < 0 || peer >= size_ || peer == rank || bytes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("send from rank ", rank, " to rank ", peer, " of ", size_, ", ", bytes,
-                     " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("send from rank ", rank, " to rank ", peer,
+                                                   " of ", size_, ", ", bytes, " bytes"));
   }
   const uint8_t* p = static_cast<const uint8_t*>(data);
   std::vector<uint8_t> message(p, p + bytes);
@@ -229,9 +227,8 @@ absl::Status ThreadCommGroup::SendTo(int rank, const void* data, int64_t bytes, 
 
 absl::Status ThreadCommGroup::RecvFrom(int rank, void* data, int64_t bytes, int peer) {
   if (peer < 0 || peer >= size_ || peer == rank || bytes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("recv on rank ", rank, " from rank ", peer, " of ", size_, ", ", bytes,
-                     " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("recv on rank ", rank, " from rank ", peer,
+                                                   " of ", size_, ", ", bytes, " bytes"));
   }
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Enter(rank, "recv"); !s.ok()) return s;
@@ -239,17 +236,16 @@ absl::Status ThreadCommGroup::RecvFrom(int rank, void* data, int64_t bytes, int 
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !box.empty() || !status_.ok(); };
   if (!options_.clock->AwaitWithDeadline(&mu_, absl::Condition(&ready),
                                          options_.clock->Now() + options_.timeout)) {
-    AbortLocked(absl::DeadlineExceededError(
-        absl::StrCat("rank ", rank, " waited ", absl::FormatDuration(options_.timeout),
-                     " for a message from rank ", peer)));
+    AbortLocked(absl::DeadlineExceededError(absl::StrCat("rank ", rank, " waited ",
+                                                         absl::FormatDuration(options_.timeout),
+                                                         " for a message from rank ", peer)));
   }
   if (!status_.ok()) return status_;
   std::vector<uint8_t> message = std::move(box.front());
   box.pop_front();
   if (static_cast<int64_t>(message.size()) != bytes) {
-    AbortLocked(absl::InvalidArgumentError(absl::StrCat("rank ", rank, " expected ", bytes,
-                                                        " bytes from rank ", peer, ", got ",
-                                                        message.size())));
+    AbortLocked(absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " expected ", bytes, " bytes from rank ", peer, ", got ", message.size())));
     return status_;
   }
   if (bytes > 0) std::memcpy(data, message.data(), bytes);

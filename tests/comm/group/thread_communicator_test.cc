@@ -4,6 +4,8 @@
 // collectives, an abort while peers wait, a peer that never comes (a FakeClock deadline), a size
 // mismatch — ends every rank's call with a status and leaves the group refusing further calls.
 // Nothing here may hang: each failure test is bounded by the peers' wake-up, never a timeout.
+#include "comm/group/thread_communicator.h"
+
 #include <cstring>
 #include <functional>
 #include <random>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "base/check.h"
-#include "comm/group/thread_communicator.h"
 #include "gtest/gtest.h"
 #include "tests/base/fake_clock.h"
 
@@ -60,8 +61,8 @@ TEST(ThreadCommunicatorTest, AllReduceF32IsTheRankOrderSumOnEveryRank) {
       for (int r = 0; r < size; ++r) {
         ASSERT_EQ(got[r].size(), want.size());
         for (int64_t i = 0; i < count; ++i) {
-          ASSERT_EQ(got[r][i], want[i]) << "size " << size << " count " << count << " rank " << r
-                                        << " element " << i;
+          ASSERT_EQ(got[r][i], want[i])
+              << "size " << size << " count " << count << " rank " << r << " element " << i;
         }
       }
     }
@@ -288,8 +289,7 @@ TEST(ThreadCommunicatorTest, MissingPeerEndsInDeadlineExceeded) {
   for (const absl::Status& s : got) EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   const uint8_t send[8] = {};
   std::vector<uint8_t> recv(3 * 8);
-  EXPECT_EQ(comms[2]->AllGather(send, recv.data(), 8).code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(comms[2]->AllGather(send, recv.data(), 8).code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST(ThreadCommunicatorTest, CreateRefusesBadGroups) {
