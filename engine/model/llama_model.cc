@@ -33,8 +33,9 @@ absl::StatusOr<const void*> Adopt(Ops& ops, HostTensor t) {
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& config,
                                                                ModelWeights weights,
                                                                std::unique_ptr<Ops> ops,
-                                                               Backend backend) {
-  std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(ops), backend));
+                                                               Backend backend,
+                                                               TensorParallelRank tp) {
+  std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(ops), backend, tp));
   RETURN_IF_ERROR(model->AdoptWeights(std::move(weights)));
   return model;
 }
@@ -44,7 +45,7 @@ absl::Status LlamaModel::AdoptWeights(ModelWeights w) {
   ASSIGN_OR_RETURN(embed_tokens_, Adopt(ops, std::move(w.embed_tokens)));
   ASSIGN_OR_RETURN(norm_, Adopt(ops, std::move(w.norm)));
   lm_head_ = embed_tokens_;
-  if (!config_.tie_word_embeddings) {
+  if (!config_.tie_word_embeddings && tp_.samples) {
     ASSIGN_OR_RETURN(lm_head_, Adopt(ops, std::move(w.lm_head)));
   }
   for (LayerWeights& lw : w.layers) {
@@ -201,9 +202,19 @@ absl::Status LlamaModel::Attention(int l, const DeviceStep& d, const Activations
                          .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                          .dtype = dt,
                          .kv_dtype = layout.dtype}));
-  GemmArgs o = Linear(b.attn, w.o_proj, b.residual, t, c.hidden_size, q_dim);
-  o.accumulate = true;
-  return ops_->Gemm(o);
+  return RowParallel(Linear(b.attn, w.o_proj, b.residual, t, c.hidden_size, q_dim), t);
+}
+
+absl::Status LlamaModel::RowParallel(GemmArgs gemm, int64_t t) {
+  if (tp_.comm == nullptr) {
+    gemm.accumulate = true;
+    return ops_->Gemm(gemm);
+  }
+  // Rank 0: residual + its partial; every other rank: its partial alone. The sum over ranks is
+  // residual + the whole projection, on every rank.
+  gemm.accumulate = tp_.comm->rank() == 0;
+  RETURN_IF_ERROR(ops_->Gemm(gemm));
+  return tp_.comm->AllReduceSum(gemm.c, t * config_.hidden_size, ops_->compute_dtype());
 }
 
 absl::Status LlamaModel::Mlp(int l, int64_t t, const Activations& b, bool fused_norm) {
@@ -218,15 +229,14 @@ absl::Status LlamaModel::Mlp(int l, int64_t t, const Activations& b, bool fused_
                                             .num_tokens = t,
                                             .intermediate = c.intermediate_size,
                                             .dtype = ops_->compute_dtype()}));
-  GemmArgs down = Linear(b.act, w.down_proj, b.residual, t, c.hidden_size, c.intermediate_size);
-  down.accumulate = true;
-  return ops_->Gemm(down);
+  return RowParallel(Linear(b.act, w.down_proj, b.residual, t, c.hidden_size, c.intermediate_size),
+                     t);
 }
 
 absl::Status LlamaModel::Logits(const DeviceStep& d, const Activations& b) {
   const ModelConfig& c = config_;
   const int64_t r = d.num_rows;
-  if (r == 0) return absl::OkStatus();
+  if (r == 0 || !tp_.samples) return absl::OkStatus();
   RETURN_IF_ERROR(ops_->RmsNorm(Norm(b.residual, nullptr, norm_, b.hidden, d.num_tokens)));
   // The embedding gather doubles as a row gather: "vocabulary" = this step's hidden rows.
   RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = d.logits_rows,

@@ -19,12 +19,20 @@
 // replay a CUDA graph of the whole step — forward and sampling — captured at Prepare for the
 // next size up (padding sequences store nothing and sample greedily); other steps (prefill
 // chunks, mixed batches, the CPU backend, --enforce-eager) run op by op.
+//
+// Tensor parallelism (tensor_parallel_model.h): a LlamaModel is then one rank, built with its
+// slice of the weights and ShardConfig's head counts (tensor_shard.h). The residual stream is
+// replicated: after o_proj and after down_proj every rank holds a partial sum over its heads /
+// features, rank 0 adding it into the residual and the others writing it over theirs, and one
+// in-place all-reduce of the residual gives every rank residual + Σ partials. Only the sampling
+// rank computes the final norm, the logits and the tokens; the others end after the last layer.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "comm/group/communicator.h"
 #include "engine/model/device_sampler.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
@@ -32,13 +40,20 @@
 
 namespace tandem {
 
+// A tensor-parallel rank's place in its group; the default is a model of its own (TP 1).
+struct TensorParallelRank {
+  Communicator* comm = nullptr;  // the group's (outlives the model); null at TP 1
+  bool samples = true;           // computes the logits and samples them (rank 0)
+};
+
 class LlamaModel final : public Model {
  public:
   // Hands every weight to `ops` (AdoptWeight) and builds the rotary inverse frequencies.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(const ModelConfig& config,
                                                             ModelWeights weights,
                                                             std::unique_ptr<Ops> ops,
-                                                            Backend backend);
+                                                            Backend backend,
+                                                            TensorParallelRank tp = {});
 
   const ModelConfig& config() const override { return config_; }
   Backend backend() const override { return backend_; }
@@ -96,8 +111,9 @@ class LlamaModel final : public Model {
     bool graph_replayed = false;
   };
 
-  LlamaModel(const ModelConfig& config, std::unique_ptr<Ops> ops, Backend backend)
-      : config_(config), ops_(std::move(ops)), backend_(backend) {}
+  LlamaModel(const ModelConfig& config, std::unique_ptr<Ops> ops, Backend backend,
+             TensorParallelRank tp)
+      : config_(config), ops_(std::move(ops)), backend_(backend), tp_(tp) {}
   absl::Status AdoptWeights(ModelWeights weights);
   absl::StatusOr<Activations> GetActivations(int64_t tokens, int64_t rows);
   absl::StatusOr<SampledBlock> GetSampledBlock(int64_t rows);
@@ -109,6 +125,8 @@ class LlamaModel final : public Model {
                          const KvLayout& layout, void* kv_pool, bool fused_norm);
   absl::Status Mlp(int layer, int64_t num_tokens, const Activations& b, bool fused_norm);
   absl::Status Logits(const DeviceStep& step, const Activations& b);
+  // A row-parallel projection into the residual stream: GEMM, then (TP > 1) the all-reduce.
+  absl::Status RowParallel(GemmArgs gemm, int64_t num_tokens);
   GemmArgs Linear(const void* a, const void* w, void* c, int64_t m, int64_t n, int64_t k) const;
   // Makes `gemm` read the residual stream and normalise it on the fly with `norm_weight`.
   void FuseNorm(GemmArgs& gemm, const void* residual, const void* norm_weight) const;
@@ -122,6 +140,7 @@ class LlamaModel final : public Model {
   ModelConfig config_;
   std::unique_ptr<Ops> ops_;
   Backend backend_;
+  TensorParallelRank tp_;
   const void* embed_tokens_ = nullptr;
   const void* norm_ = nullptr;
   const void* lm_head_ = nullptr;  // == embed_tokens_ when tied

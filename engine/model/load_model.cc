@@ -11,6 +11,8 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/model.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/tensor_parallel_model.h"
+#include "engine/model/tensor_shard.h"
 #include "engine/model/weights.h"
 
 namespace tandem {
@@ -43,7 +45,56 @@ absl::Status CheckCudaSupports(const ModelConfig& c, const std::string& dir) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend) {
+absl::StatusOr<std::unique_ptr<Model>> LoadTensorParallelModel(
+    const std::string& dir, std::shared_ptr<ThreadCommGroup> group) {
+  if (group == nullptr) return absl::InvalidArgumentError("tensor parallelism needs a group");
+  const int tp = group->size();
+  ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
+  RETURN_IF_ERROR(CheckTensorParallel(config, tp));
+  RETURN_IF_ERROR(CheckFitsInMemory(config, dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> checkpoint,
+                   SafetensorsCheckpoint::Open(dir));
+  const absl::Time start = Clock::Real()->Now();
+  const ModelConfig shard_config = ShardConfig(config, tp);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::unique_ptr<Model>> ranks;
+  for (int r = 0; r < tp; ++r) {
+    std::unique_ptr<Ops> ops = MakeRefOps();
+    comms.push_back(group->ForRank(r));
+    ASSIGN_OR_RETURN(ModelWeights weights,
+                     LoadWeights(*checkpoint, config, ops->compute_dtype(), TensorShard{r, tp}));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<LlamaModel> rank,
+        LlamaModel::Create(shard_config, std::move(weights), std::move(ops), Backend::kCpu,
+                           TensorParallelRank{comms.back().get(),
+                                              /*samples=*/r == 0}));
+    ranks.push_back(std::move(rank));
+  }
+  LOG(INFO) << "loaded " << dir << " on the cpu backend, tensor_parallel " << tp << ", in "
+            << absl::FormatDuration(
+                   absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
+            << ": " << config.model_type << ", " << shard_config.num_q_heads << " heads, "
+            << shard_config.num_kv_heads << " KV heads per rank";
+  return std::unique_ptr<Model>(std::make_unique<TensorParallelModel>(
+      config, std::move(group), std::move(comms), std::move(ranks)));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
+                                                 const ParallelConfig& parallel) {
+  if (parallel.tensor_parallel < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor_parallel ", parallel.tensor_parallel, " must be >= 1"));
+  }
+  if (parallel.tensor_parallel > 1) {
+    if (backend == Backend::kCuda) {
+      return absl::UnimplementedError(
+          "tensor_parallel > 1 runs on the CPU backend only: the CUDA backend has no NCCL "
+          "communicator yet");
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<ThreadCommGroup> group,
+                     ThreadCommGroup::Create(parallel.tensor_parallel));
+    return LoadTensorParallelModel(dir, std::move(group));
+  }
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
   std::unique_ptr<Ops> ops;
   if (backend == Backend::kCuda) {
