@@ -34,6 +34,10 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
                  "Ranks the model is split over, one thread each (cpu backend only for now)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--pipeline-parallel-size", o.pipeline_parallel,
+                 "Pipeline stages (layer ranges) of --tensor-parallel-size ranks each (cpu only)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   SpeculativeConfig& s = o.speculative;
   app.add_option("--speculative-method", f->speculative_method,
                  "Speculative decoding: none, ngram (prompt lookup) or draft (a draft model)")

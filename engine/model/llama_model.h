@@ -20,12 +20,15 @@
 // next size up (padding sequences store nothing and sample greedily); other steps (prefill
 // chunks, mixed batches, the CPU backend, --enforce-eager) run op by op.
 //
-// Tensor parallelism (tensor_parallel_model.h): a LlamaModel is then one rank, built with its
+// Tensor parallelism (parallel_model.h): a LlamaModel is then one rank, built with its
 // slice of the weights and ShardConfig's head counts (tensor_shard.h). The residual stream is
 // replicated: after o_proj and after down_proj every rank holds a partial sum over its heads /
 // features, rank 0 adding it into the residual and the others writing it over theirs, and one
 // in-place all-reduce of the residual gives every rank residual + Σ partials. Only the sampling
 // rank computes the final norm, the logits and the tokens; the others end after the last layer.
+// Pipeline parallelism: a LlamaModel is then one stage's rank, holding the layers of its stage
+// (config.num_layers of them); a stage after the first receives the residual stream instead of
+// embedding the tokens, a stage before the last sends it on after its last layer.
 #pragma once
 
 #include <memory>
@@ -40,10 +43,16 @@
 
 namespace tandem {
 
-// A tensor-parallel rank's place in its group; the default is a model of its own (TP 1).
-struct TensorParallelRank {
-  Communicator* comm = nullptr;  // the group's (outlives the model); null at TP 1
-  bool samples = true;           // computes the logits and samples them (rank 0)
+// A rank's place in its worker group (parallel_model.h); the default is a model of its own.
+// Communicators outlive the model.
+struct GroupRank {
+  Communicator* tp_comm = nullptr;  // its tensor-parallel group's; null at TP 1
+  bool samples = true;              // computes the logits and samples them
+  // Pipeline parallelism: the group-wide communicator, and the ranks this stage receives the
+  // residual stream from and sends it to (-1: the first / last stage, which embeds / samples).
+  Communicator* pp_comm = nullptr;
+  int prev_stage_rank = -1;
+  int next_stage_rank = -1;
 };
 
 class LlamaModel final : public Model {
@@ -52,8 +61,7 @@ class LlamaModel final : public Model {
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(const ModelConfig& config,
                                                             ModelWeights weights,
                                                             std::unique_ptr<Ops> ops,
-                                                            Backend backend,
-                                                            TensorParallelRank tp = {});
+                                                            Backend backend, GroupRank tp = {});
 
   const ModelConfig& config() const override { return config_; }
   Backend backend() const override { return backend_; }
@@ -111,8 +119,7 @@ class LlamaModel final : public Model {
     bool graph_replayed = false;
   };
 
-  LlamaModel(const ModelConfig& config, std::unique_ptr<Ops> ops, Backend backend,
-             TensorParallelRank tp)
+  LlamaModel(const ModelConfig& config, std::unique_ptr<Ops> ops, Backend backend, GroupRank tp)
       : config_(config), ops_(std::move(ops)), backend_(backend), tp_(tp) {}
   absl::Status AdoptWeights(ModelWeights weights);
   absl::StatusOr<Activations> GetActivations(int64_t tokens, int64_t rows);
@@ -140,7 +147,7 @@ class LlamaModel final : public Model {
   ModelConfig config_;
   std::unique_ptr<Ops> ops_;
   Backend backend_;
-  TensorParallelRank tp_;
+  GroupRank tp_;
   const void* embed_tokens_ = nullptr;
   const void* norm_ = nullptr;
   const void* lm_head_ = nullptr;  // == embed_tokens_ when tied

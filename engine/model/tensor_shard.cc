@@ -33,6 +33,24 @@ ModelConfig ShardConfig(const ModelConfig& c, int tp) {
   return s;
 }
 
+StageLayers StageOf(int num_layers, int pp, int s) {
+  const int base = num_layers / pp, extra = num_layers % pp;
+  StageLayers st;
+  st.first = s * base + std::min(s, extra);
+  st.count = base + (s < extra ? 1 : 0);
+  st.first_stage = s == 0;
+  st.last_stage = s == pp - 1;
+  return st;
+}
+
+absl::Status CheckPipelineParallel(const ModelConfig& c, int pp) {
+  if (pp < 1 || pp > c.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline_parallel ", pp, ": must be in [1, ",
+                                                   "the model's ", c.num_layers, " layers]"));
+  }
+  return absl::OkStatus();
+}
+
 int FirstQHead(const ModelConfig& c, TensorShard s) { return s.rank * (c.num_q_heads / s.size); }
 
 int FirstKvHead(const ModelConfig& c, TensorShard s) {

@@ -25,6 +25,21 @@ struct TensorShard {
   bool whole() const { return size == 1; }
 };
 
+// The layers a pipeline stage holds, [first, first + count) (count -1: all of them), and
+// whether it is the first stage (embeds the tokens) and the last (norm, lm_head, sampling).
+struct StageLayers {
+  int first = 0;
+  int count = -1;
+  bool first_stage = true;
+  bool last_stage = true;
+};
+
+// Stage s of `pp` over `num_layers` layers: contiguous ranges, the first num_layers % pp
+// stages one layer longer. Requires 1 <= pp <= num_layers.
+StageLayers StageOf(int num_layers, int pp, int s);
+// OK when `num_layers` splits over `pp` stages (1 <= pp <= num_layers).
+absl::Status CheckPipelineParallel(const ModelConfig& config, int pp);
+
 // OK when `config` splits over `tp` ranks; InvalidArgument naming the dimension otherwise.
 absl::Status CheckTensorParallel(const ModelConfig& config, int tp);
 

@@ -208,7 +208,7 @@ int64_t HostTensor::NumElements() const {
 
 absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint,
                                          const ModelConfig& config, DType compute_dtype,
-                                         TensorShard shard) {
+                                         TensorShard shard, StageLayers stage) {
   if (compute_dtype != DType::kF32 && compute_dtype != DType::kBF16) {
     return absl::InvalidArgumentError("LoadWeights: compute dtype must be F32 or BF16");
   }
@@ -219,13 +219,24 @@ absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint
   RETURN_IF_ERROR(CheckTensorParallel(config, shard.size));
   Loader loader(checkpoint, config, compute_dtype);
   ModelWeights w;
-  ASSIGN_OR_RETURN(w.embed_tokens, loader.Load({"model.embed_tokens.weight"}));
-  for (int l = 0; l < config.num_layers; ++l) {
+  if (stage.count < 0) stage.count = config.num_layers;
+  if (stage.first < 0 || stage.count < 1 || stage.first + stage.count > config.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadWeights: layers [", stage.first, ", ",
+                                                   stage.first + stage.count, ") of ",
+                                                   config.num_layers));
+  }
+  const bool head = stage.last_stage && shard.rank == 0;  // computes the logits
+  if (stage.first_stage || (head && config.tie_word_embeddings)) {
+    ASSIGN_OR_RETURN(w.embed_tokens, loader.Load({"model.embed_tokens.weight"}));
+  }
+  for (int l = stage.first; l < stage.first + stage.count; ++l) {
     ASSIGN_OR_RETURN(LayerWeights layer, LoadLayer(loader, config, l, shard));
     w.layers.push_back(std::move(layer));
   }
-  ASSIGN_OR_RETURN(w.norm, loader.Load({"model.norm.weight"}));
-  if (!config.tie_word_embeddings && shard.rank == 0) {  // rank 0 alone computes the logits
+  if (stage.last_stage) {
+    ASSIGN_OR_RETURN(w.norm, loader.Load({"model.norm.weight"}));
+  }
+  if (!config.tie_word_embeddings && head) {  // rank 0 of the last stage alone computes logits
     ASSIGN_OR_RETURN(w.lm_head, loader.Load({"lm_head.weight"}));
   }
   return w;

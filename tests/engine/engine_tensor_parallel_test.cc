@@ -1,5 +1,5 @@
-// Tensor parallelism on the CPU backend (engine/model/tensor_parallel_model.h) against TP = 1 on
-// every tiny make-model preset:
+// Tensor and pipeline parallelism on the CPU backend (engine/model/parallel_model.h): TP 2,
+// TP 4, PP 2 and TP 2 x PP 2 against TP = 1 on every tiny make-model preset:
 //   * the model: three prompts (1, 13 and 45 tokens) as one continuous batch (20-token prefill
 //     chunks mixed with decode steps, page size 7, scrambled pages): last-position logits within
 //     kLogitTolerance · max(1, max |logit|) of TP = 1 (fp32 KV: the only difference is the
@@ -9,8 +9,8 @@
 //     dividing nor divided) are refused at load with InvalidArgument;
 //   * the engine: 20 batched, chunked requests (greedy and seeded sampling) give TP = 1's tokens;
 //   * a fault injected into one rank's communicator (before the first collective, mid-step,
-//     later steps) breaks the engine cleanly: Step() returns Internal naming the fault, every
-//     request is ended and every page free, new work is refused; nothing hangs.
+//     later steps; a stage's receive) breaks the engine cleanly: Step() returns Internal naming the
+//     fault, every request is ended and every page free, new work is refused; nothing hangs.
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -23,8 +23,8 @@
 #include "comm/group/thread_communicator.h"
 #include "engine/engine.h"
 #include "engine/model/make_model.h"
+#include "engine/model/parallel_model.h"
 #include "engine/model/presets.h"
-#include "engine/model/tensor_parallel_model.h"
 #include "engine/model/tensor_shard.h"
 #include "gtest/gtest.h"
 #include "tests/engine/engine_test_util.h"
@@ -54,9 +54,16 @@ std::vector<std::vector<int32_t>> Prompts(int vocab) {
   return {RandomPrompt(1, vocab, 1), RandomPrompt(13, vocab, 2), RandomPrompt(45, vocab, 3)};
 }
 
-std::vector<SeqResult> Generate(const std::string& dir, int tp, DType kv_dtype) {
-  absl::StatusOr<std::unique_ptr<Model>> model =
-      LoadModel(dir, Backend::kCpu, ParallelConfig{.tensor_parallel = tp});
+struct Layout {
+  int tp = 1;
+  int pp = 1;
+  std::string Name() const { return "TP " + std::to_string(tp) + " x PP " + std::to_string(pp); }
+};
+constexpr Layout kLayouts[] = {{2, 1}, {4, 1}, {1, 2}, {2, 2}};
+
+std::vector<SeqResult> Generate(const std::string& dir, Layout l, DType kv_dtype) {
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(
+      dir, Backend::kCpu, ParallelConfig{.tensor_parallel = l.tp, .pipeline_parallel = l.pp});
   CHECK_OK(model.status());
   return GenerateGreedy(**model, Prompts((*model)->config().vocab_size), kNewTokens, 7, 20,
                         kv_dtype);
@@ -71,24 +78,25 @@ std::vector<std::string> TinyPresets() {
 }
 
 TEST(TensorParallelTest, EveryTinyPresetMatchesTp1) {
-  std::map<Architecture, std::set<int>> covered;
+  std::map<Architecture, std::set<std::string>> covered;
   for (const std::string& preset : TinyPresets()) {
     const std::string dir = MakeTiny(preset);
     absl::StatusOr<ModelConfig> config = ModelConfig::Load(dir);
     ASSERT_TRUE(config.ok());
-    const std::vector<SeqResult> want = Generate(dir, 1, DType::kF32);
-    const std::vector<SeqResult> want_bf16 = Generate(dir, 1, DType::kBF16);
-    for (int tp : {2, 4}) {
-      SCOPED_TRACE(preset + " TP " + std::to_string(tp));
-      if (!CheckTensorParallel(*config, tp).ok()) {
+    const std::vector<SeqResult> want = Generate(dir, {}, DType::kF32);
+    const std::vector<SeqResult> want_bf16 = Generate(dir, {}, DType::kBF16);
+    for (const Layout& layout : kLayouts) {
+      SCOPED_TRACE(preset + " " + layout.Name());
+      if (!CheckTensorParallel(*config, layout.tp).ok()) {
         absl::StatusOr<std::unique_ptr<Model>> refused =
-            LoadModel(dir, Backend::kCpu, ParallelConfig{.tensor_parallel = tp});
+            LoadModel(dir, Backend::kCpu,
+                      ParallelConfig{.tensor_parallel = layout.tp, .pipeline_parallel = layout.pp});
         ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
         EXPECT_NE(refused.status().message().find("tensor_parallel"), std::string::npos);
         continue;
       }
-      covered[config->architecture].insert(tp);
-      const std::vector<SeqResult> got = Generate(dir, tp, DType::kF32);
+      covered[config->architecture].insert(layout.Name());
+      const std::vector<SeqResult> got = Generate(dir, layout, DType::kF32);
       ASSERT_EQ(got.size(), want.size());
       double worst = 0.0;  // max |Δ| / max(1, max |logit|) over the prompts, for the log
       for (size_t s = 0; s < want.size(); ++s) {
@@ -108,17 +116,18 @@ TEST(TensorParallelTest, EveryTinyPresetMatchesTp1) {
               << "prompt " << s << " token " << i;
         }
       }
-      std::cout << preset << " TP " << tp << ": max relative logit difference " << worst << "\n";
-      const std::vector<SeqResult> got_bf16 = Generate(dir, tp, DType::kBF16);
+      std::cout << preset << " " << layout.Name() << ": max relative logit difference " << worst
+                << "\n";
+      const std::vector<SeqResult> got_bf16 = Generate(dir, layout, DType::kBF16);
       for (size_t s = 0; s < want.size(); ++s) {
         EXPECT_EQ(got_bf16[s].tokens, want_bf16[s].tokens) << "bf16 KV, prompt " << s;
       }
     }
   }
-  // Every architecture ran at TP 2 and TP 4 on some preset.
+  // Every architecture ran every layout on some preset.
   for (Architecture a :
        {Architecture::kLlama, Architecture::kMistral, Architecture::kQwen2, Architecture::kQwen3}) {
-    EXPECT_EQ(covered[a], (std::set<int>{2, 4})) << "architecture " << static_cast<int>(a);
+    EXPECT_EQ(covered[a].size(), std::size(kLayouts)) << "architecture " << static_cast<int>(a);
   }
 }
 
@@ -148,17 +157,25 @@ TEST(TensorParallelTest, CudaRefusesTensorParallel) {
   const std::string dir = MakeTiny("tiny-llama3");
   EXPECT_EQ(LoadModel(dir, Backend::kCuda, ParallelConfig{.tensor_parallel = 2}).status().code(),
             absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(LoadModel(dir, Backend::kCuda, ParallelConfig{.pipeline_parallel = 2}).status().code(),
+            absl::StatusCode::kUnimplemented);
   EXPECT_EQ(LoadModel(dir, Backend::kCpu, ParallelConfig{.tensor_parallel = 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // tiny-llama3 has 2 layers: 3 stages do not fit.
+  absl::StatusOr<std::unique_ptr<Model>> pp3 =
+      LoadModel(dir, Backend::kCpu, ParallelConfig{.pipeline_parallel = 3});
+  EXPECT_EQ(pp3.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(pp3.status().message().find("pipeline_parallel 3"), std::string::npos);
 }
 
-EngineOptions Options(const std::string& dir, int tp) {
+EngineOptions Options(const std::string& dir, Layout layout) {
   EngineOptions o;
   o.model_dir = dir;
   o.page_size = 4;
   o.num_pages = 512;
   o.max_num_batched_tokens = 32;
-  o.tensor_parallel = tp;
+  o.tensor_parallel = layout.tp;
+  o.pipeline_parallel = layout.pp;
   return o;
 }
 
@@ -188,16 +205,16 @@ std::map<std::string, Finished> RunEngine(Engine& engine, const std::vector<Engi
 TEST(TensorParallelTest, EngineBatchesGiveTp1Tokens) {
   for (const char* preset : {"tiny-llama3", "tiny-qwen3"}) {
     const std::string dir = MakeTiny(preset);
-    absl::StatusOr<std::unique_ptr<Engine>> tp1 = Engine::Create(Options(dir, 1));
+    absl::StatusOr<std::unique_ptr<Engine>> tp1 = Engine::Create(Options(dir, {}));
     ASSERT_TRUE(tp1.ok()) << tp1.status();
     const std::vector<EngineRequest> requests = Requests((*tp1)->model_config().vocab_size);
     const std::map<std::string, Finished> want = RunEngine(**tp1, requests);
-    for (int tp : {2, 4}) {
-      SCOPED_TRACE(std::string(preset) + " TP " + std::to_string(tp));
-      absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(Options(dir, tp));
+    for (const Layout& layout : kLayouts) {
+      SCOPED_TRACE(std::string(preset) + " " + layout.Name());
+      absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(Options(dir, layout));
       ASSERT_TRUE(engine.ok()) << engine.status();
       // The group's pool: TP stacks of the layers, each of the rank's KV heads.
-      EXPECT_EQ((*engine)->kv_layout().num_layers, tp * (*tp1)->kv_layout().num_layers);
+      EXPECT_EQ((*engine)->kv_layout().num_layers, layout.tp * (*tp1)->kv_layout().num_layers);
       const std::map<std::string, Finished> got = RunEngine(**engine, requests);
       ASSERT_EQ(got.size(), want.size());
       for (const auto& [id, f] : want) {
@@ -209,19 +226,34 @@ TEST(TensorParallelTest, EngineBatchesGiveTp1Tokens) {
   }
 }
 
-// tiny-llama3 has 2 layers: 4 all-reduces per step. The fault fires at rank 1's call number
-// `calls`: 0 (the first step's first collective), 2 (mid-step), 9 (the third step).
+// tiny-llama3 has 2 layers. TP 2: 4 all-reduces per step, the fault at rank 1's all-reduce
+// number `calls`: 0 (the first step's first), 2 (mid-step), 9 (the third step). TP 2 x PP 2:
+// one all-reduce per layer and stage (2 per step), the fault in stage 1's TP group. PP 2: one
+// transfer per step, the fault at stage 1's receive (world rank 1).
 TEST(TensorParallelTest, CommunicatorFaultBreaksTheEngineCleanly) {
   const std::string dir = MakeTiny("tiny-llama3");
-  for (int64_t calls : {0, 2, 9}) {
-    SCOPED_TRACE("fault at rank 1's collective " + std::to_string(calls));
-    absl::StatusOr<std::shared_ptr<ThreadCommGroup>> group = ThreadCommGroup::Create(2);
-    ASSERT_TRUE(group.ok());
-    (*group)->InjectFault(1, calls, absl::InternalError("rank 1 lost its device (injected)"));
-    absl::StatusOr<std::unique_ptr<Model>> model = LoadTensorParallelModel(dir, *group);
+  struct Case {
+    Layout layout;
+    int stage;      // whose TP group faults; -1: the group-wide communicator
+    int rank;       // within it
+    int64_t calls;  // its collectives / transfers before the fault
+    int per_step;   // of those, per step
+  };
+  for (const Case& c :
+       {Case{{2, 1}, 0, 1, 0, 4}, Case{{2, 1}, 0, 1, 2, 4}, Case{{2, 1}, 0, 1, 9, 4},
+        Case{{2, 2}, 1, 1, 3, 2}, Case{{1, 2}, -1, 1, 0, 1}, Case{{1, 2}, -1, 1, 2, 1}}) {
+    SCOPED_TRACE(c.layout.Name() + ", fault at call " + std::to_string(c.calls));
+    absl::StatusOr<ParallelGroups> groups = ParallelGroups::Create(
+        ParallelConfig{.tensor_parallel = c.layout.tp, .pipeline_parallel = c.layout.pp});
+    ASSERT_TRUE(groups.ok());
+    ThreadCommGroup& faulty = c.stage < 0 ? *groups->world : *groups->stages[c.stage];
+    faulty.InjectFault(c.rank, c.calls, absl::InternalError("rank 1 lost its device (injected)"));
+    absl::StatusOr<std::unique_ptr<Model>> model = LoadParallelModel(
+        dir, ParallelConfig{.tensor_parallel = c.layout.tp, .pipeline_parallel = c.layout.pp},
+        *std::move(groups));
     ASSERT_TRUE(model.ok()) << model.status();
     absl::StatusOr<std::unique_ptr<Engine>> engine =
-        Engine::CreateWithModel(Options(dir, 2), *std::move(model));
+        Engine::CreateWithModel(Options(dir, c.layout), *std::move(model));
     ASSERT_TRUE(engine.ok()) << engine.status();
     Engine& e = **engine;
     for (const EngineRequest& r : Requests(e.model_config().vocab_size)) {
@@ -238,7 +270,7 @@ TEST(TensorParallelTest, CommunicatorFaultBreaksTheEngineCleanly) {
     EXPECT_EQ(step.status().code(), absl::StatusCode::kInternal);
     EXPECT_NE(step.status().message().find("lost its device (injected)"), std::string::npos)
         << step.status();
-    EXPECT_EQ(steps, calls / 4 + 1);
+    EXPECT_EQ(steps, c.calls / c.per_step + 1);
     ExpectIdle(e);
     EXPECT_FALSE(e.HasWork());
     EXPECT_EQ(e.Step().status(), step.status());
