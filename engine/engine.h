@@ -26,6 +26,12 @@ namespace tandem {
 struct EngineOptions {
   std::string model_dir;
   Backend backend = Backend::kCpu;
+  // Ranks each layer's heads are split over inside this engine's group (one thread per rank:
+  // engine/model/parallel_model.h). CPU backend only; > 1 on CUDA is Unimplemented.
+  // A draft model (speculative decoding) runs unsplit.
+  int tensor_parallel = 1;
+  // Pipeline stages (contiguous layer ranges), each of tensor_parallel ranks; CPU only as well.
+  int pipeline_parallel = 1;
   int page_size = 16;  // tokens per KV page
   int num_pages = 0;   // 0: derive from kv_memory_bytes
   // KV pool bytes. 0: the CPU backend takes 256 MiB; the CUDA backend sizes the pool so the

@@ -21,17 +21,6 @@ namespace {
 // Biases one row may carry: logit_bias plus the EOS and stop ids banned before min_tokens.
 constexpr int kMaxBiasPerRow = kMaxLogitBias + 128;
 
-KvLayout LayoutFor(const ModelConfig& config, int page_size) {
-  KvLayout layout;
-  layout.num_layers = config.num_layers;
-  layout.page_size = page_size;
-  layout.num_kv_heads = config.num_kv_heads;
-  layout.head_dim = config.head_dim;
-  // The kernels store the cache in fp32 or bf16; bf16 unless the model itself is fp32.
-  layout.dtype = config.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
-  return layout;
-}
-
 absl::StatusOr<int> ResolveMaxModelLen(const EngineOptions& options, const ModelConfig& config) {
   if (options.max_model_len < 0 || options.max_model_len > config.max_position_embeddings) {
     return absl::InvalidArgumentError(
@@ -111,7 +100,7 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
   ASSIGN_OR_RETURN(const std::vector<int> graph_sizes, CudaGraphSizes(options));
   const absl::Time start = Clock::Real()->Now();
   ASSIGN_OR_RETURN(const int max_model_len, ResolveMaxModelLen(options, model->config()));
-  KvLayout layout = LayoutFor(model->config(), options.page_size);
+  KvLayout layout = model->KvPoolLayout(options.page_size);
   const StepCapacity capacity = CapacityFor(options, model->config(), max_model_len,
                                             spec.enabled() ? spec.num_speculative_tokens : 0);
   RETURN_IF_ERROR(model->ReserveStep(capacity));
@@ -125,7 +114,7 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
     RETURN_IF_ERROR(draft->ReserveStep(draft_capacity));
     ASSIGN_OR_RETURN(const DeviceMemoryInfo draft_memory, draft->MemoryInfo());
     memory.own_bytes += draft_memory.own_bytes;
-    draft_layout = LayoutFor(draft->config(), options.page_size);
+    draft_layout = draft->KvPoolLayout(options.page_size);
   }
   ASSIGN_OR_RETURN(const int64_t kv_bytes, KvPoolBytes(options, memory));
   if (options.num_pages > 0) {

@@ -30,6 +30,14 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
                  "Decode batch sizes to capture CUDA graphs for, comma-separated (default "
                  "1,2,4,8,16,...,max-num-seqs)");
   app.add_flag("--enforce-eager", o.enforce_eager, "No CUDA graphs: run every step op by op");
+  app.add_option("--tensor-parallel-size", o.tensor_parallel,
+                 "Ranks the model is split over, one thread each (cpu backend only for now)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--pipeline-parallel-size", o.pipeline_parallel,
+                 "Pipeline stages (layer ranges) of --tensor-parallel-size ranks each (cpu only)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   SpeculativeConfig& s = o.speculative;
   app.add_option("--speculative-method", f->speculative_method,
                  "Speculative decoding: none, ngram (prompt lookup) or draft (a draft model)")

@@ -33,8 +33,8 @@ absl::StatusOr<const void*> Adopt(Ops& ops, HostTensor t) {
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelConfig& config,
                                                                ModelWeights weights,
                                                                std::unique_ptr<Ops> ops,
-                                                               Backend backend) {
-  std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(ops), backend));
+                                                               Backend backend, GroupRank tp) {
+  std::unique_ptr<LlamaModel> model(new LlamaModel(config, std::move(ops), backend, tp));
   RETURN_IF_ERROR(model->AdoptWeights(std::move(weights)));
   return model;
 }
@@ -44,7 +44,7 @@ absl::Status LlamaModel::AdoptWeights(ModelWeights w) {
   ASSIGN_OR_RETURN(embed_tokens_, Adopt(ops, std::move(w.embed_tokens)));
   ASSIGN_OR_RETURN(norm_, Adopt(ops, std::move(w.norm)));
   lm_head_ = embed_tokens_;
-  if (!config_.tie_word_embeddings) {
+  if (!config_.tie_word_embeddings && tp_.samples) {
     ASSIGN_OR_RETURN(lm_head_, Adopt(ops, std::move(w.lm_head)));
   }
   for (LayerWeights& lw : w.layers) {
@@ -125,13 +125,18 @@ absl::StatusOr<float*> LlamaModel::Forward(const DeviceStep& d, const KvLayout& 
                                            void* kv_pool) {
   const int64_t t = d.num_tokens;
   ASSIGN_OR_RETURN(const Activations b, GetActivations(t, d.num_rows));
-  RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = d.token_ids,
-                                                .table = embed_tokens_,
-                                                .out = b.residual,
-                                                .num_tokens = t,
-                                                .vocab_size = config_.vocab_size,
-                                                .hidden = config_.hidden_size,
-                                                .dtype = ops_->compute_dtype()}));
+  const int64_t residual_bytes = t * config_.hidden_size * DTypeSize(ops_->compute_dtype());
+  if (tp_.prev_stage_rank >= 0) {
+    RETURN_IF_ERROR(tp_.pp_comm->Recv(b.residual, residual_bytes, tp_.prev_stage_rank));
+  } else {
+    RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = d.token_ids,
+                                                  .table = embed_tokens_,
+                                                  .out = b.residual,
+                                                  .num_tokens = t,
+                                                  .vocab_size = config_.vocab_size,
+                                                  .hidden = config_.hidden_size,
+                                                  .dtype = ops_->compute_dtype()}));
+  }
   // The residual stream: o_proj and down_proj add into it in place (GemmArgs::accumulate), and
   // the norm before QKV and gate-up either runs on its own into `hidden` or, where the backend
   // fuses it into the GEMM (batch-1 decode on CUDA, opt-in), inside the GEMM that reads the
@@ -148,6 +153,9 @@ absl::StatusOr<float*> LlamaModel::Forward(const DeviceStep& d, const KvLayout& 
           Norm(b.residual, nullptr, layers_[l].post_attention_layernorm, b.hidden, t)));
     }
     RETURN_IF_ERROR(Mlp(l, t, b, fused_norm));
+  }
+  if (tp_.next_stage_rank >= 0) {
+    RETURN_IF_ERROR(tp_.pp_comm->Send(b.residual, residual_bytes, tp_.next_stage_rank));
   }
   RETURN_IF_ERROR(Logits(d, b));
   return b.logits;
@@ -201,9 +209,19 @@ absl::Status LlamaModel::Attention(int l, const DeviceStep& d, const Activations
                          .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                          .dtype = dt,
                          .kv_dtype = layout.dtype}));
-  GemmArgs o = Linear(b.attn, w.o_proj, b.residual, t, c.hidden_size, q_dim);
-  o.accumulate = true;
-  return ops_->Gemm(o);
+  return RowParallel(Linear(b.attn, w.o_proj, b.residual, t, c.hidden_size, q_dim), t);
+}
+
+absl::Status LlamaModel::RowParallel(GemmArgs gemm, int64_t t) {
+  if (tp_.tp_comm == nullptr) {
+    gemm.accumulate = true;
+    return ops_->Gemm(gemm);
+  }
+  // Rank 0: residual + its partial; every other rank: its partial alone. The sum over ranks is
+  // residual + the whole projection, on every rank.
+  gemm.accumulate = tp_.tp_comm->rank() == 0;
+  RETURN_IF_ERROR(ops_->Gemm(gemm));
+  return tp_.tp_comm->AllReduceSum(gemm.c, t * config_.hidden_size, ops_->compute_dtype());
 }
 
 absl::Status LlamaModel::Mlp(int l, int64_t t, const Activations& b, bool fused_norm) {
@@ -218,15 +236,14 @@ absl::Status LlamaModel::Mlp(int l, int64_t t, const Activations& b, bool fused_
                                             .num_tokens = t,
                                             .intermediate = c.intermediate_size,
                                             .dtype = ops_->compute_dtype()}));
-  GemmArgs down = Linear(b.act, w.down_proj, b.residual, t, c.hidden_size, c.intermediate_size);
-  down.accumulate = true;
-  return ops_->Gemm(down);
+  return RowParallel(Linear(b.act, w.down_proj, b.residual, t, c.hidden_size, c.intermediate_size),
+                     t);
 }
 
 absl::Status LlamaModel::Logits(const DeviceStep& d, const Activations& b) {
   const ModelConfig& c = config_;
   const int64_t r = d.num_rows;
-  if (r == 0) return absl::OkStatus();
+  if (r == 0 || !tp_.samples) return absl::OkStatus();
   RETURN_IF_ERROR(ops_->RmsNorm(Norm(b.residual, nullptr, norm_, b.hidden, d.num_tokens)));
   // The embedding gather doubles as a row gather: "vocabulary" = this step's hidden rows.
   RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = d.logits_rows,

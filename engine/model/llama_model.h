@@ -19,12 +19,23 @@
 // replay a CUDA graph of the whole step — forward and sampling — captured at Prepare for the
 // next size up (padding sequences store nothing and sample greedily); other steps (prefill
 // chunks, mixed batches, the CPU backend, --enforce-eager) run op by op.
+//
+// Tensor parallelism (parallel_model.h): a LlamaModel is then one rank, built with its
+// slice of the weights and ShardConfig's head counts (tensor_shard.h). The residual stream is
+// replicated: after o_proj and after down_proj every rank holds a partial sum over its heads /
+// features, rank 0 adding it into the residual and the others writing it over theirs, and one
+// in-place all-reduce of the residual gives every rank residual + Σ partials. Only the sampling
+// rank computes the final norm, the logits and the tokens; the others end after the last layer.
+// Pipeline parallelism: a LlamaModel is then one stage's rank, holding the layers of its stage
+// (config.num_layers of them); a stage after the first receives the residual stream instead of
+// embedding the tokens, a stage before the last sends it on after its last layer.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "comm/group/communicator.h"
 #include "engine/model/device_sampler.h"
 #include "engine/model/model.h"
 #include "engine/model/ops.h"
@@ -32,13 +43,25 @@
 
 namespace tandem {
 
+// A rank's place in its worker group (parallel_model.h); the default is a model of its own.
+// Communicators outlive the model.
+struct GroupRank {
+  Communicator* tp_comm = nullptr;  // its tensor-parallel group's; null at TP 1
+  bool samples = true;              // computes the logits and samples them
+  // Pipeline parallelism: the group-wide communicator, and the ranks this stage receives the
+  // residual stream from and sends it to (-1: the first / last stage, which embeds / samples).
+  Communicator* pp_comm = nullptr;
+  int prev_stage_rank = -1;
+  int next_stage_rank = -1;
+};
+
 class LlamaModel final : public Model {
  public:
   // Hands every weight to `ops` (AdoptWeight) and builds the rotary inverse frequencies.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(const ModelConfig& config,
                                                             ModelWeights weights,
                                                             std::unique_ptr<Ops> ops,
-                                                            Backend backend);
+                                                            Backend backend, GroupRank tp = {});
 
   const ModelConfig& config() const override { return config_; }
   Backend backend() const override { return backend_; }
@@ -96,8 +119,8 @@ class LlamaModel final : public Model {
     bool graph_replayed = false;
   };
 
-  LlamaModel(const ModelConfig& config, std::unique_ptr<Ops> ops, Backend backend)
-      : config_(config), ops_(std::move(ops)), backend_(backend) {}
+  LlamaModel(const ModelConfig& config, std::unique_ptr<Ops> ops, Backend backend, GroupRank tp)
+      : config_(config), ops_(std::move(ops)), backend_(backend), tp_(tp) {}
   absl::Status AdoptWeights(ModelWeights weights);
   absl::StatusOr<Activations> GetActivations(int64_t tokens, int64_t rows);
   absl::StatusOr<SampledBlock> GetSampledBlock(int64_t rows);
@@ -109,6 +132,8 @@ class LlamaModel final : public Model {
                          const KvLayout& layout, void* kv_pool, bool fused_norm);
   absl::Status Mlp(int layer, int64_t num_tokens, const Activations& b, bool fused_norm);
   absl::Status Logits(const DeviceStep& step, const Activations& b);
+  // A row-parallel projection into the residual stream: GEMM, then (TP > 1) the all-reduce.
+  absl::Status RowParallel(GemmArgs gemm, int64_t num_tokens);
   GemmArgs Linear(const void* a, const void* w, void* c, int64_t m, int64_t n, int64_t k) const;
   // Makes `gemm` read the residual stream and normalise it on the fly with `norm_weight`.
   void FuseNorm(GemmArgs& gemm, const void* residual, const void* norm_weight) const;
@@ -122,6 +147,7 @@ class LlamaModel final : public Model {
   ModelConfig config_;
   std::unique_ptr<Ops> ops_;
   Backend backend_;
+  GroupRank tp_;
   const void* embed_tokens_ = nullptr;
   const void* norm_ = nullptr;
   const void* lm_head_ = nullptr;  // == embed_tokens_ when tied

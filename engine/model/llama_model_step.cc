@@ -109,6 +109,10 @@ absl::Status LlamaModel::Launch(const StepInputs& in, const KvLayout& layout, vo
     RETURN_IF_ERROR(ops_->Replay(graph->handle));
   } else {
     ASSIGN_OR_RETURN(float* logits, Forward(d, layout, kv_pool));
+    if (!tp_.samples) {  // a rank of a parallel group that does not sample: nothing to collect
+      launched_ = Launched{};
+      return absl::OkStatus();
+    }
     RETURN_IF_ERROR(RunSampler(*ops_, d, logits, config_.vocab_size, out, /*every_stage=*/false));
   }
   launched_ = Launched{out, static_cast<int64_t>(in.logits_rows.size()), in.AnyLogprobs(),
@@ -136,6 +140,7 @@ absl::Status LlamaModel::ComputeLogits(const StepInputs& in, const KvLayout& lay
   if (in.num_tokens == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, 0));
   ASSIGN_OR_RETURN(float* device_logits, Forward(d, layout, kv_pool));
+  if (!tp_.samples) return absl::OkStatus();
   return ops_->CopyToHost(logits, device_logits,
                           d.num_rows * int64_t{config_.vocab_size} * int64_t{sizeof(float)});
 }

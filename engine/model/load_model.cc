@@ -10,7 +10,9 @@
 #include "engine/model/hf_tensors.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model.h"
+#include "engine/model/parallel_model.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/tensor_shard.h"
 #include "engine/model/weights.h"
 
 namespace tandem {
@@ -43,7 +45,70 @@ absl::Status CheckCudaSupports(const ModelConfig& c, const std::string& dir) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend) {
+absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
+                                                         const ParallelConfig& parallel,
+                                                         ParallelGroups groups) {
+  const int tp = parallel.tensor_parallel, pp = parallel.pipeline_parallel;
+  if (static_cast<int>(groups.stages.size()) != pp || groups.world == nullptr ||
+      groups.world->size() != tp * pp) {
+    return absl::InvalidArgumentError("parallel groups do not match the parallel config");
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
+  RETURN_IF_ERROR(CheckTensorParallel(config, tp));
+  RETURN_IF_ERROR(CheckPipelineParallel(config, pp));
+  RETURN_IF_ERROR(CheckFitsInMemory(config, dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> checkpoint,
+                   SafetensorsCheckpoint::Open(dir));
+  const absl::Time start = Clock::Real()->Now();
+  std::vector<ParallelModel::Rank> ranks;
+  for (int s = 0; s < pp; ++s) {
+    const StageLayers stage = StageOf(config.num_layers, pp, s);
+    ModelConfig rank_config = ShardConfig(config, tp);
+    rank_config.num_layers = stage.count;
+    for (int r = 0; r < tp; ++r) {
+      const int rank = s * tp + r;
+      ParallelModel::Rank out;
+      out.num_layers = stage.count;
+      if (tp > 1) out.tp_comm = groups.stages[s]->ForRank(r);
+      if (pp > 1) out.world_comm = groups.world->ForRank(rank);
+      const GroupRank place{.tp_comm = out.tp_comm.get(),
+                            .samples = stage.last_stage && r == 0,
+                            .pp_comm = out.world_comm.get(),
+                            .prev_stage_rank = stage.first_stage ? -1 : rank - tp,
+                            .next_stage_rank = stage.last_stage ? -1 : rank + tp};
+      std::unique_ptr<Ops> ops = MakeRefOps();
+      ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(*checkpoint, config, ops->compute_dtype(),
+                                                         TensorShard{r, tp}, stage));
+      ASSIGN_OR_RETURN(out.model, LlamaModel::Create(rank_config, std::move(weights),
+                                                     std::move(ops), Backend::kCpu, place));
+      ranks.push_back(std::move(out));
+    }
+  }
+  LOG(INFO) << "loaded " << dir << " on the cpu backend, tensor_parallel " << tp
+            << " x pipeline_parallel " << pp << ", in "
+            << absl::FormatDuration(
+                   absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
+            << ": " << config.model_type;
+  return std::unique_ptr<Model>(
+      std::make_unique<ParallelModel>(config, parallel, std::move(groups), std::move(ranks)));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
+                                                 const ParallelConfig& parallel) {
+  if (parallel.tensor_parallel < 1 || parallel.pipeline_parallel < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor_parallel ", parallel.tensor_parallel,
+                                                   " and pipeline_parallel ",
+                                                   parallel.pipeline_parallel, " must be >= 1"));
+  }
+  if (parallel.tensor_parallel > 1 || parallel.pipeline_parallel > 1) {
+    if (backend == Backend::kCuda) {
+      return absl::UnimplementedError(
+          "tensor_parallel / pipeline_parallel > 1 run on the CPU backend only: the CUDA "
+          "backend has no NCCL communicator yet");
+    }
+    ASSIGN_OR_RETURN(ParallelGroups groups, ParallelGroups::Create(parallel));
+    return LoadParallelModel(dir, parallel, std::move(groups));
+  }
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
   std::unique_ptr<Ops> ops;
   if (backend == Backend::kCuda) {

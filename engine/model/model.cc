@@ -21,6 +21,18 @@ absl::StatusOr<StepOutput> SampleOnHost(const StepInputs& inputs, int64_t vocab_
   return ReadSampled(*ops, out, step.num_rows, inputs.AnyLogprobs());
 }
 
+KvLayout Model::KvPoolLayout(int page_size) const {
+  const ModelConfig& c = config();
+  KvLayout layout;
+  layout.num_layers = c.num_layers;
+  layout.page_size = page_size;
+  layout.num_kv_heads = c.num_kv_heads;
+  layout.head_dim = c.head_dim;
+  // The kernels store the cache in fp32 or bf16; bf16 unless the model itself is fp32.
+  layout.dtype = c.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+  return layout;
+}
+
 absl::StatusOr<StepOutput> Model::Step(const StepInputs& inputs, const KvLayout& layout,
                                        void* kv_pool) {
   std::vector<float> logits(inputs.logits_rows.size() * static_cast<size_t>(config().vocab_size));

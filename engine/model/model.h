@@ -25,12 +25,25 @@ struct ModelPrepareOptions {
   std::vector<int> cuda_graph_sizes;
 };
 
+// How a model is spread over ranks inside one worker group.
+struct ParallelConfig {
+  // Ranks the layers' heads and features are split over (parallel_model.h); CPU only.
+  int tensor_parallel = 1;
+  // Stages the layers are split over, each of tensor_parallel ranks; CPU only.
+  int pipeline_parallel = 1;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
 
   virtual const ModelConfig& config() const = 0;
   virtual Backend backend() const { return Backend::kCpu; }
+  // The page layout (kernels/common/kv_layout.h) of the KV pool the engine allocates for this
+  // model, num_pages left 0 for the engine to size: the config's layers and KV heads, fp32
+  // pages for an fp32 model and bf16 otherwise. A tensor-parallel group stacks its ranks'
+  // pools as more layers of fewer heads (parallel_model.h).
+  virtual KvLayout KvPoolLayout(int page_size) const;
 
   // Runs the decoder on `inputs` (storing each new token's K/V at its slot of `kv_pool`, laid out
   // as `layout`: kernels/common/kv_layout.h) and samples each logits row with inputs.sampling.
@@ -95,6 +108,10 @@ inline bool IsBackendUnusable(const absl::Status& status) {
 
 // Loads config.json and the safetensors weights of the Hugging Face folder `dir`.
 // NotFound / InvalidArgument / Unimplemented with a message naming the file or tensor at fault.
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend);
+// With parallel.tensor_parallel or pipeline_parallel > 1 (CPU backend only; Unimplemented on
+// CUDA) each rank reads only its slice of the weights (tensor_shard.h) and the model is a
+// ParallelModel.
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
+                                                 const ParallelConfig& parallel = {});
 
 }  // namespace tandem

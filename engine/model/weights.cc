@@ -1,7 +1,9 @@
 #include "engine/model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -38,6 +40,46 @@ void Convert(const uint8_t* src, DType src_dtype, int64_t n, DType dst_dtype, ui
   });
 }
 
+// Part of a tensor along one dimension: rows [begin, begin + count) of dim 0 (the output
+// features of an [out, in] weight) or of dim 1 (its input features); dim -1: the whole tensor.
+struct Slice {
+  int dim = -1;
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+struct Part {
+  Part(std::string n, Slice s = {}) : name(std::move(n)), slice(s) {}  // NOLINT: implicit
+  Part(const char* n) : name(n) {}                                     // NOLINT: implicit
+  std::string name;
+  Slice slice;
+};
+
+// Converts `slice` of the tensor `e` into `dst`; returns the end of what it wrote. Only the
+// slice's bytes of the (mapped) file are read.
+uint8_t* ConvertSlice(const SafetensorsCheckpoint::Entry& e, const Slice& slice, uint8_t* dst,
+                      DType dtype) {
+  const uint8_t* src = e.file->Data(*e.info);
+  const DType src_dtype = e.info->dtype;
+  const int64_t src_size = DTypeSize(src_dtype);
+  const int64_t dst_size = DTypeSize(dtype);
+  if (slice.dim < 0) {
+    Convert(src, src_dtype, e.info->NumElements(), dtype, dst);
+    return dst + e.info->NumElements() * dst_size;
+  }
+  const int64_t rows = e.info->shape[0];
+  const int64_t row_elems = e.info->NumElements() / std::max<int64_t>(rows, 1);
+  if (slice.dim == 0) {
+    Convert(src + slice.begin * row_elems * src_size, src_dtype, slice.count * row_elems, dtype,
+            dst);
+    return dst + slice.count * row_elems * dst_size;
+  }
+  for (int64_t r = 0; r < rows; ++r) {  // dim 1 of a 2-D weight: a run of each row
+    Convert(src + (r * row_elems + slice.begin) * src_size, src_dtype, slice.count, dtype, dst);
+    dst += slice.count * dst_size;
+  }
+  return dst;
+}
+
 class Loader {
  public:
   Loader(const SafetensorsCheckpoint& ckpt, const ModelConfig& config, DType dtype)
@@ -45,25 +87,29 @@ class Loader {
     for (const HfTensor& t : HfTensors(config)) expected_[t.spec.name] = t.spec.shape;
   }
 
-  // Concatenates the named tensors along dim 0 into one tensor of the compute dtype.
-  absl::StatusOr<HostTensor> Load(const std::vector<std::string>& names) {
+  // Concatenates the named tensors (or the slices of them a tensor-parallel rank holds) along
+  // dim 0 into one tensor of the compute dtype.
+  absl::StatusOr<HostTensor> Load(const std::vector<Part>& parts) {
     std::vector<SafetensorsCheckpoint::Entry> entries;
     HostTensor out;
     out.dtype = dtype_;
     int64_t rows = 0, elems = 0;
-    for (const std::string& name : names) {
-      ASSIGN_OR_RETURN(SafetensorsCheckpoint::Entry e, Check(name));
+    for (const Part& part : parts) {
+      ASSIGN_OR_RETURN(SafetensorsCheckpoint::Entry e, Check(part.name));
       entries.push_back(e);
-      rows += e.info->shape[0];
-      elems += e.info->NumElements();
-      out.shape = e.info->shape;
+      std::vector<int64_t> shape = e.info->shape;
+      if (part.slice.dim >= 0) shape[part.slice.dim] = part.slice.count;
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      rows += shape[0];
+      elems += n;
+      out.shape = shape;
     }
     out.shape[0] = rows;
     out.bytes.resize(elems * DTypeSize(dtype_));
     uint8_t* dst = out.bytes.data();
-    for (const auto& e : entries) {
-      Convert(e.file->Data(*e.info), e.info->dtype, e.info->NumElements(), dtype_, dst);
-      dst += e.info->NumElements() * DTypeSize(dtype_);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      dst = ConvertSlice(entries[i], parts[i].slice, dst);
     }
     return out;
   }
@@ -91,29 +137,61 @@ class Loader {
     return e;
   }
 
+  uint8_t* ConvertSlice(const SafetensorsCheckpoint::Entry& e, const Slice& slice, uint8_t* dst) {
+    return tandem::ConvertSlice(e, slice, dst, dtype_);
+  }
+
   const SafetensorsCheckpoint& ckpt_;
   DType dtype_;
   std::map<std::string, std::vector<int64_t>> expected_;
 };
 
-absl::StatusOr<LayerWeights> LoadLayer(Loader& loader, const ModelConfig& c, int layer) {
+// The slices of one layer's weights that `shard` holds (tensor_shard.h); whole tensors at TP 1.
+struct LayerSlices {
+  Slice q, kv, gate_up;  // dim 0: column-parallel
+  Slice o, down;         // dim 1: row-parallel
+};
+
+LayerSlices SlicesFor(const ModelConfig& c, TensorShard shard) {
+  if (shard.whole()) return {};
+  const ModelConfig s = ShardConfig(c, shard.size);
+  const int64_t d = c.head_dim;
+  const int64_t q_begin = FirstQHead(c, shard) * d;
+  const int64_t inter_begin = FirstIntermediate(c, shard);
+  return LayerSlices{.q = {0, q_begin, s.num_q_heads * d},
+                     .kv = {0, FirstKvHead(c, shard) * d, s.num_kv_heads * d},
+                     .gate_up = {0, inter_begin, s.intermediate_size},
+                     .o = {1, q_begin, s.num_q_heads * d},
+                     .down = {1, inter_begin, s.intermediate_size}};
+}
+
+// A bias [n] sliced like the rows of its weight.
+Slice BiasSlice(const Slice& rows) {
+  return rows.dim < 0 ? rows : Slice{0, rows.begin, rows.count};
+}
+
+absl::StatusOr<LayerWeights> LoadLayer(Loader& loader, const ModelConfig& c, int layer,
+                                       TensorShard shard) {
   const std::string p = LayerPrefix(layer);
   const std::string attn = p + "self_attn.";
+  const LayerSlices sl = SlicesFor(c, shard);
   LayerWeights w;
-  ASSIGN_OR_RETURN(w.qkv_proj, loader.Load({attn + "q_proj.weight", attn + "k_proj.weight",
-                                            attn + "v_proj.weight"}));
+  ASSIGN_OR_RETURN(w.qkv_proj, loader.Load({{attn + "q_proj.weight", sl.q},
+                                            {attn + "k_proj.weight", sl.kv},
+                                            {attn + "v_proj.weight", sl.kv}}));
   if (c.qkv_bias) {
-    ASSIGN_OR_RETURN(w.qkv_bias, loader.Load({attn + "q_proj.bias", attn + "k_proj.bias",
-                                              attn + "v_proj.bias"}));
+    ASSIGN_OR_RETURN(w.qkv_bias, loader.Load({{attn + "q_proj.bias", BiasSlice(sl.q)},
+                                              {attn + "k_proj.bias", BiasSlice(sl.kv)},
+                                              {attn + "v_proj.bias", BiasSlice(sl.kv)}}));
   }
-  ASSIGN_OR_RETURN(w.o_proj, loader.Load({attn + "o_proj.weight"}));
+  ASSIGN_OR_RETURN(w.o_proj, loader.Load({{attn + "o_proj.weight", sl.o}}));
   if (c.qk_norm) {
     ASSIGN_OR_RETURN(w.q_norm, loader.Load({attn + "q_norm.weight"}));
     ASSIGN_OR_RETURN(w.k_norm, loader.Load({attn + "k_norm.weight"}));
   }
-  ASSIGN_OR_RETURN(w.gate_up_proj,
-                   loader.Load({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}));
-  ASSIGN_OR_RETURN(w.down_proj, loader.Load({p + "mlp.down_proj.weight"}));
+  ASSIGN_OR_RETURN(w.gate_up_proj, loader.Load({{p + "mlp.gate_proj.weight", sl.gate_up},
+                                                {p + "mlp.up_proj.weight", sl.gate_up}}));
+  ASSIGN_OR_RETURN(w.down_proj, loader.Load({{p + "mlp.down_proj.weight", sl.down}}));
   ASSIGN_OR_RETURN(w.input_layernorm, loader.Load({p + "input_layernorm.weight"}));
   ASSIGN_OR_RETURN(w.post_attention_layernorm,
                    loader.Load({p + "post_attention_layernorm.weight"}));
@@ -129,19 +207,36 @@ int64_t HostTensor::NumElements() const {
 }
 
 absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint,
-                                         const ModelConfig& config, DType compute_dtype) {
+                                         const ModelConfig& config, DType compute_dtype,
+                                         TensorShard shard, StageLayers stage) {
   if (compute_dtype != DType::kF32 && compute_dtype != DType::kBF16) {
     return absl::InvalidArgumentError("LoadWeights: compute dtype must be F32 or BF16");
   }
+  if (shard.rank < 0 || shard.rank >= shard.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoadWeights: rank ", shard.rank, " of ", shard.size));
+  }
+  RETURN_IF_ERROR(CheckTensorParallel(config, shard.size));
   Loader loader(checkpoint, config, compute_dtype);
   ModelWeights w;
-  ASSIGN_OR_RETURN(w.embed_tokens, loader.Load({"model.embed_tokens.weight"}));
-  for (int l = 0; l < config.num_layers; ++l) {
-    ASSIGN_OR_RETURN(LayerWeights layer, LoadLayer(loader, config, l));
+  if (stage.count < 0) stage.count = config.num_layers;
+  if (stage.first < 0 || stage.count < 1 || stage.first + stage.count > config.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadWeights: layers [", stage.first, ", ",
+                                                   stage.first + stage.count, ") of ",
+                                                   config.num_layers));
+  }
+  const bool head = stage.last_stage && shard.rank == 0;  // computes the logits
+  if (stage.first_stage || (head && config.tie_word_embeddings)) {
+    ASSIGN_OR_RETURN(w.embed_tokens, loader.Load({"model.embed_tokens.weight"}));
+  }
+  for (int l = stage.first; l < stage.first + stage.count; ++l) {
+    ASSIGN_OR_RETURN(LayerWeights layer, LoadLayer(loader, config, l, shard));
     w.layers.push_back(std::move(layer));
   }
-  ASSIGN_OR_RETURN(w.norm, loader.Load({"model.norm.weight"}));
-  if (!config.tie_word_embeddings) {
+  if (stage.last_stage) {
+    ASSIGN_OR_RETURN(w.norm, loader.Load({"model.norm.weight"}));
+  }
+  if (!config.tie_word_embeddings && head) {  // rank 0 of the last stage alone computes logits
     ASSIGN_OR_RETURN(w.lm_head, loader.Load({"lm_head.weight"}));
   }
   return w;

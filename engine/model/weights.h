@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/tensor_shard.h"
 #include "kernels/common/dtype.h"
 
 namespace tandem {
@@ -51,7 +52,13 @@ struct ModelWeights {
 // to `compute_dtype` (kF32 or kBF16). InvalidArgument naming the tensor when one is missing, has
 // the wrong shape ("model.layers.3.mlp.up_proj.weight: expected [1024, 256], found
 // [1024, 255]") or a non-float dtype. Tensors the config does not imply are ignored.
+// With a tensor-parallel `shard`, only that rank's slices are read and converted
+// (tensor_shard.h): the layers' weights are then the shapes of ShardConfig(config, shard.size),
+// and lm_head is loaded on rank 0 only (empty elsewhere). With a pipeline `stage`, only its
+// layers are read (layers[i] is layer stage.first + i), the embeddings on the first stage (and
+// on the last one's rank 0 when tied), the final norm and lm_head on the last.
 absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint,
-                                         const ModelConfig& config, DType compute_dtype);
+                                         const ModelConfig& config, DType compute_dtype,
+                                         TensorShard shard = {}, StageLayers stage = {});
 
 }  // namespace tandem

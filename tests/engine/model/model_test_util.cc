@@ -99,8 +99,10 @@ std::vector<SeqResult> GenerateGreedy(Model& model,
     seqs[s].tokens = prompts[s];
     total_pages += (prompts[s].size() + new_tokens + page_size - 1) / page_size;
   }
-  const KvLayout layout{c.num_layers,   total_pages + 2, page_size,
-                        c.num_kv_heads, c.head_dim,      kv_dtype};
+  // The model's own pool layout (a tensor-parallel group stacks its ranks' pools).
+  KvLayout layout = model.KvPoolLayout(page_size);
+  layout.num_pages = total_pages + 2;
+  layout.dtype = kv_dtype;
   // The pool where the backend computes: host memory, or device memory (CUDA), whose step
   // buffers are then reserved for the largest step this loop makes.
   std::vector<uint8_t> host_pool;

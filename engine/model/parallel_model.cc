@@ -1,0 +1,148 @@
+#include "engine/model/parallel_model.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "base/status_macros.h"
+#include "engine/model/step_validation.h"
+#include "engine/model/tensor_shard.h"
+
+namespace tandem {
+
+absl::StatusOr<ParallelGroups> ParallelGroups::Create(const ParallelConfig& p,
+                                                      ThreadCommOptions options) {
+  if (p.tensor_parallel < 1 || p.pipeline_parallel < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor_parallel ", p.tensor_parallel,
+                                                   " and pipeline_parallel ", p.pipeline_parallel,
+                                                   " must be >= 1"));
+  }
+  ParallelGroups g;
+  for (int s = 0; s < p.pipeline_parallel; ++s) {
+    ASSIGN_OR_RETURN(std::shared_ptr<ThreadCommGroup> stage,
+                     ThreadCommGroup::Create(p.tensor_parallel, options));
+    g.stages.push_back(std::move(stage));
+  }
+  ASSIGN_OR_RETURN(g.world,
+                   ThreadCommGroup::Create(p.tensor_parallel * p.pipeline_parallel, options));
+  return g;
+}
+
+ParallelModel::ParallelModel(const ModelConfig& config, const ParallelConfig& parallel,
+                             ParallelGroups groups, std::vector<Rank> ranks)
+    : config_(config),
+      shard_config_(ShardConfig(config, parallel.tensor_parallel)),
+      parallel_(parallel),
+      groups_(std::move(groups)),
+      ranks_(std::move(ranks)),
+      threads_(static_cast<int>(ranks_.size())) {
+  CHECK_EQ(static_cast<int>(ranks_.size()), parallel.tensor_parallel * parallel.pipeline_parallel);
+  int64_t layer = 0;
+  for (const Rank& r : ranks_) {
+    first_layer_.push_back(layer);
+    layer += r.num_layers;
+  }
+  CHECK_EQ(layer, int64_t{config.num_layers} * parallel.tensor_parallel);
+}
+
+ParallelModel::~ParallelModel() = default;
+
+KvLayout ParallelModel::KvPoolLayout(int page_size) const {
+  KvLayout layout = Model::KvPoolLayout(page_size);
+  layout.num_layers = config_.num_layers * parallel_.tensor_parallel;
+  layout.num_kv_heads = shard_config_.num_kv_heads;
+  return layout;
+}
+
+KvLayout ParallelModel::RankLayout(const KvLayout& layout, int r) const {
+  KvLayout rank = layout;
+  rank.num_layers = ranks_[r].num_layers;
+  return rank;
+}
+
+void* ParallelModel::RankPool(void* kv_pool, const KvLayout& layout, int r) const {
+  return static_cast<uint8_t*>(kv_pool) + first_layer_[r] * layout.LayerBytes();
+}
+
+absl::Status ParallelModel::Validate(const StepInputs& in, const KvLayout& layout) const {
+  const KvLayout want = KvPoolLayout(layout.page_size);
+  if (layout.num_layers != want.num_layers || layout.num_kv_heads != want.num_kv_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step inputs: KV layout (layers ", layout.num_layers, ", kv heads ", layout.num_kv_heads,
+        ") is not the parallel group's (", want.num_layers, ", ", want.num_kv_heads, ")"));
+  }
+  ModelConfig rank0 = shard_config_;
+  rank0.num_layers = ranks_[0].num_layers;
+  RETURN_IF_ERROR(ValidateStep(in, rank0, RankLayout(layout, 0)));
+  return absl::OkStatus();
+}
+
+absl::Status ParallelModel::GroupStatus() const {
+  for (const auto& g : groups_.stages) RETURN_IF_ERROR(g->status());
+  return groups_.world->status();
+}
+
+void ParallelModel::AbortAll(const absl::Status& reason) {
+  for (const auto& g : groups_.stages) g->Abort(reason);
+  groups_.world->Abort(reason);
+}
+
+absl::Status ParallelModel::RunRanks(const std::function<absl::Status(int)>& fn) {
+  if (absl::Status s = GroupStatus(); !s.ok()) {
+    return absl::InternalError(absl::StrCat("parallel group is down: ", s.message()));
+  }
+  const std::vector<absl::Status> results = threads_.Run([&](int r) {
+    absl::Status s = fn(r);
+    // Peers may be waiting for this rank in a collective or a receive: abort them now.
+    if (!s.ok()) AbortAll(s);
+    return s;
+  });
+  for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+    if (results[r].ok()) continue;
+    absl::Status cause = GroupStatus();
+    if (cause.ok()) cause = results[r];
+    return absl::InternalError(
+        absl::StrCat("parallel rank failed (the group is down): ", cause.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutput> ParallelModel::Step(const StepInputs& in, const KvLayout& layout,
+                                               void* kv_pool) {
+  RETURN_IF_ERROR(Validate(in, layout));
+  RETURN_IF_ERROR(ValidateSampling(in, config_));
+  StepOutput out;
+  RETURN_IF_ERROR(RunRanks([&](int r) -> absl::Status {
+    ASSIGN_OR_RETURN(StepOutput o, ranks_[r].model->Step(in, RankLayout(layout, r),
+                                                         RankPool(kv_pool, layout, r)));
+    if (r == sampling_rank()) out = std::move(o);
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::Status ParallelModel::ComputeLogits(const StepInputs& in, const KvLayout& layout,
+                                          void* kv_pool, float* logits) {
+  RETURN_IF_ERROR(Validate(in, layout));
+  // Only the sampling rank writes `logits`.
+  return RunRanks([&](int r) {
+    return ranks_[r].model->ComputeLogits(in, RankLayout(layout, r), RankPool(kv_pool, layout, r),
+                                          logits);
+  });
+}
+
+absl::Status ParallelModel::ReserveStep(const StepCapacity& capacity) {
+  StepCapacity rank = capacity;
+  rank.num_q_heads = shard_config_.num_q_heads;
+  rank.num_kv_heads = shard_config_.num_kv_heads;
+  for (Rank& r : ranks_) RETURN_IF_ERROR(r.model->ReserveStep(rank));
+  return absl::OkStatus();
+}
+
+absl::Status ParallelModel::Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
+                                    void* kv_pool) {
+  if (!options.cuda_graph_sizes.empty()) {
+    return absl::InvalidArgumentError("a parallel group runs eagerly (no graphs)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

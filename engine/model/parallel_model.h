@@ -1,0 +1,117 @@
+// ParallelModel: a Model spread over the ranks of one worker group — tensor parallelism
+// (Megatron style: tensor_shard.h says which slice each rank holds, llama_model.h how a rank
+// all-reduces the residual stream after o_proj and down_proj) and pipeline parallelism (stage s
+// holds a contiguous range of layers, StageOf; the residual stream goes from each stage's TP
+// rank r to the next stage's rank r). The engine sees one Model; inside, each step runs on one
+// thread per rank in lockstep (rank_threads.h) over in-process communicators
+// (comm/group/thread_communicator.h): one per stage for its TP ranks, one group-wide for the
+// stage-to-stage transfers. CPU backend only for now. Rank numbering: stage s, TP rank r is
+// rank s · TP + r.
+//
+// Sampling: TP rank 0 of the last stage alone computes the final norm, the lm_head (loaded on
+// that rank only) and the tokens; the other ranks stop after their last layer. Embeddings are
+// on every rank of the first stage.
+//
+// Stages run one after another within a step (no micro-batches in flight yet): PP splits the
+// weights and KV over more ranks, it does not overlap them.
+//
+// KV pool: each rank has its own pool of its stage's layers and its KV heads (its slice, or the
+// one head it shares with TP / Hkv - 1 other ranks when TP > Hkv), with the same page ids. The
+// engine allocates the ranks' pools as one, stacked in rank order:
+//     [rank][layer of its stage][page][K|V][kv head of the rank][page_size][head_dim]
+// which is exactly the KvLayout of num_layers = TP · L and num_kv_heads = the rank's heads
+// (KvPoolLayout). A page id names the same page of every rank, the allocator and prefix cache
+// need nothing else, and a KV transfer between groups of the same TP and PP moves every rank's
+// page bytes; groups of different TP have different page shapes and the transport refuses the
+// pair (comm/kv_wire.h SamePageShape). Different PP with the same TP is NOT detected (the same
+// shape, other bytes): not to be paired until the transfer maps layers (issue [parallel]).
+//
+// Failures: a step's inputs are validated once before any rank starts (a bad batch is
+// InvalidArgument, the group stays usable). A rank that fails after that aborts every
+// communicator of the group, so no peer waits in a collective or a receive; the step then
+// returns Internal (the backend is unusable: the engine ends every request) and so does every
+// later step.
+//
+// Thread-compatible: one engine loop calls it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/group/communicator.h"
+#include "comm/group/thread_communicator.h"
+#include "engine/model/model.h"
+#include "engine/model/rank_threads.h"
+
+namespace tandem {
+
+// A group's communicators: one per stage for its TP ranks (each of TP ranks), one for the
+// whole group (PP · TP ranks) for the stage-to-stage transfers. Tests inject faults into them.
+struct ParallelGroups {
+  std::vector<std::shared_ptr<ThreadCommGroup>> stages;  // [stage]
+  std::shared_ptr<ThreadCommGroup> world;
+
+  // Fresh groups for `parallel` (every size >= 1).
+  static absl::StatusOr<ParallelGroups> Create(const ParallelConfig& parallel,
+                                               ThreadCommOptions options = {});
+};
+
+class ParallelModel final : public Model {
+ public:
+  // One rank of the group: its decoder (ShardConfig's heads, its stage's layers) and the
+  // communicators it was built over (they outlive it).
+  struct Rank {
+    std::unique_ptr<Communicator> tp_comm;
+    std::unique_ptr<Communicator> world_comm;
+    std::unique_ptr<Model> model;
+    int num_layers = 0;  // of its stage
+  };
+  // `ranks` in rank order (stage s, TP rank r at s · tp + r).
+  ParallelModel(const ModelConfig& config, const ParallelConfig& parallel, ParallelGroups groups,
+                std::vector<Rank> ranks);
+  ~ParallelModel() override;
+
+  const ModelConfig& config() const override { return config_; }
+  Backend backend() const override { return Backend::kCpu; }
+  KvLayout KvPoolLayout(int page_size) const override;
+  absl::StatusOr<StepOutput> Step(const StepInputs& inputs, const KvLayout& layout,
+                                  void* kv_pool) override;
+  absl::Status ComputeLogits(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
+                             float* logits) override;
+  absl::Status ReserveStep(const StepCapacity& capacity) override;
+  absl::Status Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
+                       void* kv_pool) override;
+
+ private:
+  // Checks the group's layout and the inputs (InvalidArgument).
+  absl::Status Validate(const StepInputs& inputs, const KvLayout& layout) const;
+  // Rank r's layout and pool within the group's.
+  KvLayout RankLayout(const KvLayout& layout, int rank) const;
+  void* RankPool(void* kv_pool, const KvLayout& layout, int rank) const;
+  // The rank that samples: TP rank 0 of the last stage.
+  int sampling_rank() const {
+    return (parallel_.pipeline_parallel - 1) * parallel_.tensor_parallel;
+  }
+  // Runs fn(rank) on every rank; a rank that fails aborts the group. Internal when any failed.
+  absl::Status RunRanks(const std::function<absl::Status(int)>& fn);
+  absl::Status GroupStatus() const;
+  void AbortAll(const absl::Status& reason);
+
+  ModelConfig config_;        // the whole model's
+  ModelConfig shard_config_;  // one TP rank's heads (ShardConfig)
+  ParallelConfig parallel_;
+  ParallelGroups groups_;
+  std::vector<Rank> ranks_;
+  std::vector<int64_t> first_layer_;  // [rank]: where its pool starts, in the stacked layout
+  RankThreads threads_;               // last: joined first
+};
+
+// Builds the `parallel` layout of the checkpoint in `dir` on the CPU backend over `groups`
+// (sizes matching `parallel`; tests pass groups they inject faults into, LoadModel fresh ones).
+// Each rank reads only its slices. InvalidArgument when the model does not split that way.
+absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
+                                                         const ParallelConfig& parallel,
+                                                         ParallelGroups groups);
+
+}  // namespace tandem
