@@ -8,7 +8,8 @@ namespace tandem {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   RETURN_IF_ERROR(ValidateSpeculativeConfig(options.speculative));
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(options.model_dir, options.backend));
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                   LoadModel(options.model_dir, options.backend, options.quantization));
   std::vector<int> eos_token_ids = model->config().eos_token_ids;
   if (eos_token_ids.empty()) {
     ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, Tokenizer::Load(options.model_dir));

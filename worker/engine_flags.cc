@@ -30,6 +30,9 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
                  "Decode batch sizes to capture CUDA graphs for, comma-separated (default "
                  "1,2,4,8,16,...,max-num-seqs)");
   app.add_flag("--enforce-eager", o.enforce_eager, "No CUDA graphs: run every step op by op");
+  app.add_option("--quantization", o.quantization,
+                 "Quantize an unquantized checkpoint's linear layers at load time: fp8, int8 or "
+                 "int4 (a quantized checkpoint is read in its own format)");
   SpeculativeConfig& s = o.speculative;
   app.add_option("--speculative-method", f->speculative_method,
                  "Speculative decoding: none, ngram (prompt lookup) or draft (a draft model)")

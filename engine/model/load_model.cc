@@ -10,6 +10,7 @@
 #include "engine/model/hf_tensors.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model.h"
+#include "engine/model/quant_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
 
@@ -44,8 +45,19 @@ absl::Status CheckCudaSupports(const ModelConfig& c, const std::string& dir) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend) {
+  return LoadModel(dir, backend, "");
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
+                                                 const std::string& quantization) {
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
+  ASSIGN_OR_RETURN(const QuantConfig quant, QuantConfig::Resolve(dir, quantization));
   std::unique_ptr<Ops> ops;
+  if (backend == Backend::kCuda && quant.quantized()) {
+    return absl::UnimplementedError(absl::StrCat(dir, ": quantized weights (", quant.Describe(),
+                                                 ") run on the CPU backend only so far; ",
+                                                 "use --backend cpu"));
+  }
   if (backend == Backend::kCuda) {
     RETURN_IF_ERROR(CheckCudaSupports(config, dir));
     ASSIGN_OR_RETURN(ops, MakeCudaOps());
@@ -56,14 +68,16 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> checkpoint,
                    SafetensorsCheckpoint::Open(dir));
   const absl::Time start = Clock::Real()->Now();
-  ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(*checkpoint, config, ops->compute_dtype()));
+  ASSIGN_OR_RETURN(ModelWeights weights,
+                   LoadWeights(*checkpoint, config, ops->compute_dtype(), quant));
   ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
                    LlamaModel::Create(config, std::move(weights), std::move(ops), backend));
   LOG(INFO) << "loaded " << dir << " on the " << BackendName(backend) << " backend in "
             << absl::FormatDuration(
                    absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
             << ": " << config.model_type << ", " << config.num_layers << " layers, hidden "
-            << config.hidden_size << ", vocab " << config.vocab_size;
+            << config.hidden_size << ", vocab " << config.vocab_size
+            << (quant.quantized() ? ", weights " + quant.Describe() : std::string());
   return std::unique_ptr<Model>(std::move(model));
 }
 

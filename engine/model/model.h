@@ -96,5 +96,10 @@ inline bool IsBackendUnusable(const absl::Status& status) {
 // Loads config.json and the safetensors weights of the Hugging Face folder `dir`.
 // NotFound / InvalidArgument / Unimplemented with a message naming the file or tensor at fault.
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend);
+// The same with `quantization` (--quantization: "", "fp8", "int8" or "int4") applied to an
+// unquantized checkpoint at load time; a checkpoint with a quantization_config is read in its
+// format either way (quant_config.h). Quantized weights run on the CPU backend only so far.
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
+                                                 const std::string& quantization);
 
 }  // namespace tandem
