@@ -43,7 +43,7 @@ struct EngineOptions {
   // vLLM's --quantization: "" or fp8 / int8 / int4, applied at load time to an unquantized
   // checkpoint (engine/model/quant_config.h); a quantized checkpoint is read in its own format.
   // Applies to the target model, not a draft.
-  std::string quantization;
+  std::string quantization = "";
   // Automatic prefix caching (vLLM's --enable-prefix-caching, on by default): full pages of a
   // request's tokens stay cached after it ends, keyed by their chained hash (base/page_hash.h),
   // and a new request reuses its longest cached prefix. Requests added with AddRequest use it;

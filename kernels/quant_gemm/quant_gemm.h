@@ -22,7 +22,9 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/common/dtype.h"
+#include "kernels/common/stream.h"
 
 namespace tandem {
 
@@ -80,5 +82,14 @@ void QuantizeActivationRow(ActQuant act_quant, int64_t act_group_size, int64_t k
 
 // The multi-threaded CPU reference (and the CPU backend's quantized hot path).
 void QuantGemmRef(const QuantGemmArgs& args);
+
+// CUDA, decode-shaped (quant_gemm.cu): weight-only kInt8 (W8A16) and kUint4 (W4A16) with
+// act_quant kNone, m <= kQuantSkinnyMaxM, a and c kBF16 or kF32. Needs k % 32 == 0, group_size
+// == k or a multiple of 32, and 16-byte-aligned w; anything else is InvalidArgument (the caller
+// then has no CUDA path: FP8 and larger m are not built). fp32 accumulation in an order other
+// than the reference's: results match QuantGemmRef to rounding, not bit for bit.
+// Unmeasured: see WORKLOG.md.
+inline constexpr int64_t kQuantSkinnyMaxM = 32;
+absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream);
 
 }  // namespace tandem
