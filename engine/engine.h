@@ -46,6 +46,10 @@ struct EngineOptions {
   // 1, 2, 4, 8, 16, 24, ... (steps of 8) up to max_num_seqs. Ignored on the CPU backend.
   std::vector<int> cuda_graph_sizes;
   bool enforce_eager = false;  // no CUDA graphs: every step runs op by op
+  // vLLM's --quantization: "" or fp8 / int8 / int4, applied at load time to an unquantized
+  // checkpoint (engine/model/quant_config.h); a quantized checkpoint is read in its own format.
+  // Applies to the target model, not a draft.
+  std::string quantization = "";
   // Automatic prefix caching (vLLM's --enable-prefix-caching, on by default): full pages of a
   // request's tokens stay cached after it ends, keyed by their chained hash (base/page_hash.h),
   // and a new request reuses its longest cached prefix. Requests added with AddRequest use it;

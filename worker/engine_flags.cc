@@ -38,6 +38,10 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
                  "Pipeline stages (layer ranges) of --tensor-parallel-size ranks each (cpu only)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--quantization", o.quantization,
+                 "Quantize an unquantized checkpoint's linear layers at load time: fp8, int8 or "
+                 "int4 (a quantized checkpoint is read in its own format)")
+      ->check(CLI::IsMember({"fp8", "int8", "int4"}));
   SpeculativeConfig& s = o.speculative;
   app.add_option("--speculative-method", f->speculative_method,
                  "Speculative decoding: none, ngram (prompt lookup) or draft (a draft model)")

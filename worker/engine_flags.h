@@ -1,7 +1,7 @@
 // The engine's command-line flags, shared by every worker binary and the `tandem` commands that
 // run an engine in process (generate, bench), so that one name means one thing everywhere
 // (vLLM's names where vLLM has the flag: --gpu-memory-utilization, --max-num-seqs,
-// --max-num-batched-tokens, --max-model-len, --cuda-graph-sizes, --enforce-eager,
+// --max-num-batched-tokens, --max-model-len, --cuda-graph-sizes, --enforce-eager, --quantization,
 // --enable-prefix-caching / --no-enable-prefix-caching; the fields of vLLM's
 // --speculative-config as --speculative-method, --num-speculative-tokens,
 // --speculative-draft-model, --prompt-lookup-min, --prompt-lookup-max).

@@ -1,4 +1,5 @@
-// tandem make-model --preset NAME --out DIR [--seed S] [--shards N] [--list]
+// tandem make-model --preset NAME --out DIR [--seed S] [--shards N] [--quantization SCHEME
+//                   [--group-size G]] [--list]
 #include <iostream>
 #include <memory>
 
@@ -18,6 +19,11 @@ std::function<int()> AddMakeModelCommand(CLI::App* sub) {
       ->capture_default_str();
   sub->add_option("--shards", opts->num_shards,
                   "Number of safetensors shards (0: split at 5 GB, as transformers does)")
+      ->capture_default_str();
+  sub->add_option("--quantization", opts->quantization,
+                  "Write the linear layers pre-quantized: fp8-block, fp8-channel, int8, awq or "
+                  "gptq (engine/model/quant_make_model.h)");
+  sub->add_option("--group-size", opts->quant_group_size, "Group size along k for awq / gptq")
       ->capture_default_str();
   sub->add_flag("--list", *list, "List the presets and exit");
   return [opts, list]() -> int {

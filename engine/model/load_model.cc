@@ -11,6 +11,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/model.h"
 #include "engine/model/parallel_model.h"
+#include "engine/model/quant_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_shard.h"
 #include "engine/model/weights.h"
@@ -94,7 +95,13 @@ absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
 }
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
-                                                 const ParallelConfig& parallel) {
+                                                 const std::string& quantization) {
+  return LoadModel(dir, backend, ParallelConfig{}, quantization);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
+                                                 const ParallelConfig& parallel,
+                                                 const std::string& quantization) {
   if (parallel.tensor_parallel < 1 || parallel.pipeline_parallel < 1) {
     return absl::InvalidArgumentError(absl::StrCat("tensor_parallel ", parallel.tensor_parallel,
                                                    " and pipeline_parallel ",
@@ -106,11 +113,21 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend
           "tensor_parallel / pipeline_parallel > 1 run on the CPU backend only: the CUDA "
           "backend has no NCCL communicator yet");
     }
+    if (!quantization.empty()) {
+      return absl::UnimplementedError(
+          "--quantization with tensor_parallel / pipeline_parallel > 1 is not built yet");
+    }
     ASSIGN_OR_RETURN(ParallelGroups groups, ParallelGroups::Create(parallel));
     return LoadParallelModel(dir, parallel, std::move(groups));
   }
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
+  ASSIGN_OR_RETURN(const QuantConfig quant, QuantConfig::Resolve(dir, quantization));
   std::unique_ptr<Ops> ops;
+  if (backend == Backend::kCuda && quant.quantized()) {
+    return absl::UnimplementedError(absl::StrCat(dir, ": quantized weights (", quant.Describe(),
+                                                 ") run on the CPU backend only so far; ",
+                                                 "use --backend cpu"));
+  }
   if (backend == Backend::kCuda) {
     RETURN_IF_ERROR(CheckCudaSupports(config, dir));
     ASSIGN_OR_RETURN(ops, MakeCudaOps());
@@ -121,14 +138,16 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> checkpoint,
                    SafetensorsCheckpoint::Open(dir));
   const absl::Time start = Clock::Real()->Now();
-  ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(*checkpoint, config, ops->compute_dtype()));
+  ASSIGN_OR_RETURN(ModelWeights weights,
+                   LoadWeights(*checkpoint, config, ops->compute_dtype(), quant));
   ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
                    LlamaModel::Create(config, std::move(weights), std::move(ops), backend));
   LOG(INFO) << "loaded " << dir << " on the " << BackendName(backend) << " backend in "
             << absl::FormatDuration(
                    absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
             << ": " << config.model_type << ", " << config.num_layers << " layers, hidden "
-            << config.hidden_size << ", vocab " << config.vocab_size;
+            << config.hidden_size << ", vocab " << config.vocab_size
+            << (quant.quantized() ? ", weights " + quant.Describe() : std::string());
   return std::unique_ptr<Model>(std::move(model));
 }
 

@@ -7,7 +7,9 @@
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "engine/model/presets.h"
+#include "engine/model/quant_make_model.h"
 #include "engine/model/random_weights.h"
+#include "nlohmann/json.hpp"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {
@@ -39,15 +41,30 @@ absl::StatusOr<ModelConfig> MakeModel(const MakeModelOptions& options) {
   if (config.vocab_size < info.vocab_size) config.vocab_size = info.vocab_size;
   config.bos_token_id = info.bos_id.value_or(-1);
   config.eos_token_ids.assign(info.eos_ids.begin(), info.eos_ids.end());
-  RETURN_IF_ERROR(WriteText(options.out_dir + "/config.json", HfConfigJson(config)));
+  std::string config_json = HfConfigJson(config);
+  if (!options.quantization.empty()) {
+    ASSIGN_OR_RETURN(const std::string q,
+                     QuantizationConfigJson(options.quantization, options.quant_group_size));
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(config_json, nullptr, false);
+    j["quantization_config"] = nlohmann::ordered_json::parse(q, nullptr, false);
+    config_json = j.dump(2) + "\n";
+  }
+  RETURN_IF_ERROR(WriteText(options.out_dir + "/config.json", config_json));
   RETURN_IF_ERROR(
       WriteText(options.out_dir + "/generation_config.json", HfGenerationConfigJson(config)));
   CheckpointWriteOptions write;
   write.num_shards = options.num_shards;
-  RETURN_IF_ERROR(WriteRandomWeights(config, options.seed, options.out_dir, write));
+  if (options.quantization.empty()) {
+    RETURN_IF_ERROR(WriteRandomWeights(config, options.seed, options.out_dir, write));
+  } else {
+    RETURN_IF_ERROR(WriteQuantizedRandomWeights(config, options.seed, options.out_dir, write,
+                                                options.quantization, options.quant_group_size));
+  }
   LOG(INFO) << "make-model: wrote " << preset.name << " (" << config.model_type << ", "
             << config.num_layers << " layers, hidden " << config.hidden_size << ", vocab "
-            << config.vocab_size << ", seed " << options.seed << ") to " << options.out_dir;
+            << config.vocab_size << ", seed " << options.seed
+            << (options.quantization.empty() ? "" : ", quantization " + options.quantization)
+            << ") to " << options.out_dir;
   return config;
 }
 

@@ -16,6 +16,10 @@ struct MakeModelOptions {
   std::string out_dir;          // created if missing
   uint64_t seed = 0;
   int num_shards = 0;  // 0: one file up to 5 GB per shard (HF's default split); else exactly N
+  // "" (unquantized) or a scheme of quant_make_model.h (fp8-block, fp8-channel, int8, awq,
+  // gptq): the same random weights with the decoder's linear layers quantized in that layout.
+  std::string quantization = "";
+  int64_t quant_group_size = 128;  // awq, gptq
 };
 
 // Returns the config written. NotFound for an unknown preset; Internal on I/O failure.

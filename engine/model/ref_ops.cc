@@ -2,10 +2,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/ops.h"
+#include "kernels/quant_gemm/quant_gemm.h"
 
 namespace tandem {
 namespace {
@@ -67,7 +69,14 @@ class RefOps final : public Ops {
  public:
   DType compute_dtype() const override { return DType::kF32; }
 
+  // A quantized weight (HostTensor::quant) is kept whole; its address is that of its codes, and
+  // Gemm() with that address as w runs QuantGemmRef on it.
   absl::StatusOr<const void*> AdoptWeight(HostTensor tensor) override {
+    if (tensor.quant != nullptr) {
+      const void* key = tensor.quant->codes.data();
+      quantized_[key] = std::move(tensor.quant);
+      return key;
+    }
     weights_.push_back(std::move(tensor.bytes));
     return static_cast<const void*>(weights_.back().data());
   }
@@ -157,7 +166,25 @@ class RefOps final : public Ops {
 
   absl::Status Embedding(const EmbeddingArgs& a) override { return Run(EmbeddingRef, a); }
   absl::Status RmsNorm(const RmsNormArgs& a) override { return Run(RmsNormRef, a); }
-  absl::Status Gemm(const GemmArgs& a) override { return Run(GemmRef, a); }
+  absl::Status Gemm(const GemmArgs& a) override {
+    auto it = quantized_.find(a.w);
+    if (it == quantized_.end()) return Run(GemmRef, a);
+    const QuantizedWeight& w = *it->second;
+    if (a.m < 0 || a.n != w.n || a.k != w.k || a.a_norm_weight != nullptr) {
+      return absl::InternalError(absl::StrCat("quantized GEMM: [", a.n, ", ", a.k, "] asked of a [",
+                                              w.n, ", ", w.k, "] weight"));
+    }
+    QuantGemmArgs q = w.Args();
+    q.a = a.a;
+    q.bias = a.bias;
+    q.c = a.c;
+    q.m = a.m;
+    q.a_dtype = a.a_dtype;
+    q.c_dtype = a.c_dtype;
+    q.accumulate = a.accumulate;
+    QuantGemmRef(q);
+    return absl::OkStatus();
+  }
   absl::Status RopeKvStore(const RopeKvStoreArgs& a) override { return Run(RopeKvStoreRef, a); }
   absl::Status PagedAttention(const PagedAttentionArgs& a) override {
     return Run(PagedAttentionRef, a);
@@ -179,6 +206,7 @@ class RefOps final : public Ops {
   // Adopted weight bytes. Each inner buffer keeps its address when the outer vector grows
   // (elements are moved, and a move keeps the heap buffer).
   std::vector<std::vector<uint8_t>> weights_;
+  std::map<const void*, std::shared_ptr<const QuantizedWeight>> quantized_;
   std::map<int, std::vector<float>> buffers_;  // float storage: 4-byte aligned or better
   bool frozen_ = false;
   HostRows rows_;

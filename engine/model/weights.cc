@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "base/thread_pool.h"
 #include "engine/model/hf_tensors.h"
+#include "engine/model/quant_checkpoint.h"
 
 namespace tandem {
 namespace {
@@ -82,17 +83,55 @@ uint8_t* ConvertSlice(const SafetensorsCheckpoint::Entry& e, const Slice& slice,
 
 class Loader {
  public:
-  Loader(const SafetensorsCheckpoint& ckpt, const ModelConfig& config, DType dtype)
-      : ckpt_(ckpt), dtype_(dtype) {
+  Loader(const SafetensorsCheckpoint& ckpt, const ModelConfig& config, DType dtype,
+         const QuantConfig& quant)
+      : ckpt_(ckpt), dtype_(dtype), quant_(quant) {
     for (const HfTensor& t : HfTensors(config)) expected_[t.spec.name] = t.spec.shape;
   }
 
   // Concatenates the named tensors (or the slices of them a tensor-parallel rank holds) along
   // dim 0 into one tensor of the compute dtype.
-  absl::StatusOr<HostTensor> Load(const std::vector<Part>& parts) {
+  absl::StatusOr<HostTensor> Load(const std::vector<Part>& parts) { return LoadAs(parts, dtype_); }
+
+  // A (fused) linear weight from the "<module>.weight" parts: quantized when quant_ says so.
+  absl::StatusOr<HostTensor> LoadLinear(const std::vector<Part>& parts) {
+    if (!quant_.quantized()) return Load(parts);
+    std::vector<QuantizedWeight> quantized;
+    for (const Part& part : parts) {
+      if (part.slice.dim >= 0) {
+        return absl::UnimplementedError(absl::StrCat(
+            part.name, ": tensor parallelism over quantized weights is not built yet"));
+      }
+      const std::string& name = part.name;
+      const std::vector<int64_t>& shape = expected_.at(name);
+      if (quant_.load_time()) {
+        ASSIGN_OR_RETURN(HostTensor dense, LoadAs({name}, DType::kF32));
+        const QuantCode code =
+            quant_.format == QuantConfig::Format::kLoadTimeFp8    ? QuantCode::kFp8E4M3
+            : quant_.format == QuantConfig::Format::kLoadTimeInt8 ? QuantCode::kInt8
+                                                                  : QuantCode::kUint4;
+        quantized.push_back(QuantizeWeight(reinterpret_cast<const float*>(dense.data()), shape[0],
+                                           shape[1], code, quant_.group_size));
+        quantized.back().act_quant = quant_.act_quant;
+      } else {
+        const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+        ASSIGN_OR_RETURN(QuantizedWeight w,
+                         ReadQuantizedLinear(ckpt_, quant_, module, shape[0], shape[1]));
+        quantized.push_back(std::move(w));
+      }
+    }
+    ASSIGN_OR_RETURN(QuantizedWeight fused, ConcatRows(std::move(quantized), parts.front().name));
+    HostTensor out;
+    out.shape = {fused.n, fused.k};
+    out.quant = std::make_shared<const QuantizedWeight>(std::move(fused));
+    return out;
+  }
+
+ private:
+  absl::StatusOr<HostTensor> LoadAs(const std::vector<Part>& parts, DType dtype) {
     std::vector<SafetensorsCheckpoint::Entry> entries;
     HostTensor out;
-    out.dtype = dtype_;
+    out.dtype = dtype;
     int64_t rows = 0, elems = 0;
     for (const Part& part : parts) {
       ASSIGN_OR_RETURN(SafetensorsCheckpoint::Entry e, Check(part.name));
@@ -106,15 +145,14 @@ class Loader {
       out.shape = shape;
     }
     out.shape[0] = rows;
-    out.bytes.resize(elems * DTypeSize(dtype_));
+    out.bytes.resize(elems * DTypeSize(dtype));
     uint8_t* dst = out.bytes.data();
     for (size_t i = 0; i < entries.size(); ++i) {
-      dst = ConvertSlice(entries[i], parts[i].slice, dst);
+      dst = ConvertSlice(entries[i], parts[i].slice, dst, dtype);
     }
     return out;
   }
 
- private:
   absl::StatusOr<SafetensorsCheckpoint::Entry> Check(const std::string& name) {
     const std::vector<int64_t>& want = expected_.at(name);
     const SafetensorsCheckpoint::Entry e = ckpt_.Find(name);
@@ -137,12 +175,9 @@ class Loader {
     return e;
   }
 
-  uint8_t* ConvertSlice(const SafetensorsCheckpoint::Entry& e, const Slice& slice, uint8_t* dst) {
-    return tandem::ConvertSlice(e, slice, dst, dtype_);
-  }
-
   const SafetensorsCheckpoint& ckpt_;
   DType dtype_;
+  const QuantConfig& quant_;
   std::map<std::string, std::vector<int64_t>> expected_;
 };
 
@@ -176,22 +211,22 @@ absl::StatusOr<LayerWeights> LoadLayer(Loader& loader, const ModelConfig& c, int
   const std::string attn = p + "self_attn.";
   const LayerSlices sl = SlicesFor(c, shard);
   LayerWeights w;
-  ASSIGN_OR_RETURN(w.qkv_proj, loader.Load({{attn + "q_proj.weight", sl.q},
-                                            {attn + "k_proj.weight", sl.kv},
-                                            {attn + "v_proj.weight", sl.kv}}));
+  ASSIGN_OR_RETURN(w.qkv_proj, loader.LoadLinear({{attn + "q_proj.weight", sl.q},
+                                                  {attn + "k_proj.weight", sl.kv},
+                                                  {attn + "v_proj.weight", sl.kv}}));
   if (c.qkv_bias) {
     ASSIGN_OR_RETURN(w.qkv_bias, loader.Load({{attn + "q_proj.bias", BiasSlice(sl.q)},
                                               {attn + "k_proj.bias", BiasSlice(sl.kv)},
                                               {attn + "v_proj.bias", BiasSlice(sl.kv)}}));
   }
-  ASSIGN_OR_RETURN(w.o_proj, loader.Load({{attn + "o_proj.weight", sl.o}}));
+  ASSIGN_OR_RETURN(w.o_proj, loader.LoadLinear({{attn + "o_proj.weight", sl.o}}));
   if (c.qk_norm) {
     ASSIGN_OR_RETURN(w.q_norm, loader.Load({attn + "q_norm.weight"}));
     ASSIGN_OR_RETURN(w.k_norm, loader.Load({attn + "k_norm.weight"}));
   }
-  ASSIGN_OR_RETURN(w.gate_up_proj, loader.Load({{p + "mlp.gate_proj.weight", sl.gate_up},
-                                                {p + "mlp.up_proj.weight", sl.gate_up}}));
-  ASSIGN_OR_RETURN(w.down_proj, loader.Load({{p + "mlp.down_proj.weight", sl.down}}));
+  ASSIGN_OR_RETURN(w.gate_up_proj, loader.LoadLinear({{p + "mlp.gate_proj.weight", sl.gate_up},
+                                                      {p + "mlp.up_proj.weight", sl.gate_up}}));
+  ASSIGN_OR_RETURN(w.down_proj, loader.LoadLinear({{p + "mlp.down_proj.weight", sl.down}}));
   ASSIGN_OR_RETURN(w.input_layernorm, loader.Load({p + "input_layernorm.weight"}));
   ASSIGN_OR_RETURN(w.post_attention_layernorm,
                    loader.Load({p + "post_attention_layernorm.weight"}));
@@ -208,7 +243,14 @@ int64_t HostTensor::NumElements() const {
 
 absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint,
                                          const ModelConfig& config, DType compute_dtype,
-                                         TensorShard shard, StageLayers stage) {
+                                         const QuantConfig& quant) {
+  return LoadWeights(checkpoint, config, compute_dtype, TensorShard{}, StageLayers{}, quant);
+}
+
+absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint,
+                                         const ModelConfig& config, DType compute_dtype,
+                                         TensorShard shard, StageLayers stage,
+                                         const QuantConfig& quant) {
   if (compute_dtype != DType::kF32 && compute_dtype != DType::kBF16) {
     return absl::InvalidArgumentError("LoadWeights: compute dtype must be F32 or BF16");
   }
@@ -217,7 +259,7 @@ absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint
         absl::StrCat("LoadWeights: rank ", shard.rank, " of ", shard.size));
   }
   RETURN_IF_ERROR(CheckTensorParallel(config, shard.size));
-  Loader loader(checkpoint, config, compute_dtype);
+  Loader loader(checkpoint, config, compute_dtype, quant);
   ModelWeights w;
   if (stage.count < 0) stage.count = config.num_layers;
   if (stage.first < 0 || stage.count < 1 || stage.first + stage.count > config.num_layers) {

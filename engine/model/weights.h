@@ -8,23 +8,28 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/model/model_config.h"
+#include "engine/model/quant_config.h"
+#include "engine/model/quant_weight.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_shard.h"
 #include "kernels/common/dtype.h"
 
 namespace tandem {
 
-// A dense host tensor; empty (no elements) means "absent".
+// A dense host tensor, or a quantized linear weight (`quant` set: shape [n, k], bytes empty,
+// dtype unused); empty (neither) means "absent".
 struct HostTensor {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;  // row-major, dtype-encoded
+  std::shared_ptr<const QuantizedWeight> quant = nullptr;
 
-  bool empty() const { return bytes.empty(); }
+  bool empty() const { return bytes.empty() && quant == nullptr; }
   const void* data() const { return bytes.data(); }
   int64_t NumElements() const;
 };
@@ -59,6 +64,15 @@ struct ModelWeights {
 // on the last one's rank 0 when tied), the final norm and lm_head on the last.
 absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint,
                                          const ModelConfig& config, DType compute_dtype,
-                                         TensorShard shard = {}, StageLayers stage = {});
+                                         TensorShard shard = {}, StageLayers stage = {},
+                                         const QuantConfig& quant = {});
+// The same with the linear layers of every decoder layer (qkv_proj, o_proj, gate_up_proj,
+// down_proj) quantized as `quant` says: read from the checkpoint's format
+// (quant_checkpoint.h), or, for a load-time format, loaded as fp32 and quantized
+// (QuantizeWeight). Embeddings, norms, biases and lm_head stay in the compute dtype. Quantized
+// weights and a tensor-parallel shard together are Unimplemented.
+absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint,
+                                         const ModelConfig& config, DType compute_dtype,
+                                         const QuantConfig& quant);
 
 }  // namespace tandem

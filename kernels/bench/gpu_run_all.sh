@@ -22,7 +22,7 @@ fail=0
 # after the tables so that they are in the tail of the output).
 note() { echo "[${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
 : >"$OUT/tests.log"
-for t in attention_gpu_test attention_prefill_gpu_test kernels_kb_gpu_test logits_gpu_test; do
+for t in attention_gpu_test attention_prefill_gpu_test kernels_kb_gpu_test logits_gpu_test quant_gemm_gpu_test; do
   echo "===== $t" >>"$OUT/tests.log"
   timeout 240 $B/$t >"$OUT/test.tmp" 2>&1
   rc=$?

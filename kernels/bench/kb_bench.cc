@@ -2,7 +2,7 @@
 // Llama-3-8B: hidden 4096, intermediate 12288, vocab 152064; the sampler also at Gemma 3's
 // 262144). Prints one row per kernel and shape: median time, achieved TB/s or TFLOP/s, and the
 // fraction of the ceiling measured in the same run.
-// Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling|logits]
+// Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling|logits|quant]
 // (logits: LogitsProcess and Logprobs, kernels/bench/logits_bench.cc)
 #include <algorithm>
 #include <array>
@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/bench/bench_util.h"
 #include "kernels/bench/logits_bench.h"
+#include "kernels/bench/quant_bench.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_variants.h"
@@ -487,5 +488,6 @@ int main(int argc, char** argv) {
   if (only == "all" || only == "elementwise") BenchElementwise(c);
   if (only == "all" || only == "sampling") BenchSampling(c);
   if (only == "all" || only == "logits") BenchLogits(c);
+  if (only == "all" || only == "quant") BenchQuantGemm(c);
   return 0;
 }

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 dir=${1:-build-gpu}
 stage=${2:-.gpu-all}
 case "$stage" in .gpu-*) ;; *) echo "stage dir must be .gpu-* (git-ignored)" >&2; exit 2 ;; esac
-bins=(attention_gpu_test attention_prefill_gpu_test kernels_kb_gpu_test logits_gpu_test attention_bench
+bins=(attention_gpu_test attention_prefill_gpu_test kernels_kb_gpu_test logits_gpu_test quant_gemm_gpu_test attention_bench
   kb_bench)
 [ -f "$dir/build.ninja" ] ||
   cmake -S . -B "$dir" -G Ninja -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON

@@ -1,5 +1,5 @@
 // The engine flags every worker and `tandem generate` / `bench` share: prefix caching is on by
-// default and turned off by either spelling.
+// default and turned off by either spelling; --quantization takes fp8, int8 or int4 only.
 #include "worker/engine_flags.h"
 
 #include <string>
@@ -39,6 +39,19 @@ TEST(EngineFlagsTest, PrefixCachingIsOnByDefaultAndOffByFlag) {
   EXPECT_TRUE(h.engine.enable_prefix_caching);  // the last one wins
   EngineFlags bad;
   EXPECT_FALSE(Parse({"--enable-prefix-caching=maybe"}, &bad));
+}
+
+TEST(EngineFlagsTest, QuantizationIsOffByDefaultAndTakesVllmsChoices) {
+  EngineFlags f;
+  ASSERT_TRUE(Parse({}, &f));
+  EXPECT_EQ(f.engine.quantization, "");
+  for (const std::string v : {"fp8", "int8", "int4"}) {
+    EngineFlags g;
+    ASSERT_TRUE(Parse({"--quantization", v}, &g)) << v;
+    EXPECT_EQ(g.engine.quantization, v);
+  }
+  EngineFlags bad;
+  EXPECT_FALSE(Parse({"--quantization", "nf4"}, &bad));
 }
 
 }  // namespace

@@ -1,0 +1,71 @@
+#include "kernels/bench/quant_bench.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/quant_gemm/quant_gemm.h"
+
+namespace tandem::bench {
+
+void BenchQuantGemm(const Ceilings& c) {
+  // Qwen3-8B / Llama-3-8B: gate_up, down, QKV (Llama GQA), O.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {4096, 24576}, {12288, 4096}, {4096, 6144}, {4096, 4096}};
+  constexpr int64_t kGroup = 128;
+  for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4}) {
+    const bool int4 = code == QuantCode::kUint4;
+    for (auto [k, n] : shapes) {
+      const int64_t groups = int4 ? k / kGroup : 1;
+      const size_t w_bytes = n * QuantRowBytes(code, k);
+      const size_t bytes = w_bytes + n * groups * (4 + (int4 ? 1 : 0));
+      const int copies = RotationCopies(bytes);
+      std::vector<void*> ws(copies), scales(copies), zeros(copies);
+      for (int i = 0; i < copies; ++i) {
+        BENCH_CUDA(cudaMalloc(&ws[i], w_bytes));
+        BENCH_CUDA(cudaMalloc(&scales[i], n * groups * 4));
+        BENCH_CUDA(cudaMalloc(&zeros[i], n * groups));
+        FillUniformBf16(ws[i], static_cast<int64_t>(w_bytes / 2), 20 + i, -1, 1);  // any bytes
+        FillUniformF32(static_cast<float*>(scales[i]), n * groups, 30 + i, 0.001f, 0.01f);
+        BENCH_CUDA(cudaMemset(zeros[i], 8, n * groups));
+      }
+      void* a = nullptr;
+      void* out = nullptr;
+      BENCH_CUDA(cudaMalloc(&a, 32 * k * 2));
+      BENCH_CUDA(cudaMalloc(&out, 32 * n * 2));
+      FillUniformBf16(a, 32 * k, 5, -1, 1);
+      for (int64_t m : {1, 8, 32}) {
+        QuantGemmArgs args{.a = a,
+                           .c = out,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .a_dtype = DType::kBF16,
+                           .c_dtype = DType::kBF16,
+                           .code = code,
+                           .group_size = int4 ? kGroup : k};
+        auto launch = [&](int it) {
+          QuantGemmArgs x = args;
+          x.w = static_cast<const uint8_t*>(ws[it % copies]);
+          x.scales = static_cast<const float*>(scales[it % copies]);
+          x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
+          if (absl::Status s = QuantGemmSkinny(x, nullptr); !s.ok()) {
+            std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+            std::abort();
+          }
+        };
+        MedianMicros(launch, nullptr, 20, 20);  // pre-warm (kernels/gemm/WORKLOG.md, step 3)
+        const double us = MedianMicros(launch, nullptr, 5, 50);
+        Report(int4 ? "quant_gemm.w4a16_g128" : "quant_gemm.w8a16",
+               absl::StrCat("M=", m, " K=", k, " N=", n), us, "TB/s",
+               static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
+      }
+      for (int i = 0; i < copies; ++i) cudaFree(ws[i]), cudaFree(scales[i]), cudaFree(zeros[i]);
+      cudaFree(a), cudaFree(out);
+    }
+  }
+}
+
+}  // namespace tandem::bench

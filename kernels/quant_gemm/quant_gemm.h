@@ -1,0 +1,95 @@
+// Linear layer with quantized weights: c[m, n] = a[m, k] · dequant(w)[n, k]ᵀ (+ bias[n]), the
+// GemmArgs contract (kernels/gemm/gemm.h) with the weight in one of three code types and fp32
+// scales, in the one canonical layout every checkpoint format is converted to at load time
+// (engine/model/quant_checkpoint.cc: FP8 per-channel and block, compressed-tensors INT8, AWQ and
+// GPTQ INT4):
+//
+//   dequant(w)[j, kk] = (code(j, kk) - zero(j, g)) * scales[j * num_groups + g],
+//   g = kk / group_size, num_groups = ceil(k / group_size)   (the last group may be partial)
+//
+// A per-output-channel scale is group_size = k; a 128x128 block scale is group_size = 128 with
+// the block's scale repeated on each of its rows (so fused q/k/v rows concatenate freely).
+//
+// Activations may be quantized to FP8 e4m3 on the fly (W8A8, "dynamic" activation scales):
+// a row's (or a row's group's) scale is max|a| / 448, each element is rounded to e4m3 at that
+// scale and the product uses the rounded values.
+//
+// QuantGemmRef dequantizes each weight tile to fp32 and then runs GemmRef's loop: fp32
+// accumulation in increasing kk, bias (and with accumulate the old c) added before the one
+// rounding to c_dtype. So a quantized model and a dense fp32 model whose weights are exactly
+// the dequantized values give the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/common/dtype.h"
+#include "kernels/common/stream.h"
+
+namespace tandem {
+
+enum class QuantCode : uint8_t {
+  kFp8E4M3,  // one byte per weight, e4m3 (kernels/quant_gemm/fp8_e4m3.h); zero 0
+  kInt8,     // one byte per weight, two's complement -128..127; zero 0
+  kUint4,    // two weights per byte (below); codes 0..15, zero points from `zeros`
+};
+
+enum class ActQuant : uint8_t {
+  kNone,              // a is used as it is (weight-only: W8A16, W4A16)
+  kFp8PerToken,       // one scale per row of a
+  kFp8PerTokenGroup,  // one scale per row and group of act_group_size along k
+};
+
+struct QuantGemmArgs {
+  const void* a = nullptr;     // [m, k] row-major, a_dtype (kF32 or kBF16)
+  const void* bias = nullptr;  // [n], c_dtype; may be null
+  void* c = nullptr;           // [m, n] row-major, c_dtype (kF32 or kBF16)
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  DType a_dtype = DType::kF32;
+  DType c_dtype = DType::kF32;
+  bool accumulate = false;  // c += ... (GemmArgs::accumulate)
+
+  QuantCode code = QuantCode::kInt8;
+  // kFp8E4M3 / kInt8: [n, k] bytes, row-major. kUint4: [n, ceil(k / 2)] bytes: weight (j, kk)
+  // is in byte j * ceil(k / 2) + kk / 2, the low nibble for even kk, the high nibble for odd.
+  const uint8_t* w = nullptr;
+  const float* scales = nullptr;  // [n, num_groups] fp32
+  // kUint4 only: [n, num_groups] zero points, 0..16 (GPTQ's stored zero + 1 can reach 16);
+  // null means 8 (symmetric). Must be null for the 8-bit codes.
+  const uint8_t* zeros = nullptr;
+  int64_t group_size = 0;  // along k, >= 1 (k: one scale per output channel)
+
+  ActQuant act_quant = ActQuant::kNone;
+  int64_t act_group_size = 128;  // kFp8PerTokenGroup only
+};
+
+inline int64_t QuantNumGroups(int64_t k, int64_t group_size) {
+  return (k + group_size - 1) / group_size;
+}
+// Bytes of one row of codes.
+inline int64_t QuantRowBytes(QuantCode code, int64_t k) {
+  return code == QuantCode::kUint4 ? (k + 1) / 2 : k;
+}
+
+// dequant(w)[j, 0 : k] into out[0 : k] (fp32).
+void QuantDequantizeRow(const QuantGemmArgs& args, int64_t j, float* out);
+
+// Rounds x[0 : k] in place to e4m3 at dynamic scales (act_quant, act_group_size), as the GEMM
+// does to each row of a.
+void QuantizeActivationRow(ActQuant act_quant, int64_t act_group_size, int64_t k, float* x);
+
+// The multi-threaded CPU reference (and the CPU backend's quantized hot path).
+void QuantGemmRef(const QuantGemmArgs& args);
+
+// CUDA, decode-shaped (quant_gemm.cu): weight-only kInt8 (W8A16) and kUint4 (W4A16) with
+// act_quant kNone, m <= kQuantSkinnyMaxM, a and c kBF16 or kF32. Needs k % 32 == 0, group_size
+// == k or a multiple of 32, and 16-byte-aligned w; anything else is InvalidArgument (the caller
+// then has no CUDA path: FP8 and larger m are not built). fp32 accumulation in an order other
+// than the reference's: results match QuantGemmRef to rounding, not bit for bit.
+// Unmeasured: see WORKLOG.md.
+inline constexpr int64_t kQuantSkinnyMaxM = 32;
+absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream);
+
+}  // namespace tandem
