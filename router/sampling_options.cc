@@ -25,8 +25,8 @@ bool Present(const json& request, const char* key) {
 absl::Status RejectUnsupported(const json& request, ApiKind kind) {
   for (const char* key :
        {"tools", "functions", "function_call", "prediction", "audio", "guided_json", "guided_regex",
-        "guided_choice", "guided_grammar", "structured_outputs", "allowed_token_ids", "bad_words", "truncate_prompt_tokens", "logits_processors",
-        "reasoning_effort", "web_search_options"}) {
+        "guided_choice", "guided_grammar", "structured_outputs", "allowed_token_ids", "bad_words",
+        "truncate_prompt_tokens", "logits_processors", "reasoning_effort", "web_search_options"}) {
     if (Present(request, key)) {
       return InvalidParam(key, absl::StrCat("'", key, "' is not supported"));
     }

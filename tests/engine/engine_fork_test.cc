@@ -342,8 +342,7 @@ TEST(EngineForkUnitTest, BadSiblingListsAreRefused) {
 
   ASSERT_TRUE(engine->ReservePages("d", 3).ok());
   EngineRequest prefilled = Parent("d", {1, 2, 3}, 2, 0);
-  EXPECT_EQ(engine->AddPrefilledRequest(prefilled, 7).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->AddPrefilledRequest(prefilled, 7).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(engine->ReleaseRequest("d").ok());
   RunToCompletion(*engine);
   ExpectIdle(*engine);

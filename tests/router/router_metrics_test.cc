@@ -1,11 +1,12 @@
 // RouterMetrics: every finished_reason series of tandem:request_success_total exists at 0 before
 // any request, so a client that differences its first and last scrape (aiperf's server metrics)
 // counts every request; counting one reason moves only that series.
+#include "router/router_metrics.h"
+
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "router/router_metrics.h"
 #include "router/worker_registry.h"
 
 namespace tandem::router {
