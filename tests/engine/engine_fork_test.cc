@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/check.h"
@@ -26,8 +27,9 @@ namespace {
 constexpr int kVocab = 101;
 constexpr int kPageSize = 4;
 
-EngineOptions Options(int num_pages, bool cache, int budget = 64) {
+EngineOptions Options(int num_pages, bool cache, int budget = 64, bool async = false) {
   EngineOptions o;
+  o.async_scheduling = async;
   o.page_size = kPageSize;
   o.num_pages = num_pages;
   o.max_num_batched_tokens = budget;
@@ -38,6 +40,8 @@ EngineOptions Options(int num_pages, bool cache, int budget = 64) {
 
 std::unique_ptr<Engine> Make(const EngineOptions& options) {
   FakeModel::Options m;
+  // With async scheduling the model runs a launched step only when it is collected.
+  m.async = options.async_scheduling;
   // Ten EOS ids: sampled sequences end at different steps.
   for (int t = 0; t < 10; ++t) m.eos_token_ids.push_back(t * 10);
   absl::StatusOr<std::unique_ptr<Engine>> engine =
@@ -171,12 +175,13 @@ int64_t ForkedPromptWork(const std::vector<EngineRequest>& requests) {
   return total;
 }
 
-class EngineForkTest : public ::testing::TestWithParam<bool> {};
+// (prefix cache, async scheduling)
+class EngineForkTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(EngineForkTest, SiblingsEqualIndependentRequestsAndThePromptIsComputedOnce) {
-  const bool cache = GetParam();
+  const auto [cache, async] = GetParam();
   const std::vector<EngineRequest> requests = Workload();
-  auto shared = Make(Options(512, cache));
+  auto shared = Make(Options(512, cache, 64, async));
   const Outcome forked = RunArrivals(*shared, Spread(requests, /*independent=*/false));
   ExpectIdle(*shared);
   auto alone = Make(Options(512, /*cache=*/false));
@@ -194,6 +199,7 @@ TEST_P(EngineForkTest, SiblingsEqualIndependentRequestsAndThePromptIsComputedOnc
   EXPECT_EQ(independent.stats.num_forked_sequences_total, 0);
   EXPECT_EQ(independent.stats.num_prompt_tokens_computed_total, prompt_work);
   EXPECT_EQ(forked.stats.num_preemptions_total, 0);
+  EXPECT_EQ(forked.stats.num_async_steps_total > 0, async);
   if (!cache) {
     // With the cache on, a later request may also hit an earlier one's pages: at most this.
     EXPECT_EQ(forked.stats.num_prompt_tokens_computed_total, ForkedPromptWork(requests));
@@ -214,20 +220,23 @@ TEST_P(EngineForkTest, PagePressureAndChunkedPrefillPreemptSiblings) {
   // 14 pages for requests that need up to 11 each, a budget of 6 tokens per step: prompts are
   // chunked and siblings are preempted (losing their reference to the shared pages) and
   // recompute their prompt.
-  const bool cache = GetParam();
+  const auto [cache, async] = GetParam();
   const std::vector<EngineRequest> requests = Workload();
-  auto shared = Make(Options(14, cache, /*budget=*/6));
+  auto shared = Make(Options(14, cache, /*budget=*/6, async));
   const Outcome forked = RunArrivals(*shared, Spread(requests, /*independent=*/false));
   ExpectIdle(*shared);
   auto alone = Make(Options(512, /*cache=*/false));
   const Outcome independent = RunArrivals(*alone, Spread(requests, /*independent=*/true));
   ExpectSame(independent, forked);
   EXPECT_GT(forked.stats.num_preemptions_total, 0);
+  EXPECT_EQ(forked.stats.num_async_steps_total > 0, async);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cache, EngineForkTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) {
-                           return p.param ? "cache_on" : "cache_off";
+INSTANTIATE_TEST_SUITE_P(CacheAsync, EngineForkTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, bool>>& p) {
+                           return std::string(std::get<0>(p.param) ? "cache_on" : "cache_off") +
+                                  (std::get<1>(p.param) ? "_async" : "_sync");
                          });
 
 TEST(EngineForkUnitTest, SharedPagesGoBackWithTheirLastHolder) {
