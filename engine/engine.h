@@ -87,6 +87,11 @@ struct EngineStats {
   int64_t prefix_cache_queries_total = 0;  // tokens of requests admitted with a lookup
   int64_t prefix_cache_hits_total = 0;     // of them, tokens found in the cache
   int64_t num_prompt_tokens_total = 0;
+  // Prompt positions run through the model (prefill work): a prefix hit's and a sibling's
+  // shared tokens are not computed, a preempted sequence's recomputation is.
+  int64_t num_prompt_tokens_computed_total = 0;
+  // Siblings (EngineRequest::siblings) that forked from their parent's prompt KV.
+  int64_t num_forked_sequences_total = 0;
   int64_t num_generated_tokens_total = 0;
   int64_t num_steps_total = 0;
   int64_t num_preemptions_total = 0;
@@ -126,8 +131,9 @@ class Engine {
       std::unique_ptr<Model> draft = nullptr);
   virtual ~Engine() = default;
 
-  // Queues a request. InvalidArgument: empty prompt, bad sampling params, prompt + max_tokens
-  // beyond max_model_len, token id out of range; AlreadyExists: duplicate id.
+  // Queues a request and its siblings. InvalidArgument: empty prompt, bad sampling params,
+  // prompt + max_tokens beyond max_model_len, token id out of range, a sibling id repeated or
+  // empty; AlreadyExists: the id or a sibling's is live.
   virtual absl::Status AddRequest(EngineRequest request) = 0;
   // Finishes a request with kAbort at the next Step() and frees its pages. NotFound if unknown.
   // Works in every state, including kPrefillDone and reserved: do not abort a request whose
@@ -159,7 +165,8 @@ class Engine {
   virtual absl::StatusOr<std::vector<int32_t>> ReservePages(const std::string& id,
                                                             int num_tokens) = 0;
   // Decode side: the reserved pages now hold the prompt's KV; `first_token` was sampled by the
-  // prefill worker. The request joins the running batch.
+  // prefill worker. The request joins the running batch. Siblings are InvalidArgument here (each
+  // prefilled sequence arrives with its own pages).
   virtual absl::Status AddPrefilledRequest(EngineRequest request, int32_t first_token) = 0;
   // Page ids holding a request's KV (prefill side after kPrefillDone; decode side after reserve).
   virtual absl::StatusOr<std::vector<int32_t>> KvPages(const std::string& id) const = 0;

@@ -46,6 +46,11 @@ absl::Status EngineImpl::AddPrefilledRequest(EngineRequest request, int32_t firs
   if (first_token < 0 || first_token >= model_->config().vocab_size) {
     return absl::InvalidArgumentError(absl::StrFormat("first token %d out of range", first_token));
   }
+  if (!request.siblings.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "request '%s': a prefilled request has no siblings (each arrives with its own pages)",
+        request.id));
+  }
   if (request.sampling.max_tokens < 2) {
     return absl::InvalidArgumentError("a prefilled request needs max_tokens >= 2");
   }

@@ -281,12 +281,16 @@ absl::Status EngineImpl::AddRequest(EngineRequest request) {
     return absl::AlreadyExistsError(absl::StrFormat("request '%s' already exists", request.id));
   }
   RETURN_IF_ERROR(ValidateRequestBody(request));
+  RETURN_IF_ERROR(ValidateSiblings(request));
+  const std::vector<SiblingRequest> siblings = std::move(request.siblings);
   std::unique_ptr<Sequence> seq = NewSequence(std::move(request));
   counters_.num_prompt_tokens_total += seq->num_prompt_tokens;
   seq->cache_prefix = options_.enable_prefix_caching;
   ExtendPageHashes(seq.get());
   scheduler_.AddWaiting(seq.get());
+  Sequence* parent = seq.get();
   sequences_.emplace(seq->id, std::move(seq));
+  AddSiblings(parent, siblings);
   return absl::OkStatus();
 }
 

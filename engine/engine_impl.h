@@ -90,6 +90,13 @@ class EngineImpl : public Engine {
   // FailedPrecondition naming broken_, for calls that take new work after Break.
   absl::Status BrokenError() const;
   void Finish(Sequence* seq);  // frees pages, forgets the sequence
+  // Siblings (engine_fork.cc): the checks of AddRequest for request.siblings, the sibling
+  // sequences (kForkWaiting) of a new parent, the fork once the parent's prompt KV is computed,
+  // and what becomes of waiting siblings when their parent ends first.
+  absl::Status ValidateSiblings(const EngineRequest& request) const;
+  void AddSiblings(Sequence* parent, const std::vector<SiblingRequest>& siblings);
+  void Fork(Sequence* parent);
+  void OrphanSiblings(Sequence* parent);
   // Prefix caching: extends seq->page_hashes over its full pages of tokens, and hashes the
   // pages of its block table whose every token's KV is now computed.
   void ExtendPageHashes(Sequence* seq) const;

@@ -13,13 +13,19 @@
 namespace tandem {
 
 void EngineImpl::Finish(Sequence* seq) {
-  if (seq->status == SequenceStatus::kWaiting || seq->status == SequenceStatus::kRunning) {
+  if (seq->status == SequenceStatus::kForkWaiting) {
+    // No pages yet: it only leaves its parent's list.
+    std::vector<Sequence*>& siblings = seq->fork_parent->fork_children;
+    siblings.erase(std::find(siblings.begin(), siblings.end(), seq));
+  } else if (seq->status == SequenceStatus::kWaiting || seq->status == SequenceStatus::kRunning) {
     scheduler_.Remove(seq);
   } else {
     // kPrefillDone (owned pages) or kReserved (reserved or receiving pages).
     CHECK_OK(kv_cache_->allocator().Free(seq->block_table));
     seq->block_table.clear();
   }
+  // Siblings still waiting for this prompt's KV compute it themselves.
+  if (!seq->fork_children.empty()) OrphanSiblings(seq);
   seq->status = SequenceStatus::kFinished;
   if (seq->abort_requested) --num_abort_requested_;
   if (proposer_ != nullptr) proposer_->Forget(seq->id);
@@ -122,9 +128,17 @@ void EngineImpl::PostProcess(const ScheduleDecision& decision,
   for (const ScheduledChunk& chunk : decision.chunks) {
     // A verify chunk's computed tokens depend on how many proposals it accepts (VerifyChunk).
     if (chunk.num_spec_tokens > 0) continue;
-    chunk.seq->num_computed_tokens += chunk.num_new_tokens;
+    Sequence* seq = chunk.seq;
+    counters_.num_prompt_tokens_computed_total +=
+        std::clamp(seq->num_prompt_tokens - seq->num_computed_tokens, 0, chunk.num_new_tokens);
+    seq->num_computed_tokens += chunk.num_new_tokens;
     // Before AppendToken, which may finish the sequence and free its pages into the cache.
-    RegisterFullPages(chunk.seq);
+    RegisterFullPages(seq);
+    // The prompt's KV is complete: its waiting siblings fork from it (before AppendToken, which
+    // may finish this sequence).
+    if (!seq->fork_children.empty() && seq->num_computed_tokens >= seq->num_prompt_tokens) {
+      Fork(seq);
+    }
   }
   for (size_t i = 0; i < result.sampling_chunks.size();) {
     const ScheduledChunk& chunk = decision.chunks[result.sampling_chunks[i]];

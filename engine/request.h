@@ -50,10 +50,27 @@ enum class FinishReason { kNone, kStop, kLength, kAbort, kPrefillDone, kError };
 // "stop", "length", "abort", "prefill_done", "error" or "none": logs and metric labels.
 const char* FinishReasonName(FinishReason reason);
 
+// Another sequence of a request's prompt (OpenAI `n` / `best_of`): its own id and seed; every
+// other sampling parameter is the request's.
+struct SiblingRequest {
+  std::string id;                // unique among live requests
+  std::optional<uint64_t> seed;  // unset: derived from this id
+};
+
 struct EngineRequest {
   std::string id;  // unique among live requests
   std::vector<int32_t> prompt_tokens;
   SamplingParams sampling;
+  // More sequences of the same prompt. The prompt's KV is computed once, by this request; when
+  // it is, each sibling forks: its block table shares the request's full prompt pages (one more
+  // reference each, engine/kv/block_allocator.h) up to the page holding the last prompt token,
+  // and it recomputes only that last, partial page's tokens (1 to page_size of them) into a page
+  // of its own, whose last logits row it samples with its own seed. From then on each sibling is
+  // a request of its own (outputs, Abort, finishing; prefill_only applies to each); a shared page
+  // goes back when its last holder ends. Should this request end before its prompt is computed
+  // (aborted, failed), its waiting siblings compute the prompt themselves, as requests of their
+  // own.
+  std::vector<SiblingRequest> siblings;
   // Prefill worker: stop after the first token with kPrefillDone, keeping the pages. If that
   // token already ends the request (EOS, a stop token, max_tokens 1) it ends with that
   // reason instead and its pages are freed: there is nothing to transfer.

@@ -64,6 +64,10 @@ RouterMetrics::RouterMetrics(const std::string& model_name, int max_model_len)
 
   outcomes_ = counters("tandem:request_success_total",
                        "Requests that ended after being admitted, by finished_reason");
+  // Every finished_reason is exported from the start, at 0 (as vLLM does): a client that takes
+  // the difference between its first and last scrape (aiperf's server metrics) would otherwise
+  // miss the requests that created a series after its first scrape.
+  for (const char* reason : kFinishedReasons) outcomes_->Add({{"finished_reason", reason}});
   rejected_ =
       counters("tandem_requests_rejected_total", "Requests refused before running, by reason");
   http_responses_ = counters("tandem_router_http_responses_total", "HTTP responses by status code");

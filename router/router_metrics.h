@@ -50,12 +50,15 @@ struct FinishedRequest {
   int64_t kv_transfer_bytes = 0;
 };
 
+// The finished_reason values of tandem:request_success_total (each exported from the start).
+inline constexpr const char* kFinishedReasons[] = {"stop", "length", "abort", "error"};
+
 class RouterMetrics {
  public:
   // max_model_len bounds the token histograms' buckets (vLLM's 1-2-5 series up to it).
   explicit RouterMetrics(const std::string& model_name = "", int max_model_len = 0);
 
-  void CountOutcome(std::string_view finished_reason);  // "stop", "length", "abort", "error"
+  void CountOutcome(std::string_view finished_reason);  // one of kFinishedReasons
   void CountRejected(std::string_view reason);          // "queue_full", "no_worker", ...
   void CountHttpResponse(int status);
   // A request that ran: the request-level histograms and counters of its end.

@@ -25,11 +25,23 @@ bool Present(const json& request, const char* key) {
 absl::Status RejectUnsupported(const json& request, ApiKind kind) {
   for (const char* key :
        {"tools", "functions", "function_call", "prediction", "audio", "guided_json", "guided_regex",
-        "guided_choice", "guided_grammar", "structured_outputs", "prompt_logprobs",
-        "allowed_token_ids", "bad_words", "truncate_prompt_tokens", "logits_processors",
-        "reasoning_effort", "web_search_options"}) {
+        "guided_choice", "guided_grammar", "structured_outputs", "allowed_token_ids", "bad_words",
+        "truncate_prompt_tokens", "logits_processors", "reasoning_effort", "web_search_options"}) {
     if (Present(request, key)) {
       return InvalidParam(key, absl::StrCat("'", key, "' is not supported"));
+    }
+  }
+  if (Present(request, "prompt_logprobs")) {
+    return InvalidParam("prompt_logprobs",
+                        "prompt_logprobs is not supported: logprobs are computed for sampled "
+                        "tokens only, not for prompt positions");
+  }
+  if (kind == ApiKind::kChat && Present(request, "echo")) {
+    ASSIGN_OR_RETURN(std::optional<bool> echo, GetBool(request, "echo"));
+    if (echo.value_or(false)) {
+      return InvalidParam("echo",
+                          "echo is not supported on /v1/chat/completions (it is a "
+                          "/v1/completions parameter here)");
     }
   }
   if (Present(request, "tool_choice")) {
@@ -150,7 +162,8 @@ absl::Status ParseLogprobs(const json& request, ApiKind kind, GenerateSpec* spec
   spec->echo = echo.value_or(false);
   if (spec->echo && logprobs) {
     return InvalidParam("echo",
-                        "echo with logprobs is not supported (prompt logprobs are not computed)");
+                        "echo with logprobs is not supported: logprobs are computed for sampled "
+                        "tokens only, not for the echoed prompt (send echo or logprobs)");
   }
   return absl::OkStatus();
 }

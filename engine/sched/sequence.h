@@ -17,6 +17,7 @@ enum class SequenceStatus {
   kRunning,      // has pages; prefilling or decoding
   kPrefillDone,  // prefill_only request done: pages kept for the KV transfer
   kReserved,     // decode side: pages reserved for an incoming KV transfer
+  kForkWaiting,  // a sibling (EngineRequest::siblings) waiting for its parent's prompt KV
   kFinished,
 };
 
@@ -48,6 +49,11 @@ struct Sequence {
   int num_hashed_pages = 0;
   // Prompt tokens found in the cache when the sequence was first admitted; -1 before that.
   int num_cached_tokens = -1;
+
+  // Siblings (EngineRequest::siblings): the parent lists the ones waiting for its prompt KV
+  // (kForkWaiting, owned by the engine like every sequence), each of which points back to it.
+  std::vector<Sequence*> fork_children;
+  Sequence* fork_parent = nullptr;
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

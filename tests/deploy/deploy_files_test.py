@@ -8,6 +8,9 @@
              liveness on /health (the workers' on their metrics port), a preStop hook,
              GPU requests on the workers, Prometheus scrape annotations on each pod, ports
              that the probes and Services name exist, and every file is in kustomization.yaml.
+             The PodMonitors of deploy/k8s/prometheus-operator against the Prometheus
+             Operator's CRD schema (`cloudcoil-models-prometheus-operator`, unknown fields
+             refused), each workload scraped by exactly one, on a port it names.
   container  deploy/container/Containerfile: every COPY source exists in the repository, every
              script a RUN names exists and is executable, every CMake target it builds exists,
              and every shared library the built binaries load is either copied by
@@ -147,8 +150,89 @@ def check_k8s(_):
     for s in services:
         for p in s["spec"]["ports"]:
             f.expect(p["targetPort"] in router_ports, f"Service port {p}")
+    check_pod_monitors(f, workloads)
     print(f"kubernetes-validate schemas of Kubernetes {versions}")
     return f.finish("k8s")
+
+
+def unknown_fields(given, parsed, at=""):
+    """Paths of `given` (the YAML) that `parsed` (the model's dump) dropped: unknown fields."""
+    if isinstance(given, dict):
+        if not isinstance(parsed, dict):
+            return [at or "."]
+        out = []
+        for k, v in given.items():
+            out += ([f"{at}.{k}"] if k not in parsed else unknown_fields(v, parsed[k], f"{at}.{k}"))
+        return out
+    if isinstance(given, list) and isinstance(parsed, list) and len(given) == len(parsed):
+        return [p for i, (g, q) in enumerate(zip(given, parsed))
+                for p in unknown_fields(g, q, f"{at}[{i}]")]
+    return []
+
+
+def check_pod_monitors(f, workloads):
+    """deploy/k8s/prometheus-operator: PodMonitors against the Prometheus Operator's CRD schema
+    (the pydantic models `cloudcoil-models-prometheus-operator` generates from it: patterns,
+    enums and types; unknown fields are caught by comparing the parsed object with the file),
+    then that each selects pods of the workloads above by a port they name, at /metrics."""
+    import copy
+    import yaml
+    try:
+        from cloudcoil.models.prometheus_operator.v1 import PodMonitor
+    except ImportError:
+        f.expect(False, "cloudcoil-models-prometheus-operator is not installed "
+                        "(deploy/requirements-test.txt)")
+        return
+    d = os.path.join(DEPLOY, "k8s", "prometheus-operator")
+    kustomization = yaml.safe_load(open(os.path.join(d, "kustomization.yaml")))
+    files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "*.yaml")))
+    f.expect(set(kustomization["resources"]) == set(files) - {"kustomization.yaml"},
+             f"prometheus-operator/kustomization.yaml lists {kustomization['resources']}")
+
+    def validate(doc):
+        """None if `doc` is a valid PodMonitor, else why not."""
+        try:
+            parsed = PodMonitor.model_validate(doc).model_dump(by_alias=True, exclude_unset=True,
+                                                               mode="json")
+        except Exception as e:  # pydantic.ValidationError
+            return str(e).splitlines()[0:3]
+        unknown = unknown_fields(doc, parsed)
+        return f"unknown fields {unknown}" if unknown else None
+
+    monitors = []
+    for name in files:
+        if name == "kustomization.yaml":
+            continue
+        for doc in yaml.safe_load_all(open(os.path.join(d, name))):
+            f.expect(doc.get("kind") == "PodMonitor", f"{name}: kind {doc.get('kind')}")
+            why = validate(doc)
+            f.expect(why is None, f"{name}: {doc['metadata']['name']}: {why}")
+            monitors.append(doc)
+    # The validator is live: a misspelt field, a bad duration and a bad scheme are refused.
+    for break_it in (lambda m: m["spec"].update(podMetricEndpoints=[{"port": "http"}]),
+                     lambda m: m["spec"]["podMetricsEndpoints"][0].update(interval="15 s"),
+                     lambda m: m["spec"]["podMetricsEndpoints"][0].update(scheme="tcp")):
+        broken = copy.deepcopy(monitors[0])
+        break_it(broken)
+        f.expect(validate(broken) is not None, f"a broken PodMonitor was accepted: {broken}")
+    # Every workload is scraped by exactly one PodMonitor, on a port its container names.
+    for component, w in workloads.items():
+        labels = w["spec"]["template"]["metadata"]["labels"]
+        ports = {p["name"] for p in w["spec"]["template"]["spec"]["containers"][0]["ports"]}
+        scraped = []
+        for m in monitors:
+            sel = m["spec"]["selector"]
+            ok = all(labels.get(k) == v for k, v in sel.get("matchLabels", {}).items())
+            for e in sel.get("matchExpressions", []):
+                f.expect(e["operator"] == "In", f"{m['metadata']['name']}: operator {e}")
+                ok = ok and labels.get(e["key"]) in e["values"]
+            if not ok:
+                continue
+            for ep in m["spec"]["podMetricsEndpoints"]:
+                if ep["port"] in ports:
+                    scraped.append(m["metadata"]["name"])
+                    f.expect(ep.get("path", "/metrics") == "/metrics", f"{component}: path")
+        f.expect(len(scraped) == 1, f"{component}: scraped by PodMonitors {scraped}")
 
 
 def ldd_libraries(binary):

@@ -38,14 +38,15 @@ def check(condition, what):
     print("ok:", what)
 
 
-def expect_error(status, fn, what, param=None):
+def expect_error(status, fn, what, param=None, message=None):
     try:
         fn()
     except openai.APIStatusError as e:
         body = e.body if isinstance(e.body, dict) else {}
         body = body.get("error", body)
         check(e.status_code == status and body.get("code") == status and "message" in body and
-              (param is None or body.get("param") == param),
+              (param is None or body.get("param") == param) and
+              (message is None or message in body.get("message", "")),
               f"{what} -> {status} ({body.get('message')})")
         return
     raise AssertionError(f"{what}: accepted")
@@ -191,7 +192,19 @@ def run_checks(client, base, model, golden):
         if ch.choices)
     check(echoed == c.choices[0].text, "streamed echo")
     expect_error(400, lambda: client.completions.create(model=model, prompt="x", echo=True,
-                                                        logprobs=1), "echo + logprobs", "echo")
+                                                        logprobs=1), "echo + logprobs", "echo",
+                 "logprobs are computed for sampled tokens only")
+    # Prompt logprobs are not computed: a 400 naming the field, never a 200 without them.
+    expect_error(400, lambda: client.completions.create(
+        model=model, prompt="x", max_tokens=2, extra_body={"prompt_logprobs": 1}),
+        "completions prompt_logprobs", "prompt_logprobs", "not for prompt positions")
+    expect_error(400, lambda: client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+        extra_body={"prompt_logprobs": 0}), "chat prompt_logprobs", "prompt_logprobs",
+        "not for prompt positions")
+    expect_error(400, lambda: client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+        extra_body={"echo": True}), "chat echo", "echo", "not supported on /v1/chat/completions")
     batch = client.completions.create(model=model, prompt=["Hello world", prompt], max_tokens=3,
                                       temperature=0)
     check([ch.index for ch in batch.choices] == [0, 1] and

@@ -140,9 +140,20 @@ TEST_F(OpenAiRequestTest, UnsupportedFeaturesAre400) {
   EXPECT_TRUE(Chat("{" + msgs + R"(, "response_format": {"type": "text"}})").ok());
   ExpectBad(Chat("{" + msgs + R"(, "best_of": 2})"), "best_of", "best_of");
   ExpectBad(Completion(R"({"prompt": "x", "suffix": "y"})"), "suffix", "suffix");
-  ExpectBad(Completion(R"({"prompt": "x", "echo": true, "logprobs": 1})"), "echo", "echo");
+  ExpectBad(Completion(R"({"prompt": "x", "echo": true, "logprobs": 1})"),
+            "logprobs are computed for sampled tokens only", "echo");
+  ExpectBad(Completion(R"({"prompt": "x", "echo": true, "logprobs": 0})"),
+            "echo with logprobs is not supported", "echo");
+  EXPECT_TRUE(Completion(R"({"prompt": "x", "echo": true, "logprobs": null})").ok());
+  ExpectBad(Chat("{" + msgs + R"(, "echo": true})"), "not supported on /v1/chat/completions",
+            "echo");
+  EXPECT_TRUE(Chat("{" + msgs + R"(, "echo": false})").ok());
+  ExpectBad(Chat("{" + msgs + R"(, "prompt_logprobs": 0})"), "not for prompt positions",
+            "prompt_logprobs");
   ExpectBad(Completion(R"({"prompt": "x", "guided_json": {}})"), "not supported", "guided_json");
-  ExpectBad(Completion(R"({"prompt": "x", "prompt_logprobs": 1})"), "not supported");
+  ExpectBad(Completion(R"({"prompt": "x", "prompt_logprobs": 1})"),
+            "prompt_logprobs is not supported", "prompt_logprobs");
+  EXPECT_TRUE(Completion(R"({"prompt": "x", "prompt_logprobs": null})").ok());
   ExpectBad(Completion(R"({"prompt": "x", "use_beam_search": true})"), "beam search");
   ExpectBad(Completion(R"({"prompt": "x", "n": 2, "best_of": 3, "stream": true})"),
             "cannot be streamed", "best_of");
