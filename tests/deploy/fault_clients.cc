@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "tests/http/http_connection.h"
 
@@ -14,11 +15,20 @@ namespace tandem::e2e {
 
 FaultClients::FaultClients(const std::string& router_grpc, int n,
                            const std::function<GenerateArgs(int)>& args_for) {
+  // Every call starts at once, on a channel already connected: calls that each connected first
+  // started tens of milliseconds apart on a busy machine.
+  auto go = std::make_shared<absl::Notification>();
   for (int i = 0; i < n; ++i) {
     clients_.push_back(std::make_unique<FaultClient>());
     FaultClient* cl = clients_.back().get();
     GenerateArgs args = args_for(i);
     cl->max_tokens = args.max_tokens;
+    if (args.channel == nullptr) {
+      args.channel = grpc::CreateChannel(router_grpc, grpc::InsecureChannelCredentials());
+      EXPECT_TRUE(
+          args.channel->WaitForConnected(absl::ToChronoTime(absl::Now() + absl::Seconds(5))))
+          << "client " << i << " cannot reach the router";
+    }
     args.on_start = [cl](grpc::ClientContext* ctx) {
       absl::MutexLock l(&cl->mu);
       cl->context = ctx;
@@ -27,7 +37,8 @@ FaultClients::FaultClients(const std::string& router_grpc, int n,
       cl->tokens = static_cast<int>(r.tokens.size());
       return true;
     };
-    threads_.emplace_back([cl, router_grpc, args = std::move(args)] {
+    threads_.emplace_back([cl, router_grpc, go, args = std::move(args)] {
+      go->WaitForNotification();
       StreamResult r = Generate(router_grpc, args);
       absl::MutexLock l(&cl->mu);
       cl->context = nullptr;
@@ -36,6 +47,7 @@ FaultClients::FaultClients(const std::string& router_grpc, int n,
       cl->end = absl::Now();
     });
   }
+  go->Notify();
 }
 
 int FaultClients::NumWithTokens(int tokens) const {

@@ -27,9 +27,9 @@ constexpr absl::Duration kAnswerBound = absl::Seconds(12);
 constexpr absl::Duration kResumeBound = absl::Seconds(20);
 constexpr absl::Duration kIdleBound = absl::Seconds(5);
 constexpr int kClients = 3;
-// 75 prefill steps of 16 tokens each: the three requests all reach the prefill worker while the
-// first is still being prefilled (their calls start tens of milliseconds apart on a busy machine).
-constexpr int kPrompt = 1200;
+// 30 prefill steps of 16 tokens each: the three requests (their calls start together) all reach
+// the prefill worker while the first is still being prefilled.
+constexpr int kPrompt = 480;
 constexpr int kMaxTokens = 24;
 
 constexpr char kLayout[] = R"(
@@ -87,7 +87,7 @@ void RunCell(launcher::Cluster& c, Fault fault) {
   decode->child->Signal(SIGSTOP);
   const absl::Time frozen_at = absl::Now();
   // The transfer phase: every first token streamed, nothing left to prefill, pages still held.
-  give_up = absl::Now() + absl::Seconds(6);
+  give_up = absl::Now() + absl::Seconds(7);  // within the 8 s the router waits for decode-0
   while (absl::Now() < give_up) {
     l = GetLoad(c, prefill->grpc_address);
     if (clients.NumWithTokens(1) == kClients && l.num_running() == 0 && l.num_waiting() == 0 &&
