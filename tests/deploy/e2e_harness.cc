@@ -69,7 +69,9 @@ std::unique_ptr<launcher::Cluster> StartCluster(
 
 StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args) {
   auto stub = tandem::v1::Generation::NewStub(
-      grpc::CreateChannel(router_grpc, grpc::InsecureChannelCredentials()));
+      args.channel != nullptr
+          ? args.channel
+          : grpc::CreateChannel(router_grpc, grpc::InsecureChannelCredentials()));
   tandem::v1::GenerateRequest req;
   req.mutable_prompt_tokens()->mutable_ids()->Assign(args.prompt.begin(), args.prompt.end());
   req.mutable_sampling()->set_max_tokens(args.max_tokens);

@@ -54,6 +54,9 @@ struct GenerateArgs {
   absl::Duration deadline = absl::Seconds(60);
   // Sets more sampling options on the request (after the fields above).
   std::function<void(tandem::v1::SamplingOptions&)> sampling;
+  // The channel to the router to use (one already connected, so that several calls can start
+  // together); null: a new one.
+  std::shared_ptr<grpc::Channel> channel;
 };
 
 // Streams one greedy generation through the router's gRPC Generation API.

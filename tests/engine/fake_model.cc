@@ -82,7 +82,11 @@ absl::Status FakeModel::Score(const StepInputs& in, const KvLayout& layout, cons
   for (int v = 0; v < options_.vocab_size; ++v) {
     out[v] = static_cast<float>(Mix(h + v) >> 40) / static_cast<float>(1 << 24);
   }
-  if (options_.mode == Mode::kCount) out[(last + 1) % options_.vocab_size] = 2.0f;
+  if (options_.mode == Mode::kCount) {
+    const int period = options_.count_skip_period;
+    const int step = period > 0 && (pos + 1) % period == 0 ? 2 : 1;
+    out[(last + step) % options_.vocab_size] = 2.0f;
+  }
   return absl::OkStatus();
 }
 

@@ -8,7 +8,8 @@
 //     vocabulary from the history it read:
 //       kHash:  logits = a hash of all (token, position) pairs and the candidate id, so the
 //               greedy continuation depends on every earlier token;
-//       kCount: the argmax is (last token + 1) % vocab_size: predictable text for stop tests.
+//       kCount: the argmax is (last token + 1) % vocab_size: predictable text for stop tests
+//               (count_skip_period: + 2 at some positions).
 // InjectFault makes ComputeLogits fail from a given call on: once (a bad batch) or for good (a
 // sticky device error, Internal: the backend is unusable).
 // Options::async makes it a model with asynchronous steps (Model::Launch / Collect) whose
@@ -42,6 +43,12 @@ class FakeModel : public Model {
     // vocabulary (a target and its draft in speculative-decoding tests).
     uint64_t salt = 0;
     bool async = false;  // SupportsAsyncSteps(): the step runs at Collect
+    // kCount: at every position p with (p + 1) % count_skip_period == 0 the argmax skips one,
+    // (last token + 2) % vocab_size (0: never). Such a model agrees with a plain kCount target
+    // everywhere else: a different draft whose proposals are rejected at known positions, at
+    // every schedule (the salt alone changes a kCount argmax only where penalties, bias or an
+    // EOS ban push the count token down).
+    int count_skip_period = 0;
   };
 
   explicit FakeModel(const Options& options);

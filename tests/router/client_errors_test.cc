@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "router/api_key.h"
 #include "tandem/v1/generate.grpc.pb.h"
-#include "tests/router/http_connection.h"
 #include "tests/router/http_test_client.h"
 #include "tests/router/router_test_env.h"
 

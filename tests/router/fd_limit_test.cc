@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "tests/router/http_connection.h"
+#include "tests/router/http_test_client.h"
 
 extern char** environ;
 

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
-#include "tests/router/http_connection.h"
+#include "tests/router/http_test_client.h"
 #include "tests/router/router_test_env.h"
 
 namespace tandem::router::testing {

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "tests/router/http_connection.h"
+#include "tests/router/http_test_client.h"
 #include "tests/router/router_test_env.h"
 
 namespace tandem::router::testing {

@@ -39,16 +39,6 @@ std::string Dechunk(const std::string& raw) {
 
 }  // namespace
 
-std::string HttpResult::Header(const std::string& name) const {
-  for (absl::string_view line : absl::StrSplit(headers, "\r\n")) {
-    const size_t colon = line.find(':');
-    if (colon != absl::string_view::npos && line.substr(0, colon) == name) {
-      return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-    }
-  }
-  return "";
-}
-
 HttpResult HttpCall(int port, const std::string& method, const std::string& path,
                     const std::string& body, const std::string& extra_headers) {
   HttpResult result;

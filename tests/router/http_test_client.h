@@ -1,5 +1,5 @@
 // A minimal blocking HTTP/1.1 client for router tests (one connection per call, chunked bodies
-// decoded), plus helpers for Server-Sent Events.
+// decoded), plus helpers for Server-Sent Events. Keep-alive and pipelining: tests/http.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -8,16 +8,14 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tests/http/http_connection.h"
 
 namespace tandem::router::testing {
 
-struct HttpResult {
-  int status = 0;
-  std::string headers;  // raw header block, lower-cased names
-  std::string body;     // de-chunked
-  std::string Header(const std::string& name) const;
-  nlohmann::json Json() const { return nlohmann::json::parse(body, nullptr, false); }
-};
+// The raw keep-alive client (tests/http) under the names the router's tests use.
+using ::tandem::testing::HttpConnection;
+using ::tandem::testing::HttpResult;
+using ::tandem::testing::KeepAliveRequest;
 
 // Sends one request (Connection: close) and reads the whole response. status 0 on I/O failure.
 HttpResult HttpCall(int port, const std::string& method, const std::string& path,

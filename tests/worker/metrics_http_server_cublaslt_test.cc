@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/worker/raw_http_client.h"
+#include "tests/http/http_connection.h"
 #include "worker/worker_metrics.h"
 
 namespace tandem {
@@ -47,7 +47,7 @@ TEST(MetricsHttpServerCublasLtTest, ServesMetricsWithCublasLtLoaded) {
       WorkerMetrics::Create("127.0.0.1", 0, "decode", "decode-0", "tiny");
   ASSERT_TRUE(m.ok()) << m.status();
   (*m)->CountRequestOutcome("length");
-  std::optional<testing::RawHttpResponse> r = testing::HttpGetOnce((*m)->port(), "/metrics");
+  std::optional<testing::HttpResult> r = testing::HttpGetOnce((*m)->port(), "/metrics");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
   EXPECT_THAT(r->body, ::testing::HasSubstr("finished_reason=\"length\""));

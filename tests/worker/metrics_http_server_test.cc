@@ -12,15 +12,15 @@
 #include "base/listen_error.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/worker/raw_http_client.h"
+#include "tests/http/http_connection.h"
 #include "worker/worker_metrics.h"
 
 namespace tandem {
 namespace {
 
+using ::tandem::testing::HttpConnection;
 using ::tandem::testing::HttpGetOnce;
-using ::tandem::testing::RawHttpConnection;
-using ::tandem::testing::RawHttpResponse;
+using ::tandem::testing::HttpResult;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
@@ -59,7 +59,7 @@ class MetricsHttpServerTest : public ::testing::Test {
 };
 
 TEST_F(MetricsHttpServerTest, GetServesTheRegistryAtEachScrape) {
-  std::optional<RawHttpResponse> r = HttpGetOnce(port(), "/metrics");
+  std::optional<HttpResult> r = HttpGetOnce(port(), "/metrics");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->Header("Content-Type"), kContentType);
@@ -75,15 +75,15 @@ TEST_F(MetricsHttpServerTest, GetServesTheRegistryAtEachScrape) {
 }
 
 TEST_F(MetricsHttpServerTest, HeadSendsTheHeadersOfGetAndNoBody) {
-  RawHttpConnection c;
+  HttpConnection c;
   ASSERT_TRUE(c.Connect(port()));
   ASSERT_TRUE(c.Send(Get("/metrics")));
-  std::optional<RawHttpResponse> get = c.ReadResponse();
+  std::optional<HttpResult> get = c.Read();
   ASSERT_TRUE(get.has_value());
   ASSERT_EQ(get->status, 200);
 
   ASSERT_TRUE(c.Send("HEAD /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"));
-  std::optional<RawHttpResponse> head = c.ReadResponse(/*body_expected=*/false);
+  std::optional<HttpResult> head = c.Read(/*head=*/true);
   ASSERT_TRUE(head.has_value());
   EXPECT_EQ(head->status, 200);
   EXPECT_EQ(head->Header("Content-Type"), kContentType);
@@ -97,7 +97,7 @@ TEST_F(MetricsHttpServerTest, HeadSendsTheHeadersOfGetAndNoBody) {
 
 TEST_F(MetricsHttpServerTest, HealthAndReadyFollowTheProbes) {
   auto status_of = [&](const char* path) {
-    std::optional<RawHttpResponse> r = HttpGetOnce(port(), path);
+    std::optional<HttpResult> r = HttpGetOnce(port(), path);
     return r.has_value() ? r->status : -1;
   };
   // Before SetProbes: alive, not ready.
@@ -115,16 +115,16 @@ TEST_F(MetricsHttpServerTest, HealthAndReadyFollowTheProbes) {
   EXPECT_EQ(status_of("/ready?verbose=1"), 200);
   // A broken engine: not alive, and not ready even if the ready probe says so.
   broken = true;
-  std::optional<RawHttpResponse> health = HttpGetOnce(port(), "/health");
+  std::optional<HttpResult> health = HttpGetOnce(port(), "/health");
   ASSERT_TRUE(health.has_value());
   EXPECT_EQ(health->status, 503);
   EXPECT_THAT(health->body, HasSubstr("engine failed for good"));
   EXPECT_EQ(status_of("/ready"), 503);
   // HEAD: the same status, no body; the connection stays usable.
-  RawHttpConnection c;
+  HttpConnection c;
   ASSERT_TRUE(c.Connect(port()));
   ASSERT_TRUE(c.Send("HEAD /health HTTP/1.1\r\nHost: localhost\r\n\r\n"));
-  std::optional<RawHttpResponse> head = c.ReadResponse(/*body_expected=*/false);
+  std::optional<HttpResult> head = c.Read(/*head=*/true);
   ASSERT_TRUE(head.has_value());
   EXPECT_EQ(head->status, 503);
   EXPECT_EQ(c.ReadFor(absl::Milliseconds(200)), "");
@@ -135,57 +135,57 @@ TEST_F(MetricsHttpServerTest, HealthAndReadyFollowTheProbes) {
 
 TEST_F(MetricsHttpServerTest, UnknownPathIs404) {
   for (const char* path : {"/", "/metricsx", "/metrics/", "/v1/models"}) {
-    std::optional<RawHttpResponse> r = HttpGetOnce(port(), path);
+    std::optional<HttpResult> r = HttpGetOnce(port(), path);
     ASSERT_TRUE(r.has_value()) << path;
     EXPECT_EQ(r->status, 404) << path;
     EXPECT_THAT(r->body, Not(HasSubstr("tandem_test_events_total"))) << path;
   }
-  RawHttpConnection c;  // HEAD of a missing page: 404, still no body
+  HttpConnection c;  // HEAD of a missing page: 404, still no body
   ASSERT_TRUE(c.Connect(port()));
   ASSERT_TRUE(c.Send("HEAD /nope HTTP/1.1\r\nHost: localhost\r\n\r\n"));
-  std::optional<RawHttpResponse> head = c.ReadResponse(/*body_expected=*/false);
+  std::optional<HttpResult> head = c.Read(/*head=*/true);
   ASSERT_TRUE(head.has_value());
   EXPECT_EQ(head->status, 404);
   EXPECT_EQ(c.ReadFor(absl::Milliseconds(200)), "");
 }
 
 TEST_F(MetricsHttpServerTest, OtherMethodsAre405AndTheConnectionStaysUsable) {
-  RawHttpConnection c;
+  HttpConnection c;
   ASSERT_TRUE(c.Connect(port()));
   ASSERT_TRUE(
       c.Send("POST /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello"));
-  std::optional<RawHttpResponse> post = c.ReadResponse();
+  std::optional<HttpResult> post = c.Read();
   ASSERT_TRUE(post.has_value());
   EXPECT_EQ(post->status, 405);
   EXPECT_EQ(post->Header("Allow"), "GET, HEAD");
   ASSERT_TRUE(c.Send("DELETE /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"));
-  std::optional<RawHttpResponse> del = c.ReadResponse();
+  std::optional<HttpResult> del = c.Read();
   ASSERT_TRUE(del.has_value());
   EXPECT_EQ(del->status, 405);
   ASSERT_TRUE(c.Send(Get("/metrics")));  // the POST body was consumed, not taken as a request
-  std::optional<RawHttpResponse> get = c.ReadResponse();
+  std::optional<HttpResult> get = c.Read();
   ASSERT_TRUE(get.has_value());
   EXPECT_EQ(get->status, 200);
 }
 
 TEST_F(MetricsHttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
-  RawHttpConnection c;
+  HttpConnection c;
   ASSERT_TRUE(c.Connect(port()));
   ASSERT_TRUE(c.Send(Get("/metrics")));
-  std::optional<RawHttpResponse> first = c.ReadResponse();
+  std::optional<HttpResult> first = c.Read();
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->status, 200);
   EXPECT_NE(first->Header("Connection"), "close");
   counter_->Increment();
   ASSERT_TRUE(c.Send(Get("/metrics")));
-  std::optional<RawHttpResponse> second = c.ReadResponse();
+  std::optional<HttpResult> second = c.Read();
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(second->status, 200);
   EXPECT_THAT(second->body, HasSubstr("tandem_test_events_total{kind=\"scrape\"} 4\n"));
   // Two pipelined requests in one write: two responses, in order.
   ASSERT_TRUE(c.Send(Get("/metrics") + Get("/nope")));
-  std::optional<RawHttpResponse> a = c.ReadResponse();
-  std::optional<RawHttpResponse> b = c.ReadResponse();
+  std::optional<HttpResult> a = c.Read();
+  std::optional<HttpResult> b = c.Read();
   ASSERT_TRUE(a.has_value() && b.has_value());
   EXPECT_EQ(a->status, 200);
   EXPECT_EQ(b->status, 404);
@@ -196,10 +196,10 @@ TEST_F(MetricsHttpServerTest, ConnectionCloseAndHttp10CloseAfterTheResponse) {
   for (const std::string& request :
        {std::string("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
         std::string("GET /metrics HTTP/1.0\r\n\r\n")}) {
-    RawHttpConnection c;
+    HttpConnection c;
     ASSERT_TRUE(c.Connect(port()));
     ASSERT_TRUE(c.Send(request));
-    std::optional<RawHttpResponse> r = c.ReadResponse();
+    std::optional<HttpResult> r = c.Read();
     ASSERT_TRUE(r.has_value()) << request;
     EXPECT_EQ(r->status, 200) << request;
     EXPECT_TRUE(c.ClosedWithin(absl::Seconds(2))) << request;
@@ -207,44 +207,44 @@ TEST_F(MetricsHttpServerTest, ConnectionCloseAndHttp10CloseAfterTheResponse) {
 }
 
 TEST_F(MetricsHttpServerTest, MalformedRequestIs400ThenClosed) {
-  RawHttpConnection c;
+  HttpConnection c;
   ASSERT_TRUE(c.Connect(port()));
   ASSERT_TRUE(c.Send("this is not http\r\n\r\n"));
-  std::optional<RawHttpResponse> r = c.ReadResponse();
+  std::optional<HttpResult> r = c.Read();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 400);
   EXPECT_TRUE(c.ClosedWithin(absl::Seconds(2)));
 }
 
 TEST_F(MetricsHttpServerTest, IdleOrSlowConnectionsDoNotBlockAnotherClient) {
-  RawHttpConnection idle;  // connected, sends nothing
+  HttpConnection idle;  // connected, sends nothing
   ASSERT_TRUE(idle.Connect(port()));
-  RawHttpConnection slow;  // half a request
+  HttpConnection slow;  // half a request
   ASSERT_TRUE(slow.Connect(port()));
   ASSERT_TRUE(slow.Send("GET /metr"));
   const absl::Time start = absl::Now();
-  std::optional<RawHttpResponse> r = HttpGetOnce(port(), "/metrics");
+  std::optional<HttpResult> r = HttpGetOnce(port(), "/metrics");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   // The slow one is still served once it finishes its request.
   ASSERT_TRUE(slow.Send("ics HTTP/1.1\r\nHost: localhost\r\n\r\n"));
-  std::optional<RawHttpResponse> late = slow.ReadResponse();
+  std::optional<HttpResult> late = slow.Read();
   ASSERT_TRUE(late.has_value());
   EXPECT_EQ(late->status, 200);
 }
 
 TEST_F(MetricsHttpServerTest, ReadTimeoutClosesIdleAndSlowConnections) {
   StartServer({.read_timeout = absl::Milliseconds(200)});
-  RawHttpConnection idle;
+  HttpConnection idle;
   ASSERT_TRUE(idle.Connect(port()));
-  RawHttpConnection slow;
+  HttpConnection slow;
   ASSERT_TRUE(slow.Connect(port()));
   ASSERT_TRUE(slow.Send("GET /metrics HTTP/1.1\r\n"));  // headers never end
-  RawHttpConnection kept;                               // idle after a response (keep-alive)
+  HttpConnection kept;                                  // idle after a response (keep-alive)
   ASSERT_TRUE(kept.Connect(port()));
   ASSERT_TRUE(kept.Send(Get("/metrics")));
-  ASSERT_TRUE(kept.ReadResponse().has_value());
+  ASSERT_TRUE(kept.Read().has_value());
   EXPECT_TRUE(idle.ClosedWithin(absl::Seconds(3)));
   EXPECT_TRUE(slow.ClosedWithin(absl::Seconds(3)));
   EXPECT_TRUE(kept.ClosedWithin(absl::Seconds(3)));
@@ -252,16 +252,16 @@ TEST_F(MetricsHttpServerTest, ReadTimeoutClosesIdleAndSlowConnections) {
 
 TEST_F(MetricsHttpServerTest, ConnectionsBeyondTheCapAreClosed) {
   StartServer({.max_connections = 1});
-  RawHttpConnection first;
+  HttpConnection first;
   ASSERT_TRUE(first.Connect(port()));
   ASSERT_TRUE(first.Send(Get("/metrics")));  // served: the server holds this connection
-  ASSERT_TRUE(first.ReadResponse().has_value());
-  RawHttpConnection second;
+  ASSERT_TRUE(first.Read().has_value());
+  HttpConnection second;
   ASSERT_TRUE(second.Connect(port()));  // the kernel accepts; the server closes it
   EXPECT_TRUE(second.ClosedWithin(absl::Seconds(2)));
   first.Close();
   // Once the server has seen the first one go, a new connection is served again.
-  std::optional<RawHttpResponse> r;
+  std::optional<HttpResult> r;
   for (int i = 0; i < 50 && !r.has_value(); ++i) {
     r = HttpGetOnce(port(), "/metrics");
     if (!r.has_value()) absl::SleepFor(absl::Milliseconds(20));
@@ -271,13 +271,13 @@ TEST_F(MetricsHttpServerTest, ConnectionsBeyondTheCapAreClosed) {
 }
 
 TEST_F(MetricsHttpServerTest, StopReturnsPromptlyWithOpenConnections) {
-  RawHttpConnection idle;
+  HttpConnection idle;
   ASSERT_TRUE(idle.Connect(port()));
-  RawHttpConnection kept;
+  HttpConnection kept;
   ASSERT_TRUE(kept.Connect(port()));
   ASSERT_TRUE(kept.Send(Get("/metrics")));
-  ASSERT_TRUE(kept.ReadResponse().has_value());
-  RawHttpConnection slow;
+  ASSERT_TRUE(kept.Read().has_value());
+  HttpConnection slow;
   ASSERT_TRUE(slow.Connect(port()));
   ASSERT_TRUE(slow.Send("GET /metrics HTTP/1.1\r\n"));
   const int stopped_port = port();
@@ -287,7 +287,7 @@ TEST_F(MetricsHttpServerTest, StopReturnsPromptlyWithOpenConnections) {
   EXPECT_TRUE(idle.ClosedWithin(absl::Seconds(1)));
   EXPECT_TRUE(kept.ClosedWithin(absl::Seconds(1)));
   EXPECT_TRUE(slow.ClosedWithin(absl::Seconds(1)));
-  RawHttpConnection late;
+  HttpConnection late;
   EXPECT_FALSE(late.Connect(stopped_port));  // no longer listening
   server_->Stop();                           // idempotent
 }
@@ -304,7 +304,7 @@ TEST_F(MetricsHttpServerTest, PortTakenIsReportedAsPortTaken) {
   ASSERT_FALSE(metrics.ok());
   EXPECT_TRUE(IsPortTaken(metrics.status())) << metrics.status();
   // The first server is unharmed.
-  std::optional<RawHttpResponse> r = HttpGetOnce(port(), "/metrics");
+  std::optional<HttpResult> r = HttpGetOnce(port(), "/metrics");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
 }
@@ -328,7 +328,7 @@ TEST(WorkerMetricsTest, ServesTheWorkerFamiliesWithTheirLabels) {
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_GT((*m)->port(), 0);
   (*m)->CountRequestOutcome("stop");
-  std::optional<RawHttpResponse> r = HttpGetOnce((*m)->port(), "/metrics");
+  std::optional<HttpResult> r = HttpGetOnce((*m)->port(), "/metrics");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
   EXPECT_THAT(r->body, HasSubstr("tandem_worker_requests_total{model_name=\"tiny\",role=\"decode\","
@@ -362,7 +362,7 @@ TEST(WorkerMetricsTest, ExportsSpeculativeDecodingCounters) {
   s.spec_decode_num_accepted_tokens = 40;
   s.spec_decode_num_emitted_tokens = 58;
   (*m)->UpdateEngine(s, 0);
-  std::optional<testing::RawHttpResponse> r = testing::HttpGetOnce((*m)->port(), "/metrics");
+  std::optional<testing::HttpResult> r = testing::HttpGetOnce((*m)->port(), "/metrics");
   ASSERT_TRUE(r.has_value());
   const std::string labels = "{model_name=\"tiny\",role=\"decode\",worker=\"decode-1\"}";
   EXPECT_THAT(r->body,

@@ -1,4 +1,4 @@
-#include "tests/router/http_connection.h"
+#include "tests/http/http_connection.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "absl/strings/ascii.h"
@@ -14,9 +15,20 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 
-namespace tandem::router::testing {
+namespace tandem::testing {
+
+std::string HttpResult::Header(const std::string& name) const {
+  for (absl::string_view line : absl::StrSplit(headers, "\r\n")) {
+    const size_t colon = line.find(':');
+    if (colon != absl::string_view::npos && absl::EqualsIgnoreCase(line.substr(0, colon), name)) {
+      return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    }
+  }
+  return "";
+}
 
 std::string KeepAliveRequest(const std::string& method, const std::string& path,
                              const std::string& body, const std::string& headers) {
@@ -32,6 +44,7 @@ std::string KeepAliveRequest(const std::string& method, const std::string& path,
 
 bool HttpConnection::Connect(int port) {
   Close();
+  buffer_.clear();
   fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return false;
   sockaddr_in addr{};
@@ -125,6 +138,15 @@ std::optional<HttpResult> HttpConnection::Read(bool head, absl::Duration timeout
   return result;
 }
 
+std::string HttpConnection::ReadFor(absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  while (Fill(deadline)) {
+  }
+  std::string out;
+  out.swap(buffer_);
+  return out;
+}
+
 bool HttpConnection::ClosedWithin(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
@@ -145,4 +167,13 @@ void HttpConnection::Close() {
   fd_ = -1;
 }
 
-}  // namespace tandem::router::testing
+std::optional<HttpResult> HttpGetOnce(int port, const std::string& path) {
+  HttpConnection c;
+  if (!c.Connect(port)) return std::nullopt;
+  if (!c.Send("GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")) {
+    return std::nullopt;
+  }
+  return c.Read();
+}
+
+}  // namespace tandem::testing
