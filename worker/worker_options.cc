@@ -59,6 +59,8 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
   app.add_option("--kv-port", o.kv_port, "KV transfer receiver port (decode; 0: any)");
   AddEngineFlags(app, &engine_flags);
   app.add_option("--kv-transfer-timeout-ms", o.kv_transfer_timeout_ms, "Per KV transfer");
+  app.add_flag("--kv-layerwise-push,!--no-kv-layerwise-push", o.kv_layerwise_push,
+               "Prefill: push each layer's KV while the next layers compute (on by default)");
   app.add_option("--reservation-ttl-ms", o.reservation_ttl_ms, "Unclaimed reservation TTL");
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms, "Drain time on SIGTERM");
   std::string cluster_token_file;
