@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "comm/kv_ipc.h"
 #include "engine/engine.h"
 #include "tandem/v1/worker.pb.h"
 
@@ -28,6 +29,9 @@ struct WorkerOptions {
   // prefill: push layer l of a prompt's KV as soon as its final chunk stored it (engine/kv_push.h)
   // rather than after the whole prompt; off (--no-kv-layerwise-push) for measurement.
   bool kv_layerwise_push = true;
+  // The KV data path between prefill and decode (comm/kv_ipc.h): tcp, ipc (CUDA IPC, same GPU
+  // or peers; fails clearly where impossible) or auto (IPC where possible, else TCP).
+  KvTransportKind kv_transport = KvTransportKind::kAuto;
   int64_t reservation_ttl_ms = 30000;  // decode: unclaimed reservation lifetime
   int64_t drain_timeout_ms = 30000;    // SIGTERM: wait this long for in-flight requests
   // Every internal call to and from this worker carries it (base/cluster_token.h): from
