@@ -61,7 +61,7 @@ absl::StatusOr<Frame> ReadFrame(const Socket& s, absl::Time deadline) {
   uint32_t header[2];
   if (absl::Status st = ReadAll(s, header, sizeof(header), deadline); !st.ok()) return st;
   if (header[0] < static_cast<uint32_t>(FrameType::kHello) ||
-      header[0] > static_cast<uint32_t>(FrameType::kAbort) || header[1] > kMaxBodyBytes) {
+      header[0] > static_cast<uint32_t>(FrameType::kIpcWritten) || header[1] > kMaxBodyBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad KV frame header: type ", header[0], " length ", header[1]));
   }
@@ -86,6 +86,7 @@ std::string EncodeHello(const Hello& hello) {
   out += hello.transfer_id;
   PutU32(&out, static_cast<uint32_t>(hello.cluster_token.size()));
   out += hello.cluster_token;
+  PutU32(&out, static_cast<uint32_t>(hello.ipc));
   return out;
 }
 
@@ -107,7 +108,12 @@ absl::StatusOr<Hello> DecodeHello(const std::string& body) {
   h.num_pages = r.I32();
   h.transfer_id = r.Str();
   h.cluster_token = r.Str();
+  const uint32_t ipc = r.U32();
   if (!r.ok() || h.num_pages < 0) return absl::InvalidArgumentError("truncated KV hello");
+  if (ipc > static_cast<uint32_t>(IpcMode::kPreferred)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown KV hello ipc mode ", ipc));
+  }
+  h.ipc = static_cast<IpcMode>(ipc);
   return h;
 }
 
@@ -146,6 +152,35 @@ absl::StatusOr<PagesHeader> DecodePagesHeader(const std::string& body) {
   h.count = r.I32();
   if (!r.ok()) return absl::InvalidArgumentError("truncated KV pages header");
   return h;
+}
+
+std::string EncodeIpcPool(const IpcPool& pool) {
+  std::string out;
+  PutU32(&out, static_cast<uint32_t>(pool.handle.size()));
+  out += pool.handle;
+  PutU32(&out, static_cast<uint32_t>(pool.num_pages));
+  PutU32(&out, static_cast<uint32_t>(pool.page_ids.size()));
+  for (int32_t id : pool.page_ids) PutU32(&out, static_cast<uint32_t>(id));
+  return out;
+}
+
+absl::StatusOr<IpcPool> DecodeIpcPool(const std::string& body) {
+  Reader r(body);
+  IpcPool pool;
+  pool.handle = r.Str();
+  pool.num_pages = r.I32();
+  const uint32_t n = r.U32();
+  if (!r.ok() || n > body.size() / 4) return absl::InvalidArgumentError("truncated KV ipc pool");
+  for (uint32_t i = 0; i < n; ++i) {
+    const int32_t id = r.I32();
+    if (id < 0 || id >= pool.num_pages) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KV ipc pool names page ", id, " of ", pool.num_pages));
+    }
+    pool.page_ids.push_back(id);
+  }
+  if (!r.ok()) return absl::InvalidArgumentError("truncated KV ipc pool");
+  return pool;
 }
 
 bool SamePageShape(const KvLayout& a, const KvLayout& b) {

@@ -6,6 +6,15 @@
 //   kPages{layer, first_index, count} + count * PageBytes() raw page bytes →   (repeated)
 //   kDone                                  →
 //                                          ← kStatus{code, message}       (commit verdict)
+//   With CUDA IPC (comm/kv_ipc.h; the hello's ipc field not kNone), right after an OK verdict:
+//                                          ← kIpcPool{handle, receiver num_pages, page ids}
+//   (an empty handle: the receiver exports no pool; the sender sends kPages, or fails under
+//   kRequired), and instead of kPages, per layer and page range:
+//   kIpcWrite{layer, first_index, count}   →
+//                                          ← kStatus (OK: the pages are the sender's to write
+//                                            until kIpcWritten; the receiver's Cancel waits)
+//   ... the sender copies device to device into the mapped pool and waits for the copies ...
+//   kIpcWritten                            →
 //   kAbort{reason} may replace any sender frame; either side may close at any time, which the
 //   other reads as Unavailable.
 //
@@ -16,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,11 +34,24 @@
 
 namespace tandem::kv_wire {
 
-inline constexpr uint32_t kMagic = 0x31564B54;      // "TKV1"
-inline constexpr uint32_t kVersion = 2;             // 2: the hello carries the cluster token
+inline constexpr uint32_t kMagic = 0x31564B54;  // "TKV1"
+inline constexpr uint32_t kVersion = 3;  // 2: the hello carries the cluster token; 3: CUDA IPC
 inline constexpr uint32_t kMaxBodyBytes = 1 << 20;  // bodies are small; page bytes are separate
 
-enum class FrameType : uint32_t { kHello = 1, kStatus = 2, kPages = 3, kDone = 4, kAbort = 5 };
+enum class FrameType : uint32_t {
+  kHello = 1,
+  kStatus = 2,
+  kPages = 3,
+  kDone = 4,
+  kAbort = 5,
+  kIpcPool = 6,
+  kIpcWrite = 7,
+  kIpcWritten = 8,
+};
+
+// What the sender asks of the data path: kNone, page bytes on the socket; kRequired, CUDA IPC
+// or no transfer; kPreferred, CUDA IPC where the receiver exports its pool, else the socket.
+enum class IpcMode : uint32_t { kNone = 0, kRequired = 1, kPreferred = 2 };
 
 struct Frame {
   FrameType type;
@@ -42,6 +65,15 @@ struct Hello {
   // The deployment's cluster token (base/cluster_token.h); the receiver refuses a hello without
   // it (Unauthenticated) before looking at anything else.
   std::string cluster_token;
+  IpcMode ipc = IpcMode::kNone;
+};
+
+// The receiver's answer to an IPC hello: its exported pool (empty: none) and where the
+// transfer's pages are in it (page index i of the transfer is page_ids[i]).
+struct IpcPool {
+  std::string handle;
+  int num_pages = 0;  // the receiver pool's num_pages (its layout; the page shape is shared)
+  std::vector<int32_t> page_ids;
 };
 
 struct PagesHeader {
@@ -64,6 +96,9 @@ absl::Status DecodeStatus(const std::string& body);
 
 std::string EncodePagesHeader(const PagesHeader& header);
 absl::StatusOr<PagesHeader> DecodePagesHeader(const std::string& body);
+
+std::string EncodeIpcPool(const IpcPool& pool);
+absl::StatusOr<IpcPool> DecodeIpcPool(const std::string& body);
 
 // True when two layouts describe pages of the same shape and dtype (num_pages may differ).
 bool SamePageShape(const KvLayout& a, const KvLayout& b);

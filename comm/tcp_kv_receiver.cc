@@ -164,6 +164,11 @@ void TcpKvReceiver::AcceptLoop() {
   }
 }
 
+void TcpKvReceiver::SetIpcExport(std::string handle) {
+  absl::MutexLock l(&mu_);
+  ipc_handle_ = std::move(handle);
+}
+
 void TcpKvReceiver::JoinFinishedLocked() {
   for (int id : finished_conns_) {
     auto it = conn_threads_.find(id);
@@ -204,7 +209,8 @@ void TcpKvReceiver::ReaperLoop() {
 
 void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
   int sender_pages = 0;
-  absl::StatusOr<std::shared_ptr<Transfer>> claimed = Claim(*socket, &sender_pages);
+  bool ipc = false;
+  absl::StatusOr<std::shared_ptr<Transfer>> claimed = Claim(*socket, &sender_pages, &ipc);
   if (!claimed.ok()) {
     if (absl::IsUnauthenticated(claimed.status())) {
       LOG(WARNING) << "KV receiver refused a connection without the cluster token";
@@ -214,7 +220,7 @@ void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
     return;
   }
   std::shared_ptr<Transfer> t = std::move(*claimed);
-  absl::Status outcome = ReceivePages(*socket, *t, sender_pages);
+  absl::Status outcome = ReceivePages(*socket, *t, sender_pages, ipc);
   bool was_live;
   {
     absl::MutexLock l(&t->mu);
@@ -231,7 +237,8 @@ void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
 }
 
 absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(const Socket& socket,
-                                                                              int* sender_pages) {
+                                                                              int* sender_pages,
+                                                                              bool* ipc) {
   const absl::Time deadline = Clock::Real()->Now() + kHandshakeTimeout;
   ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
   absl::StatusOr<kv_wire::Hello> hello =
@@ -239,6 +246,7 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
           ? kv_wire::DecodeHello(frame.body)
           : absl::InvalidArgumentError("KV transfer did not start with a hello");
   std::shared_ptr<Transfer> t;
+  kv_wire::IpcPool ipc_pool;
   absl::Status verdict = hello.status();
   if (verdict.ok() && !cluster_token_.empty() &&
       !TokenMatches(cluster_token_, hello->cluster_token)) {
@@ -262,9 +270,14 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
       verdict = absl::FailedPreconditionError(absl::StrCat("sender has ", hello->num_pages,
                                                            " pages but decode reserved ",
                                                            it->second->pages.size()));
+    } else if (hello->ipc == kv_wire::IpcMode::kRequired && ipc_handle_.empty()) {
+      verdict = absl::FailedPreconditionError(
+          "the decode worker's KV pool is not exported for CUDA IPC (a host pool, "
+          "--kv-transport tcp, or the export failed: see its log); use kv_transport tcp or auto");
     } else {
       t = it->second;
       t->claimed = true;
+      ipc_pool.handle = ipc_handle_;
       t->start = clock_->Now();
       *sender_pages = hello->num_pages;
     }
@@ -285,10 +298,18 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
     }
     return verdict;
   }
+  if (hello->ipc != kv_wire::IpcMode::kNone) {
+    ipc_pool.num_pages = layout_.num_pages;
+    ipc_pool.page_ids = t->pages;
+    *ipc = !ipc_pool.handle.empty();
+    RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kIpcPool,
+                                        kv_wire::EncodeIpcPool(ipc_pool), deadline));
+  }
   return t;
 }
 
-absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int sender_pages) {
+absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int sender_pages,
+                                         bool ipc) {
   std::vector<char> staging(static_cast<size_t>(layout_.PageBytes()));
   std::vector<bool> received(static_cast<size_t>(layout_.num_layers) * sender_pages, false);
   int64_t num_received = 0;
@@ -308,13 +329,23 @@ absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int 
       }
       return absl::OkStatus();
     }
-    if (frame.type != kv_wire::FrameType::kPages) {
+    const bool ipc_write = ipc && frame.type == kv_wire::FrameType::kIpcWrite;
+    if (frame.type != kv_wire::FrameType::kPages && !ipc_write) {
       return absl::InvalidArgumentError("unexpected frame in a KV transfer");
     }
     ASSIGN_OR_RETURN(kv_wire::PagesHeader h, kv_wire::DecodePagesHeader(frame.body));
     if (h.layer < 0 || h.layer >= layout_.num_layers || h.first_index < 0 || h.count < 0 ||
         int64_t{h.first_index} + h.count > sender_pages) {
       return absl::InvalidArgumentError("KV pages frame outside the transfer");
+    }
+    if (ipc_write) {
+      RETURN_IF_ERROR(GrantIpcWrite(socket, t, h, deadline));
+      for (int i = 0; i < h.count; ++i) {
+        const size_t bit = static_cast<size_t>(h.layer) * sender_pages + h.first_index + i;
+        if (!received[bit]) ++num_received;
+        received[bit] = true;
+      }
+      continue;
     }
     for (int i = 0; i < h.count; ++i) {
       RETURN_IF_ERROR(ReadAll(socket, staging.data(), staging.size(), deadline));
@@ -325,6 +356,27 @@ absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int 
       received[bit] = true;
     }
   }
+}
+
+absl::Status TcpKvReceiver::GrantIpcWrite(const Socket& socket, Transfer& t,
+                                          const kv_wire::PagesHeader& h, absl::Time deadline) {
+  // The lock is held from the grant to the sender's confirmation: a Cancel in between waits,
+  // so once it returns no copy of this sender lands in the pages (a sender that dies closes the
+  // socket, which ends the wait; its context's copies end with it).
+  absl::MutexLock l(&t.mu);
+  if (!t.live) return absl::CancelledError("cancelled");
+  RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kStatus,
+                                      kv_wire::EncodeStatus(absl::OkStatus()), deadline));
+  ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
+  if (frame.type == kv_wire::FrameType::kAbort) {
+    return absl::AbortedError(absl::StrCat("prefill aborted the KV transfer: ", frame.body));
+  }
+  if (frame.type != kv_wire::FrameType::kIpcWritten) {
+    return absl::InvalidArgumentError("a KV IPC write was not confirmed");
+  }
+  t.stats.bytes += layout_.PageBytes() * h.count;
+  t.stats.pages += h.count;
+  return absl::OkStatus();
 }
 
 absl::Status TcpKvReceiver::WritePage(Transfer& t, int layer, int index,

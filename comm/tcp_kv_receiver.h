@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
 #include "comm/kv_transport.h"
+#include "comm/kv_wire.h"
 #include "comm/socket_io.h"
 
 namespace tandem {
@@ -39,6 +40,10 @@ class TcpKvReceiver : public KvReceiver {
       Clock* clock = Clock::Real(), KvPoolCopy write_pool = {}, std::string cluster_token = "");
   ~TcpKvReceiver() override;
 
+  // CUDA IPC (comm/kv_ipc.h): the handle of this receiver's exported pool (KvIpcDevice::
+  // ExportPool), given to senders that ask for IPC. Call once, before the first Expect.
+  void SetIpcExport(std::string handle);
+
   std::string address() const override { return address_; }
   absl::Status Expect(const std::string& transfer_id, std::vector<int32_t> pages,
                       absl::Time deadline) override;
@@ -54,9 +59,15 @@ class TcpKvReceiver : public KvReceiver {
   void ReaperLoop();
   void ServeConnection(int conn_id, Socket* socket);
   // Handshake: finds and claims the transfer the sender names; sends the verdict.
-  absl::StatusOr<std::shared_ptr<Transfer>> Claim(const Socket& socket, int* sender_pages);
+  // `ipc` gets whether the sender writes the pages by CUDA IPC.
+  absl::StatusOr<std::shared_ptr<Transfer>> Claim(const Socket& socket, int* sender_pages,
+                                                  bool* ipc);
   // Receives page frames until kDone / kAbort / an error; returns the transfer's outcome.
-  absl::Status ReceivePages(const Socket& socket, Transfer& t, int sender_pages);
+  absl::Status ReceivePages(const Socket& socket, Transfer& t, int sender_pages, bool ipc);
+  // One kIpcWrite: grants the write of the pages (holding the transfer's lock, so Cancel waits)
+  // until the sender's kIpcWritten.
+  absl::Status GrantIpcWrite(const Socket& socket, Transfer& t, const kv_wire::PagesHeader& h,
+                             absl::Time deadline);
   // Copies one page into the pool unless the transfer was cancelled or completed meanwhile
   // (then Cancelled); the pool copy's error if it fails.
   absl::Status WritePage(Transfer& t, int layer, int index, const std::vector<char>& staging);
@@ -74,6 +85,7 @@ class TcpKvReceiver : public KvReceiver {
   const std::string cluster_token_;
 
   mutable absl::Mutex mu_;
+  std::string ipc_handle_ ABSL_GUARDED_BY(mu_);  // empty: no pool exported
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);
   uint64_t num_expected_ ABSL_GUARDED_BY(mu_) = 0;  // Expect calls so far (wakes the reaper)

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/clock.h"
+#include "base/logging.h"
 #include "base/status_macros.h"
 #include "comm/kv_wire.h"
 
@@ -28,6 +29,15 @@ class TcpKvSendOp : public KvSendOp {
     if (!finished_) Abort("sender dropped the transfer");
   }
 
+  // CUDA IPC: page index i lands in page peer_pages[i] of `peer_pool` (laid out as `peer`).
+  void UseIpc(KvIpcDevice* ipc, void* peer_pool, const KvLayout& peer,
+              std::vector<int32_t> peer_pages) {
+    ipc_ = ipc;
+    peer_pool_ = peer_pool;
+    peer_layout_ = peer;
+    peer_pages_ = std::move(peer_pages);
+  }
+
   absl::Status SendLayer(int layer, const void* pool, absl::Span<const int32_t> src_pages,
                          int first_index) override {
     if (finished_) return absl::FailedPreconditionError("transfer already finished or aborted");
@@ -38,6 +48,7 @@ class TcpKvSendOp : public KvSendOp {
                                                      ") outside the transfer"));
     }
     kv_wire::PagesHeader header{layer, first_index, static_cast<int32_t>(src_pages.size())};
+    if (ipc_ != nullptr) return SendLayerIpc(header, pool, src_pages);
     absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kPages,
                                           kv_wire::EncodePagesHeader(header), deadline_);
     const char* base = static_cast<const char*>(pool);
@@ -52,6 +63,34 @@ class TcpKvSendOp : public KvSendOp {
       if (st.ok())
         st = WriteAll(socket_, page, static_cast<size_t>(layout_.PageBytes()), deadline_);
     }
+    if (!st.ok()) return Fail(st);
+    stats_.bytes += layout_.PageBytes() * static_cast<int64_t>(src_pages.size());
+    stats_.pages += static_cast<int64_t>(src_pages.size());
+    return absl::OkStatus();
+  }
+
+  // kIpcWrite → grant → device copies → kIpcWritten. A failed copy still ends the grant (the
+  // receiver reads kAbort and fails the transfer).
+  absl::Status SendLayerIpc(const kv_wire::PagesHeader& header, const void* pool,
+                            absl::Span<const int32_t> src_pages) {
+    absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kIpcWrite,
+                                          kv_wire::EncodePagesHeader(header), deadline_);
+    if (!st.ok()) return Fail(st);
+    st = ReadVerdict(socket_, deadline_);  // the grant, or the receiver's verdict (cancelled)
+    if (!st.ok()) {
+      finished_ = true;
+      socket_.Close();
+      return st;
+    }
+    const absl::Span<const int32_t> dst_pages =
+        absl::MakeConstSpan(peer_pages_).subspan(header.first_index, src_pages.size());
+    st = ipc_->CopyLayer(peer_pool_, peer_layout_, const_cast<void*>(pool), layout_, header.layer,
+                         dst_pages, src_pages);
+    if (!st.ok()) {
+      Abort(absl::StrCat("CUDA IPC copy failed: ", st.message()));
+      return st;
+    }
+    st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kIpcWritten, "", deadline_);
     if (!st.ok()) return Fail(st);
     stats_.bytes += layout_.PageBytes() * static_cast<int64_t>(src_pages.size());
     stats_.pages += static_cast<int64_t>(src_pages.size());
@@ -107,6 +146,10 @@ class TcpKvSendOp : public KvSendOp {
   absl::Time start_;
   bool finished_ = false;
   KvTransferStats stats_;
+  KvIpcDevice* ipc_ = nullptr;  // non-null: pages go by CUDA IPC
+  void* peer_pool_ = nullptr;
+  KvLayout peer_layout_;
+  std::vector<int32_t> peer_pages_;
 };
 
 }  // namespace
@@ -115,14 +158,55 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
                                                              const std::string& transfer_id,
                                                              const KvLayout& layout, int num_pages,
                                                              absl::Duration timeout) {
+  if (kind_ == KvTransportKind::kIpc && ipc_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "kv_transport ipc: this prefill worker's KV pool cannot be shared by CUDA IPC (a host "
+        "pool, or a build without CUDA); use kv_transport tcp or auto");
+  }
   const absl::Time deadline = Clock::Real()->Now() + timeout;
   ASSIGN_OR_RETURN(Socket socket, Connect(peer, deadline));
   kv_wire::Hello hello{layout, num_pages, transfer_id, cluster_token_};
+  if (ipc_ != nullptr && kind_ != KvTransportKind::kTcp) {
+    hello.ipc =
+        kind_ == KvTransportKind::kIpc ? kv_wire::IpcMode::kRequired : kv_wire::IpcMode::kPreferred;
+  }
   RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kHello,
                                       kv_wire::EncodeHello(hello), deadline));
   RETURN_IF_ERROR(TcpKvSendOp::ReadVerdict(socket, deadline));
-  return std::unique_ptr<KvSendOp>(
-      new TcpKvSendOp(std::move(socket), layout, num_pages, deadline, read_pool_));
+  absl::StatusOr<kv_wire::IpcPool> pool = kv_wire::IpcPool{};
+  if (hello.ipc != kv_wire::IpcMode::kNone) {
+    ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
+    pool = frame.type == kv_wire::FrameType::kIpcPool
+               ? kv_wire::DecodeIpcPool(frame.body)
+               : absl::InternalError("KV receiver sent no IPC pool frame");
+    if (pool.ok() && static_cast<int>(pool->page_ids.size()) < num_pages) {
+      pool = absl::InternalError("KV receiver's IPC pool frame lists too few pages");
+    }
+  }
+  auto op =
+      std::make_unique<TcpKvSendOp>(std::move(socket), layout, num_pages, deadline, read_pool_);
+  if (!pool.ok()) {
+    op->Abort(pool.status().message());
+    return pool.status();
+  }
+  if (!pool->handle.empty()) {
+    absl::StatusOr<void*> mapped = ipc_->OpenPool(pool->handle);
+    if (mapped.ok()) {
+      KvLayout peer_layout = layout;
+      peer_layout.num_pages = pool->num_pages;
+      op->UseIpc(ipc_.get(), *mapped, peer_layout, std::move(pool->page_ids));
+    } else if (kind_ == KvTransportKind::kIpc) {
+      const absl::Status error = absl::FailedPreconditionError(absl::StrCat(
+          "kv_transport ipc: cannot map the decode worker's KV pool (", mapped.status().message(),
+          "); the workers must share a GPU or be peers; use kv_transport tcp or auto"));
+      op->Abort(error.message());
+      return error;
+    } else if (!logged_fallback_.exchange(true)) {
+      LOG(WARNING) << "KV transport auto: CUDA IPC to " << peer
+                   << " is impossible, using TCP: " << mapped.status();
+    }
+  }
+  return std::unique_ptr<KvSendOp>(std::move(op));
 }
 
 }  // namespace tandem

@@ -6,6 +6,7 @@
 #include "base/logging.h"
 #include "comm/tcp_kv_receiver.h"
 #include "rpc/peer_fault.h"
+#include "worker/kv_ipc_setup.h"
 #include "worker/kv_pool_copy.h"
 #include "worker/proto_convert.h"
 
@@ -27,6 +28,21 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(const Worke
       },
       env.clock, PoolCopyFor(env.engine), env.options->cluster_token);
   if (!receiver.ok()) return receiver.status();
+  // CUDA IPC: the pool is exported once; senders that ask for IPC get the handle.
+  absl::StatusOr<std::shared_ptr<KvIpcDevice>> ipc = KvIpcFor(*env.options, *env.engine);
+  if (!ipc.ok()) return ipc.status();
+  if (*ipc != nullptr) {
+    absl::StatusOr<std::string> handle = (*ipc)->ExportPool(env.engine->kv_pool());
+    if (handle.ok()) {
+      (*receiver)->SetIpcExport(*std::move(handle));
+    } else if (env.options->kv_transport == KvTransportKind::kIpc) {
+      return handle.status();
+    } else {
+      LOG(WARNING) << "KV transport auto: the KV pool cannot be exported for CUDA IPC, senders "
+                      "use TCP: "
+                   << handle.status();
+    }
+  }
   s->receiver_ = *std::move(receiver);
   // Advertise the routable host with the receiver's bound port.
   const std::string addr = s->receiver_->address();

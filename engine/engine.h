@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/kv_push.h"
 #include "engine/model/model.h"
 #include "engine/request.h"
 #include "engine/spec/speculative_config.h"
@@ -181,6 +182,10 @@ class Engine {
   // transfer.
   virtual bool kv_pool_on_device() const = 0;
   virtual absl::Status CopyKvMemory(void* dst, const void* src, int64_t bytes) const = 0;
+  // Prefill side, layer-wise push (engine/kv_push.h): the listener told of every step that
+  // completes prefill-only prompts, of each layer as it is stored, and before their pages are
+  // freed. Null (the default): none. Set before the first Step(); must outlive the engine's use.
+  virtual void SetKvPushListener(KvPushListener* listener) = 0;
 
   virtual const ModelConfig& model_config() const = 0;
   virtual int max_model_len() const = 0;

@@ -361,7 +361,13 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::StepOnce() {
   if (decision.empty()) return outputs;
   ++counters_.num_steps_total;
 
-  if (async_steps_ && ModelRunner::CanLaunch(decision)) {
+  // A step that completes prefill-only prompts reports its layers as they are stored
+  // (engine/kv_push.h): it runs whole, never launched.
+  const bool pushes = AnnouncePushes(decision);
+  const LayerStoredHook layer_hook = [this](int layer, void* event) {
+    push_listener_->OnLayerStored(layer, event);
+  };
+  if (async_steps_ && !pushes && ModelRunner::CanLaunch(decision)) {
     // Returns this step's predecessor's outputs while the device runs it (engine.h).
     const absl::Status launched = runner_.Launch(decision);
     if (!launched.ok()) {
@@ -373,7 +379,8 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::StepOnce() {
     ++counters_.num_async_steps_total;
     return outputs;
   }
-  absl::StatusOr<ModelRunner::StepResult> result = runner_.Run(decision);
+  absl::StatusOr<ModelRunner::StepResult> result =
+      runner_.Run(decision, pushes ? &layer_hook : nullptr);
   if (!result.ok()) {
     if (IsBackendUnusable(result.status())) return Break(result.status());
     FailBatch(decision, result.status(), &outputs);

@@ -44,6 +44,7 @@ class EngineImpl : public Engine {
   const KvLayout& kv_layout() const override { return kv_cache_->layout(); }
   bool kv_pool_on_device() const override { return model_->backend() == Backend::kCuda; }
   absl::Status CopyKvMemory(void* dst, const void* src, int64_t bytes) const override;
+  void SetKvPushListener(KvPushListener* listener) override { push_listener_ = listener; }
 
   const ModelConfig& model_config() const override { return model_->config(); }
   int max_model_len() const override { return max_model_len_; }
@@ -97,6 +98,9 @@ class EngineImpl : public Engine {
   void AddSiblings(Sequence* parent, const std::vector<SiblingRequest>& siblings);
   void Fork(Sequence* parent);
   void OrphanSiblings(Sequence* parent);
+  // The prefill-only chunks of `decision` that compute their prompt's last token, announced to
+  // the push listener (engine/kv_push.h); false when there are none (or no listener).
+  bool AnnouncePushes(const ScheduleDecision& decision);
   // Prefix caching: extends seq->page_hashes over its full pages of tokens, and hashes the
   // pages of its block table whose every token's KV is now computed.
   void ExtendPageHashes(Sequence* seq) const;
@@ -117,6 +121,7 @@ class EngineImpl : public Engine {
   // Async scheduling: steps are launched (Step) and collected by the next Step().
   bool async_steps_ = false;
   std::optional<ScheduleDecision> launched_;  // the launched, not yet collected, step
+  KvPushListener* push_listener_ = nullptr;   // SetKvPushListener; null: no layer-wise push
   absl::Status broken_;                       // OK until the backend became unusable (Break)
   EngineStats counters_;                      // the *_total fields; gauges are computed in Stats()
 };

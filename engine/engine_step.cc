@@ -13,6 +13,8 @@
 namespace tandem {
 
 void EngineImpl::Finish(Sequence* seq) {
+  // A push may still read the pages (engine/kv_push.h): it lets go of them first.
+  if (seq->kv_push_announced) push_listener_->BeforeFree(seq->id);
   if (seq->status == SequenceStatus::kForkWaiting) {
     // No pages yet: it only leaves its parent's list.
     std::vector<Sequence*>& siblings = seq->fork_parent->fork_children;
@@ -30,6 +32,30 @@ void EngineImpl::Finish(Sequence* seq) {
   if (seq->abort_requested) --num_abort_requested_;
   if (proposer_ != nullptr) proposer_->Forget(seq->id);
   CHECK_EQ(sequences_.erase(seq->id), 1u) << seq->id;
+}
+
+bool EngineImpl::AnnouncePushes(const ScheduleDecision& decision) {
+  if (push_listener_ == nullptr) return false;
+  std::vector<KvPush> pushes;
+  const int page_size = options_.page_size;
+  for (const ScheduledChunk& chunk : decision.chunks) {
+    Sequence* seq = chunk.seq;
+    if (!seq->prefill_only || seq->num_output_tokens() != 0 ||
+        seq->num_computed_tokens + chunk.num_new_tokens != seq->num_prompt_tokens) {
+      continue;  // not the final chunk of a prefill-only prompt
+    }
+    const size_t prompt_pages =
+        static_cast<size_t>(PagesForTokens(seq->num_prompt_tokens, page_size));
+    CHECK_GE(seq->block_table.size(), prompt_pages) << seq->id;
+    pushes.push_back(KvPush{
+        seq->id,
+        std::vector<int32_t>(seq->block_table.begin(), seq->block_table.begin() + prompt_pages),
+        seq->num_prompt_tokens});
+    seq->kv_push_announced = true;
+  }
+  if (pushes.empty()) return false;
+  push_listener_->OnPushBegin(pushes);
+  return true;
 }
 
 std::vector<RequestOutput> EngineImpl::FinishAborted() {

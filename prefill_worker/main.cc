@@ -4,6 +4,7 @@
 
 #include "comm/tcp_kv_sender.h"
 #include "prefill_worker/prefill_service.h"
+#include "worker/kv_ipc_setup.h"
 #include "worker/kv_pool_copy.h"
 #include "worker/run_worker.h"
 
@@ -16,10 +17,13 @@ int main(int argc, char** argv) {
   return tandem::RunWorker(
       argc, argv, tandem::WorkerRole::kPrefill,
       [](const tandem::WorkerEnv& env) -> absl::StatusOr<std::unique_ptr<tandem::WorkerService>> {
+        auto ipc = tandem::KvIpcFor(*env.options, *env.engine);
+        if (!ipc.ok()) return ipc.status();
         return std::make_unique<tandem::PrefillService>(
             env,
             std::make_unique<tandem::TcpKvSender>(tandem::PoolCopyFor(env.engine),
-                                                  env.options->cluster_token),
+                                                  env.options->cluster_token,
+                                                  env.options->kv_transport, *std::move(ipc)),
             kTransferThreads);
       });
 }

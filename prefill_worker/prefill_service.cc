@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
+#include "engine/cuda/cuda_device.h"
 #include "rpc/peer_fault.h"
 #include "worker/proto_convert.h"
 
@@ -13,7 +14,12 @@ using tandem::v1::PrefillEvent;
 
 PrefillService::PrefillService(const WorkerEnv& env, std::unique_ptr<KvSender> sender,
                                int num_transfer_threads)
-    : WorkerService(env), sender_(std::move(sender)) {
+    : WorkerService(env),
+      sender_(std::move(sender)),
+      layerwise_(env.options->kv_layerwise_push),
+      kv_pool_(env.engine->kv_pool()),
+      kv_layout_(env.engine->kv_layout()) {
+  if (layerwise_) env.engine->SetKvPushListener(this);
   for (int i = 0; i < num_transfer_threads; ++i) {
     transfer_threads_.emplace_back([this] { TransferThread(); });
   }
@@ -25,6 +31,10 @@ void PrefillService::Stop() {
   {
     absl::MutexLock l(&jobs_mu_);
     stopping_ = true;
+    for (Push* p : active_pushes_) {  // a thread waiting for layers or the outcome wakes up
+      absl::MutexLock pl(&p->mu);
+      p->outcome = Push::Outcome::kAbandon;
+    }
   }
   for (auto& t : transfer_threads_) t.join();
   transfer_threads_.clear();
@@ -103,7 +113,11 @@ void PrefillService::OnOutput(Engine& engine, const RequestOutput& out, absl::Ti
     case FinishReason::kNone:
       return;
     case FinishReason::kPrefillDone:
-      if (r.destination.has_value()) {
+      if (r.push != nullptr) {  // layer-wise: the layers are on their way; Finish may follow
+        absl::MutexLock l(&r.push->mu);
+        if (r.push->outcome == Push::Outcome::kPending) r.push->outcome = Push::Outcome::kCommit;
+        r.phase = Phase::kTransferring;
+      } else if (r.destination.has_value()) {
         StartTransfer(engine, out.id, r);
       } else {
         (void)engine.ReleaseRequest(out.id);
@@ -136,9 +150,52 @@ void PrefillService::StartTransfer(Engine& engine, const std::string& id, Reques
   }
   pages->resize(needed);
   r.phase = Phase::kTransferring;
-  TransferJob job{id, *r.destination, *std::move(pages), engine.kv_pool(), layout, r.cancelled};
+  EnqueueJob(TransferJob{id, *r.destination, *std::move(pages), engine.kv_pool(), layout,
+                         r.cancelled, nullptr});
+}
+
+void PrefillService::EnqueueJob(TransferJob job) {
   absl::MutexLock l(&jobs_mu_);
   jobs_.push_back(std::move(job));
+}
+
+void PrefillService::OnPushBegin(const std::vector<KvPush>& pushes) {
+  step_pushes_.clear();
+  for (const KvPush& p : pushes) {
+    auto it = requests_.find(p.id);
+    if (it == requests_.end() || !it->second.destination.has_value() ||
+        it->second.cancelled->load()) {
+      continue;  // nowhere to push (or going away): the engine's BeforeFree finds no push
+    }
+    Request& r = it->second;
+    r.push = std::make_shared<Push>();
+    {
+      absl::MutexLock l(&r.push->mu);
+      r.push->events.assign(static_cast<size_t>(kv_layout_.num_layers), nullptr);
+    }
+    step_pushes_.push_back(r.push);
+    EnqueueJob(
+        TransferJob{p.id, *r.destination, p.pages, kv_pool_, kv_layout_, r.cancelled, r.push});
+  }
+}
+
+void PrefillService::OnLayerStored(int layer, void* event) {
+  for (const std::shared_ptr<Push>& p : step_pushes_) {
+    absl::MutexLock l(&p->mu);
+    if (layer < 0 || layer >= static_cast<int>(p->events.size())) continue;
+    p->events[static_cast<size_t>(layer)] = event;
+    p->layers_stored = std::max(p->layers_stored, layer + 1);
+  }
+}
+
+void PrefillService::BeforeFree(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.push == nullptr) return;
+  Push& p = *it->second.push;
+  absl::MutexLock l(&p.mu);
+  p.outcome = Push::Outcome::kAbandon;  // no further SendLayer starts
+  auto idle = [&p]() ABSL_SHARED_LOCKS_REQUIRED(p.mu) { return !p.reading; };
+  p.mu.Await(absl::Condition(&idle));  // the one in progress (bounded by its socket deadline)
 }
 
 void PrefillService::TransferThread() {
@@ -152,12 +209,17 @@ void PrefillService::TransferThread() {
       if (stopping_) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      if (job.push != nullptr) active_pushes_.insert(job.push.get());
     }
     absl::StatusOr<KvTransferStats> result = RunTransfer(job);
+    if (job.push != nullptr) {
+      absl::MutexLock l(&jobs_mu_);
+      active_pushes_.erase(job.push.get());
+    }
     KvTransferStats stats = result.ok() ? *result : KvTransferStats{};
-    loop_->Post([this, id = job.request_id, st = result.status(), stats](Engine& e) {
-      OnTransferDone(e, id, st, stats);
-    });
+    // The push stays alive in the task: OnTransferDone compares it with the request's.
+    loop_->Post([this, id = job.request_id, push = job.push, st = result.status(),
+                 stats](Engine& e) { OnTransferDone(e, id, push.get(), st, stats); });
   }
 }
 
@@ -174,15 +236,57 @@ absl::StatusOr<KvTransferStats> PrefillService::RunTransfer(const TransferJob& j
       (*op)->Abort("request aborted on the prefill worker");
       return absl::AbortedError("request aborted during its KV transfer");
     }
+    if (job.push != nullptr) {
+      if (absl::Status st = SendStoredLayer(job, **op, layer); !st.ok()) return st;
+      continue;
+    }
     if (absl::Status st = (*op)->SendLayer(layer, job.pool, job.pages, 0); !st.ok()) return st;
+  }
+  if (job.push != nullptr) {  // every layer went: Finish only for a request that ended prefilled
+    Push& p = *job.push;
+    absl::MutexLock l(&p.mu);
+    auto decided = [&p]() ABSL_SHARED_LOCKS_REQUIRED(p.mu) {
+      return p.outcome != Push::Outcome::kPending;
+    };
+    p.mu.Await(absl::Condition(&decided));
+    if (p.outcome == Push::Outcome::kAbandon) {
+      (*op)->Abort("the prefill ended without its KV (stopped, aborted or failed)");
+      return absl::AbortedError("request ended before its KV transfer completed");
+    }
   }
   return (*op)->Finish();
 }
 
-void PrefillService::OnTransferDone(Engine& engine, const std::string& id, absl::Status status,
-                                    const KvTransferStats& stats) {
-  (void)engine.ReleaseRequest(id);
+absl::Status PrefillService::SendStoredLayer(const TransferJob& job, KvSendOp& op, int layer) {
+  Push& p = *job.push;
+  void* event = nullptr;
+  {
+    absl::MutexLock l(&p.mu);
+    auto ready = [&p, layer]() ABSL_SHARED_LOCKS_REQUIRED(p.mu) {
+      return p.layers_stored > layer || p.outcome == Push::Outcome::kAbandon;
+    };
+    p.mu.Await(absl::Condition(&ready));
+    if (p.outcome == Push::Outcome::kAbandon) {
+      op.Abort("the prefill ended without its KV (stopped, aborted or failed)");
+      return absl::AbortedError("request ended before its KV transfer completed");
+    }
+    event = p.events[static_cast<size_t>(layer)];
+    p.reading = true;  // BeforeFree waits for this read to end
+  }
+  absl::Status st = WaitKvEvent(event);
+  if (st.ok()) st = op.SendLayer(layer, job.pool, job.pages, 0);
+  absl::MutexLock l(&p.mu);
+  p.reading = false;
+  return st;
+}
+
+void PrefillService::OnTransferDone(Engine& engine, const std::string& id, const Push* push,
+                                    absl::Status status, const KvTransferStats& stats) {
   auto it = requests_.find(id);
+  // A push belongs to one request: once that one is gone (ended, its pages freed), an id that
+  // came back is another request's.
+  if (push != nullptr && (it == requests_.end() || it->second.push.get() != push)) return;
+  (void)engine.ReleaseRequest(id);
   if (it == requests_.end()) return;
   if (it->second.cancelled->load()) status = absl::AbortedError("request aborted");
   if (status.ok()) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "comm/kv_ipc.h"
 #include "engine/engine.h"
 #include "tandem/v1/worker.pb.h"
 
@@ -25,8 +26,14 @@ struct WorkerOptions {
   int kv_port = 0;                         // decode / mixed: KV receiver port; 0 picks a free one
   std::string served_model_name;           // default: basename of the model directory
   int64_t kv_transfer_timeout_ms = 30000;  // per transfer, both sides
-  int64_t reservation_ttl_ms = 30000;      // decode: unclaimed reservation lifetime
-  int64_t drain_timeout_ms = 30000;        // SIGTERM: wait this long for in-flight requests
+  // prefill: push layer l of a prompt's KV as soon as its final chunk stored it (engine/kv_push.h)
+  // rather than after the whole prompt; off (--no-kv-layerwise-push) for measurement.
+  bool kv_layerwise_push = true;
+  // The KV data path between prefill and decode (comm/kv_ipc.h): tcp, ipc (CUDA IPC, same GPU
+  // or peers; fails clearly where impossible) or auto (IPC where possible, else TCP).
+  KvTransportKind kv_transport = KvTransportKind::kAuto;
+  int64_t reservation_ttl_ms = 30000;  // decode: unclaimed reservation lifetime
+  int64_t drain_timeout_ms = 30000;    // SIGTERM: wait this long for in-flight requests
   // Every internal call to and from this worker carries it (base/cluster_token.h): from
   // --cluster-token-file or $TANDEM_CLUSTER_TOKEN. Empty only with --insecure-no-cluster-token.
   std::string cluster_token;

@@ -15,4 +15,8 @@ bool CudaDeviceAvailable();
 // a CUDA error; Unimplemented in a build without CUDA.
 absl::Status CopyDeviceMemory(void* dst, const void* src, int64_t bytes);
 
+// Blocks until `event` (a cudaEvent_t as void*, Ops::RecordKvEvent's) has completed; OK at once
+// for null. Internal on a CUDA error; Unimplemented in a build without CUDA.
+absl::Status WaitKvEvent(void* event);
+
 }  // namespace tandem

@@ -53,6 +53,12 @@ absl::Status CopyDeviceMemory(void* dst, const void* src, int64_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status WaitKvEvent(void* event) {
+  if (event == nullptr) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps() {
   ASSIGN_OR_RETURN(std::unique_ptr<CudaOps> ops, CudaOps::Create());
   return std::unique_ptr<Ops>(std::move(ops));
@@ -86,6 +92,7 @@ CudaOps::~CudaOps() {
   // Destructors cannot return a Status; failures here mean the context is already gone.
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
+  for (cudaEvent_t e : kv_events_) cudaEventDestroy(e);
   for (OpEvents& e : op_events_) {
     cudaEventDestroy(e.start);
     cudaEventDestroy(e.end);
@@ -301,6 +308,19 @@ absl::Status CudaOps::Replay(int graph) {
   }
   CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs_[graph], stream_));
   return absl::OkStatus();
+}
+
+absl::StatusOr<void*> CudaOps::RecordKvEvent(int layer) {
+  if (layer < 0) return absl::InvalidArgumentError("RecordKvEvent: negative layer");
+  while (static_cast<int>(kv_events_.size()) <= layer) {
+    cudaEvent_t e = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    kv_events_.push_back(e);
+  }
+  // Re-recording an event another thread still waits on is fine: the later record completes
+  // after the earlier one on the same stream.
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(kv_events_[layer], stream_));
+  return static_cast<void*>(kv_events_[layer]);
 }
 
 }  // namespace tandem

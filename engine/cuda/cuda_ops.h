@@ -59,6 +59,7 @@ class CudaOps final : public Ops {
   absl::Status Logprobs(const LogprobsArgs& args) override;
   absl::Status Sampling(const SamplingArgs& args) override;
 
+  absl::StatusOr<void*> RecordKvEvent(int layer) override;
   bool SupportsGraphs() const override { return true; }
   bool WantsEagerStep() const override { return profiling_; }
   absl::Status BeginCapture() override;
@@ -125,7 +126,8 @@ class CudaOps final : public Ops {
   int64_t allocated_bytes_ = 0;
 
   cudaStream_t stream_ = nullptr;
-  std::vector<void*> allocations_;                    // weights and step arrays
+  std::vector<cudaEvent_t> kv_events_;  // RecordKvEvent's, one per layer (created on first use)
+  std::vector<void*> allocations_;      // weights and step arrays
   std::map<int, std::pair<void*, int64_t>> buffers_;  // id -> (address, bytes)
   bool frozen_ = false;
   StepCapacity capacity_;

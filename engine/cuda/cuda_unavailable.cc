@@ -17,4 +17,9 @@ absl::Status CopyDeviceMemory(void*, const void*, int64_t) {
   return absl::UnimplementedError("this build of tandem has no CUDA backend");
 }
 
+absl::Status WaitKvEvent(void* event) {
+  if (event == nullptr) return absl::OkStatus();
+  return absl::UnimplementedError("this build of tandem has no CUDA backend");
+}
+
 }  // namespace tandem

@@ -148,6 +148,10 @@ absl::StatusOr<float*> LlamaModel::Forward(const DeviceStep& d, const KvLayout& 
           ops_->RmsNorm(Norm(b.residual, nullptr, layers_[l].input_layernorm, b.hidden, t)));
     }
     RETURN_IF_ERROR(Attention(l, d, b, layout, kv_pool, fused_norm));
+    if (layer_hook_ != nullptr) {  // layer l's KV is stored (or enqueued before the event)
+      ASSIGN_OR_RETURN(void* event, ops_->RecordKvEvent(l));
+      (*layer_hook_)(l, event);
+    }
     if (!fused_norm) {
       RETURN_IF_ERROR(ops_->RmsNorm(
           Norm(b.residual, nullptr, layers_[l].post_attention_layernorm, b.hidden, t)));

@@ -72,6 +72,9 @@ class LlamaModel final : public Model {
   bool SupportsAsyncSteps() const override { return backend_ == Backend::kCuda; }
   absl::Status Launch(const StepInputs& inputs, const KvLayout& layout, void* kv_pool) override;
   absl::StatusOr<StepOutput> Collect() override;
+  // Eager (no graph), calling `hook` after each layer's KV store (Ops::RecordKvEvent).
+  absl::StatusOr<StepOutput> StepWithLayerHook(const StepInputs& inputs, const KvLayout& layout,
+                                               void* kv_pool, const LayerStoredHook& hook) override;
   absl::Status ComputeLogits(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
                              float* logits) override;
   absl::StatusOr<std::unique_ptr<DeviceAllocation>> AllocateKvPool(int64_t bytes) override;
@@ -146,6 +149,8 @@ class LlamaModel final : public Model {
 
   ModelConfig config_;
   std::unique_ptr<Ops> ops_;
+  // Set only for the duration of a StepWithLayerHook: Forward reports each layer to it.
+  const LayerStoredHook* layer_hook_ = nullptr;
   Backend backend_;
   GroupRank tp_;
   const void* embed_tokens_ = nullptr;

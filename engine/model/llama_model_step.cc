@@ -134,6 +134,32 @@ absl::StatusOr<StepOutput> LlamaModel::Collect() {
   return result;
 }
 
+absl::StatusOr<StepOutput> LlamaModel::StepWithLayerHook(const StepInputs& in,
+                                                         const KvLayout& layout, void* kv_pool,
+                                                         const LayerStoredHook& hook) {
+  RETURN_IF_ERROR(ValidateStep(in, config_, layout));
+  RETURN_IF_ERROR(ValidateSampling(in, config_));
+  if (in.num_tokens == 0) {
+    for (int l = 0; l < layout.num_layers; ++l) hook(l, nullptr);
+    return StepOutput{};
+  }
+  ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, 0));
+  ASSIGN_OR_RETURN(const SampledBlock out, GetSampledBlock(d.num_rows));
+  layer_hook_ = &hook;
+  absl::StatusOr<float*> logits = Forward(d, layout, kv_pool);
+  layer_hook_ = nullptr;
+  RETURN_IF_ERROR(logits.status());
+  RETURN_IF_ERROR(RunSampler(*ops_, d, *logits, config_.vocab_size, out, /*every_stage=*/false));
+  const absl::Time wait_start = Clock::Real()->Now();
+  ASSIGN_OR_RETURN(
+      StepOutput result,
+      ReadSampled(*ops_, out, static_cast<int64_t>(in.logits_rows.size()), in.AnyLogprobs()));
+  if (backend_ == Backend::kCuda) {
+    result.device_wait_ns = absl::ToInt64Nanoseconds(Clock::Real()->Now() - wait_start);
+  }
+  return result;
+}
+
 absl::Status LlamaModel::ComputeLogits(const StepInputs& in, const KvLayout& layout, void* kv_pool,
                                        float* logits) {
   RETURN_IF_ERROR(ValidateStep(in, config_, layout));

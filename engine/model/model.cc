@@ -55,4 +55,12 @@ absl::StatusOr<StepOutput> Model::Collect() {
   return output;
 }
 
+absl::StatusOr<StepOutput> Model::StepWithLayerHook(const StepInputs& inputs,
+                                                    const KvLayout& layout, void* kv_pool,
+                                                    const LayerStoredHook& hook) {
+  ASSIGN_OR_RETURN(StepOutput out, Step(inputs, layout, kv_pool));
+  for (int l = 0; l < layout.num_layers; ++l) hook(l, nullptr);
+  return out;
+}
+
 }  // namespace tandem

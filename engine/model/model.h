@@ -4,6 +4,7 @@
 // Thread-compatible: one engine loop calls it at a time.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,11 @@
 #include "kernels/common/kv_layout.h"
 
 namespace tandem {
+
+// Called during a step after layer `layer`'s KV is stored (engine/kv_push.h): `event` is a
+// backend completion marker recorded after the layer's KV store (CUDA: a cudaEvent_t on the
+// compute stream), null when the store has already happened.
+using LayerStoredHook = std::function<void(int layer, void* event)>;
 
 // What the engine decides at start-up and the model prepares for once the KV pool exists.
 struct ModelPrepareOptions {
@@ -71,6 +77,12 @@ class Model {
   virtual bool SupportsAsyncSteps() const { return false; }
   virtual absl::Status Launch(const StepInputs& inputs, const KvLayout& layout, void* kv_pool);
   virtual absl::StatusOr<StepOutput> Collect();
+  // Step, calling `hook` once per layer in order as that layer's KV is stored (never from a
+  // CUDA graph: such a step runs eagerly). The default runs Step and then reports every layer
+  // (a model that cannot report layers while it computes; its KV is stored when Step returns).
+  virtual absl::StatusOr<StepOutput> StepWithLayerHook(const StepInputs& inputs,
+                                                       const KvLayout& layout, void* kv_pool,
+                                                       const LayerStoredHook& hook);
 
   // The forward pass only: fp32 logits of inputs.logits_rows into host `logits`,
   // [logits_rows.size(), vocab_size] row-major (tests and numerics checks). Errors as Step's.

@@ -155,6 +155,10 @@ class Ops {
   virtual absl::Status Sampling(const SamplingArgs& args) = 0;
 
   // --- graphs (backends that have them) ---
+  // Layer-wise KV push (engine/kv_push.h): a completion marker for everything enqueued so far
+  // (the KV store of layer `layer`), or null when it has already run (the CPU reference). CUDA:
+  // a cudaEvent_t recorded on the compute stream, one per layer, re-recorded step after step.
+  virtual absl::StatusOr<void*> RecordKvEvent(int layer) { return nullptr; }
   virtual bool SupportsGraphs() const { return false; }
   // True when the step begun last must run op by op even if a graph could replay it (the CUDA
   // backend's op profile, TANDEM_OP_PROFILE, times each op of the steps it samples).

@@ -76,12 +76,18 @@ absl::StatusOr<ModelRunner::StepResult> ModelRunner::Collect() {
   return result;
 }
 
-absl::StatusOr<ModelRunner::StepResult> ModelRunner::Run(const ScheduleDecision& decision) {
+absl::StatusOr<ModelRunner::StepResult> ModelRunner::Run(const ScheduleDecision& decision,
+                                                         const LayerStoredHook* layer_hook) {
   StepResult result;
   const StepInputs inputs = BuildStepInputs(decision, kv_cache_->layout().page_size, eos_token_ids_,
                                             &result.sampling_chunks);
   if (CanLaunch(decision)) {
-    ASSIGN_OR_RETURN(result.output, model_->Step(inputs, kv_cache_->layout(), kv_cache_->pool()));
+    if (layer_hook != nullptr) {
+      ASSIGN_OR_RETURN(result.output, model_->StepWithLayerHook(inputs, kv_cache_->layout(),
+                                                                kv_cache_->pool(), *layer_hook));
+    } else {
+      ASSIGN_OR_RETURN(result.output, model_->Step(inputs, kv_cache_->layout(), kv_cache_->pool()));
+    }
     return result;
   }
   // The lossless rule needs the target's distributions: the logits come back to the host and
@@ -91,6 +97,10 @@ absl::StatusOr<ModelRunner::StepResult> ModelRunner::Run(const ScheduleDecision&
   RETURN_IF_ERROR(
       model_->ComputeLogits(inputs, kv_cache_->layout(), kv_cache_->pool(), result.logits.data()));
   std::vector<float> scratch = result.logits;
+  // ComputeLogits returned with the logits on the host: every layer's KV is stored.
+  for (int l = 0; layer_hook != nullptr && l < kv_cache_->layout().num_layers; ++l) {
+    (*layer_hook)(l, nullptr);
+  }
   ASSIGN_OR_RETURN(result.output, SampleOnHost(inputs, vocab, scratch.data()));
   result.inputs = inputs;
   return result;

@@ -42,8 +42,10 @@ class ModelRunner {
     std::vector<float> logits;
   };
 
-  // Runs the step of `decision` (non-empty).
-  absl::StatusOr<StepResult> Run(const ScheduleDecision& decision);
+  // Runs the step of `decision` (non-empty). `layer_hook` (optional): reported each layer as its
+  // KV is stored (Model::StepWithLayerHook).
+  absl::StatusOr<StepResult> Run(const ScheduleDecision& decision,
+                                 const LayerStoredHook* layer_hook = nullptr);
 
   // Run in two halves (Model::Launch / Collect), for a decision that CanLaunch: Launch queues
   // the step, Collect waits for it. Between the two, `decision`'s sequences must not change.

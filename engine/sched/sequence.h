@@ -33,6 +33,9 @@ struct Sequence {
   bool prefill_only = false;
   uint64_t seed = 0;  // sampling.seed, or derived from the id
   bool abort_requested = false;
+  // Its final prefill chunk was announced to the KV push listener (engine/kv_push.h): its
+  // pages are freed only after the listener's BeforeFree.
+  bool kv_push_announced = false;
   // Speculative decoding (engine/spec): tokens proposed this step after `tokens` (the step
   // verifies them; never part of `tokens` until accepted), and the distribution each was drawn
   // from ([spec_tokens.size()][vocab]; empty: point masses).

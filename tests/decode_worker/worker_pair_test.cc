@@ -1,7 +1,8 @@
 // A real prefill worker and a real decode worker (and a mixed one), driven directly over their
 // gRPC control plane the way the router drives them: reserve on decode, prefill with the
 // reservation as destination, then generate from the prefilled pages. Checks the answer against
-// a single engine, both orders of "KV landed" and "claimed", and that every way a request can
+// a single engine (chunked prefill with the layer-wise push, and the whole-prompt push), both
+// orders of "KV landed" and "claimed", and that every way a request can
 // end (abort while reserved, unclaimed reservation TTL, client cancel on prefill) frees pages.
 #include <grpcpp/grpcpp.h>
 
@@ -68,11 +69,17 @@ RunningWorker StartWorker(const std::string& binary, std::vector<std::string> ex
 class WorkerPairTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    prefill_ = new RunningWorker(StartWorker("tandem-prefill-worker", {}));
+    // Chunked prefill (a 32-token budget) with the layer-wise push (the default), and a
+    // second prefill worker that pushes the whole prompt after it is computed.
+    prefill_ =
+        new RunningWorker(StartWorker("tandem-prefill-worker", {"--max-num-batched-tokens", "32"}));
+    prefill_whole_ =
+        new RunningWorker(StartWorker("tandem-prefill-worker", {"--no-kv-layerwise-push"}));
     decode_ = new RunningWorker(StartWorker("tandem-decode-worker", {}));
   }
   static void TearDownTestSuite() {
     delete prefill_;
+    delete prefill_whole_;
     delete decode_;
   }
 
@@ -145,51 +152,56 @@ class WorkerPairTest : public ::testing::Test {
   }
 
   static RunningWorker* prefill_;
+  static RunningWorker* prefill_whole_;
   static RunningWorker* decode_;
 };
 
 RunningWorker* WorkerPairTest::prefill_ = nullptr;
+RunningWorker* WorkerPairTest::prefill_whole_ = nullptr;
 RunningWorker* WorkerPairTest::decode_ = nullptr;
 
 TEST_F(WorkerPairTest, PrefillTransferDecodeMatchesSingleEngine) {
-  for (bool claim_early : {false, true}) {
-    for (int n : {3, 16, 33, 120}) {
-      const std::string id = "pair-" + std::to_string(n) + (claim_early ? "-early" : "");
-      const std::vector<int32_t> prompt = Prompt(n, n);
-      GenerateArgs ref_args;
-      ref_args.prompt = prompt;
-      ref_args.max_tokens = 8;
-      const std::vector<int32_t> want = ReferenceGreedy(TinyModelDir(), ref_args);
-      auto r = Reserve(id, n);
-      ASSERT_TRUE(r.ok()) << r.status();
-      EXPECT_GE(r->page_ids_size(), (n + 1 + 15) / 16);
-      grpc::ClientContext pctx;
-      auto preader = prefill_->stub->Prefill(&pctx, PrefillFor(id, prompt, *r));
-      tandem::v1::PrefillEvent ev;
-      ASSERT_TRUE(preader->Read(&ev));
-      ASSERT_TRUE(ev.has_first_token());
-      const int32_t first = ev.first_token().token_id();
-      std::vector<int32_t> got;
-      grpc::Status dstatus;
-      std::thread early;
-      if (claim_early) {
-        early = std::thread([&] { got = Decode(id, prompt, first, &dstatus); });
+  for (RunningWorker* prefill : {prefill_, prefill_whole_})
+    for (bool claim_early : {false, true}) {
+      for (int n : {3, 16, 33, 120}) {
+        const std::string id = "pair-" + std::to_string(n) + (claim_early ? "-early" : "") +
+                               (prefill == prefill_ ? "" : "-whole");
+        const std::vector<int32_t> prompt = Prompt(n, n);
+        GenerateArgs ref_args;
+        ref_args.prompt = prompt;
+        ref_args.max_tokens = 8;
+        const std::vector<int32_t> want = ReferenceGreedy(TinyModelDir(), ref_args);
+        auto r = Reserve(id, n);
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_GE(r->page_ids_size(), (n + 1 + 15) / 16);
+        grpc::ClientContext pctx;
+        auto preader = prefill->stub->Prefill(&pctx, PrefillFor(id, prompt, *r));
+        tandem::v1::PrefillEvent ev;
+        ASSERT_TRUE(preader->Read(&ev));
+        ASSERT_TRUE(ev.has_first_token());
+        const int32_t first = ev.first_token().token_id();
+        std::vector<int32_t> got;
+        grpc::Status dstatus;
+        std::thread early;
+        if (claim_early) {
+          early = std::thread([&] { got = Decode(id, prompt, first, &dstatus); });
+        }
+        ASSERT_TRUE(preader->Read(&ev));
+        ASSERT_TRUE(ev.has_transfer_done());
+        EXPECT_GT(ev.transfer_done().bytes(), 0);
+        EXPECT_FALSE(preader->Read(&ev));
+        ASSERT_TRUE(preader->Finish().ok());
+        if (claim_early) {
+          early.join();
+        } else {
+          got = Decode(id, prompt, first, &dstatus);
+        }
+        EXPECT_TRUE(dstatus.ok()) << dstatus.error_message();
+        EXPECT_EQ(got, want) << id;
       }
-      ASSERT_TRUE(preader->Read(&ev));
-      ASSERT_TRUE(ev.has_transfer_done());
-      EXPECT_GT(ev.transfer_done().bytes(), 0);
-      EXPECT_FALSE(preader->Read(&ev));
-      ASSERT_TRUE(preader->Finish().ok());
-      if (claim_early) {
-        early.join();
-      } else {
-        got = Decode(id, prompt, first, &dstatus);
-      }
-      EXPECT_TRUE(dstatus.ok()) << dstatus.error_message();
-      EXPECT_EQ(got, want) << id;
     }
-  }
   EXPECT_TRUE(Idle(*prefill_, absl::Seconds(1)));
+  EXPECT_TRUE(Idle(*prefill_whole_, absl::Seconds(1)));
   EXPECT_TRUE(Idle(*decode_, absl::Seconds(1)));
   // The transfer is visible in the decode worker's metrics.
   auto m = launcher::HttpGet(decode_->metrics, "/metrics", absl::Seconds(2));

@@ -1,0 +1,58 @@
+// CUDA IPC for the KV transport, when a prefill and a decode worker share a GPU (or are NVLink
+// peers): the decode worker exports its device KV pool once, a prefill worker maps it once per
+// peer and copies pages straight into the reserved pages, device to device. The control path
+// stays the TCP transport's connection (comm/kv_wire.h: the hello asks for IPC, the receiver
+// answers with the pool handle and the transfer's page ids, each layer's write is granted and
+// then confirmed), so the page-ownership rules are the TCP transport's: the pages stay
+// `reserved` until the transfer's verdict, and after KvReceiver::Cancel returns no byte lands.
+//
+// This is the device half behind an interface, so that comm/ needs no CUDA: the implementation
+// is engine/cuda/cuda_kv_ipc.cc (built with TANDEM_CUDA; without it every call is Unimplemented).
+// Thread-safe: transfer threads call it concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/common/kv_layout.h"
+
+namespace tandem {
+
+// Which data path a KV transfer takes (WorkerOptions::kv_transport, the layout's
+// `kv_transport:`): tcp: page bytes over the socket (staged through host memory for a device
+// pool); ipc: CUDA IPC, and a transfer fails (FailedPrecondition, saying why) where it is
+// impossible; auto: IPC where both pools are on devices that can map each other, else TCP.
+enum class KvTransportKind { kTcp, kIpc, kAuto };
+absl::StatusOr<KvTransportKind> ParseKvTransportKind(const std::string& name);
+const char* KvTransportKindName(KvTransportKind kind);
+
+class KvIpcDevice {
+ public:
+  virtual ~KvIpcDevice() = default;
+  // Decode side, once at start-up: an opaque handle (a few dozen bytes) naming the device
+  // allocation that holds `pool` and the pool's offset in it. FailedPrecondition if `pool` is
+  // not device memory that can be exported.
+  virtual absl::StatusOr<std::string> ExportPool(void* pool) = 0;
+  // Prefill side: the exported pool mapped into this process (mapped once per handle and kept
+  // until destruction). FailedPrecondition when the peer's device cannot be mapped from here
+  // (another GPU without peer access, the same process).
+  virtual absl::StatusOr<void*> OpenPool(const std::string& handle) = 0;
+  // Copies layer `layer` of the pages `src_pages` of `src_pool` (this process's pool, laid out
+  // as `src`) to the pages `dst_pages` of `dst_pool` (a mapped peer pool, laid out as `dst`:
+  // the same page shape, its own num_pages), one copy per run of consecutive page ids, on a
+  // stream of its own; returns once the bytes have landed.
+  virtual absl::Status CopyLayer(void* dst_pool, const KvLayout& dst, const void* src_pool,
+                                 const KvLayout& src, int layer,
+                                 absl::Span<const int32_t> dst_pages,
+                                 absl::Span<const int32_t> src_pages) = 0;
+};
+
+// The CUDA implementation (engine/cuda/cuda_kv_ipc.cc), or Unimplemented in a build without
+// CUDA.
+absl::StatusOr<std::unique_ptr<KvIpcDevice>> MakeCudaKvIpc();
+
+}  // namespace tandem

@@ -1,0 +1,127 @@
+// KvIpcDevice (comm/kv_ipc.h) over the CUDA runtime: legacy IPC memory handles
+// (cudaIpcGetMemHandle / cudaIpcOpenMemHandle) for the pool allocation, and one
+// cudaMemcpyAsync per run of consecutive pages on a per-thread non-blocking stream.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "base/cuda_check.h"
+#include "base/status_macros.h"
+#include "comm/kv_ipc.h"
+
+namespace tandem {
+namespace {
+
+// The exported handle: the allocation's IPC handle, the pool's offset in it, the device.
+struct WireHandle {
+  cudaIpcMemHandle_t mem;
+  int64_t offset;
+  int32_t device;
+};
+
+class CudaKvIpc final : public KvIpcDevice {
+ public:
+  ~CudaKvIpc() override {
+    absl::MutexLock l(&mu_);
+    for (auto& [key, base] : opened_) cudaIpcCloseMemHandle(base);
+  }
+
+  absl::StatusOr<std::string> ExportPool(void* pool) override {
+    cudaPointerAttributes attr{};
+    CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attr, pool));
+    if (attr.type != cudaMemoryTypeDevice) {
+      return absl::FailedPreconditionError("the KV pool is not device memory: no CUDA IPC");
+    }
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(attr.device));
+    // The handle names the allocation that holds `pool`; the engine allocates its pool alone
+    // (Ops::Allocate: one cudaMalloc), so the pool is the allocation's start: offset 0.
+    WireHandle h{};
+    CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&h.mem, pool));
+    h.offset = 0;
+    h.device = attr.device;
+    return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
+  }
+
+  absl::StatusOr<void*> OpenPool(const std::string& handle) override {
+    if (handle.size() != sizeof(WireHandle)) {
+      return absl::InvalidArgumentError("not a CUDA IPC pool handle");
+    }
+    WireHandle h;
+    std::memcpy(&h, handle.data(), sizeof(h));
+    const std::string key(reinterpret_cast<const char*>(&h.mem), sizeof(h.mem));
+    absl::MutexLock l(&mu_);
+    auto it = opened_.find(key);
+    if (it == opened_.end()) {
+      void* base = nullptr;
+      const cudaError_t e = cudaIpcOpenMemHandle(&base, h.mem, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cudaIpcOpenMemHandle (peer pool on device ", h.device, "): ", cudaGetErrorString(e)));
+      }
+      it = opened_.emplace(key, base).first;
+    }
+    return static_cast<void*>(static_cast<char*>(it->second) + h.offset);
+  }
+
+  absl::Status CopyLayer(void* dst_pool, const KvLayout& dst, const void* src_pool,
+                         const KvLayout& src, int layer, absl::Span<const int32_t> dst_pages,
+                         absl::Span<const int32_t> src_pages) override {
+    if (dst_pages.size() != src_pages.size() || layer < 0 || layer >= src.num_layers ||
+        dst.num_layers != src.num_layers || dst.PageBytes() != src.PageBytes()) {
+      return absl::InvalidArgumentError("CopyLayer: pages or layouts do not match");
+    }
+    ASSIGN_OR_RETURN(cudaStream_t stream, ThreadStream(src_pool));
+    const int64_t elem = DTypeSize(src.dtype);
+    const int64_t page_bytes = src.PageBytes();
+    for (size_t i = 0; i < src_pages.size();) {
+      size_t run = 1;  // consecutive on both sides: one copy
+      while (i + run < src_pages.size() && src_pages[i + run] == src_pages[i] + int32_t(run) &&
+             dst_pages[i + run] == dst_pages[i] + int32_t(run)) {
+        ++run;
+      }
+      if (src_pages[i] < 0 || src_pages[i] + int64_t(run) > src.num_pages || dst_pages[i] < 0 ||
+          dst_pages[i] + int64_t(run) > dst.num_pages) {
+        return absl::InvalidArgumentError("CopyLayer: a page outside its pool");
+      }
+      char* d = static_cast<char*>(dst_pool) + dst.PageOffset(layer, dst_pages[i]) * elem;
+      const char* s =
+          static_cast<const char*>(src_pool) + src.PageOffset(layer, src_pages[i]) * elem;
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, s, static_cast<size_t>(page_bytes * int64_t(run)),
+                                           cudaMemcpyDeviceToDevice, stream));
+      i += run;
+    }
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return absl::OkStatus();
+  }
+
+ private:
+  // A non-blocking stream per transfer thread, on the device of `src_pool`.
+  static absl::StatusOr<cudaStream_t> ThreadStream(const void* src_pool) {
+    thread_local cudaStream_t stream = nullptr;
+    if (stream == nullptr) {
+      cudaPointerAttributes attr{};
+      CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attr, src_pool));
+      CUDA_RETURN_IF_ERROR(cudaSetDevice(attr.device));
+      CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    }
+    return stream;
+  }
+
+  absl::Mutex mu_;
+  std::map<std::string, void*> opened_ ABSL_GUARDED_BY(mu_);  // handle bytes -> mapped base
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvIpcDevice>> MakeCudaKvIpc() {
+  return std::unique_ptr<KvIpcDevice>(new CudaKvIpc());
+}
+
+}  // namespace tandem

@@ -1,0 +1,203 @@
+// The CUDA IPC KV transport on one GPU, across two processes (label gpu; skips without a
+// device): this process is the decode side (a device pool exported once, a TcpKvReceiver),
+// and it starts itself again as the prefill side (CudaKvIpcChild.Send: its own device pool,
+// TcpKvSender with kv_transport ipc). Qwen3-8B KV shapes (36 layers, 8 KV heads, head_dim
+// 128, bf16, 16-token pages), an 8k-token prompt (512 pages, 1.2 GB):
+//   - exactness: every byte of the 512 reserved pages equals the sender's page, and every byte
+//     of the pages not reserved is untouched, for reserved pages in one run and scattered (a
+//     copy per page), two transfers into disjoint pages;
+//   - bench: the sender prints the transfer's GB/s (Begin to Finish, control round trips
+//     included) for both page orders.
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "comm/kv_ipc.h"
+#include "comm/tcp_kv_receiver.h"
+#include "comm/tcp_kv_sender.h"
+#include "engine/cuda/cuda_device.h"
+#include "engine/model/ops.h"
+#include "gtest/gtest.h"
+
+extern char** environ;
+
+namespace tandem {
+namespace {
+
+constexpr int kTokens = 8192;
+constexpr int kPageSize = 16;
+constexpr int kPages = kTokens / kPageSize;  // 512 pages per layer
+
+KvLayout Qwen3Layout(int num_pages) {
+  KvLayout l;
+  l.num_layers = 36;
+  l.num_pages = num_pages;
+  l.page_size = kPageSize;
+  l.num_kv_heads = 8;
+  l.head_dim = 128;
+  l.dtype = DType::kBF16;
+  return l;
+}
+
+// The byte pattern of the sender's pool (and of the receiver's untouched pages, seed 2).
+void Fill(std::vector<char>& bytes, uint64_t seed) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(bytes.data() + i, &x, 8);
+  }
+}
+
+// Sender-side page order and receiver-side page order of each case.
+std::vector<int32_t> SrcPages() {
+  std::vector<int32_t> p(kPages);
+  std::iota(p.begin(), p.end(), 3);  // pages 3 .. 514 of a 520-page pool
+  return p;
+}
+// Receiver pages: contiguous 40 .. 551, scattered a shuffle of 560 .. 1071 (a 1100-page pool).
+std::vector<int32_t> DstPages(bool scattered) {
+  std::vector<int32_t> p(kPages);
+  std::iota(p.begin(), p.end(), scattered ? 560 : 40);
+  if (scattered) std::shuffle(p.begin(), p.end(), std::mt19937(11));
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceAllocation>> DevicePool(const KvLayout& layout, uint64_t seed,
+                                                             std::vector<char>* host) {
+  absl::StatusOr<std::unique_ptr<Ops>> ops = MakeCudaOps();
+  if (!ops.ok()) return ops.status();
+  absl::StatusOr<std::unique_ptr<DeviceAllocation>> pool = (*ops)->Allocate(layout.PoolBytes());
+  if (!pool.ok()) return pool.status();
+  host->resize(static_cast<size_t>(layout.PoolBytes()));
+  Fill(*host, seed);
+  absl::Status st = CopyDeviceMemory((*pool)->data(), host->data(), layout.PoolBytes());
+  if (!st.ok()) return st;
+  return pool;
+}
+
+// The prefill side, run only as the child this test starts (TANDEM_IPC_CHILD set).
+TEST(CudaKvIpcChild, Send) {
+  const char* peer = std::getenv("TANDEM_IPC_CHILD");
+  if (peer == nullptr) GTEST_SKIP() << "runs as the child of CudaKvIpc tests";
+  const KvLayout layout = Qwen3Layout(520);
+  std::vector<char> host;
+  auto pool = DevicePool(layout, 1, &host);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto ipc = MakeCudaKvIpc();
+  ASSERT_TRUE(ipc.ok()) << ipc.status();
+  TcpKvSender sender({}, "", KvTransportKind::kIpc, std::shared_ptr<KvIpcDevice>(*std::move(ipc)));
+  const std::vector<int32_t> src = SrcPages();
+  for (const char* id : {"contiguous", "scattered"}) {
+    const absl::Time start = absl::Now();
+    auto op = sender.Begin(peer, id, layout, kPages, absl::Seconds(60));
+    ASSERT_TRUE(op.ok()) << op.status();
+    for (int l = 0; l < layout.num_layers; ++l) {
+      ASSERT_TRUE((*op)->SendLayer(l, (*pool)->data(), src, 0).ok());
+    }
+    auto stats = (*op)->Finish();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    const double s = absl::ToDoubleSeconds(absl::Now() - start);
+    std::printf("BENCH cuda_ipc %s: %d tokens, %d layers, %.3f GB in %.3f ms = %.1f GB/s\n", id,
+                kTokens, layout.num_layers, stats->bytes / 1e9, s * 1e3, stats->bytes / s / 1e9);
+    std::fflush(stdout);
+  }
+}
+
+struct Done {
+  absl::Mutex mu;
+  std::vector<std::pair<std::string, absl::Status>> got ABSL_GUARDED_BY(mu);
+};
+
+TEST(CudaKvIpc, TwoProcessesOnOneGpuLandEveryByteExactly) {
+  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
+  const KvLayout layout = Qwen3Layout(1100);
+  std::vector<char> before;
+  auto pool = DevicePool(layout, 2, &before);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto ipc = MakeCudaKvIpc();
+  ASSERT_TRUE(ipc.ok()) << ipc.status();
+  auto handle = (*ipc)->ExportPool((*pool)->data());
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  Done done;
+  auto receiver = TcpKvReceiver::Create(
+      "127.0.0.1", 0, (*pool)->data(), layout,
+      [&done](const std::string& id, absl::Status st, KvTransferStats) {
+        absl::MutexLock l(&done.mu);
+        done.got.emplace_back(id, st);
+      },
+      Clock::Real(), [](void* d, const void* s, int64_t n) { return CopyDeviceMemory(d, s, n); });
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  (*receiver)->SetIpcExport(*handle);
+  for (bool scattered : {false, true}) {
+    ASSERT_TRUE((*receiver)
+                    ->Expect(scattered ? "scattered" : "contiguous", DstPages(scattered),
+                             absl::Now() + absl::Seconds(120))
+                    .ok());
+  }
+
+  // The prefill side: this binary again, as CudaKvIpcChild.Send.
+  const std::string self = "/proc/self/exe";
+  std::string filter = "--gtest_filter=CudaKvIpcChild.Send";
+  std::vector<char*> argv = {const_cast<char*>(self.c_str()), filter.data(), nullptr};
+  std::vector<std::string> env_strings = {
+      absl::StrCat("TANDEM_IPC_CHILD=", (*receiver)->address())};
+  for (char** e = environ; *e != nullptr; ++e) env_strings.push_back(*e);
+  std::vector<char*> envp;
+  for (std::string& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, self.c_str(), nullptr, nullptr, argv.data(), envp.data()), 0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << "prefill child failed";
+  {
+    absl::MutexLock l(&done.mu);
+    auto two = [&done]() ABSL_SHARED_LOCKS_REQUIRED(done.mu) { return done.got.size() == 2; };
+    ASSERT_TRUE(done.mu.AwaitWithTimeout(absl::Condition(&two), absl::Seconds(30)));
+    for (const auto& [id, st] : done.got) EXPECT_TRUE(st.ok()) << id << ": " << st;
+  }
+
+  // What the pool must hold: `before`, with the sender's pages (its pattern, seed 1) in the
+  // reserved pages of each case.
+  const KvLayout src_layout = Qwen3Layout(520);
+  std::vector<char> src(static_cast<size_t>(src_layout.PoolBytes()));
+  Fill(src, 1);
+  std::vector<char> want = before;
+  const int64_t elem = DTypeSize(layout.dtype);
+  const std::vector<int32_t> src_pages = SrcPages();
+  for (bool scattered : {false, true}) {
+    const std::vector<int32_t> dst_pages = DstPages(scattered);
+    for (int l = 0; l < layout.num_layers; ++l) {
+      for (int i = 0; i < kPages; ++i) {
+        std::memcpy(want.data() + layout.PageOffset(l, dst_pages[i]) * elem,
+                    src.data() + src_layout.PageOffset(l, src_pages[i]) * elem, layout.PageBytes());
+      }
+    }
+  }
+  std::vector<char> got(want.size());
+  ASSERT_TRUE(CopyDeviceMemory(got.data(), (*pool)->data(), layout.PoolBytes()).ok());
+  size_t mismatched_pages = 0;
+  for (int l = 0; l < layout.num_layers; ++l) {
+    for (int p = 0; p < layout.num_pages; ++p) {
+      const int64_t off = layout.PageOffset(l, p) * elem;
+      mismatched_pages += std::memcmp(got.data() + off, want.data() + off, layout.PageBytes()) != 0;
+    }
+  }
+  EXPECT_EQ(mismatched_pages, 0u);
+}
+
+}  // namespace
+}  // namespace tandem
