@@ -47,8 +47,9 @@ if want tests; then
   for t in ${TESTS:-kernels_kb_gpu_test logits_gpu_test attention_gpu_test engine_cuda_test}; do
     run_test "$t" 420
   done
-  grep -E "max \|cuda|greedy tokens|batch invariance|device sampling" \
-    "$LOGS/engine_cuda_test.log" | head -60 >>"$OUT/summary.txt"
+  grep -hE "max \|cuda|greedy tokens|batch invariance|device sampling" \
+    "$LOGS/engine_cuda_test.log" 2>/dev/null | head -60 >>"$OUT/summary.txt"
+  grep -hE "^BENCH" "$LOGS"/*.log 2>/dev/null >>"$OUT/summary.txt"
 fi
 
 # The engine step counters of the first worker's /metrics (tandem_worker_engine_*, output
