@@ -134,6 +134,7 @@ absl::StatusOr<int> PickFreePort(const std::string& host) {
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
                                                         const ClusterOptions& options) {
+  if (absl::Status st = CheckParallelBackend(layout); !st.ok()) return st;
   std::unique_ptr<Cluster> c(new Cluster);
   c->log_dir_ = options.log_dir;
   c->cluster_token_ = RandomHex(32);
@@ -195,6 +196,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
         flags.insert(flags.end(), {"--served-model-name", layout.served_model_name});
       }
       for (std::string& f : EngineFlags(layout)) flags.push_back(std::move(f));
+      flags.insert(flags.end(), {"--tensor-parallel-size", std::to_string(g.tensor_parallel),
+                                 "--pipeline-parallel-size", std::to_string(g.pipeline_parallel)});
       flags.insert(flags.end(), g.args.begin(), g.args.end());
       const std::string binary = options.bin_dir + (g.role == "prefill" ? "/tandem-prefill-worker"
                                                                         : "/tandem-decode-worker");

@@ -53,8 +53,9 @@ absl::Status Validate(const Layout& l) {
     if (!g.gpus.empty() && static_cast<int>(g.gpus.size()) != g.count) {
       return absl::InvalidArgumentError("groups: gpus must list one GPU per worker");
     }
-    if (g.tensor_parallel != 1 || g.pipeline_parallel != 1) {
-      return absl::UnimplementedError("groups: tensor/pipeline parallel > 1 is not built yet");
+    if (g.tensor_parallel < 1 || g.pipeline_parallel < 1) {
+      return absl::InvalidArgumentError(
+          "groups: tensor_parallel and pipeline_parallel must be >= 1");
     }
     prefill |= g.role == "prefill";
     decode |= g.role == "decode";
@@ -66,6 +67,33 @@ absl::Status Validate(const Layout& l) {
   if (!prefill && !mixed) return absl::InvalidArgumentError("a layout needs at least one worker");
   if (l.backend != "auto" && l.backend != "cpu" && l.backend != "cuda") {
     return absl::InvalidArgumentError("backend must be auto, cpu or cuda");
+  }
+  // Every prefill group may push its KV to every decode group: a page must mean the same bytes on
+  // both sides. Pages of different TP differ in shape (the transport would refuse the pair);
+  // pages of different PP have the same shape but other layers (nothing would notice).
+  const GroupSpec* first_disagg = nullptr;
+  for (const GroupSpec& g : l.groups) {
+    if (g.role == "mixed") continue;
+    if (first_disagg == nullptr) {
+      first_disagg = &g;
+      continue;
+    }
+    if (g.tensor_parallel != first_disagg->tensor_parallel ||
+        g.pipeline_parallel != first_disagg->pipeline_parallel) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "groups: prefill and decode groups must have the same tensor_parallel and "
+          "pipeline_parallel (",
+          first_disagg->role, ": TP ", first_disagg->tensor_parallel, " PP ",
+          first_disagg->pipeline_parallel, ", ", g.role, ": TP ", g.tensor_parallel, " PP ",
+          g.pipeline_parallel,
+          "): their KV pages differ, and transfers between groups of different sizes are not "
+          "built yet"));
+    }
+  }
+  // An explicit cuda backend is refused here; auto is resolved by `tandem serve`, which checks
+  // again (CheckParallelBackend).
+  if (l.backend == "cuda") {
+    if (absl::Status st = CheckParallelBackend(l); !st.ok()) return st;
   }
   if (!(l.engine.gpu_memory_utilization > 0.0 && l.engine.gpu_memory_utilization <= 1.0)) {
     return absl::InvalidArgumentError("engine: gpu_memory_utilization must be in (0, 1]");
@@ -86,6 +114,18 @@ absl::Status Validate(const Layout& l) {
 }
 
 }  // namespace
+
+absl::Status CheckParallelBackend(const Layout& l) {
+  for (const GroupSpec& g : l.groups) {
+    if ((g.tensor_parallel > 1 || g.pipeline_parallel > 1) && l.backend != "cpu") {
+      return absl::UnimplementedError(absl::StrCat(
+          "groups: tensor_parallel / pipeline_parallel > 1 (", g.role, ": TP ", g.tensor_parallel,
+          " PP ", g.pipeline_parallel, ") run on the CPU backend only so far; the backend is ",
+          l.backend, l.backend == "auto" ? " (not resolved yet)" : "", ": set backend: cpu"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 Layout DefaultLayout() {
   Layout l;

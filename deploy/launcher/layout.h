@@ -1,6 +1,9 @@
 // Layout: what `tandem serve` brings up on one node, read from a YAML file (deploy/layouts/).
 // One router plus worker groups; each group is `count` identical worker processes of one role.
-// TP/PP sizes and GPU lists are carried through for the CUDA backend (placeholders on CPU).
+// tensor_parallel / pipeline_parallel become each worker's --tensor-parallel-size /
+// --pipeline-parallel-size: one engine of TP x PP ranks (threads) per worker, on the CPU backend
+// only so far (refused with cuda); prefill and decode groups must have the same sizes (their KV
+// pages must match). Mixed groups may be sized freely. GPU lists set CUDA_VISIBLE_DEVICES.
 //
 //   model: /models/llama          # HF directory; empty: generate the tiny model (CPU)
 //   served_model_name: ""         # default: the directory's name
@@ -77,5 +80,10 @@ Layout DefaultLayout();
 // decode group, ...).
 absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text);
 absl::StatusOr<Layout> LoadLayout(const std::string& path);
+// Unimplemented when a group has tensor_parallel or pipeline_parallel > 1 and the backend is not
+// cpu (TP/PP run on the CPU backend only so far). ParseLayout checks it for an explicit `cuda`;
+// call it again once `auto` is resolved (`tandem serve` does; Cluster::Start too, where an
+// unresolved `auto` is refused as well).
+absl::Status CheckParallelBackend(const Layout& l);
 
 }  // namespace tandem::launcher

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace tandem::launcher {
@@ -92,7 +93,9 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
       {"groups: []", "at least one worker"},
       {"backend: tpu\ngroups: [{role: mixed}]", "backend"},
       {"router: {port: eighty}\ngroups: [{role: mixed}]", "layout:"},
-      {"groups: [{role: mixed, tensor_parallel: 2}]", "tensor/pipeline"},
+      {"groups: [{role: mixed, tensor_parallel: 0}]", "must be >= 1"},
+      {"groups: [{role: mixed, pipeline_parallel: -1}]", "must be >= 1"},
+      {"groups: [{role: mixed, tensor_parallel: two}]", "layout:"},
       {"groups: [{role: mixed", "layout:"},
       {"engine: {gpu_memory_utilization: 1.5}\ngroups: [{role: mixed}]", "gpu_memory_utilization"},
       {"engine: {speculative_config: {method: medusa, num_speculative_tokens: 2}}\n"
@@ -121,6 +124,83 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
         << c.yaml << " -> " << l.status();
   }
   EXPECT_EQ(LoadLayout("/nonexistent.yaml").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Layout, TensorAndPipelineParallelAcceptedOnTheCpuBackend) {
+  absl::StatusOr<Layout> l = ParseLayout(R"(
+backend: cpu
+groups:
+  - {role: prefill, count: 2, tensor_parallel: 2, pipeline_parallel: 2}
+  - {role: decode, tensor_parallel: 2, pipeline_parallel: 2}
+  - {role: mixed, tensor_parallel: 4}
+)");
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_EQ(l->groups.size(), 3u);
+  EXPECT_EQ(l->groups[0].tensor_parallel, 2);
+  EXPECT_EQ(l->groups[0].pipeline_parallel, 2);
+  EXPECT_EQ(l->groups[1].tensor_parallel, 2);
+  EXPECT_EQ(l->groups[1].pipeline_parallel, 2);
+  EXPECT_EQ(l->groups[2].tensor_parallel, 4);
+  EXPECT_EQ(l->groups[2].pipeline_parallel, 1);
+  EXPECT_TRUE(CheckParallelBackend(*l).ok());
+  // auto parses (`tandem serve` resolves it first), and is refused until resolved to cpu.
+  absl::StatusOr<Layout> a = ParseLayout("groups: [{role: mixed, pipeline_parallel: 2}]");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->backend, "auto");
+  const absl::Status unresolved = CheckParallelBackend(*a);
+  EXPECT_EQ(unresolved.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(unresolved.message().find("not resolved"), std::string::npos) << unresolved;
+  a->backend = "cpu";
+  EXPECT_TRUE(CheckParallelBackend(*a).ok());
+  a->backend = "cuda";  // what auto gives with a model and a visible GPU
+  const absl::Status on_cuda = CheckParallelBackend(*a);
+  EXPECT_EQ(on_cuda.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(on_cuda.message().find("CPU backend only"), std::string::npos) << on_cuda;
+  // Sizes of 1 need nothing of the backend.
+  absl::StatusOr<Layout> one = ParseLayout("backend: cuda\ngroups: [{role: mixed}]");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(CheckParallelBackend(*one).ok());
+}
+
+TEST(Layout, TensorAndPipelineParallelRefusedOnCuda) {
+  for (const char* yaml : {"backend: cuda\ngroups: [{role: mixed, tensor_parallel: 2}]",
+                           "backend: cuda\ngroups: [{role: mixed, pipeline_parallel: 2}]",
+                           "backend: cuda\ngroups: [{role: prefill, tensor_parallel: 2},"
+                           " {role: decode, tensor_parallel: 2}]"}) {
+    absl::StatusOr<Layout> l = ParseLayout(yaml);
+    ASSERT_FALSE(l.ok()) << yaml;
+    EXPECT_EQ(l.status().code(), absl::StatusCode::kUnimplemented) << yaml;
+    EXPECT_NE(l.status().message().find("CPU backend only"), std::string::npos)
+        << yaml << " -> " << l.status();
+  }
+}
+
+TEST(Layout, PrefillAndDecodeGroupsOfDifferentSizesRefused) {
+  for (const char* groups : {
+           "[{role: prefill, tensor_parallel: 2}, {role: decode}]",
+           "[{role: prefill}, {role: decode, tensor_parallel: 2}]",
+           "[{role: prefill, tensor_parallel: 2}, {role: decode, tensor_parallel: 4}]",
+           // Two prefill groups: each may push to the decode group.
+           "[{role: prefill, tensor_parallel: 2}, {role: prefill}, {role: decode,"
+           " tensor_parallel: 2}]",
+           // Different PP: the same page shape, other layers in it.
+           "[{role: prefill, pipeline_parallel: 2}, {role: decode}]",
+       }) {
+    const std::string yaml = absl::StrCat("backend: cpu\ngroups: ", groups);
+    absl::StatusOr<Layout> l = ParseLayout(yaml);
+    ASSERT_FALSE(l.ok()) << yaml;
+    EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument) << yaml;
+    EXPECT_NE(l.status().message().find("prefill and decode groups must have the same "
+                                        "tensor_parallel and pipeline_parallel"),
+              std::string::npos)
+        << yaml << " -> " << l.status();
+    EXPECT_NE(l.status().message().find("KV pages differ"), std::string::npos) << l.status();
+  }
+  // Mixed groups transfer nothing: they may be sized apart from the disaggregated ones.
+  absl::StatusOr<Layout> l = ParseLayout(
+      "backend: cpu\ngroups: [{role: prefill, tensor_parallel: 2}, {role: decode,"
+      " tensor_parallel: 2}, {role: mixed}]");
+  EXPECT_TRUE(l.ok()) << l.status();
 }
 
 }  // namespace
