@@ -364,9 +364,6 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::StepOnce() {
   // A step that completes prefill-only prompts reports its layers as they are stored
   // (engine/kv_push.h): it runs whole, never launched.
   const bool pushes = AnnouncePushes(decision);
-  const LayerStoredHook layer_hook = [this](int layer, void* event) {
-    push_listener_->OnLayerStored(layer, event);
-  };
   if (async_steps_ && !pushes && ModelRunner::CanLaunch(decision)) {
     // Returns this step's predecessor's outputs while the device runs it (engine.h).
     const absl::Status launched = runner_.Launch(decision);
@@ -378,6 +375,10 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::StepOnce() {
     launched_ = std::move(decision);
     ++counters_.num_async_steps_total;
     return outputs;
+  }
+  LayerStoredHook layer_hook;
+  if (pushes) {
+    layer_hook = [this](int layer, void* event) { push_listener_->OnLayerStored(layer, event); };
   }
   absl::StatusOr<ModelRunner::StepResult> result =
       runner_.Run(decision, pushes ? &layer_hook : nullptr);

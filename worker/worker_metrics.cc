@@ -196,8 +196,9 @@ void WorkerMetrics::UpdateEngine(const EngineStats& stats, int num_live_requests
     preemptions_->Increment(static_cast<double>(stats.num_preemptions_total - last_preemptions_));
     last_preemptions_ = stats.num_preemptions_total;
   }
-  auto advance = [](prometheus::Counter* c, int64_t now, int64_t* last) {
-    if (now > *last) c->Increment(static_cast<double>(now - *last));
+  // Counter c follows the engine's total `now` (in units of `scale`: 1e-9 turns ns into s).
+  auto advance = [](prometheus::Counter* c, int64_t now, int64_t* last, double scale = 1.0) {
+    if (now > *last) c->Increment(static_cast<double>(now - *last) * scale);
     *last = std::max(*last, now);
   };
   advance(spec_drafts_, stats.spec_decode_num_drafts, &last_spec_drafts_);
@@ -217,13 +218,9 @@ void WorkerMetrics::UpdateEngine(const EngineStats& stats, int num_live_requests
   advance(steps_, stats.num_steps_total, &last_steps_);
   advance(graph_steps_, stats.num_graph_steps_total, &last_graph_steps_);
   advance(async_steps_, stats.num_async_steps_total, &last_async_steps_);
-  auto advance_ns = [](prometheus::Counter* c, int64_t now, int64_t* last) {
-    if (now > *last) c->Increment(static_cast<double>(now - *last) * 1e-9);
-    *last = std::max(*last, now);
-  };
-  advance_ns(step_seconds_, stats.step_time_ns_total, &last_step_ns_);
-  advance_ns(device_wait_seconds_, stats.device_wait_ns_total, &last_device_wait_ns_);
-  advance_ns(output_seconds_, output_handling_ns_total, &last_output_ns_);
+  advance(step_seconds_, stats.step_time_ns_total, &last_step_ns_, 1e-9);
+  advance(device_wait_seconds_, stats.device_wait_ns_total, &last_device_wait_ns_, 1e-9);
+  advance(output_seconds_, output_handling_ns_total, &last_output_ns_, 1e-9);
 }
 
 }  // namespace tandem

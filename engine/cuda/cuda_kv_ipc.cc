@@ -1,7 +1,6 @@
 // KvIpcDevice (comm/kv_ipc.h) over the CUDA runtime: legacy IPC memory handles
 // (cudaIpcGetMemHandle / cudaIpcOpenMemHandle) for the pool allocation, and per layer KvPageCopy
-// launches (kernels/kv_page_copy; one cudaMemcpyAsync per run of pages when a page is not a
-// multiple of 16 bytes) on a per-thread non-blocking stream.
+// launches (kernels/kv_page_copy) on a per-thread non-blocking stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -89,39 +88,19 @@ class CudaKvIpc final : public KvIpcDevice {
         return absl::InvalidArgumentError("CopyLayer: a page outside its pool");
       }
     }
-    if (page_bytes % 16 == 0) {
-      // One kernel launch per kKvPageCopyMaxPages pages, not one copy per run: on the H200 it
-      // moved 8k tokens of Qwen3-8B KV at 381.7 GB/s scattered where per-run copies reached 10.3
-      // (scattered) and 96.2 GB/s (one run per layer) (kernels/kv_page_copy/WORKLOG.md).
-      KvPageCopyArgs a;
-      a.dst_layer = static_cast<char*>(dst_pool) + dst.PageOffset(layer, 0) * elem;
-      a.src_layer = static_cast<const char*>(src_pool) + src.PageOffset(layer, 0) * elem;
-      a.page_bytes = page_bytes;
-      for (size_t i = 0; i < src_pages.size(); i += kKvPageCopyMaxPages) {
-        a.num_pages = static_cast<int>(std::min<size_t>(kKvPageCopyMaxPages, src_pages.size() - i));
-        std::copy_n(dst_pages.begin() + i, a.num_pages, a.dst_pages);
-        std::copy_n(src_pages.begin() + i, a.num_pages, a.src_pages);
-        RETURN_IF_ERROR(KvPageCopy(a, stream));
-      }
-      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-      return absl::OkStatus();
-    }
-    for (size_t i = 0; i < src_pages.size();) {
-      size_t run = 1;  // consecutive on both sides: one copy
-      while (i + run < src_pages.size() && src_pages[i + run] == src_pages[i] + int32_t(run) &&
-             dst_pages[i + run] == dst_pages[i] + int32_t(run)) {
-        ++run;
-      }
-      if (src_pages[i] < 0 || src_pages[i] + int64_t(run) > src.num_pages || dst_pages[i] < 0 ||
-          dst_pages[i] + int64_t(run) > dst.num_pages) {
-        return absl::InvalidArgumentError("CopyLayer: a page outside its pool");
-      }
-      char* d = static_cast<char*>(dst_pool) + dst.PageOffset(layer, dst_pages[i]) * elem;
-      const char* s =
-          static_cast<const char*>(src_pool) + src.PageOffset(layer, src_pages[i]) * elem;
-      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, s, static_cast<size_t>(page_bytes * int64_t(run)),
-                                           cudaMemcpyDeviceToDevice, stream));
-      i += run;
+    // One kernel launch per kKvPageCopyMaxPages pages, not one copy per run: on the H200 it
+    // moved 8k tokens of Qwen3-8B KV at 394.8 GB/s scattered where per-run copies reached 10.3
+    // (kernels/kv_page_copy/WORKLOG.md). CUDA pages (head_dim 64 or 128) are multiples of 16
+    // bytes; KvPageCopy refuses anything else.
+    KvPageCopyArgs a;
+    a.dst_layer = static_cast<char*>(dst_pool) + dst.PageOffset(layer, 0) * elem;
+    a.src_layer = static_cast<const char*>(src_pool) + src.PageOffset(layer, 0) * elem;
+    a.page_bytes = page_bytes;
+    for (size_t i = 0; i < src_pages.size(); i += kKvPageCopyMaxPages) {
+      a.num_pages = static_cast<int>(std::min<size_t>(kKvPageCopyMaxPages, src_pages.size() - i));
+      std::copy_n(dst_pages.begin() + i, a.num_pages, a.dst_pages);
+      std::copy_n(src_pages.begin() + i, a.num_pages, a.src_pages);
+      RETURN_IF_ERROR(KvPageCopy(a, stream));
     }
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     return absl::OkStatus();

@@ -257,16 +257,7 @@ absl::Status WriteQuantizedRandomWeights(const ModelConfig& config, uint64_t see
       std::memcpy(out, bytes.data() + first * elem, count * elem);
       return;
     }
-    const HfTensor& t = *dense.at(spec.name);
-    for (int64_t i = 0; i < count; ++i) {
-      const float v = RandomWeight(seed, t, first + i);
-      if (spec.dtype == DType::kF32) {
-        std::memcpy(out + 4 * i, &v, 4);
-      } else {
-        const uint16_t bits = spec.dtype == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
-        std::memcpy(out + 2 * i, &bits, 2);
-      }
-    }
+    FillRandomWeights(seed, *dense.at(spec.name), spec.dtype, first, count, out);
   };
   return WriteSafetensorsCheckpoint(dir, specs, fill, options);
 }

@@ -60,6 +60,21 @@ float RandomWeight(uint64_t seed, const HfTensor& tensor, int64_t index) {
   return center + half_width * Uniform(key, index);
 }
 
+void FillRandomWeights(uint64_t seed, const HfTensor& t, DType dtype, int64_t first, int64_t count,
+                       uint8_t* out) {
+  ParallelFor(count, 1 << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = RandomWeight(seed, t, first + i);
+      if (dtype == DType::kF32) {
+        std::memcpy(out + 4 * i, &v, 4);
+      } else {
+        const uint16_t bits = dtype == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+        std::memcpy(out + 2 * i, &bits, 2);
+      }
+    }
+  });
+}
+
 absl::Status WriteRandomWeights(const ModelConfig& config, uint64_t seed, const std::string& dir,
                                 const CheckpointWriteOptions& options) {
   const std::vector<HfTensor> tensors = HfTensors(config);
@@ -71,18 +86,7 @@ absl::Status WriteRandomWeights(const ModelConfig& config, uint64_t seed, const 
   }
   const TensorFiller fill = [&](const TensorSpec& spec, int64_t first, int64_t count,
                                 uint8_t* out) {
-    const HfTensor& t = *by_name.at(spec.name);
-    ParallelFor(count, 1 << 14, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float v = RandomWeight(seed, t, first + i);
-        if (spec.dtype == DType::kF32) {
-          std::memcpy(out + 4 * i, &v, 4);
-        } else {
-          const uint16_t bits = spec.dtype == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
-          std::memcpy(out + 2 * i, &bits, 2);
-        }
-      }
-    });
+    FillRandomWeights(seed, *by_name.at(spec.name), spec.dtype, first, count, out);
   };
   return WriteSafetensorsCheckpoint(dir, specs, fill, options);
 }

@@ -20,6 +20,10 @@ namespace tandem {
 //   in [-0.5, 0.5]; norm weights 1 + uniform [-0.25, 0.25]; embeddings and lm_head std
 //   3/sqrt(hidden) (with RMS-normalised hidden states, logits then have std ~3).
 float RandomWeight(uint64_t seed, const HfTensor& tensor, int64_t index);
+// Elements [first, first + count) of `tensor` (RandomWeight) into `out` as `dtype` (F32, BF16
+// or F16), in parallel.
+void FillRandomWeights(uint64_t seed, const HfTensor& tensor, DType dtype, int64_t first,
+                       int64_t count, uint8_t* out);
 
 // Writes the safetensors files of a random checkpoint of `config` to `dir` (which must exist).
 absl::Status WriteRandomWeights(const ModelConfig& config, uint64_t seed, const std::string& dir,
