@@ -143,11 +143,16 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
   LOG(INFO) << "KV cache: " << layout.num_pages << " pages of " << layout.page_size << " tokens, "
             << (layout.PoolBytes() >> 20) << " MiB";
   const absl::Time capture_start = Clock::Real()->Now();
-  RETURN_IF_ERROR(
-      model->Prepare(ModelPrepareOptions{capacity, graph_sizes}, layout, kv_cache->pool()));
+  // With speculation, verify steps (1 + k tokens per sequence) get graphs of their own.
+  const ModelPrepareOptions prepare{
+      .capacity = capacity,
+      .cuda_graph_sizes = graph_sizes,
+      .verify_tokens_per_seq = spec.enabled() ? 1 + spec.num_speculative_tokens : 0};
+  RETURN_IF_ERROR(model->Prepare(prepare, layout, kv_cache->pool()));
   if (!graph_sizes.empty()) {
     LOG(INFO) << "captured " << graph_sizes.size() << " CUDA graphs (batch " << graph_sizes.front()
-              << " to " << graph_sizes.back() << ") in "
+              << " to " << graph_sizes.back() << ")"
+              << (spec.enabled() ? " and their speculative verify graphs" : "") << " in "
               << absl::FormatDuration(
                      absl::Trunc(Clock::Real()->Now() - capture_start, absl::Milliseconds(1)));
   }

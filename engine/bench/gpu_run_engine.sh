@@ -226,6 +226,24 @@ for preset in $PRESETS; do
       note "spec ngram k=$k $preset exit=$?"
       grep -E "^decode |speculative:" "$LOGS/spec_k${k}_$preset.log" >>"$OUT/summary.txt"
     done
+    # SPEC_DRAFT=1 (Llama 3 shapes): a Llama-3.2-1B-shaped random draft, its own decode steps
+    # (the draft's cost per proposal) and k = 4 drafted steps (random weights: the two models
+    # agree on next to nothing, so this measures cost, not acceptance).
+    if [ "${SPEC_DRAFT:-0}" = 1 ]; then
+      dm=$MODELS/llama32-1b
+      [ -f "$dm/config.json" ] || $S/bin/tandem make-model --preset llama32-1b --out "$dm" \
+        >"$LOGS/make_llama32-1b.log" 2>&1
+      timeout 120 $S/bin/tandem bench --model "$dm" --scenarios decode --batch-sizes 1,8,32 \
+        --contexts 1024 --decode-tokens 64 >"$LOGS/spec_draft_alone.log" 2>&1
+      note "draft llama32-1b alone exit=$?"
+      grep -E "^decode " "$LOGS/spec_draft_alone.log" >>"$OUT/summary.txt"
+      timeout 150 $S/bin/tandem bench --model "$m" --scenarios decode --batch-sizes 1,8 \
+        --contexts 1024 --prompt-period 16 --decode-tokens 64 --speculative-method draft \
+        --speculative-draft-model "$dm" --num-speculative-tokens 4 \
+        --json "$LOGS/spec_draft_k4_$preset.json" >"$LOGS/spec_draft_k4_$preset.log" 2>&1
+      note "spec draft k=4 $preset exit=$?"
+      grep -E "^decode |speculative:" "$LOGS/spec_draft_k4_$preset.log" >>"$OUT/summary.txt"
+    fi
   fi
   if want hf; then
     TANDEM_REF_PYTHON=python3 TANDEM_HF_PRESETS=$preset TANDEM_HF_MODEL_DIR=$m \

@@ -225,7 +225,7 @@ absl::Status CudaOps::Upload() {
 absl::StatusOr<DeviceStep> CudaOps::BeginStep(const StepInputs& in, const KvLayout& layout,
                                               int pad_seqs) {
   if (capacity_.max_seqs == 0) return absl::FailedPreconditionError("BeginStep before ReserveStep");
-  const int num_decode = in.NumLeadingSingleTokenSeqs();
+  const int num_decode = in.attention_by_prefill_kernel ? 0 : in.NumLeadingSingleTokenSeqs();
   if (pad_seqs > in.num_seqs && num_decode != in.num_seqs) {
     return absl::InvalidArgumentError("only an all-decode step can be padded for a graph");
   }

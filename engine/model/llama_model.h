@@ -110,9 +110,17 @@ class LlamaModel final : public Model {
     void* gathered;  // [R, H] final hidden states of the logits rows
     float* logits;   // [R, V] fp32
   };
+  // A decode graph replays steps of up to `batch` one-token sequences, padded by the backend to
+  // batch; a verify graph (verify = true) steps of up to `batch` sequences that sample each of
+  // their at most tokens_per_seq new tokens, padded on the host (step_padding.h) to `seqs`
+  // sequences and `tokens` tokens.
   struct Graph {
     int batch = 0;
     int handle = 0;
+    bool verify = false;
+    int tokens_per_seq = 1;
+    int seqs = 0;
+    int64_t tokens = 0;
   };
   // A step launched and not yet collected: where its sampled block is and what to read back.
   struct Launched {
@@ -146,6 +154,10 @@ class LlamaModel final : public Model {
   // The graph that runs `inputs`, or null (eager).
   const Graph* GraphFor(const StepInputs& inputs, const KvLayout& layout, void* kv_pool) const;
   absl::Status CaptureGraph(int batch, const KvLayout& layout, void* kv_pool);
+  const Graph* VerifyGraphFor(const StepInputs& inputs, const KvLayout& layout,
+                              void* kv_pool) const;
+  absl::Status CaptureVerifyGraph(int batch, int tokens_per_seq, const KvLayout& layout,
+                                  void* kv_pool);
 
   ModelConfig config_;
   std::unique_ptr<Ops> ops_;
@@ -161,6 +173,8 @@ class LlamaModel final : public Model {
   StepCapacity capacity_;            // zero until ReserveStep
   // Graphs, ascending by batch, all captured over graph_pool_ / graph_layout_.
   std::vector<Graph> graphs_;
+  std::vector<Graph> verify_graphs_;  // ascending by batch
+  StepInputs padded_;                 // the last verify-padded step (outlives its BeginStep)
   void* graph_pool_ = nullptr;
   KvLayout graph_layout_;
   std::optional<Launched> launched_;

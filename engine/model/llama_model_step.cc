@@ -8,6 +8,7 @@
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "engine/model/llama_model.h"
+#include "engine/model/step_padding.h"
 #include "engine/model/step_validation.h"
 
 namespace tandem {
@@ -21,25 +22,26 @@ constexpr int kCaptureContext = 2048;
 
 // A decode step of `batch` sequences of `context` tokens whose new token stores nothing (slot
 // -1) and whose pages are all page 0: what a graph is captured over.
-StepInputs CaptureStep(int batch, int context, int stride, int page_size) {
+// With tokens_per_seq q > 1: a verify step, each sequence q new tokens that all sample.
+StepInputs CaptureStep(int batch, int context, int stride, int page_size, int q = 1) {
   StepInputs in;
   in.num_seqs = batch;
-  in.num_tokens = batch;
+  in.num_tokens = int64_t{batch} * q;
   in.max_pages_per_seq = stride;
   const int pages = std::min(stride, (context + page_size - 1) / page_size);
-  context = std::min(context, pages * page_size);
+  context = std::max(q, std::min(context, pages * page_size));
   for (int s = 0; s < batch; ++s) {
-    in.token_ids.push_back(0);
-    in.positions.push_back(context - 1);
-    in.slot_mapping.push_back(-1);
-    in.query_start.push_back(s);
+    in.query_start.push_back(static_cast<int32_t>(in.token_ids.size()));
+    for (int i = 0; i < q; ++i) {
+      in.logits_rows.push_back(static_cast<int32_t>(in.token_ids.size()));
+      in.token_ids.push_back(0);
+      in.positions.push_back(context - q + i);
+      in.slot_mapping.push_back(-1);
+      in.sampling.push_back(SamplingRow{.temperature = 0.0f});
+    }
     in.seq_lens.push_back(context);
-    in.logits_rows.push_back(s);
-    SamplingRow row;
-    row.temperature = 0.0f;
-    in.sampling.push_back(row);
   }
-  in.query_start.push_back(batch);
+  in.query_start.push_back(static_cast<int32_t>(in.token_ids.size()));
   in.block_tables.assign(static_cast<size_t>(batch) * stride, 0);
   return in;
 }
@@ -86,6 +88,25 @@ const LlamaModel::Graph* LlamaModel::GraphFor(const StepInputs& in, const KvLayo
   return nullptr;
 }
 
+const LlamaModel::Graph* LlamaModel::VerifyGraphFor(const StepInputs& in, const KvLayout& layout,
+                                                    void* kv_pool) const {
+  if (verify_graphs_.empty() || kv_pool != graph_pool_ ||
+      layout.num_pages != graph_layout_.num_pages || layout.page_size != graph_layout_.page_size ||
+      !IsVerifyShaped(in, verify_graphs_.front().tokens_per_seq)) {
+    return nullptr;
+  }
+  for (const Graph& g : verify_graphs_) {
+    if (g.batch < in.num_seqs) continue;
+    // g.seqs > g.batch >= num_seqs and tokens <= batch * q, so the padding has room for a token
+    // per dummy sequence; the page-table stride it needs must fit the reserved one.
+    if (PaddedPagesPerSeq(in, g.seqs, g.tokens, layout.page_size) > capacity_.max_pages_per_seq) {
+      return nullptr;
+    }
+    return &g;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<StepOutput> LlamaModel::Step(const StepInputs& in, const KvLayout& layout,
                                             void* kv_pool) {
   RETURN_IF_ERROR(Launch(in, layout, kv_pool));
@@ -102,7 +123,16 @@ absl::Status LlamaModel::Launch(const StepInputs& in, const KvLayout& layout, vo
     return absl::OkStatus();
   }
   const Graph* graph = GraphFor(in, layout, kv_pool);
-  ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, graph ? graph->batch : 0));
+  const StepInputs* step = &in;
+  if (graph == nullptr) {
+    graph = VerifyGraphFor(in, layout, kv_pool);
+    if (graph != nullptr) {
+      padded_ = PadWithDummySequences(in, graph->seqs, graph->tokens, layout.page_size);
+      step = &padded_;
+    }
+  }
+  ASSIGN_OR_RETURN(const DeviceStep d,
+                   ops_->BeginStep(*step, layout, graph && !graph->verify ? graph->batch : 0));
   if (ops_->WantsEagerStep()) graph = nullptr;  // padded or not, the step runs the same ops
   ASSIGN_OR_RETURN(const SampledBlock out, GetSampledBlock(d.num_rows));
   if (graph != nullptr) {
@@ -194,6 +224,35 @@ absl::Status LlamaModel::CaptureGraph(int batch, const KvLayout& layout, void* k
   return absl::OkStatus();
 }
 
+absl::Status LlamaModel::CaptureVerifyGraph(int batch, int q, const KvLayout& layout,
+                                            void* kv_pool) {
+  const Graph shape{.batch = batch,
+                    .verify = true,
+                    .tokens_per_seq = q,
+                    .seqs = batch + 1,
+                    .tokens = int64_t{batch} * q + 1};
+  const StepInputs in = PadWithDummySequences(
+      CaptureStep(batch, kCaptureContext, capacity_.max_pages_per_seq, layout.page_size, q),
+      shape.seqs, shape.tokens, layout.page_size);
+  ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, 0));
+  ASSIGN_OR_RETURN(const SampledBlock out, GetSampledBlock(d.num_rows));
+  auto run = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(float* logits, Forward(d, layout, kv_pool));
+    return RunSampler(*ops_, d, logits, config_.vocab_size, out, /*every_stage=*/true);
+  };
+  RETURN_IF_ERROR(run());  // lazy initialisation (cuBLASLt plans for this m) outside capture
+  RETURN_IF_ERROR(ReadSampled(*ops_, out, d.num_rows, false).status());
+  RETURN_IF_ERROR(ops_->BeginCapture());
+  const absl::Status recorded = run();
+  absl::StatusOr<int> handle = ops_->EndCapture();
+  RETURN_IF_ERROR(recorded);
+  RETURN_IF_ERROR(handle.status());
+  Graph g = shape;
+  g.handle = *handle;
+  verify_graphs_.push_back(g);
+  return absl::OkStatus();
+}
+
 absl::Status LlamaModel::Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
                                  void* kv_pool) {
   if (options.cuda_graph_sizes.empty()) return absl::OkStatus();
@@ -206,6 +265,7 @@ absl::Status LlamaModel::Prepare(const ModelPrepareOptions& options, const KvLay
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   graphs_.clear();
+  verify_graphs_.clear();
   graph_pool_ = kv_pool;
   graph_layout_ = layout;
   for (int batch : sizes) {
@@ -214,6 +274,16 @@ absl::Status LlamaModel::Prepare(const ModelPrepareOptions& options, const KvLay
                                                      "max_num_seqs = ", capacity_.max_seqs, "]"));
     }
     RETURN_IF_ERROR(CaptureGraph(batch, layout, kv_pool));
+  }
+  const int q = options.verify_tokens_per_seq;
+  for (int batch : sizes) {
+    if (q < 2) break;
+    const int64_t tokens = int64_t{batch} * q + 1;
+    if (batch + 1 > capacity_.max_seqs || tokens > capacity_.max_tokens ||
+        tokens > MaxRows(capacity_)) {
+      break;  // ascending: no larger one fits either
+    }
+    RETURN_IF_ERROR(CaptureVerifyGraph(batch, q, layout, kv_pool));
   }
   return absl::OkStatus();
 }

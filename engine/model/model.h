@@ -29,6 +29,11 @@ struct ModelPrepareOptions {
   StepCapacity capacity;
   // Decode batch sizes to capture a CUDA graph for (ascending); empty: run every step eagerly.
   std::vector<int> cuda_graph_sizes;
+  // Speculative decoding's 1 + k: for each size b above (b + 1 <= max_seqs and b * (1 + k) + 1
+  // within the step capacity) a graph of verify steps is captured too, which replays any step
+  // whose sequences sample every new token (decodes and verify chunks of up to 1 + k tokens);
+  // 0: none.
+  int verify_tokens_per_seq = 0;
 };
 
 // How a model is spread over ranks inside one worker group.

@@ -118,6 +118,11 @@ std::vector<ModelPreset> BuildPresets() {
       Make(A::kLlama, {128256, 4096, 14336, 32, 32, 8, 128, 131072}, 500000.0f, 1e-5f, bf16, false);
   l31_8b.rope_scaling = Llama3Scaling(8192);
   full("llama31-8b", "Llama-3.1-8B-Instruct shapes (llama3 rope scaling)", T::kLlama3, l31_8b);
+  ModelConfig l32_1b =
+      Make(A::kLlama, {128256, 2048, 8192, 16, 32, 8, 64, 131072}, 500000.0f, 1e-5f, bf16, true);
+  l32_1b.rope_scaling = Llama3Scaling(8192);
+  full("llama32-1b", "Llama-3.2-1B shapes (tied; a draft model for the Llama 3 8B shapes)",
+       T::kLlama3, l32_1b);
   full("qwen3-8b", "Qwen3-8B shapes", T::kQwen2,
        Make(A::kQwen3, {151936, 4096, 12288, 36, 32, 8, 128, 40960}, 1e6f, 1e-6f, bf16, false));
   full("qwen25-7b", "Qwen2.5-7B-Instruct shapes", T::kQwen2,

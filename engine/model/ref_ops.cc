@@ -123,7 +123,7 @@ class RefOps final : public Ops {
     rows_.Fill(in);
     DeviceStep d;
     d.num_seqs = in.num_seqs;
-    d.num_decode_seqs = in.NumLeadingSingleTokenSeqs();
+    d.num_decode_seqs = in.attention_by_prefill_kernel ? 0 : in.NumLeadingSingleTokenSeqs();
     d.num_tokens = in.num_tokens;
     d.num_rows = static_cast<int64_t>(in.logits_rows.size());
     d.block_table_stride = in.max_pages_per_seq;

@@ -64,8 +64,12 @@ struct StepInputs {
   std::vector<float> bias_values;
   std::vector<int32_t> bias_start;  // [rows + 1]
 
-  // Leading sequences with exactly one new token (decodes): the CUDA backend runs their
-  // attention with the decode kernel and the rest with the prefill kernel.
+  // The CUDA backend runs the attention of the leading sequences with exactly one new token
+  // (decodes) with the decode kernel and the rest with the prefill kernel; set, every sequence
+  // goes through the prefill kernel (a verify graph's steps: engine/model/step_padding.h).
+  bool attention_by_prefill_kernel = false;
+
+  // Leading sequences with exactly one new token (decodes).
   int NumLeadingSingleTokenSeqs() const {
     int n = 0;
     const int seqs = std::min<int>(num_seqs, static_cast<int>(query_start.size()) - 1);

@@ -13,9 +13,14 @@ std::vector<int32_t> NgramLookup(absl::Span<const int32_t> tokens, int min_n, in
     // token follows it).
     for (int s = len - n - 1; s >= 0; --s) {
       if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + s)) continue;
+      // The tokens after the match are tokens[from + i]; where that runs past the end (a match
+      // overlapping the suffix, as in a loop of period p = len - from), the loop continues:
+      // token len + i is predicted as token len + i - p, i.e. tokens[from + i % p].
       const int from = s + n;
-      const int count = std::min(max_tokens, len - from);
-      return std::vector<int32_t>(tokens.begin() + from, tokens.begin() + from + count);
+      const int period = len - from;
+      std::vector<int32_t> out(std::max(max_tokens, 0));
+      for (int i = 0; i < max_tokens; ++i) out[i] = tokens[from + i % period];
+      return out;
     }
   }
   return {};

@@ -1,7 +1,10 @@
 // NgramProposer: vLLM's `ngram` method (prompt lookup decoding). For n from prompt_lookup_max down
 // to prompt_lookup_min, it looks for the latest earlier occurrence of the sequence's last n tokens
 // (prompt and output) and proposes the tokens that followed it, up to max_tokens; the first n
-// that matches wins. No model, no state: proposals are point masses. Thread-compatible.
+// that matches wins. Where those tokens run into the end of the sequence (the match overlaps the
+// suffix: the text loops with period p), the loop is continued, so a repeating phrase yields
+// max_tokens proposals rather than the few before the end (vLLM stops there). No model, no
+// state: proposals are point masses. Thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +15,9 @@
 
 namespace tandem {
 
-// The lookup on a token list: at most `max_tokens` tokens following the latest earlier match of
-// the last n tokens, for the largest n in [min_n, max_n] that has one; empty if none does.
+// The lookup on a token list: `max_tokens` tokens following the latest earlier match of the last
+// n tokens (continued periodically past the end), for the largest n in [min_n, max_n] that has
+// one; empty if none does.
 std::vector<int32_t> NgramLookup(absl::Span<const int32_t> tokens, int min_n, int max_n,
                                  int max_tokens);
 

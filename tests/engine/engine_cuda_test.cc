@@ -322,6 +322,68 @@ TEST(EngineCudaTest, GraphStepsEqualEagerSteps) {
   }
 }
 
+// Speculative verify steps replay graphs of their own (engine/model/step_padding.h): with n-gram
+// proposals over a repeated phrase, one request's every step after its prefill replays a graph,
+// and the tokens are the eager engine's and the non-speculative engine's up to near ties; a batch
+// of requests with varying proposal counts (padded into the graphs) agrees too.
+TEST(EngineCudaTest, SpeculativeVerifyStepsReplayGraphs) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = Make("small-llama3");
+  EngineOptions plain = CudaOptions(dir);
+  plain.enforce_eager = true;
+  EngineOptions spec = CudaOptions(dir);
+  spec.speculative.method = SpecMethod::kNgram;
+  spec.speculative.num_speculative_tokens = 3;
+  EngineOptions spec_eager = spec;
+  spec_eager.enforce_eager = true;
+  absl::StatusOr<std::unique_ptr<Engine>> a = Engine::Create(spec);
+  absl::StatusOr<std::unique_ptr<Engine>> b = Engine::Create(spec_eager);
+  absl::StatusOr<std::unique_ptr<Engine>> c = Engine::Create(plain);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(c.ok()) << c.status();
+  const int vocab = (*a)->model_config().vocab_size;
+  std::vector<EngineRequest> requests;
+  for (int i = 0; i < 9; ++i) {
+    const std::vector<int32_t> phrase = RandomPrompts({3 + i}, vocab, 40 + i)[0];
+    EngineRequest r;
+    r.id = "s" + std::to_string(i);
+    for (int rep = 0; rep < 12; ++rep) {
+      r.prompt_tokens.insert(r.prompt_tokens.end(), phrase.begin(), phrase.end());
+    }
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = 24 + i;
+    r.sampling.ignore_eos = true;
+    r.sampling.logprobs = 2;
+    requests.push_back(r);
+  }
+  // One request alone: a prefill step, then only decode and verify steps.
+  const std::vector<EngineRequest> one = {requests[0]};
+  const EngineStats before = (*a)->Stats();
+  const auto one_graphs = RunRequests(**a, one, true);
+  const EngineStats after = (*a)->Stats();
+  const int64_t drafts = after.spec_decode_num_drafts - before.spec_decode_num_drafts;
+  EXPECT_GT(drafts, 0) << "no verify step: the test's prompt made no proposal";
+  EXPECT_EQ(after.num_graph_steps_total - before.num_graph_steps_total,
+            after.num_steps_total - before.num_steps_total - 1)
+      << "a decode or verify step ran eagerly";
+  std::cout << "verify graphs: " << drafts << " verify steps, "
+            << after.spec_decode_num_accepted_tokens - before.spec_decode_num_accepted_tokens
+            << " of " << after.spec_decode_num_draft_tokens - before.spec_decode_num_draft_tokens
+            << " proposals accepted\n";
+  const auto with_graphs = RunRequests(**a, requests, true);
+  const auto eager = RunRequests(**b, requests, true);
+  const auto no_spec = RunRequests(**c, requests, true);
+  const Generated& alone = one_graphs.at("s0");
+  ExpectSameUpToNearTie(alone.tokens, alone.margins, with_graphs.at("s0").tokens, kNearTie, "s0");
+  for (const EngineRequest& r : requests) {
+    const Generated& e = eager.at(r.id);
+    ExpectSameUpToNearTie(e.tokens, e.margins, with_graphs.at(r.id).tokens, kNearTie, r.id);
+    const Generated& n = no_spec.at(r.id);
+    ExpectSameUpToNearTie(n.tokens, n.margins, with_graphs.at(r.id).tokens, kNearTie, r.id);
+  }
+}
+
 TEST(EngineCudaTest, LogprobsAreTheModelsLogSoftmax) {
   SKIP_WITHOUT_GPU();
   const std::string dir = Make("small-mistral");

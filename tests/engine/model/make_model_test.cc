@@ -106,8 +106,9 @@ TEST(MakeModelTest, ConfigJsonRoundTripsForEveryPreset) {
 // Full shapes match the published parameter counts of the real models.
 TEST(MakeModelTest, FullPresetsHaveTheRealParameterCounts) {
   const std::pair<const char*, double> expected[] = {
-      {"llama3-8b", 8.030e9}, {"llama31-8b", 8.030e9}, {"qwen3-8b", 8.191e9},
-      {"qwen25-7b", 7.616e9}, {"mistral-7b", 7.248e9}, {"llama2-7b", 6.738e9},
+      {"llama3-8b", 8.030e9},  {"llama31-8b", 8.030e9}, {"qwen3-8b", 8.191e9},
+      {"qwen25-7b", 7.616e9},  {"mistral-7b", 7.248e9}, {"llama2-7b", 6.738e9},
+      {"llama32-1b", 1.236e9},
   };
   for (const auto& [name, params] : expected) {
     absl::StatusOr<ModelPreset> p = FindModelPreset(name);

@@ -18,14 +18,18 @@ TEST(NgramLookupTest, ProposesWhatFollowedTheLatestLongestMatch) {
   // Last 3 tokens (1 2 3) occur at 0 and 5; the latest earlier one (5) is followed by 9 9 1.
   const V tokens = {1, 2, 3, 4, 4, 1, 2, 3, 9, 9, 1, 2, 3};
   EXPECT_EQ(NgramLookup(tokens, 1, 3, 2), (V{9, 9}));
-  EXPECT_EQ(NgramLookup(tokens, 1, 3, 10), (V{9, 9, 1, 2, 3}));
+  // Past the end the loop (period 5: 9 9 1 2 3) continues.
+  EXPECT_EQ(NgramLookup(tokens, 1, 3, 5), (V{9, 9, 1, 2, 3}));
+  EXPECT_EQ(NgramLookup(tokens, 1, 3, 8), (V{9, 9, 1, 2, 3, 9, 9, 1}));
   // A longer n wins over a later shorter match: (7 5) matches at 0, (5) alone later at 3.
   EXPECT_EQ(NgramLookup({7, 5, 8, 5, 6, 7, 5}, 1, 2, 1), (V{8}));
   EXPECT_EQ(NgramLookup({7, 5, 8, 5, 6, 7, 5}, 1, 1, 1), (V{6}));
   EXPECT_TRUE(NgramLookup({1, 2, 3, 4}, 1, 3, 4).empty());     // no repeat
   EXPECT_TRUE(NgramLookup({5}, 1, 3, 4).empty());              // nothing before
   EXPECT_TRUE(NgramLookup({1, 2, 9, 1, 2}, 3, 3, 4).empty());  // only a 2-gram repeats
-  EXPECT_EQ(NgramLookup({4, 4, 4}, 1, 2, 3), (V{4}));          // the match may run into the end
+  EXPECT_EQ(NgramLookup({4, 4, 4}, 1, 2, 3), (V{4, 4, 4}));    // a run continues (period 1)
+  EXPECT_EQ(NgramLookup({5, 1, 2, 1, 2}, 2, 2, 5), (V{1, 2, 1, 2, 1}));  // period 2
+  EXPECT_TRUE(NgramLookup({1, 1}, 1, 1, 0).empty());
 }
 
 TEST(VerifyTest, PointMassesAcceptWhileTheTargetAgrees) {
