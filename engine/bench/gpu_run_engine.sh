@@ -157,8 +157,8 @@ for preset in $PRESETS; do
     done
   fi
   if want abprefetch; then
-    # Batch-1 latency with QKV prefetching o_proj's weights into L2 (the default) and without
-    # (TANDEM_L2_PREFETCH=0), interleaved twice; a batch-8 decode row beside each.
+    # Batch-1 latency with QKV prefetching o_proj's weights into L2 (TANDEM_L2_PREFETCH=1, opt-in)
+    # and without (the default), interleaved twice; a batch-8 decode row beside each.
     for round in 1 2; do
       for pf in 1 0; do
         TANDEM_L2_PREFETCH=$pf timeout 120 $S/bin/tandem bench --model "$m" \

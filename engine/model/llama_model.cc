@@ -73,11 +73,12 @@ absl::Status LlamaModel::AdoptWeights(ModelWeights w) {
   return absl::OkStatus();
 }
 
-// TANDEM_L2_PREFETCH=0 turns the o_proj prefetch off (measurement); read once.
+// TANDEM_L2_PREFETCH=1 turns the o_proj prefetch on (opt-in: it measured 1.5-2.7% slower at
+// batch 1 on the H200, kernels/gemm/WORKLOG.md step 9); read once.
 bool LlamaModel::PrefetchNextWeights() const {
   static const bool on = [] {
     const char* env = std::getenv("TANDEM_L2_PREFETCH");
-    return env == nullptr || std::string_view(env) != "0";
+    return env != nullptr && std::string_view(env) == "1";
   }();
   return on && backend_ == Backend::kCuda;
 }

@@ -59,7 +59,8 @@ struct GemmArgs {
   // attention between QKV and o_proj in a decode step). Never read into registers, never
   // written; results are unchanged. The skinny kernel needs a 16-byte-aligned address and a size
   // that is a multiple of 16 (InvalidArgument otherwise); cuBLASLt and the fallback, which serve
-  // larger m where the next GEMM's weights do not fit the window, do not prefetch.
+  // larger m where the next GEMM's weights do not fit the window, do not prefetch. The engine
+  // sets it only with TANDEM_L2_PREFETCH=1: it measured slower at batch 1 (WORKLOG.md step 9).
   const void* l2_prefetch = nullptr;
   int64_t l2_prefetch_bytes = 0;
 };
