@@ -256,6 +256,16 @@ for preset in $PRESETS; do
       note "spec draft k=4 $preset exit=$?"
       grep -E "^decode |speculative:" "$LOGS/spec_draft_k4_$preset.log" >>"$OUT/summary.txt"
     fi
+    # SPEC_DRAFT_SELF=1: the target as its own draft (a draft that always agrees, at the target's
+    # cost): the draft path's acceptance and rollback on the GPU, and its cost at acceptance 1.
+    if [ "${SPEC_DRAFT_SELF:-0}" = 1 ]; then
+      timeout 150 $S/bin/tandem bench --model "$m" --scenarios decode --batch-sizes 1,8 \
+        --contexts 1024 --decode-tokens 64 --speculative-method draft \
+        --speculative-draft-model "$m" --num-speculative-tokens 4 \
+        --json "$LOGS/spec_self_k4_$preset.json" >"$LOGS/spec_self_k4_$preset.log" 2>&1
+      note "spec draft=self k=4 $preset exit=$?"
+      grep -E "^decode |speculative:" "$LOGS/spec_self_k4_$preset.log" >>"$OUT/summary.txt"
+    fi
   fi
   if want hf; then
     TANDEM_REF_PYTHON=python3 TANDEM_HF_PRESETS=$preset TANDEM_HF_MODEL_DIR=$m \
