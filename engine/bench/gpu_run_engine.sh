@@ -4,7 +4,7 @@
 # Qwen3-8B) with an op profile of decode steps, and the transformers + torch.compile peer on the
 # same checkpoints; full logs in one archive under $OUT, the short tables last.
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]).
-# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|bench|abnorm|abprefetch|profile|trace|ncu|served|served1p1d|peer|spec|hf|all]...
+# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|bench|quant|abnorm|abprefetch|profile|trace|ncu|served|served1p1d|peer|spec|hf|all]...
 # (default: all; PRESETS="llama3-8b qwen3-8b" by default). `hf` runs the engine test against
 # transformers on the preset itself (8B shapes); `tests` runs it on the small presets with
 # TANDEM_REF_PYTHON set by the caller.
@@ -143,6 +143,33 @@ for preset in $PRESETS; do
       grep -E "^(latency|decode|prefill|throughput)" "$LOGS/bench_sync_$preset.log" \
         >>"$OUT/summary.txt"
     fi
+  fi
+  if want quant; then
+    # Pre-quantized random checkpoints of the preset's shapes (QUANTS, default "int8 awq
+    # fp8-block"; make-model --quantization), each benched like the bf16 one: batch-1 latency and
+    # decode, the quantized GEMMs' op profile at batch 1 and 64 (skinny kernel <= 32 tokens,
+    # dequantize + bf16 GEMM above).
+    for q in ${QUANTS:-int8 awq fp8-block}; do
+      mq=$MODELS/$preset-$q
+      if [ ! -f "$mq/config.json" ]; then
+        /usr/bin/time -f "make-model $preset $q: %e s" $S/bin/tandem make-model \
+          --preset "$preset" --quantization "$q" --out "$mq" >"$LOGS/make_${preset}_$q.log" 2>&1
+        note "$(tail -1 "$LOGS/make_${preset}_$q.log")"
+      fi
+      timeout 300 $S/bin/tandem bench --model "$mq" --json "$LOGS/bench_${preset}_$q.json" \
+        --scenarios "${QUANT_SCENARIOS:-latency,decode,prefill}" --decode-tokens 32 \
+        >"$LOGS/bench_${preset}_$q.log" 2>&1
+      note "bench $preset $q exit=$?"
+      grep -E "^(bench|latency|decode|prefill|throughput)|captured|KV cache|device memory|weights" \
+        "$LOGS/bench_${preset}_$q.log" >>"$OUT/summary.txt"
+      TANDEM_OP_PROFILE=20 timeout 120 $S/bin/tandem bench --model "$mq" \
+        --scenarios latency,decode --latency-tokens 64 --batch-sizes 64 --contexts 1024 \
+        --decode-tokens 48 >"$LOGS/profile_${preset}_$q.log" 2>&1
+      note "profile $preset $q exit=$?"
+      grep -E "qgemm|quant act|op profile" "$LOGS/profile_${preset}_$q.log" | head -40 \
+        >>"$OUT/summary.txt"
+      rm -rf "$mq"  # 5-9 GB each; the disk holds the bf16 checkpoints too
+    done
   fi
   if want abnorm; then
     # Batch-1 latency with the RMSNorm fused into the skinny GEMM (TANDEM_FUSED_NORM=1) and

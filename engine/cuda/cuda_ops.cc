@@ -121,10 +121,41 @@ absl::StatusOr<void*> CudaOps::DeviceAlloc(int64_t bytes) {
 }
 
 absl::StatusOr<const void*> CudaOps::AdoptWeight(HostTensor tensor) {
+  if (tensor.quant != nullptr) return AdoptQuantized(*tensor.quant);
   const int64_t bytes = static_cast<int64_t>(tensor.bytes.size());
   ASSIGN_OR_RETURN(void* p, DeviceAlloc(bytes));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(p, tensor.bytes.data(), bytes, cudaMemcpyHostToDevice));
   return static_cast<const void*>(p);
+}
+
+absl::StatusOr<const void*> CudaOps::AdoptQuantized(const QuantizedWeight& w) {
+  const int64_t groups = w.num_groups();
+  if (w.n < 1 || w.k < 1 || w.group_size < 1 ||
+      static_cast<int64_t>(w.codes.size()) != w.n * QuantRowBytes(w.code, w.k) ||
+      static_cast<int64_t>(w.scales.size()) != w.n * groups ||
+      (!w.zeros.empty() && static_cast<int64_t>(w.zeros.size()) != w.n * groups)) {
+    return absl::InvalidArgumentError(absl::StrCat("quantized weight [", w.n, ", ", w.k,
+                                                   "]: codes, scales or zeros of the wrong size"));
+  }
+  auto upload = [&](const void* src, int64_t bytes) -> absl::StatusOr<void*> {
+    ASSIGN_OR_RETURN(void* p, DeviceAlloc(bytes));  // cudaMalloc: 256-byte aligned
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+    return p;
+  };
+  ASSIGN_OR_RETURN(void* codes, upload(w.codes.data(), static_cast<int64_t>(w.codes.size())));
+  ASSIGN_OR_RETURN(void* scales, upload(w.scales.data(), w.n * groups * int64_t{sizeof(float)}));
+  void* zeros = nullptr;
+  if (!w.zeros.empty()) {
+    ASSIGN_OR_RETURN(zeros, upload(w.zeros.data(), static_cast<int64_t>(w.zeros.size())));
+  }
+  QuantGemmArgs args = w.Args();
+  args.w = static_cast<const uint8_t*>(codes);
+  args.scales = static_cast<const float*>(scales);
+  args.zeros = static_cast<const uint8_t*>(zeros);
+  quant_[codes] = args;
+  quant_max_weight_elems_ = std::max(quant_max_weight_elems_, w.n * w.k);
+  if (w.act_quant != ActQuant::kNone) quant_max_act_k_ = std::max(quant_max_act_k_, w.k);
+  return static_cast<const void*>(codes);
 }
 
 absl::StatusOr<void*> CudaOps::Buffer(int id, int64_t bytes) {
@@ -237,6 +268,9 @@ absl::Status CudaOps::RmsNorm(const RmsNormArgs& a) {
                [&] { return ::tandem::RmsNorm(a, stream_); });
 }
 absl::Status CudaOps::Gemm(const GemmArgs& a) {
+  if (!quant_.empty()) {
+    if (auto it = quant_.find(a.w); it != quant_.end()) return QuantGemm(a, it->second);
+  }
   return Timed(
       [&] {
         return absl::StrCat("gemm m=", a.m, " n=", a.n, " k=", a.k,
@@ -244,6 +278,62 @@ absl::Status CudaOps::Gemm(const GemmArgs& a) {
       },
       [&] { return ::tandem::Gemm(a, stream_); });
 }
+absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
+  if (a.m < 0 || a.n != w.n || a.k != w.k || a.a_norm_weight != nullptr ||
+      a.a_dtype != DType::kBF16 || a.c_dtype != DType::kBF16) {
+    return absl::InternalError(absl::StrCat("quantized GEMM: bf16 [", a.n, ", ", a.k,
+                                            "] without a fused norm asked of a [", w.n, ", ", w.k,
+                                            "] weight"));
+  }
+  if (a.m == 0) return absl::OkStatus();
+  QuantGemmArgs q = w;
+  q.a = a.a;
+  q.bias = a.bias;
+  q.c = a.c;
+  q.m = a.m;
+  q.a_dtype = a.a_dtype;
+  q.c_dtype = a.c_dtype;
+  q.accumulate = a.accumulate;
+  if (q.act_quant != ActQuant::kNone) {
+    if (act_scratch_ == nullptr || a.m > act_scratch_rows_ || a.k > quant_max_act_k_) {
+      return absl::InternalError(absl::StrCat("quantized GEMM: ", a.m, " x ", a.k,
+                                              " activations beyond the scratch reserved"));
+    }
+    RETURN_IF_ERROR(Timed([] { return std::string("quant act fp8"); },
+                          [&] {
+                            return QuantizeActivations(q.act_quant, q.act_group_size, a.a,
+                                                       act_scratch_, a.m, a.k, a.a_dtype, stream_);
+                          }));
+    q.a = act_scratch_;
+    q.act_quant = ActQuant::kNone;  // already applied
+  }
+  const char* code = q.code == QuantCode::kFp8E4M3 ? "fp8"
+                     : q.code == QuantCode::kInt8  ? "int8"
+                                                   : "int4";
+  if (q.m <= kQuantSkinnyMaxM && QuantGemmSkinnyCovers(q).ok()) {
+    return Timed(
+        [&] { return absl::StrCat("qgemm ", code, " skinny m=", a.m, " n=", a.n, " k=", a.k); },
+        [&] { return QuantGemmSkinny(q, stream_); });
+  }
+  if (dequant_scratch_ == nullptr || w.n * w.k > quant_max_weight_elems_) {
+    return absl::InternalError("quantized GEMM: no dequantization scratch (ReserveStep first)");
+  }
+  RETURN_IF_ERROR(
+      Timed([&] { return absl::StrCat("qgemm ", code, " dequant n=", a.n, " k=", a.k); },
+            [&] { return QuantDequantize(q, dequant_scratch_, DType::kBF16, stream_); }));
+  GemmArgs dense = a;
+  dense.a = q.a;
+  dense.w = dequant_scratch_;
+  dense.w_dtype = DType::kBF16;
+  dense.overlap_launch = false;  // its weight was just written by the dequantization
+  return Timed(
+      [&] {
+        return absl::StrCat("qgemm ", code, " dense m=", a.m, " n=", a.n, " k=", a.k,
+                            a.accumulate ? " +=" : "");
+      },
+      [&] { return ::tandem::Gemm(dense, stream_); });
+}
+
 absl::Status CudaOps::RopeKvStore(const RopeKvStoreArgs& a) {
   return Timed([] { return std::string("rope+kv store"); },
                [&] { return ::tandem::RopeKvStore(a, stream_); });

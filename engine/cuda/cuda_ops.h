@@ -1,8 +1,10 @@
 // CudaOps: the CUDA backend behind engine/model/ops.h. One stream per engine; weights in bf16,
-// uploaded once; every buffer the step uses (activations, the step's input arrays, the attention
-// plans, the sampler's outputs) allocated once for the largest step (ReserveStep), so a CUDA
-// graph captured over one step replays with the next. Every CUDA call is checked: a CUDA error
-// is absl::StatusCode::kInternal (the backend is unusable after a sticky error; the engine stops).
+// uploaded once (quantized linear weights in the canonical layout of
+// kernels/quant_gemm/quant_gemm.h: see Gemm below); every buffer the step uses (activations, the
+// step's input arrays, the attention plans, the sampler's outputs) allocated once for the largest
+// step (ReserveStep), so a CUDA graph captured over one step replays with the next. Every CUDA call
+// is checked: a CUDA error is absl::StatusCode::kInternal (the backend is unusable after a sticky
+// error; the engine stops).
 //
 // A step's inputs travel in one host-to-device copy (cuda_step.cc): BeginStep packs the index
 // arrays, the sampling rows and both attention plans (decode kernel for the leading one-token
@@ -21,6 +23,7 @@
 #include "base/status_macros.h"
 #include "engine/model/ops.h"
 #include "kernels/paged_attention/attention_plan.h"
+#include "kernels/quant_gemm/quant_gemm.h"
 #include "kernels/unpack/unpack.h"
 
 namespace tandem {
@@ -45,13 +48,28 @@ class CudaOps final : public Ops {
 
   absl::Status Embedding(const EmbeddingArgs& args) override;
   absl::Status RmsNorm(const RmsNormArgs& args) override;
+  // A quantized weight (AdoptWeight of a HostTensor with `quant`: codes, fp32 scales and uint4
+  // zero points uploaded as they are; its address is that of its codes) runs
+  //   FP8 with dynamic activation scales: QuantizeActivations of a into a scratch buffer first
+  //     (W8A8's rounding of the activations; the product itself then runs with bf16 inputs);
+  //   m <= kQuantSkinnyMaxM (decode) on a shape QuantGemmSkinny covers: that kernel (dequant
+  //     fused; reads only the quantized bytes);
+  //   otherwise (prefill, or a shape it does not cover): QuantDequantize of the whole weight into
+  //     a bf16 scratch buffer, then the bf16 Gemm. Correct, not fast: the weight's bytes are read
+  //     once more and 2 bytes per weight written and read again (a mixed-input tensor-core GEMM
+  //     is what is missing).
+  // Both scratch buffers are allocated in ReserveStep (the largest quantized weight; max_tokens
+  // rows of the largest k), so steps with them capture into graphs.
   absl::Status Gemm(const GemmArgs& args) override;
   // TANDEM_FUSED_NORM=1: batch-1 decode runs the RMSNorm inside the skinny GEMM
   // (GemmArgs::a_norm_weight) instead of as its own kernel. Off by default: measured slower in a
   // graph-replayed step (kernels/gemm/WORKLOG.md, step 8): the one-block norm kernel is where the
   // next GEMM prefetches its first weights on idle SMs. Kept as an A/B switch, like
   // TANDEM_OP_PROFILE.
-  bool FusesNormIntoGemm(int64_t rows) const override { return fuse_norm_ && GemmFusesNorm(rows); }
+  // Never with quantized weights (the quantized paths take no a_norm_weight).
+  bool FusesNormIntoGemm(int64_t rows) const override {
+    return fuse_norm_ && quant_.empty() && GemmFusesNorm(rows);
+  }
   absl::Status RopeKvStore(const RopeKvStoreArgs& args) override;
   absl::Status PagedAttention(const PagedAttentionArgs& args) override;
   absl::Status SiluMul(const SiluMulArgs& args) override;
@@ -101,6 +119,8 @@ class CudaOps final : public Ops {
   absl::Status Pack(const StepInputs& in, int page_size, int pad_seqs, int num_decode,
                     DeviceStep* d);
   absl::Status Upload();
+  absl::StatusOr<const void*> AdoptQuantized(const QuantizedWeight& w);
+  absl::Status QuantGemm(const GemmArgs& args, const QuantGemmArgs& w);
 
   // Op profile: with TANDEM_OP_PROFILE=N, every N-th step runs op by op with a CUDA event pair
   // around each op, and its table (per op and shape: count, total time, share of the step) is
@@ -147,6 +167,14 @@ class CudaOps final : public Ops {
   void* upload_ = nullptr;  // device copy of the packed buffer (grows; never captured)
   int64_t upload_bytes_ = 0;
   std::vector<cudaGraphExec_t> graphs_;
+
+  // Quantized weights by the device address of their codes (scales, zeros: device pointers).
+  std::map<const void*, QuantGemmArgs> quant_;
+  int64_t quant_max_weight_elems_ = 0;  // the largest n * k among them (dequant scratch)
+  int64_t quant_max_act_k_ = 0;         // the largest k among those with act_quant
+  void* dequant_scratch_ = nullptr;     // [quant_max_weight_elems_] bf16 (ReserveStep)
+  void* act_scratch_ = nullptr;         // [max_tokens, quant_max_act_k_] bf16 (ReserveStep)
+  int64_t act_scratch_rows_ = 0;
 };
 
 // Runs `launch`; while profiling, between a pair of events named `name()` on the stream.

@@ -89,7 +89,16 @@ absl::Status CudaOps::ReserveStep(const StepCapacity& capacity) {
     return absl::InvalidArgumentError("CudaOps::ReserveStep: bad capacity");
   }
   capacity_ = capacity;
-  return AllocateStepArrays();
+  RETURN_IF_ERROR(AllocateStepArrays());
+  // The quantized GEMMs' scratch (cuda_ops.h, Gemm): allocated once, never under capture.
+  if (quant_max_weight_elems_ > 0 && dequant_scratch_ == nullptr) {
+    ASSIGN_OR_RETURN(dequant_scratch_, DeviceAlloc(quant_max_weight_elems_ * 2));
+  }
+  if (quant_max_act_k_ > 0 && act_scratch_rows_ < capacity.max_tokens) {
+    ASSIGN_OR_RETURN(act_scratch_, DeviceAlloc(capacity.max_tokens * quant_max_act_k_ * 2));
+    act_scratch_rows_ = capacity.max_tokens;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaOps::AllocateStepArrays() {

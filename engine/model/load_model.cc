@@ -123,11 +123,6 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
   ASSIGN_OR_RETURN(const QuantConfig quant, QuantConfig::Resolve(dir, quantization));
   std::unique_ptr<Ops> ops;
-  if (backend == Backend::kCuda && quant.quantized()) {
-    return absl::UnimplementedError(absl::StrCat(dir, ": quantized weights (", quant.Describe(),
-                                                 ") run on the CPU backend only so far; ",
-                                                 "use --backend cpu"));
-  }
   if (backend == Backend::kCuda) {
     RETURN_IF_ERROR(CheckCudaSupports(config, dir));
     ASSIGN_OR_RETURN(ops, MakeCudaOps());

@@ -129,8 +129,8 @@ inline bool IsBackendUnusable(const absl::Status& status) {
 // CUDA) each rank reads only its slice of the weights (tensor_shard.h) and the model is a
 // ParallelModel. `quantization` (--quantization: "", "fp8", "int8" or "int4") is applied to an
 // unquantized checkpoint at load time; a checkpoint with a quantization_config is read in its
-// format either way (quant_config.h). Quantized weights run on the CPU backend only so far, and
-// not with tensor / pipeline parallelism (Unimplemented).
+// format either way (quant_config.h). Quantized weights run on both backends (CUDA:
+// engine/cuda/cuda_ops.h, Gemm), not with tensor / pipeline parallelism (Unimplemented).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
                                                  const ParallelConfig& parallel = {},
                                                  const std::string& quantization = "");

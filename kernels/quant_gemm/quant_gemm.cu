@@ -1,5 +1,6 @@
 // Skinny (decode, m <= 32) weight-only quantized GEMM: c[m, n] = a[m, k] · dequant(w)[n, k]ᵀ with
-// the dequantization fused into the weight stream (quant_gemm.h for the layout).
+// the dequantization fused into the weight stream (quant_gemm.h for the layout). INT8, UINT4 and
+// FP8 e4m3 codes (FP8 through the hardware e4m3 -> half conversion, exact).
 //
 // Design (first version, unmeasured): one warp per output row j, kRowsPerBlock warps per block.
 // Lane l reads 16-byte vectors l, l + 32, ... of row j's codes with a non-coherent load (16 int8
@@ -9,11 +10,14 @@
 // accumulator per row of a; a warp shuffle reduction then gives the m outputs of row j, which
 // lanes 0..m-1 write (+ bias, + old c with accumulate). The weight bytes are read once.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "base/status_macros.h"
 #include "kernels/quant_gemm/quant_gemm.h"
 
 namespace tandem {
@@ -57,8 +61,10 @@ struct Params {
   bool accumulate;
 };
 
+enum class Code { kInt8, kUint4, kFp8 };
+
 // kWeights weights of one 16-byte vector, dequantized.
-template <bool kInt4>
+template <Code kCode>
 __device__ __forceinline__ void Dequant(const uint4 v, float scale, float zero, float* out) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -66,9 +72,12 @@ __device__ __forceinline__ void Dequant(const uint4 v, float scale, float zero, 
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       const uint32_t byte = (words[i] >> (8 * b)) & 0xffu;
-      if constexpr (kInt4) {
+      if constexpr (kCode == Code::kUint4) {
         out[i * 8 + b * 2] = (static_cast<float>(byte & 0xfu) - zero) * scale;
         out[i * 8 + b * 2 + 1] = (static_cast<float>(byte >> 4) - zero) * scale;
+      } else if constexpr (kCode == Code::kFp8) {
+        const __half h(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(byte), __NV_E4M3));
+        out[i * 4 + b] = __half2float(h) * scale;
       } else {
         out[i * 4 + b] = static_cast<float>(static_cast<int8_t>(byte)) * scale;
       }
@@ -76,8 +85,9 @@ __device__ __forceinline__ void Dequant(const uint4 v, float scale, float zero, 
   }
 }
 
-template <bool kInt4, typename TA, typename TC>
+template <Code kCode, typename TA, typename TC>
 __global__ void __launch_bounds__(kWarp* kRowsPerBlock) QuantGemmSkinnyKernel(const Params p) {
+  constexpr bool kInt4 = kCode == Code::kUint4;
   constexpr int kWeights = kInt4 ? 32 : 16;  // per 16-byte vector
   const int lane = threadIdx.x % kWarp;
   const int j = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
@@ -100,7 +110,7 @@ __global__ void __launch_bounds__(kWarp* kRowsPerBlock) QuantGemmSkinnyKernel(co
                      : static_cast<float>(kSymmetricZero))
               : 0.0f;
     float wv[kWeights];
-    Dequant<kInt4>(bits, scale, zero, wv);
+    Dequant<kCode>(bits, scale, zero, wv);
 #pragma unroll
     for (int i = 0; i < kMaxM; ++i) {
       if (i < p.m) {
@@ -133,34 +143,35 @@ __global__ void __launch_bounds__(kWarp* kRowsPerBlock) QuantGemmSkinnyKernel(co
   }
 }
 
-template <bool kInt4, typename TA, typename TC>
+template <Code kCode, typename TA, typename TC>
 absl::Status Launch(const Params& p, cudaStream_t stream) {
   const dim3 grid((p.n + kRowsPerBlock - 1) / kRowsPerBlock);
-  QuantGemmSkinnyKernel<kInt4, TA, TC><<<grid, kWarp * kRowsPerBlock, 0, stream>>>(p);
+  QuantGemmSkinnyKernel<kCode, TA, TC><<<grid, kWarp * kRowsPerBlock, 0, stream>>>(p);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
 
-template <bool kInt4>
+template <Code kCode>
 absl::Status LaunchDtypes(const QuantGemmArgs& args, const Params& p, cudaStream_t stream) {
   const bool a16 = args.a_dtype == DType::kBF16, c16 = args.c_dtype == DType::kBF16;
-  if (a16 && c16) return Launch<kInt4, __nv_bfloat16, __nv_bfloat16>(p, stream);
-  if (a16) return Launch<kInt4, __nv_bfloat16, float>(p, stream);
-  if (c16) return Launch<kInt4, float, __nv_bfloat16>(p, stream);
-  return Launch<kInt4, float, float>(p, stream);
+  if (a16 && c16) return Launch<kCode, __nv_bfloat16, __nv_bfloat16>(p, stream);
+  if (a16) return Launch<kCode, __nv_bfloat16, float>(p, stream);
+  if (c16) return Launch<kCode, float, __nv_bfloat16>(p, stream);
+  return Launch<kCode, float, float>(p, stream);
 }
 
 }  // namespace
 
-absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream) {
+absl::Status QuantGemmSkinnyCovers(const QuantGemmArgs& args) {
   auto bad = [](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("QuantGemmSkinny: ", why));
   };
-  if (args.code != QuantCode::kInt8 && args.code != QuantCode::kUint4) {
-    return bad("only kInt8 and kUint4 weights (W8A16 / W4A16)");
+  if (args.act_quant != ActQuant::kNone) {
+    return bad("activation quantization is not fused (QuantizeActivations first)");
   }
-  if (args.act_quant != ActQuant::kNone) return bad("activation quantization is not supported");
-  if (args.code == QuantCode::kInt8 && args.zeros != nullptr) return bad("int8 has no zeros");
+  if (args.code != QuantCode::kUint4 && args.zeros != nullptr) {
+    return bad("only uint4 has zero points");
+  }
   if (args.m < 0 || args.m > kQuantSkinnyMaxM) {
     return bad(absl::StrCat("m = ", args.m, " (at most ", kQuantSkinnyMaxM, ")"));
   }
@@ -173,6 +184,11 @@ absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream) {
   }
   if (reinterpret_cast<uintptr_t>(args.w) % 16 != 0) return bad("w is not 16-byte aligned");
   if (args.n > (int64_t{1} << 30) || args.k > (int64_t{1} << 30)) return bad("n or k too large");
+  return absl::OkStatus();
+}
+
+absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream) {
+  RETURN_IF_ERROR(QuantGemmSkinnyCovers(args));
   if (args.m == 0 || args.n == 0) return absl::OkStatus();
   const Params p{args.a,
                  args.bias,
@@ -186,8 +202,15 @@ absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream) {
                  static_cast<int>(args.group_size),
                  static_cast<int>(QuantNumGroups(args.k, args.group_size)),
                  args.accumulate};
-  return args.code == QuantCode::kUint4 ? LaunchDtypes<true>(args, p, stream)
-                                        : LaunchDtypes<false>(args, p, stream);
+  switch (args.code) {
+    case QuantCode::kUint4:
+      return LaunchDtypes<Code::kUint4>(args, p, stream);
+    case QuantCode::kFp8E4M3:
+      return LaunchDtypes<Code::kFp8>(args, p, stream);
+    case QuantCode::kInt8:
+      break;
+  }
+  return LaunchDtypes<Code::kInt8>(args, p, stream);
 }
 
 }  // namespace tandem

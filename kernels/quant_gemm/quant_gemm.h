@@ -83,13 +83,31 @@ void QuantizeActivationRow(ActQuant act_quant, int64_t act_group_size, int64_t k
 // The multi-threaded CPU reference (and the CPU backend's quantized hot path).
 void QuantGemmRef(const QuantGemmArgs& args);
 
-// CUDA, decode-shaped (quant_gemm.cu): weight-only kInt8 (W8A16) and kUint4 (W4A16) with
-// act_quant kNone, m <= kQuantSkinnyMaxM, a and c kBF16 or kF32. Needs k % 32 == 0, group_size
-// == k or a multiple of 32, and 16-byte-aligned w; anything else is InvalidArgument (the caller
-// then has no CUDA path: FP8 and larger m are not built). fp32 accumulation in an order other
-// than the reference's: results match QuantGemmRef to rounding, not bit for bit.
-// Unmeasured: see WORKLOG.md.
+// CUDA, decode-shaped (quant_gemm.cu): weight-only kInt8 (W8A16), kUint4 (W4A16) and kFp8E4M3
+// codes with act_quant kNone (FP8 W8A8 runs QuantizeActivations first, then this kernel on the
+// rounded activations), m <= kQuantSkinnyMaxM, a and c kBF16 or kF32. Needs k % 32 == 0,
+// group_size == k or a multiple of 32, and 16-byte-aligned w; anything else is InvalidArgument
+// (QuantGemmSkinnyCovers says so without launching; the caller then takes the dequantize + dense
+// GEMM path). fp32 accumulation in an order other than the reference's: results match
+// QuantGemmRef to rounding, not bit for bit. Unmeasured: see WORKLOG.md.
 inline constexpr int64_t kQuantSkinnyMaxM = 32;
+absl::Status QuantGemmSkinnyCovers(const QuantGemmArgs& args);
 absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream);
+
+// CUDA (quant_dequant.cu): dequant(w) [n, k] into out (out_dtype kF32 or kBF16, row-major), for
+// every code, any k and group size: out[j, kk] = QuantDequantizeRow's value, rounded once to
+// out_dtype (bit-exact with it in kF32). Only w, scales, zeros, code, n, k and group_size of
+// `args` are read. The prefill path of a quantized layer: dequantize into a scratch buffer, then
+// the dense GEMM.
+absl::Status QuantDequantize(const QuantGemmArgs& args, void* out, DType out_dtype,
+                             cudaStream_t stream);
+
+// CUDA (quant_dequant.cu): out[i, :] = x[i, :] rounded to e4m3 at dynamic scales, as
+// QuantizeActivationRow does (scale = max|x| / 448 per row or per row and act_group_size group;
+// an all-zero group is copied as it is), then stored in `dtype` (kF32: bit-exact with the
+// reference on the same fp32 input; kBF16: the reference's value rounded once to bf16). x and
+// out are [m, k] row-major in `dtype` and may be the same buffer. act_quant kNone copies.
+absl::Status QuantizeActivations(ActQuant act_quant, int64_t act_group_size, const void* x,
+                                 void* out, int64_t m, int64_t k, DType dtype, cudaStream_t stream);
 
 }  // namespace tandem

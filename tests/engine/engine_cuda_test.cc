@@ -2,7 +2,9 @@
 // backend on every small preset (bf16 activations and KV against fp32), batch invariance of 64
 // mixed requests, CUDA graphs against eager steps, logprobs against the model's own
 // log-softmax, sampling parameters against the CPU reference sampler, and a KV pool larger than
-// 4 GiB per layer (64-bit offsets). No page may stay held after any test.
+// 4 GiB per layer (64-bit offsets). Quantized weights (every make-model scheme and the load-time
+// --quantization formats) against the CPU backend on the same quantized weights, and with graphs
+// against eager steps. No page may stay held after any test.
 //
 // bf16 numerics: a token's greedy choice can legitimately differ between two computations whose
 // logits differ by rounding. So continuations are compared token for token up to the first
@@ -44,9 +46,11 @@ constexpr double kLogitTolerance = 0.05;
 const char* const kSmallPresets[] = {"small-llama3",  "small-llama31", "small-llama2",
                                      "small-mistral", "small-qwen2",   "small-qwen3"};
 
-std::string Make(const std::string& preset, uint64_t seed = 7) {
-  const std::string dir = NewTempDir(preset);
-  absl::StatusOr<ModelConfig> made = MakeModel({.preset = preset, .out_dir = dir, .seed = seed});
+// `scheme`: make-model --quantization (quant_make_model.h), "" for the bf16 checkpoint.
+std::string Make(const std::string& preset, uint64_t seed = 7, const std::string& scheme = "") {
+  const std::string dir = NewTempDir(preset + scheme);
+  absl::StatusOr<ModelConfig> made =
+      MakeModel({.preset = preset, .out_dir = dir, .seed = seed, .quantization = scheme});
   CHECK_OK(made.status());
   return dir;
 }
@@ -86,15 +90,28 @@ int ExpectSameUpToNearTie(const std::vector<int32_t>& want, const std::vector<fl
   return static_cast<int>(n);
 }
 
+// How a comparison's weights are quantized: a pre-quantized checkpoint (make-model scheme) or
+// load-time quantization of the bf16 one (--quantization); both empty: bf16.
+struct Quant {
+  std::string scheme = "";
+  std::string load_time = "";
+  std::string Name() const {
+    return scheme.empty() && load_time.empty() ? "bf16" : scheme + load_time;
+  }
+};
+
 // `lengths`: the prompts, run together. A single prompt decodes at batch 1, where the CUDA backend
 // runs the RMSNorm inside the skinny GEMM (Ops::FusesNormIntoGemm); batches run it on its own.
+// Quantized weights: both backends run the same codes and scales (CPU: QuantGemmRef in fp32;
+// CUDA: the skinny quantized kernel for steps of <= 32 tokens, dequantize + bf16 GEMM above), so
+// the bf16 bound holds for them too.
 void CompareWithCpu(const std::string& preset, int page_size,
-                    const std::vector<int>& lengths = {1, 13, 45, 300}) {
+                    const std::vector<int>& lengths = {1, 13, 45, 300}, const Quant& quant = {}) {
   SCOPED_TRACE(preset + ", page " + std::to_string(page_size) + ", " +
-               std::to_string(lengths.size()) + " prompts");
-  const std::string dir = Make(preset);
-  absl::StatusOr<std::unique_ptr<Model>> cpu = LoadModel(dir, Backend::kCpu);
-  absl::StatusOr<std::unique_ptr<Model>> cuda = LoadModel(dir, Backend::kCuda);
+               std::to_string(lengths.size()) + " prompts, " + quant.Name());
+  const std::string dir = Make(preset, 7, quant.scheme);
+  absl::StatusOr<std::unique_ptr<Model>> cpu = LoadModel(dir, Backend::kCpu, quant.load_time);
+  absl::StatusOr<std::unique_ptr<Model>> cuda = LoadModel(dir, Backend::kCuda, quant.load_time);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   ASSERT_TRUE(cuda.ok()) << cuda.status();
   const int vocab = (*cpu)->config().vocab_size;
@@ -112,15 +129,15 @@ void CompareWithCpu(const std::string& preset, int page_size,
       ASSERT_TRUE(std::isfinite(got[i].prompt_logits[v])) << "logit " << v;
       err = std::max(err, std::fabs(double{got[i].prompt_logits[v]} - want[i].prompt_logits[v]));
     }
-    std::cout << preset << " page " << page_size << " prompt " << prompts[i].size()
-              << ": max |cuda - cpu| logit " << err << " = " << err / scale << " of max |logit| "
-              << scale << "\n";
+    std::cout << preset << " " << quant.Name() << " page " << page_size << " prompt "
+              << prompts[i].size() << ": max |cuda - cpu| logit " << err << " = " << err / scale
+              << " of max |logit| " << scale << "\n";
     EXPECT_LE(err, kLogitTolerance * scale) << "prompt " << prompts[i].size();
     agreed += ExpectSameUpToNearTie(want[i].tokens, want[i].margins, got[i].tokens,
                                     2 * kLogitTolerance * scale,
                                     "prompt " + std::to_string(prompts[i].size()));
   }
-  std::cout << preset << ": greedy tokens agreed " << agreed << " of "
+  std::cout << preset << " " << quant.Name() << ": greedy tokens agreed " << agreed << " of "
             << prompts.size() * kNewTokens << "\n";
 }
 
@@ -208,6 +225,34 @@ TEST(EngineCudaTest, SmallPresetsMatchTheCpuBackend) {
     }
   }
   ASSERT_EQ(unsetenv("TANDEM_FUSED_NORM"), 0);
+}
+
+// Every pre-quantized layout make-model writes (FP8 block 128x128 and per channel with dynamic
+// FP8 activations, INT8 per channel, AWQ and GPTQ INT4 group 128) on the CUDA backend against
+// the CPU backend. Prompts {1, 13, 45, 300} in chunks of 64: prefill steps of 67-123 tokens take
+// the dequantize + bf16 GEMM path, decode steps of 1-4 tokens the skinny kernel; one prompt alone
+// decodes at batch 1 (with TANDEM_FUSED_NORM=1 too: quantized GEMMs must not be given the norm).
+// small-qwen2: QKV bias, hidden 896, head_dim 64. small-llama2 (intermediate 2752, which AWQ /
+// GPTQ checkpoints cannot have: a multiple of the group) with --quantization int4: a partial
+// last group in down_proj.
+TEST(EngineCudaTest, QuantizedCheckpointsMatchTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  for (const char* scheme : {"int8", "awq", "gptq", "fp8-channel", "fp8-block"}) {
+    CompareWithCpu("small-llama3", 16, {1, 13, 45, 300}, {.scheme = scheme});
+    CompareWithCpu("small-qwen2", 16, {45}, {.scheme = scheme});
+  }
+  CompareWithCpu("small-llama2", 16, {13, 45}, {.load_time = "int4"});
+  ASSERT_EQ(setenv("TANDEM_FUSED_NORM", "1", 1), 0);
+  CompareWithCpu("small-llama3", 16, {45}, {.scheme = "gptq"});
+  ASSERT_EQ(unsetenv("TANDEM_FUSED_NORM"), 0);
+}
+
+// --quantization fp8 | int8 | int4 on a bf16 checkpoint (quantized on the host at load time).
+TEST(EngineCudaTest, LoadTimeQuantizationMatchesTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  for (const char* q : {"int8", "int4", "fp8"}) {
+    CompareWithCpu("small-qwen3", 16, {1, 13, 45, 300}, {.load_time = q});
+  }
 }
 
 struct Generated {
@@ -381,6 +426,36 @@ TEST(EngineCudaTest, SpeculativeVerifyStepsReplayGraphs) {
     ExpectSameUpToNearTie(e.tokens, e.margins, with_graphs.at(r.id).tokens, kNearTie, r.id);
     const Generated& n = no_spec.at(r.id);
     ExpectSameUpToNearTie(n.tokens, n.margins, with_graphs.at(r.id).tokens, kNearTie, r.id);
+  }
+}
+
+// Quantized steps captured into graphs (decode batches up to 32 in the skinny kernel, larger ones
+// through the dequantization scratch) give the eager steps' tokens.
+TEST(EngineCudaTest, QuantizedGraphStepsEqualEagerSteps) {
+  SKIP_WITHOUT_GPU();
+  for (const char* scheme : {"awq", "fp8-block"}) {
+    SCOPED_TRACE(scheme);
+    const std::string dir = Make("small-llama3", 7, scheme);
+    EngineOptions graphs = CudaOptions(dir);
+    EngineOptions eager = graphs;
+    eager.enforce_eager = true;
+    absl::StatusOr<std::unique_ptr<Engine>> a = Engine::Create(graphs);
+    absl::StatusOr<std::unique_ptr<Engine>> b = Engine::Create(eager);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    const auto requests = MixedRequests(40, (*a)->model_config().vocab_size, 9);
+    const auto with_graphs = RunRequests(**a, requests, true);
+    const auto without = RunRequests(**b, requests, true);
+    EXPECT_GT((*a)->Stats().num_graph_steps_total, 0) << "no step replayed a graph";
+    int agreed = 0, total = 0;
+    for (const EngineRequest& r : requests) {
+      const Generated& e = without.at(r.id);
+      agreed +=
+          ExpectSameUpToNearTie(e.tokens, e.margins, with_graphs.at(r.id).tokens, kNearTie, r.id);
+      total += static_cast<int>(e.tokens.size());
+    }
+    std::cout << scheme << " graphs vs eager: " << agreed << " of " << total
+              << " tokens identical\n";
   }
 }
 

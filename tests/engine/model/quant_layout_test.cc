@@ -228,11 +228,6 @@ TEST(QuantLoad, RefusesTensorsThatDoNotMatchTheConfig) {
   st = Load(plain).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(st.message()), HasSubstr("q_proj.weight in"));
-
-  // The CUDA backend does not run quantized weights yet: said before anything is loaded.
-  st = LoadModel(awq, Backend::kCuda, "").status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(st.message()), HasSubstr("CPU backend only"));
 }
 
 }  // namespace
