@@ -33,6 +33,7 @@
 #include "deploy/cli/bench_model_math.h"
 #include "deploy/cli/commands.h"
 #include "engine/engine.h"
+#include "engine/model/quant_config.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine_flags.h"
 
@@ -70,8 +71,9 @@ std::vector<int> ParseInts(const std::string& list) {
 
 class Bench {
  public:
-  Bench(const BenchOptions& o, std::unique_ptr<Engine> engine)
-      : o_(o), engine_(std::move(engine)), rng_(o.seed) {}
+  // `linear_bytes`: bytes per projection weight (ModelMath), for the floors.
+  Bench(const BenchOptions& o, std::unique_ptr<Engine> engine, double linear_bytes)
+      : o_(o), engine_(std::move(engine)), rng_(o.seed), linear_bytes_(linear_bytes) {}
 
   // Submits `n` requests of `prompt` random tokens generating `tokens` each.
   absl::Status Submit(int n, int prompt, int tokens) {
@@ -155,7 +157,7 @@ class Bench {
     const double median = Speculating() ? (decode_tokens > 0 ? decode_seconds / decode_tokens : 0)
                           : decode.empty() ? 0
                                            : decode[decode.size() / 2];
-    const ModelMath m(engine_->model_config());
+    const ModelMath m(engine_->model_config(), linear_bytes_);
     const int mid_context = prompt + tokens / 2;
     const double floor_s = m.DecodeBytes(1, mid_context) / (o_.bandwidth_gbs * 1e9);
     json j = {{"prompt_tokens", prompt},
@@ -199,7 +201,7 @@ class Bench {
           tokens += log.tokens[i];
         }
         const double tps = seconds > 0 ? tokens / seconds : 0;
-        const ModelMath m(engine_->model_config());
+        const ModelMath m(engine_->model_config(), linear_bytes_);
         const double floor_s =
             m.DecodeBytes(batch, context + o_.decode_tokens / 2) / (o_.bandwidth_gbs * 1e9);
         row["tokens_per_s"] = tps;
@@ -223,7 +225,7 @@ class Bench {
 
   absl::StatusOr<json> Prefill() {
     json rows = json::array();
-    const ModelMath m(engine_->model_config());
+    const ModelMath m(engine_->model_config(), linear_bytes_);
     for (int len : ParseInts(o_.prefill_lens)) {
       // A prompt of the model's whole context leaves no room for its one token: one less.
       len = std::min(len, engine_->max_model_len() - 1);
@@ -319,8 +321,30 @@ class Bench {
   const BenchOptions& o_;
   std::unique_ptr<Engine> engine_;
   std::mt19937_64 rng_;
+  double linear_bytes_;
   int64_t next_id_ = 0;
 };
+
+// What a projection weight of the model in `o` costs to read: 2 (bf16) unless its checkpoint or
+// --quantization makes it quantized.
+absl::StatusOr<std::pair<double, std::string>> LinearBytes(const BenchOptions& o,
+                                                           const ModelConfig& config) {
+  ASSIGN_OR_RETURN(const QuantConfig q,
+                   QuantConfig::Resolve(o.model_dir, o.engine.engine.quantization));
+  using F = QuantConfig::Format;
+  switch (q.format) {
+    case F::kNone:
+      return std::pair<double, std::string>(2.0, "bf16");
+    case F::kAwq:
+    case F::kGptq:
+    case F::kLoadTimeInt4:
+      return std::pair(QuantBytesPerWeight(true, q.group_size, config.hidden_size), q.Describe());
+    case F::kFp8Block:
+      return std::pair(QuantBytesPerWeight(false, q.block_k, config.hidden_size), q.Describe());
+    default:
+      return std::pair(QuantBytesPerWeight(false, 0, config.hidden_size), q.Describe());
+  }
+}
 
 int RunBench(BenchOptions& o) {
   o.engine.engine.model_dir = o.model_dir;
@@ -336,7 +360,12 @@ int RunBench(BenchOptions& o) {
   }
   const double startup_s = absl::ToDoubleSeconds(Clock::Real()->Now() - start);
   const ModelConfig config = (*engine)->model_config();
-  Bench bench(o, *std::move(engine));
+  absl::StatusOr<std::pair<double, std::string>> linear = LinearBytes(o, config);
+  if (!linear.ok()) {
+    std::cerr << "bench: " << linear.status() << "\n";
+    return 1;
+  }
+  Bench bench(o, *std::move(engine), linear->first);
   json result = {{"model", o.model_dir},
                  {"backend", BackendName(o.engine.engine.backend)},
                  {"startup_s", startup_s},
@@ -345,9 +374,14 @@ int RunBench(BenchOptions& o) {
                  {"async_scheduling", o.engine.engine.async_scheduling},
                  {"speculative_method", SpecMethodName(o.engine.engine.speculative.method)},
                  {"num_speculative_tokens", o.engine.engine.speculative.num_speculative_tokens},
-                 {"bandwidth_gbs", o.bandwidth_gbs}};
-  std::cout << absl::StrFormat("bench: %s on %s, start-up %.1f s\n", config.model_type,
-                               BackendName(o.engine.engine.backend), startup_s);
+                 {"bandwidth_gbs", o.bandwidth_gbs},
+                 {"weights", linear->second},
+                 {"linear_bytes_per_weight", linear->first}};
+  std::cout << absl::StrFormat(
+      "bench: %s on %s, start-up %.1f s, weights %s (%.3f bytes per projection weight in the "
+      "floors)\n",
+      config.model_type, BackendName(o.engine.engine.backend), startup_s, linear->second,
+      linear->first);
   for (absl::string_view s : absl::StrSplit(o.scenarios, ',', absl::SkipEmpty())) {
     absl::StatusOr<json> r = absl::InvalidArgumentError(absl::StrCat("unknown scenario ", s));
     if (s == "latency") r = bench.Latency();

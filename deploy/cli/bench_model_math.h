@@ -10,15 +10,19 @@ namespace tandem::cli {
 
 class ModelMath {
  public:
-  explicit ModelMath(const ModelConfig& c) : c_(c) {}
+  // `linear_bytes_per_weight`: what one weight of a decoder projection costs to read (2: bf16;
+  // quantized: LinearBytesPerWeight below). Norms and the LM head are bf16 either way.
+  explicit ModelMath(const ModelConfig& c, double linear_bytes_per_weight = 2.0)
+      : c_(c), linear_bytes_(linear_bytes_per_weight) {}
 
-  // Weight bytes of one forward pass in bf16: every layer's projections and norms, the final
-  // norm and the LM head (the embedding is a gather of one row per token).
+  // Weight bytes of one forward pass: every layer's projections and norms, the final norm and
+  // the LM head (the embedding is a gather of one row per token).
   double WeightBytes() const {
     const double h = c_.hidden_size, d = c_.head_dim, i = c_.intermediate_size;
     const double q = c_.num_q_heads * d, kv = c_.num_kv_heads * d;
-    const double layer = h * (q + 2 * kv) + q * h + 2 * h * i + i * h + 2 * h;
-    return 2.0 * (c_.num_layers * layer + h + static_cast<double>(c_.vocab_size) * h);
+    const double projections = h * (q + 2 * kv) + q * h + 2 * h * i + i * h;
+    return c_.num_layers * (linear_bytes_ * projections + 2.0 * 2 * h) +
+           2.0 * (h + static_cast<double>(c_.vocab_size) * h);
   }
   // A decode step of `batch` sequences at `context` tokens each: the weights once, each
   // sequence's K and V of every layer.
@@ -40,6 +44,16 @@ class ModelMath {
 
  private:
   ModelConfig c_;
+  double linear_bytes_;
 };
+
+// Bytes per weight of a quantized projection in the canonical layout the kernels read
+// (kernels/quant_gemm/quant_gemm.h): the code (1 byte, or half a byte for 4-bit) plus its share
+// of the fp32 scale (and uint4 zero point) of its group; `group` <= 0 means one per row of
+// `row_k` weights.
+inline double QuantBytesPerWeight(bool four_bit, int64_t group, int64_t row_k) {
+  const double g = static_cast<double>(group > 0 ? group : row_k);
+  return four_bit ? 0.5 + 5.0 / g : 1.0 + 4.0 / g;
+}
 
 }  // namespace tandem::cli

@@ -43,12 +43,12 @@ if want attn_tc; then
 fi
 
 if want tests; then
-  # TESTS picks a subset (default: all four).
-  for t in ${TESTS:-kernels_kb_gpu_test logits_gpu_test attention_gpu_test engine_cuda_test}; do
+  # TESTS picks a subset (default: all five).
+  for t in ${TESTS:-kernels_kb_gpu_test logits_gpu_test attention_gpu_test quant_gemm_gpu_test engine_cuda_test}; do
     run_test "$t" 420
   done
-  grep -hE "max \|cuda|greedy tokens|batch invariance|device sampling" \
-    "$LOGS/engine_cuda_test.log" 2>/dev/null | head -60 >>"$OUT/summary.txt"
+  grep -hE "max \|cuda|greedy tokens|batch invariance|device sampling|graphs vs eager" \
+    "$LOGS/engine_cuda_test.log" 2>/dev/null | head -120 >>"$OUT/summary.txt"
   grep -hE "^BENCH" "$LOGS"/*.log 2>/dev/null >>"$OUT/summary.txt"
 fi
 
@@ -145,6 +145,13 @@ for preset in $PRESETS; do
     fi
   fi
   if want quant; then
+    if [ ! -f "$LOGS/kb_quant.log" ]; then
+      # The quantized kernels alone at the 8B layer shapes: skinny GEMM (m = 1, 8, 32) and the
+      # prefill path's dequantization, TB/s of the bytes each moves.
+      timeout 120 $S/bin/kb_bench - quant >"$LOGS/kb_quant.log" 2>&1
+      note "kb_bench quant exit=$?"
+      grep -E "^(quant_gemm|quant_dequant)|ceiling" "$LOGS/kb_quant.log" >>"$OUT/summary.txt"
+    fi
     # Pre-quantized random checkpoints of the preset's shapes (QUANTS, default "int8 awq
     # fp8-block"; make-model --quantization), each benched like the bf16 one: batch-1 latency and
     # decode, the quantized GEMMs' op profile at batch 1 and 64 (skinny kernel <= 32 tokens,

@@ -15,7 +15,7 @@ void BenchQuantGemm(const Ceilings& c) {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {4096, 24576}, {12288, 4096}, {4096, 6144}, {4096, 4096}};
   constexpr int64_t kGroup = 128;
-  for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4}) {
+  for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4, QuantCode::kFp8E4M3}) {
     const bool int4 = code == QuantCode::kUint4;
     for (auto [k, n] : shapes) {
       const int64_t groups = int4 ? k / kGroup : 1;
@@ -58,10 +58,34 @@ void BenchQuantGemm(const Ceilings& c) {
         };
         MedianMicros(launch, nullptr, 20, 20);  // pre-warm (kernels/gemm/WORKLOG.md, step 3)
         const double us = MedianMicros(launch, nullptr, 5, 50);
-        Report(int4 ? "quant_gemm.w4a16_g128" : "quant_gemm.w8a16",
+        Report(int4                          ? "quant_gemm.w4a16_g128"
+               : code == QuantCode::kFp8E4M3 ? "quant_gemm.fp8w_a16"
+                                             : "quant_gemm.w8a16",
                absl::StrCat("M=", m, " K=", k, " N=", n), us, "TB/s",
                static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
       }
+      // The prefill path's dequantization into a bf16 scratch (CudaOps): codes and scales read,
+      // 2 bytes per weight written.
+      void* dense = nullptr;
+      BENCH_CUDA(cudaMalloc(&dense, n * k * 2));
+      auto dequant = [&](int it) {
+        QuantGemmArgs x{.n = n, .k = k, .code = code, .group_size = int4 ? kGroup : k};
+        x.w = static_cast<const uint8_t*>(ws[it % copies]);
+        x.scales = static_cast<const float*>(scales[it % copies]);
+        x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
+        if (absl::Status s = QuantDequantize(x, dense, DType::kBF16, nullptr); !s.ok()) {
+          std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+          std::abort();
+        }
+      };
+      MedianMicros(dequant, nullptr, 5, 5);
+      const double dq_us = MedianMicros(dequant, nullptr, 3, 20);
+      Report(int4                          ? "quant_dequant.int4_g128"
+             : code == QuantCode::kFp8E4M3 ? "quant_dequant.fp8"
+                                           : "quant_dequant.int8",
+             absl::StrCat("K=", k, " N=", n), dq_us, "TB/s",
+             static_cast<double>(bytes + n * k * 2) * 1e-6 / dq_us, c.read_tbps);
+      cudaFree(dense);
       for (int i = 0; i < copies; ++i) cudaFree(ws[i]), cudaFree(scales[i]), cudaFree(zeros[i]);
       cudaFree(a), cudaFree(out);
     }

@@ -42,6 +42,13 @@ using testing_util::SeqResult;
 // CUDA (bf16 activations, weights and KV) against the CPU backend (fp32 activations, fp32 KV,
 // the same bf16 weights): max |logit difference| <= kLogitTolerance * max(1, max |logit|).
 constexpr double kLogitTolerance = 0.05;
+// FP8 W8A8 (dynamic activation scales): both backends round each activation to e4m3, but from
+// different inputs (fp32 on the CPU, bf16 on CUDA), so where the bf16 difference crosses an e4m3
+// rounding boundary (about 1 element in 10 at a 1% difference against e4m3's 6-12% steps) the
+// rounded values differ by a whole e4m3 step. That amplifies the bf16 noise (1-1.7% of max |logit|
+// measured on the bf16 presets) about threefold per GEMM input; the bound is three times the bf16
+// one. A prediction until the first GPU run prints the measured values.
+constexpr double kFp8LogitTolerance = 0.15;
 
 const char* const kSmallPresets[] = {"small-llama3",  "small-llama31", "small-llama2",
                                      "small-mistral", "small-qwen2",   "small-qwen3"};
@@ -95,6 +102,7 @@ int ExpectSameUpToNearTie(const std::vector<int32_t>& want, const std::vector<fl
 struct Quant {
   std::string scheme = "";
   std::string load_time = "";
+  double tolerance = kLogitTolerance;
   std::string Name() const {
     return scheme.empty() && load_time.empty() ? "bf16" : scheme + load_time;
   }
@@ -132,9 +140,9 @@ void CompareWithCpu(const std::string& preset, int page_size,
     std::cout << preset << " " << quant.Name() << " page " << page_size << " prompt "
               << prompts[i].size() << ": max |cuda - cpu| logit " << err << " = " << err / scale
               << " of max |logit| " << scale << "\n";
-    EXPECT_LE(err, kLogitTolerance * scale) << "prompt " << prompts[i].size();
+    EXPECT_LE(err, quant.tolerance * scale) << "prompt " << prompts[i].size();
     agreed += ExpectSameUpToNearTie(want[i].tokens, want[i].margins, got[i].tokens,
-                                    2 * kLogitTolerance * scale,
+                                    2 * quant.tolerance * scale,
                                     "prompt " + std::to_string(prompts[i].size()));
   }
   std::cout << preset << " " << quant.Name() << ": greedy tokens agreed " << agreed << " of "
@@ -237,9 +245,11 @@ TEST(EngineCudaTest, SmallPresetsMatchTheCpuBackend) {
 // last group in down_proj.
 TEST(EngineCudaTest, QuantizedCheckpointsMatchTheCpuBackend) {
   SKIP_WITHOUT_GPU();
-  for (const char* scheme : {"int8", "awq", "gptq", "fp8-channel", "fp8-block"}) {
-    CompareWithCpu("small-llama3", 16, {1, 13, 45, 300}, {.scheme = scheme});
-    CompareWithCpu("small-qwen2", 16, {45}, {.scheme = scheme});
+  for (const std::string scheme : {"int8", "awq", "gptq", "fp8-channel", "fp8-block"}) {
+    const double tolerance = scheme.starts_with("fp8") ? kFp8LogitTolerance : kLogitTolerance;
+    CompareWithCpu("small-llama3", 16, {1, 13, 45, 300},
+                   {.scheme = scheme, .tolerance = tolerance});
+    CompareWithCpu("small-qwen2", 16, {45}, {.scheme = scheme, .tolerance = tolerance});
   }
   CompareWithCpu("small-llama2", 16, {13, 45}, {.load_time = "int4"});
   ASSERT_EQ(setenv("TANDEM_FUSED_NORM", "1", 1), 0);
@@ -250,8 +260,10 @@ TEST(EngineCudaTest, QuantizedCheckpointsMatchTheCpuBackend) {
 // --quantization fp8 | int8 | int4 on a bf16 checkpoint (quantized on the host at load time).
 TEST(EngineCudaTest, LoadTimeQuantizationMatchesTheCpuBackend) {
   SKIP_WITHOUT_GPU();
-  for (const char* q : {"int8", "int4", "fp8"}) {
-    CompareWithCpu("small-qwen3", 16, {1, 13, 45, 300}, {.load_time = q});
+  for (const std::string q : {"int8", "int4", "fp8"}) {
+    CompareWithCpu(
+        "small-qwen3", 16, {1, 13, 45, 300},
+        {.load_time = q, .tolerance = q == "fp8" ? kFp8LogitTolerance : kLogitTolerance});
   }
 }
 
