@@ -48,6 +48,7 @@ std::vector<std::string> EngineFlags(const Layout& l) {
   if (e.enforce_eager) flags.push_back("--enforce-eager");
   if (!e.enable_prefix_caching) flags.push_back("--no-enable-prefix-caching");
   if (!e.async_scheduling) flags.push_back("--no-async-scheduling");
+  if (!e.quantization.empty()) flags.insert(flags.end(), {"--quantization", e.quantization});
   if (e.speculative_method != "none") {
     flags.insert(flags.end(), {"--speculative-method", e.speculative_method,
                                "--num-speculative-tokens", std::to_string(e.num_speculative_tokens),

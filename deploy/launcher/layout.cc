@@ -98,6 +98,19 @@ absl::Status Validate(const Layout& l) {
   if (!(l.engine.gpu_memory_utilization > 0.0 && l.engine.gpu_memory_utilization <= 1.0)) {
     return absl::InvalidArgumentError("engine: gpu_memory_utilization must be in (0, 1]");
   }
+  const std::string& q = l.engine.quantization;
+  if (!q.empty() && q != "fp8" && q != "int8" && q != "int4") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: quantization '", q, "' (want fp8, int8 or int4, or none)"));
+  }
+  if (!q.empty()) {
+    for (const GroupSpec& g : l.groups) {
+      if (g.tensor_parallel > 1 || g.pipeline_parallel > 1) {
+        return absl::InvalidArgumentError(
+            "engine: quantization with tensor_parallel / pipeline_parallel > 1 is not built yet");
+      }
+    }
+  }
   const std::string& method = l.engine.speculative_method;
   if (method != "none" && method != "ngram" && method != "draft") {
     return absl::InvalidArgumentError(
@@ -160,7 +173,7 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
           e, "engine",
           {"page_size", "num_pages", "kv_memory_bytes", "max_num_seqs", "max_num_batched_tokens",
            "gpu_memory_utilization", "max_model_len", "cuda_graph_sizes", "enforce_eager",
-           "enable_prefix_caching", "async_scheduling", "speculative_config"});
+           "enable_prefix_caching", "async_scheduling", "quantization", "speculative_config"});
       Read(e, "page_size", &l.engine.page_size);
       Read(e, "num_pages", &l.engine.num_pages);
       Read(e, "kv_memory_bytes", &l.engine.kv_memory_bytes);
@@ -172,6 +185,7 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(e, "enforce_eager", &l.engine.enforce_eager);
       Read(e, "enable_prefix_caching", &l.engine.enable_prefix_caching);
       Read(e, "async_scheduling", &l.engine.async_scheduling);
+      Read(e, "quantization", &l.engine.quantization);
       if (const YAML::Node s = e["speculative_config"]) {
         CheckKeys(s, "engine.speculative_config",
                   {"method", "num_speculative_tokens", "model", "prompt_lookup_min",

@@ -16,6 +16,8 @@
 //            max_num_seqs: 256, max_num_batched_tokens: 2048, max_model_len: 0,
 //            cuda_graph_sizes: [], enforce_eager: false,      # worker flags of the same names
 //            enable_prefix_caching: true, async_scheduling: true,
+//            quantization: "",     # --quantization: "" | fp8 | int8 | int4 (load time, on an
+//                                  # unquantized checkpoint; not with TP / PP > 1)
 //            speculative_config: {method: ngram, num_speculative_tokens: 4,   # vLLM's fields
 //                                 prompt_lookup_min: 1, prompt_lookup_max: 3, model: /draft}}
 //   groups:
@@ -53,6 +55,7 @@ struct EngineSpec {
   bool enforce_eager = false;
   bool enable_prefix_caching = true;
   bool async_scheduling = true;
+  std::string quantization;  // the workers' --quantization; empty: none (or the checkpoint's)
   // speculative_config (decode and mixed workers; prefill workers do not speculate).
   std::string speculative_method = "none";  // none | ngram | draft
   int num_speculative_tokens = 0;

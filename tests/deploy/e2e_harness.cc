@@ -104,10 +104,12 @@ StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args) 
   return result;
 }
 
-std::vector<int32_t> ReferenceGreedy(const std::string& model_dir, const GenerateArgs& args) {
+std::vector<int32_t> ReferenceGreedy(const std::string& model_dir, const GenerateArgs& args,
+                                     const std::string& quantization) {
   EngineOptions options;
   options.model_dir = model_dir;
   options.num_pages = 256;
+  options.quantization = quantization;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
   CHECK_OK(engine.status());
   EngineRequest req;

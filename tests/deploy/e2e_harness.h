@@ -62,8 +62,10 @@ struct GenerateArgs {
 // Streams one greedy generation through the router's gRPC Generation API.
 StreamResult Generate(const std::string& router_grpc, const GenerateArgs& args);
 
-// Greedy tokens of one Engine in this process (max_tokens, ignore_eos as in `args`).
-std::vector<int32_t> ReferenceGreedy(const std::string& model_dir, const GenerateArgs& args);
+// Greedy tokens of one Engine in this process (max_tokens, ignore_eos as in `args`;
+// `quantization`: EngineOptions::quantization, the --quantization flag).
+std::vector<int32_t> ReferenceGreedy(const std::string& model_dir, const GenerateArgs& args,
+                                     const std::string& quantization = "");
 
 // What one Engine in this process generates for `prompt` with `sampling` (`tandem generate`).
 struct ReferenceResult {

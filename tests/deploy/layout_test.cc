@@ -54,6 +54,13 @@ TEST(Layout, EngineFieldsParse) {
   EXPECT_TRUE(DefaultLayout().engine.enable_prefix_caching);
   EXPECT_FALSE(l->engine.async_scheduling);
   EXPECT_TRUE(DefaultLayout().engine.async_scheduling);
+  EXPECT_EQ(l->engine.quantization, "");
+  for (const std::string q : {"fp8", "int8", "int4"}) {
+    absl::StatusOr<Layout> quant =
+        ParseLayout("engine: {quantization: " + q + "}\ngroups: [{role: mixed}]");
+    ASSERT_TRUE(quant.ok()) << quant.status();
+    EXPECT_EQ(quant->engine.quantization, q);
+  }
   absl::StatusOr<Layout> kv =
       ParseLayout("router: {routing_policy: kv-aware}\ngroups: [{role: mixed}]");
   ASSERT_TRUE(kv.ok()) << kv.status();
@@ -106,6 +113,9 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
       {"engine: {speculative_config: {method: draft, num_speculative_tokens: 3}}\n"
        "groups: [{role: mixed}]",
        "speculative_config.model"},
+      {"engine: {quantization: awq}\ngroups: [{role: mixed}]", "quantization 'awq'"},
+      {"backend: cpu\nengine: {quantization: int8}\ngroups: [{role: mixed, tensor_parallel: 2}]",
+       "quantization with tensor_parallel"},
       // A misspelt or unknown key anywhere is refused, never ignored.
       {"engine: {enable_prefix_cachng: false}\ngroups: [{role: mixed}]",
        "unknown key 'enable_prefix_cachng' in engine"},
