@@ -122,7 +122,8 @@ serve_and_load() {  # through the router: tandem serve LAYOUT and tandem-loadgen
 
 for preset in $PRESETS; do
   m=$MODELS/$preset
-  if [ ! -f "$m/config.json" ]; then
+  # `quant` alone makes its own (quantized) checkpoints: no bf16 one needed.
+  if [ ! -f "$m/config.json" ] && [ "$what" != "quant" ]; then
     /usr/bin/time -f "make-model $preset: %e s" $S/bin/tandem make-model --preset "$preset" \
       --out "$m" >"$LOGS/make_$preset.log" 2>&1
     note "$(tail -1 "$LOGS/make_$preset.log")"

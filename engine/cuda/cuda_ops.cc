@@ -326,6 +326,8 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
   dense.w = dequant_scratch_;
   dense.w_dtype = DType::kBF16;
   dense.overlap_launch = false;  // its weight was just written by the dequantization
+  dense.l2_prefetch = nullptr;   // the next layer's weights are quantized: never prefetched
+  dense.l2_prefetch_bytes = 0;
   return Timed(
       [&] {
         return absl::StrCat("qgemm ", code, " dense m=", a.m, " n=", a.n, " k=", a.k,
