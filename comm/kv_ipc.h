@@ -2,9 +2,11 @@
 // peers): the decode worker exports its device KV pool once, a prefill worker maps it once per
 // peer and copies pages straight into the reserved pages, device to device. The control path
 // stays the TCP transport's connection (comm/kv_wire.h: the hello asks for IPC, the receiver
-// answers with the pool handle and the transfer's page ids, each layer's write is granted and
-// then confirmed), so the page-ownership rules are the TCP transport's: the pages stay
-// `reserved` until the transfer's verdict, and after KvReceiver::Cancel returns no byte lands.
+// answers with the pool handle and the transfer's page ids and grants the write of the whole
+// reservation once; the sender enqueues each layer's copy as the layer is computed, ordered by
+// an event, with no host wait, and confirms once after one stream synchronize), so the
+// page-ownership rules are the TCP transport's: the pages stay `reserved` until the transfer's
+// verdict, and KvReceiver::Cancel's `released` runs only once no byte lands any more.
 //
 // This is the device half behind an interface, so that comm/ needs no CUDA: the implementation
 // is engine/cuda/cuda_kv_ipc.cc (built with TANDEM_CUDA; without it every call is Unimplemented).
@@ -41,14 +43,19 @@ class KvIpcDevice {
   // until destruction). FailedPrecondition when the peer's device cannot be mapped from here
   // (another GPU without peer access, the same process).
   virtual absl::StatusOr<void*> OpenPool(const std::string& handle) = 0;
-  // Copies layer `layer` of the pages `src_pages` of `src_pool` (this process's pool, laid out
-  // as `src`) to the pages `dst_pages` of `dst_pool` (a mapped peer pool, laid out as `dst`:
-  // the same page shape, its own num_pages), one copy per run of consecutive page ids, on a
-  // stream of its own; returns once the bytes have landed.
-  virtual absl::Status CopyLayer(void* dst_pool, const KvLayout& dst, const void* src_pool,
-                                 const KvLayout& src, int layer,
-                                 absl::Span<const int32_t> dst_pages,
-                                 absl::Span<const int32_t> src_pages) = 0;
+  // Enqueues the copy of layer `layer` of the pages `src_pages` of `src_pool` (this process's
+  // pool, laid out as `src`) to the pages `dst_pages` of `dst_pool` (a mapped peer pool, laid out
+  // as `dst`: the same page shape, its own num_pages) on the calling thread's copy stream, ordered
+  // after `after_event` (a device event of this process, e.g. KvPushListener's for the layer;
+  // null: the source pages are stored now). Returns without waiting for the copy: the source
+  // and destination pages stay in use until WaitCopies returns.
+  virtual absl::Status CopyLayerAsync(void* dst_pool, const KvLayout& dst, const void* src_pool,
+                                      const KvLayout& src, int layer,
+                                      absl::Span<const int32_t> dst_pages,
+                                      absl::Span<const int32_t> src_pages, void* after_event) = 0;
+  // Waits until every copy the calling thread enqueued has landed (one stream synchronize); the
+  // first error of any of them.
+  virtual absl::Status WaitCopies() = 0;
 };
 
 // The CUDA implementation (engine/cuda/cuda_kv_ipc.cc), or Unimplemented in a build without

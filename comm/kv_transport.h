@@ -18,7 +18,8 @@
 //   done(id, error)              -> sender aborted or died, layout mismatch, deadline passed
 //   Cancel(id)                   -> the caller gives up; once it returns no byte of the pages
 //                                   is written any more and done() will not be called for id
-// Exactly one of {done(id, ...), Cancel(id) returning true} happens per Expect.
+// Exactly one of {done(id, ...), Cancel(id) returning true} happens per Expect. done(id, error)
+// too comes only once no byte of the sender lands any more (the pages may be freed in it).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kernels/common/kv_layout.h"
@@ -61,12 +63,26 @@ class KvSendOp {
   // the source pages before Finish() returns.
   virtual absl::Status SendLayer(int layer, const void* pool, absl::Span<const int32_t> src_pages,
                                  int first_index) = 0;
+  // True for a transport whose copies run on a device stream (CUDA IPC): SendLayerAfterEvent
+  // orders them after a device event instead of the caller waiting for it.
+  virtual bool OrdersAfterEvents() const { return false; }
+  // SendLayer, with the copy ordered on the device after `ready_event` (KvPushListener's event
+  // for the layer; null: stored now) and no host wait: the copy may still be in flight when it
+  // returns, so the source pages stay in use until Finish or Abort returns (or the op is
+  // destroyed). Unimplemented unless OrdersAfterEvents().
+  virtual absl::Status SendLayerAfterEvent(int layer, const void* pool,
+                                           absl::Span<const int32_t> src_pages, int first_index,
+                                           void* ready_event) {
+    (void)layer, (void)pool, (void)src_pages, (void)first_index, (void)ready_event;
+    return absl::UnimplementedError("this KV transport does not order copies after events");
+  }
   // Declares the transfer complete and waits for the receiver's acknowledgment: OK means the
   // receiver holds every page and has committed them; the source pages may be freed. Any error
   // means the decode side has given up on the request (and freed or will free its pages).
   virtual absl::StatusOr<KvTransferStats> Finish() = 0;
   // Abandons the transfer; the receiver reports Aborted(reason) for it. Idempotent, never blocks
-  // longer than a short best-effort notification.
+  // longer than a short best-effort notification, after (device transports) waiting for the
+  // copies already enqueued: no byte lands after it returns.
   virtual void Abort(absl::string_view reason) = 0;
 };
 
@@ -100,11 +116,26 @@ class KvReceiver {
   // with DeadlineExceeded (whether or not a sender ever connected).
   virtual absl::Status Expect(const std::string& transfer_id, std::vector<int32_t> pages,
                               absl::Time deadline) = 0;
-  // Gives up on a transfer. Returns true if it was live (then done() is never called for it and
-  // no byte is written to its pages after Cancel returns), false if unknown or already done.
-  virtual bool Cancel(const std::string& transfer_id) = 0;
+  // Gives up on a transfer. Returns true if it was live (then done() is never called for it),
+  // false if unknown or already done (then `released` never runs). For a live transfer
+  // `released` runs exactly once, when no byte of the sender lands in its pages any more (they
+  // may be reused from then on): inside Cancel, or, while a CUDA IPC sender holds the write grant
+  // (comm/kv_wire.h), later on a transport thread once the grant ends (the sender's confirmation
+  // or abort, its connection closing, or the transfer's deadline). So Cancel never waits for a
+  // sender. Never called during the receiver's destruction.
+  virtual bool Cancel(const std::string& transfer_id, std::function<void()> released) = 0;
+  // Cancel that waits for that point itself: no byte is written to the pages after it returns
+  // (blocks while an IPC sender holds the grant).
+  bool Cancel(const std::string& transfer_id);
   // Number of live (expected or receiving) transfers.
   virtual int NumPending() const = 0;
 };
+
+inline bool KvReceiver::Cancel(const std::string& transfer_id) {
+  absl::Notification released;
+  const bool live = Cancel(transfer_id, [&released] { released.Notify(); });
+  if (live) released.WaitForNotification();
+  return live;
+}
 
 }  // namespace tandem

@@ -154,6 +154,27 @@ absl::StatusOr<PagesHeader> DecodePagesHeader(const std::string& body) {
   return h;
 }
 
+std::string EncodeIpcWritten(const std::vector<PagesHeader>& ranges) {
+  std::string out;
+  PutU32(&out, static_cast<uint32_t>(ranges.size()));
+  for (const PagesHeader& h : ranges) out += EncodePagesHeader(h);
+  return out;
+}
+
+absl::StatusOr<std::vector<PagesHeader>> DecodeIpcWritten(const std::string& body) {
+  Reader r(body);
+  const uint32_t n = r.U32();
+  if (!r.ok() || n > body.size() / 12) return absl::InvalidArgumentError("truncated KV ipc ranges");
+  std::vector<PagesHeader> ranges(n);
+  for (PagesHeader& h : ranges) {
+    h.layer = r.I32();
+    h.first_index = r.I32();
+    h.count = r.I32();
+  }
+  if (!r.ok()) return absl::InvalidArgumentError("truncated KV ipc ranges");
+  return ranges;
+}
+
 std::string EncodeIpcPool(const IpcPool& pool) {
   std::string out;
   PutU32(&out, static_cast<uint32_t>(pool.handle.size()));

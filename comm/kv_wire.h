@@ -9,12 +9,14 @@
 //   With CUDA IPC (comm/kv_ipc.h; the hello's ipc field not kNone), right after an OK verdict:
 //                                          ← kIpcPool{handle, receiver num_pages, page ids}
 //   (an empty handle: the receiver exports no pool; the sender sends kPages, or fails under
-//   kRequired), and instead of kPages, per layer and page range:
-//   kIpcWrite{layer, first_index, count}   →
-//                                          ← kStatus (OK: the pages are the sender's to write
-//                                            until kIpcWritten; the receiver's Cancel waits)
-//   ... the sender copies device to device into the mapped pool and waits for the copies ...
-//   kIpcWritten                            →
+//   kRequired), and instead of kPages, once for the whole transfer:
+//   kIpcWrite{kAllLayers, 0, num_pages}    →
+//                                          ← kStatus (OK: every reserved page of every layer is
+//                                            the sender's to write until kIpcWritten; a Cancel
+//                                            meanwhile defers the pages' release to its end)
+//   ... the sender enqueues each layer's device copy into the mapped pool as the layer is
+//   computed (ordered after the layer's compute event), then waits for all of them once ...
+//   kIpcWritten{ranges written}            →  (no reply; kDone follows at once)
 //   kAbort{reason} may replace any sender frame; either side may close at any time, which the
 //   other reads as Unavailable.
 //
@@ -35,7 +37,8 @@
 namespace tandem::kv_wire {
 
 inline constexpr uint32_t kMagic = 0x31564B54;  // "TKV1"
-inline constexpr uint32_t kVersion = 3;  // 2: the hello carries the cluster token; 3: CUDA IPC
+// 2: the hello carries the cluster token; 3: CUDA IPC; 4: one IPC grant per transfer.
+inline constexpr uint32_t kVersion = 4;
 inline constexpr uint32_t kMaxBodyBytes = 1 << 20;  // bodies are small; page bytes are separate
 
 enum class FrameType : uint32_t {
@@ -82,6 +85,11 @@ struct PagesHeader {
   int32_t count = 0;
 };
 
+// kIpcWrite's layer for the whole-transfer grant (the only one a v4 receiver accepts).
+inline constexpr int32_t kAllLayers = -1;
+// The most ranges one kIpcWritten lists (its body stays under kMaxBodyBytes).
+inline constexpr size_t kMaxIpcRanges = (kMaxBodyBytes - 4) / 12;
+
 absl::Status WriteFrame(const Socket& s, FrameType type, const std::string& body,
                         absl::Time deadline);
 // InvalidArgument on an unknown type or an oversized body (a corrupt or foreign peer).
@@ -96,6 +104,10 @@ absl::Status DecodeStatus(const std::string& body);
 
 std::string EncodePagesHeader(const PagesHeader& header);
 absl::StatusOr<PagesHeader> DecodePagesHeader(const std::string& body);
+
+// kIpcWritten's body: the (layer, first_index, count) ranges the sender wrote.
+std::string EncodeIpcWritten(const std::vector<PagesHeader>& ranges);
+absl::StatusOr<std::vector<PagesHeader>> DecodeIpcWritten(const std::string& body);
 
 std::string EncodeIpcPool(const IpcPool& pool);
 absl::StatusOr<IpcPool> DecodeIpcPool(const std::string& body);

@@ -29,6 +29,10 @@ struct TcpKvReceiver::Transfer {
   absl::Mutex mu;              // held while bytes are copied into `pages`
   bool live ABSL_GUARDED_BY(mu) = true;  // false once cancelled or completed
   KvTransferStats stats ABSL_GUARDED_BY(mu);
+  // A CUDA IPC sender holds the write grant of every page (kv_wire.h): until it ends, a Cancel
+  // or a deadline only records what to run then (the pages are not free before).
+  bool lent ABSL_GUARDED_BY(mu) = false;
+  std::function<void()> on_released ABSL_GUARDED_BY(mu);
 };
 
 absl::StatusOr<std::unique_ptr<TcpKvReceiver>> TcpKvReceiver::Create(
@@ -96,7 +100,7 @@ absl::Status TcpKvReceiver::Expect(const std::string& transfer_id, std::vector<i
   return absl::OkStatus();
 }
 
-bool TcpKvReceiver::Cancel(const std::string& transfer_id) {
+bool TcpKvReceiver::Cancel(const std::string& transfer_id, std::function<void()> released) {
   std::shared_ptr<Transfer> t;
   {
     absl::MutexLock l(&mu_);
@@ -105,8 +109,15 @@ bool TcpKvReceiver::Cancel(const std::string& transfer_id) {
     t = std::move(it->second);
     transfers_.erase(it);
   }
-  absl::MutexLock l(&t->mu);  // waits out a copy in progress
-  t->live = false;
+  {
+    absl::MutexLock l(&t->mu);  // waits out a page copy in progress (TCP: one page)
+    t->live = false;
+    if (t->lent) {  // an IPC sender may write until its grant ends: release then (EndIpcGrant)
+      t->on_released = std::move(released);
+      return true;
+    }
+  }
+  if (released) released();
   return true;
 }
 
@@ -129,9 +140,28 @@ void TcpKvReceiver::Complete(const std::shared_ptr<Transfer>& t, const absl::Sta
     absl::MutexLock l(&t->mu);
     t->live = false;
     stats = t->stats;
+    stats.duration = duration;
+    if (t->lent) {  // the reaper, while an IPC sender holds the grant: report once it ends
+      t->on_released = [this, id = t->id, status, stats] { done_(id, status, stats); };
+      return;
+    }
   }
-  stats.duration = duration;
   done_(t->id, status, stats);
+}
+
+void TcpKvReceiver::EndIpcGrant(Transfer& t) {
+  std::function<void()> released;
+  {
+    absl::MutexLock l(&t.mu);
+    t.lent = false;
+    released = std::move(t.on_released);
+    t.on_released = nullptr;
+  }
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;  // no callbacks during destruction
+  }
+  if (released) released();
 }
 
 void TcpKvReceiver::AcceptLoop() {
@@ -313,6 +343,7 @@ absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int 
   std::vector<char> staging(static_cast<size_t>(layout_.PageBytes()));
   std::vector<bool> received(static_cast<size_t>(layout_.num_layers) * sender_pages, false);
   int64_t num_received = 0;
+  bool granted = false;  // the IPC grant was asked (once per transfer)
   // Reads may run a little past the deadline (the transfer's, carried over to real time); the
   // reaper ends the transfer exactly at it.
   const absl::Time deadline =
@@ -334,18 +365,33 @@ absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int 
       return absl::InvalidArgumentError("unexpected frame in a KV transfer");
     }
     ASSIGN_OR_RETURN(kv_wire::PagesHeader h, kv_wire::DecodePagesHeader(frame.body));
-    if (h.layer < 0 || h.layer >= layout_.num_layers || h.first_index < 0 || h.count < 0 ||
-        int64_t{h.first_index} + h.count > sender_pages) {
-      return absl::InvalidArgumentError("KV pages frame outside the transfer");
-    }
     if (ipc_write) {
-      RETURN_IF_ERROR(GrantIpcWrite(socket, t, h, deadline));
-      for (int i = 0; i < h.count; ++i) {
-        const size_t bit = static_cast<size_t>(h.layer) * sender_pages + h.first_index + i;
-        if (!received[bit]) ++num_received;
-        received[bit] = true;
+      if (granted || h.layer != kv_wire::kAllLayers || h.first_index != 0 ||
+          h.count != sender_pages) {
+        return absl::InvalidArgumentError(
+            "a KV IPC grant must be asked once, for every page of every layer");
       }
+      granted = true;
+      ASSIGN_OR_RETURN(std::vector<kv_wire::PagesHeader> ranges, HoldIpcGrant(socket, t, deadline));
+      int64_t pages = 0;
+      for (const kv_wire::PagesHeader& r : ranges) {
+        if (!InTransfer(r, sender_pages)) {
+          return absl::InvalidArgumentError("KV IPC range outside the transfer");
+        }
+        for (int i = 0; i < r.count; ++i) {
+          const size_t bit = static_cast<size_t>(r.layer) * sender_pages + r.first_index + i;
+          if (!received[bit]) ++num_received;
+          received[bit] = true;
+        }
+        pages += r.count;
+      }
+      absl::MutexLock l(&t.mu);
+      t.stats.bytes += layout_.PageBytes() * pages;
+      t.stats.pages += pages;
       continue;
+    }
+    if (!InTransfer(h, sender_pages)) {
+      return absl::InvalidArgumentError("KV pages frame outside the transfer");
     }
     for (int i = 0; i < h.count; ++i) {
       RETURN_IF_ERROR(ReadAll(socket, staging.data(), staging.size(), deadline));
@@ -358,25 +404,36 @@ absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int 
   }
 }
 
-absl::Status TcpKvReceiver::GrantIpcWrite(const Socket& socket, Transfer& t,
-                                          const kv_wire::PagesHeader& h, absl::Time deadline) {
-  // The lock is held from the grant to the sender's confirmation: a Cancel in between waits,
-  // so once it returns no copy of this sender lands in the pages (a sender that dies closes the
-  // socket, which ends the wait; its context's copies end with it).
-  absl::MutexLock l(&t.mu);
-  if (!t.live) return absl::CancelledError("cancelled");
-  RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kStatus,
-                                      kv_wire::EncodeStatus(absl::OkStatus()), deadline));
-  ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
-  if (frame.type == kv_wire::FrameType::kAbort) {
-    return absl::AbortedError(absl::StrCat("prefill aborted the KV transfer: ", frame.body));
+bool TcpKvReceiver::InTransfer(const kv_wire::PagesHeader& h, int sender_pages) const {
+  return h.layer >= 0 && h.layer < layout_.num_layers && h.first_index >= 0 && h.count >= 0 &&
+         int64_t{h.first_index} + h.count <= sender_pages;
+}
+
+absl::StatusOr<std::vector<kv_wire::PagesHeader>> TcpKvReceiver::HoldIpcGrant(const Socket& socket,
+                                                                              Transfer& t,
+                                                                              absl::Time deadline) {
+  {
+    absl::MutexLock l(&t.mu);
+    if (!t.live) return absl::CancelledError("cancelled");
+    t.lent = true;
   }
-  if (frame.type != kv_wire::FrameType::kIpcWritten) {
-    return absl::InvalidArgumentError("a KV IPC write was not confirmed");
+  // From the grant until EndIpcGrant the sender may write any reserved page; a Cancel or the
+  // deadline meanwhile releases the pages only at the grant's end: the sender's confirmation or
+  // abort, its connection closing (a sender that dies: its context's copies end with it), or
+  // the read deadline (a sender frozen past it is not waited for; kv_wire.h).
+  const absl::Status granted = kv_wire::WriteFrame(
+      socket, kv_wire::FrameType::kStatus, kv_wire::EncodeStatus(absl::OkStatus()), deadline);
+  absl::StatusOr<kv_wire::Frame> frame =
+      granted.ok() ? kv_wire::ReadFrame(socket, deadline) : absl::StatusOr<kv_wire::Frame>(granted);
+  EndIpcGrant(t);
+  if (!frame.ok()) return frame.status();
+  if (frame->type == kv_wire::FrameType::kAbort) {
+    return absl::AbortedError(absl::StrCat("prefill aborted the KV transfer: ", frame->body));
   }
-  t.stats.bytes += layout_.PageBytes() * h.count;
-  t.stats.pages += h.count;
-  return absl::OkStatus();
+  if (frame->type != kv_wire::FrameType::kIpcWritten) {
+    return absl::InvalidArgumentError("a KV IPC grant was not confirmed");
+  }
+  return kv_wire::DecodeIpcWritten(frame->body);
 }
 
 absl::Status TcpKvReceiver::WritePage(Transfer& t, int layer, int index,

@@ -1,7 +1,9 @@
 // TcpKvReceiver: the host KV transport's receiver (decode side). Listens on a TCP port; each
 // sender connection carries one transfer announced earlier with Expect(). Page bytes are read
 // into a one-page staging buffer and copied into the pool under the transfer's lock, so Cancel()
-// can guarantee that no byte lands in the pages after it returns (the pages may then be reused).
+// can guarantee that no byte lands in the pages after it returns (the pages may then be reused);
+// a CUDA IPC sender writes them itself under a grant (kv_wire.h), and Cancel's `released`
+// waits for the grant's end.
 //
 // Time: transfer deadlines (Expect) and the transfer durations are on the Clock given at
 // Create; the socket reads and writes under them are bounded in real time (socket_io.h).
@@ -11,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,7 +50,8 @@ class TcpKvReceiver : public KvReceiver {
   std::string address() const override { return address_; }
   absl::Status Expect(const std::string& transfer_id, std::vector<int32_t> pages,
                       absl::Time deadline) override;
-  bool Cancel(const std::string& transfer_id) override;
+  using KvReceiver::Cancel;
+  bool Cancel(const std::string& transfer_id, std::function<void()> released) override;
   int NumPending() const override;
 
  private:
@@ -64,10 +68,13 @@ class TcpKvReceiver : public KvReceiver {
                                                   bool* ipc);
   // Receives page frames until kDone / kAbort / an error; returns the transfer's outcome.
   absl::Status ReceivePages(const Socket& socket, Transfer& t, int sender_pages, bool ipc);
-  // One kIpcWrite: grants the write of the pages (holding the transfer's lock, so Cancel waits)
-  // until the sender's kIpcWritten.
-  absl::Status GrantIpcWrite(const Socket& socket, Transfer& t, const kv_wire::PagesHeader& h,
-                             absl::Time deadline);
+  // The whole-transfer kIpcWrite: lends every page to the sender until its kIpcWritten (the
+  // ranges it wrote), kAbort or an error; then EndIpcGrant.
+  absl::StatusOr<std::vector<kv_wire::PagesHeader>> HoldIpcGrant(const Socket& socket, Transfer& t,
+                                                                 absl::Time deadline);
+  // Ends the grant: runs what a Cancel or the deadline left for then (the pages are free).
+  void EndIpcGrant(Transfer& t);
+  bool InTransfer(const kv_wire::PagesHeader& h, int sender_pages) const;
   // Copies one page into the pool unless the transfer was cancelled or completed meanwhile
   // (then Cancelled); the pool copy's error if it fails.
   absl::Status WritePage(Transfer& t, int layer, int index, const std::vector<char>& staging);

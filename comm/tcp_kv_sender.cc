@@ -29,26 +29,34 @@ class TcpKvSendOp : public KvSendOp {
     if (!finished_) Abort("sender dropped the transfer");
   }
 
-  // CUDA IPC: page index i lands in page peer_pages[i] of `peer_pool` (laid out as `peer`).
-  void UseIpc(KvIpcDevice* ipc, void* peer_pool, const KvLayout& peer,
-              std::vector<int32_t> peer_pages) {
+  // CUDA IPC: page index i lands in page peer_pages[i] of `peer_pool` (laid out as `peer`),
+  // under the receiver's grant of the whole transfer (asked here, once).
+  absl::Status UseIpc(KvIpcDevice* ipc, void* peer_pool, const KvLayout& peer,
+                      std::vector<int32_t> peer_pages) {
+    kv_wire::PagesHeader all{kv_wire::kAllLayers, 0, num_pages_};
+    absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kIpcWrite,
+                                          kv_wire::EncodePagesHeader(all), deadline_);
+    if (!st.ok()) return Fail(st);
+    st = ReadVerdict(socket_, deadline_);  // the grant, or the receiver's verdict (cancelled)
+    if (!st.ok()) {
+      finished_ = true;
+      socket_.Close();
+      return st;
+    }
     ipc_ = ipc;
     peer_pool_ = peer_pool;
     peer_layout_ = peer;
     peer_pages_ = std::move(peer_pages);
+    return absl::OkStatus();
   }
+
+  bool OrdersAfterEvents() const override { return ipc_ != nullptr; }
 
   absl::Status SendLayer(int layer, const void* pool, absl::Span<const int32_t> src_pages,
                          int first_index) override {
-    if (finished_) return absl::FailedPreconditionError("transfer already finished or aborted");
-    if (layer < 0 || layer >= layout_.num_layers || first_index < 0 ||
-        first_index + static_cast<int64_t>(src_pages.size()) > num_pages_) {
-      return absl::InvalidArgumentError(absl::StrCat("SendLayer(layer ", layer, ", first ",
-                                                     first_index, ", count ", src_pages.size(),
-                                                     ") outside the transfer"));
-    }
+    RETURN_IF_ERROR(CheckLayer(layer, src_pages, first_index));
     kv_wire::PagesHeader header{layer, first_index, static_cast<int32_t>(src_pages.size())};
-    if (ipc_ != nullptr) return SendLayerIpc(header, pool, src_pages);
+    if (ipc_ != nullptr) return EnqueueIpc(header, pool, src_pages, nullptr);
     absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kPages,
                                           kv_wire::EncodePagesHeader(header), deadline_);
     const char* base = static_cast<const char*>(pool);
@@ -69,37 +77,32 @@ class TcpKvSendOp : public KvSendOp {
     return absl::OkStatus();
   }
 
-  // kIpcWrite → grant → device copies → kIpcWritten. A failed copy still ends the grant (the
-  // receiver reads kAbort and fails the transfer).
-  absl::Status SendLayerIpc(const kv_wire::PagesHeader& header, const void* pool,
-                            absl::Span<const int32_t> src_pages) {
-    absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kIpcWrite,
-                                          kv_wire::EncodePagesHeader(header), deadline_);
-    if (!st.ok()) return Fail(st);
-    st = ReadVerdict(socket_, deadline_);  // the grant, or the receiver's verdict (cancelled)
-    if (!st.ok()) {
-      finished_ = true;
-      socket_.Close();
-      return st;
+  absl::Status SendLayerAfterEvent(int layer, const void* pool, absl::Span<const int32_t> src_pages,
+                                   int first_index, void* ready_event) override {
+    if (ipc_ == nullptr) {
+      return KvSendOp::SendLayerAfterEvent(layer, pool, src_pages, first_index, ready_event);
     }
-    const absl::Span<const int32_t> dst_pages =
-        absl::MakeConstSpan(peer_pages_).subspan(header.first_index, src_pages.size());
-    st = ipc_->CopyLayer(peer_pool_, peer_layout_, const_cast<void*>(pool), layout_, header.layer,
-                         dst_pages, src_pages);
-    if (!st.ok()) {
-      Abort(absl::StrCat("CUDA IPC copy failed: ", st.message()));
-      return st;
-    }
-    st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kIpcWritten, "", deadline_);
-    if (!st.ok()) return Fail(st);
-    stats_.bytes += layout_.PageBytes() * static_cast<int64_t>(src_pages.size());
-    stats_.pages += static_cast<int64_t>(src_pages.size());
-    return absl::OkStatus();
+    RETURN_IF_ERROR(CheckLayer(layer, src_pages, first_index));
+    kv_wire::PagesHeader header{layer, first_index, static_cast<int32_t>(src_pages.size())};
+    return EnqueueIpc(header, pool, src_pages, ready_event);
   }
 
   absl::StatusOr<KvTransferStats> Finish() override {
     if (finished_) return absl::FailedPreconditionError("transfer already finished or aborted");
-    absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kDone, "", deadline_);
+    absl::Status st;
+    if (ipc_ != nullptr) {
+      // The one wait of the transfer: every layer's copy has landed, then one confirmation
+      // (kIpcWritten and kDone back to back: the verdict is the only round trip).
+      st = ipc_->WaitCopies();
+      if (!st.ok()) {
+        Abort(absl::StrCat("CUDA IPC copy failed: ", st.message()));
+        return st;
+      }
+      st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kIpcWritten,
+                               kv_wire::EncodeIpcWritten(ranges_), deadline_);
+      if (!st.ok()) return Fail(st);
+    }
+    st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kDone, "", deadline_);
     if (!st.ok()) return Fail(st);
     st = ReadVerdict(socket_, deadline_);
     finished_ = true;
@@ -112,6 +115,7 @@ class TcpKvSendOp : public KvSendOp {
   void Abort(absl::string_view reason) override {
     if (finished_) return;
     finished_ = true;
+    WaitIpcCopies();  // the grant ends with this frame: nothing may land after it
     (void)kv_wire::WriteFrame(socket_, kv_wire::FrameType::kAbort, std::string(reason),
                               std::min(deadline_, Clock::Real()->Now() + kAbortNotifyTimeout));
     socket_.Close();
@@ -131,10 +135,52 @@ class TcpKvSendOp : public KvSendOp {
   // deadline): report that verdict rather than a bare "connection reset" when we can.
   absl::Status Fail(const absl::Status& write_error) {
     finished_ = true;
+    WaitIpcCopies();
     absl::Status verdict =
         ReadVerdict(socket_, std::min(deadline_, Clock::Real()->Now() + absl::Milliseconds(50)));
     socket_.Close();
     return verdict.ok() ? write_error : verdict;
+  }
+
+  absl::Status CheckLayer(int layer, absl::Span<const int32_t> src_pages, int first_index) const {
+    if (finished_) return absl::FailedPreconditionError("transfer already finished or aborted");
+    if (layer < 0 || layer >= layout_.num_layers || first_index < 0 ||
+        first_index + static_cast<int64_t>(src_pages.size()) > num_pages_) {
+      return absl::InvalidArgumentError(absl::StrCat("SendLayer(layer ", layer, ", first ",
+                                                     first_index, ", count ", src_pages.size(),
+                                                     ") outside the transfer"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Enqueues the device copy of one range under the grant (no socket traffic, no host wait).
+  // A failure aborts the transfer (the receiver reads kAbort and fails it).
+  absl::Status EnqueueIpc(const kv_wire::PagesHeader& header, const void* pool,
+                          absl::Span<const int32_t> src_pages, void* ready_event) {
+    absl::Status st;
+    if (ranges_.size() >= kv_wire::kMaxIpcRanges) {
+      st = absl::ResourceExhaustedError("too many page ranges in one CUDA IPC transfer");
+    } else {
+      const absl::Span<const int32_t> dst_pages =
+          absl::MakeConstSpan(peer_pages_).subspan(header.first_index, src_pages.size());
+      st = ipc_->CopyLayerAsync(peer_pool_, peer_layout_, pool, layout_, header.layer, dst_pages,
+                                src_pages, ready_event);
+    }
+    if (!st.ok()) {
+      Abort(absl::StrCat("CUDA IPC copy failed: ", st.message()));
+      return st;
+    }
+    ranges_.push_back(header);
+    stats_.bytes += layout_.PageBytes() * static_cast<int64_t>(src_pages.size());
+    stats_.pages += static_cast<int64_t>(src_pages.size());
+    return absl::OkStatus();
+  }
+
+  void WaitIpcCopies() {
+    if (ipc_ == nullptr) return;
+    if (absl::Status st = ipc_->WaitCopies(); !st.ok()) {
+      LOG(WARNING) << "CUDA IPC copies of an ended KV transfer failed: " << st;
+    }
   }
 
   Socket socket_;
@@ -150,6 +196,7 @@ class TcpKvSendOp : public KvSendOp {
   void* peer_pool_ = nullptr;
   KvLayout peer_layout_;
   std::vector<int32_t> peer_pages_;
+  std::vector<kv_wire::PagesHeader> ranges_;  // what went by CUDA IPC (kIpcWritten)
 };
 
 }  // namespace
@@ -194,7 +241,7 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
     if (mapped.ok()) {
       KvLayout peer_layout = layout;
       peer_layout.num_pages = pool->num_pages;
-      op->UseIpc(ipc_.get(), *mapped, peer_layout, std::move(pool->page_ids));
+      RETURN_IF_ERROR(op->UseIpc(ipc_.get(), *mapped, peer_layout, std::move(pool->page_ids)));
     } else if (kind_ == KvTransportKind::kIpc) {
       const absl::Status error = absl::FailedPreconditionError(absl::StrCat(
           "kv_transport ipc: cannot map the decode worker's KV pool (", mapped.status().message(),

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/logging.h"
 #include "comm/tcp_kv_receiver.h"
 #include "rpc/peer_fault.h"
@@ -97,6 +98,11 @@ absl::StatusOr<std::vector<int32_t>> DecodeService::ReserveOnLoop(
   const std::string& id = req.request_id();
   if (requests_.contains(id)) {
     return absl::AlreadyExistsError(absl::StrCat("request ", id, " already holds pages here"));
+  }
+  if (lent_.contains(id)) {
+    return absl::UnavailableError(
+        absl::StrCat("request ", id,
+                     ": the pages of its earlier attempt are still written by a prefill worker"));
   }
   if (req.num_prompt_tokens() + std::max(req.max_tokens(), 1) > engine.max_model_len()) {
     return absl::InvalidArgumentError(
@@ -197,9 +203,40 @@ void DecodeService::Commit(Engine& engine, const std::string& id, Request& r) {
 
 void DecodeService::DropReservation(Engine& engine, const std::string& id,
                                     const absl::Status& status) {
-  receiver_->Cancel(id);  // no byte lands after this returns
-  (void)engine.ReleaseRequest(id);
+  // The pages are free once no byte of the sender lands any more: inside Cancel, or (a CUDA IPC
+  // sender holding the write grant) later, on a transport thread; never wait for a sender here.
+  struct Released {
+    absl::Mutex mu;
+    bool in_cancel ABSL_GUARDED_BY(mu) = true;
+    bool now ABSL_GUARDED_BY(mu) = false;
+  };
+  auto released = std::make_shared<Released>();
+  const bool live = receiver_->Cancel(id, [this, id, released] {
+    absl::MutexLock l(&released->mu);
+    if (released->in_cancel) {
+      released->now = true;
+      return;
+    }
+    loop_->Post([this, id](Engine& e) { ReleaseLent(e, id); });  // runs after this task
+  });
+  bool free_now;
+  {
+    absl::MutexLock l(&released->mu);
+    released->in_cancel = false;
+    free_now = !live || released->now;
+  }
+  if (free_now) {
+    (void)engine.ReleaseRequest(id);
+  } else {
+    LOG(INFO) << "request " << id << ": pages stay reserved until the prefill worker's CUDA IPC "
+              << "writes end";
+    lent_.insert(id);
+  }
   Finish(id, status);
+}
+
+void DecodeService::ReleaseLent(Engine& engine, const std::string& id) {
+  if (lent_.erase(id) > 0) (void)engine.ReleaseRequest(id);
 }
 
 void DecodeService::Finish(const std::string& id, absl::Status status) {
@@ -294,7 +331,9 @@ void DecodeService::FailAllOnLoop(Engine&, const absl::Status& error) {
   for (const std::string& id : ids) {
     Request& r = requests_.at(id);
     if (r.state == State::kReserved) {
-      receiver_->Cancel(id);  // the prefill worker's push is refused from now on
+      // The prefill worker's push is refused from now on; the broken engine's pages are not
+      // reused, so nothing waits for a sender's grant to end.
+      receiver_->Cancel(id, nullptr);
       if (r.channel == nullptr)
         failed_[id] = {absl::UnavailableError(failed.error), r.ttl_deadline};
     }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "comm/kv_transport.h"
 #include "worker/worker_service.h"
 
@@ -73,8 +74,10 @@ class DecodeService : public WorkerService {
   void Commit(Engine& engine, const std::string& id, Request& r);
   void OnOutput(Engine& engine, const RequestOutput& out, absl::Time step_start);
   void OnTick(Engine& engine);
-  // Cancels the transfer, releases the pages and ends the stream (if any) with `status`.
+  // Cancels the transfer, releases the pages (at once, or once a CUDA IPC sender's write grant
+  // ended: the id is in lent_ until then) and ends the stream (if any) with `status`.
   void DropReservation(Engine& engine, const std::string& id, const absl::Status& status);
+  void ReleaseLent(Engine& engine, const std::string& id);
   void Finish(const std::string& id, absl::Status status);
   void FailAllOnLoop(Engine& engine, const absl::Status& error) override;
 
@@ -84,6 +87,10 @@ class DecodeService : public WorkerService {
   // Reservations whose transfer failed before they were claimed: the claim gets this error
   // rather than NOT_FOUND. Expire with the reservation TTL. Loop thread only.
   absl::flat_hash_map<std::string, std::pair<absl::Status, absl::Time>> failed_;
+  // Dropped reservations whose pages a CUDA IPC sender may still write (KvReceiver::Cancel's
+  // `released` not run yet): the engine keeps them reserved; the id cannot be reserved again.
+  // Loop thread only.
+  absl::flat_hash_set<std::string> lent_;
 };
 
 }  // namespace tandem

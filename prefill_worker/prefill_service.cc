@@ -211,8 +211,12 @@ void PrefillService::TransferThread() {
       jobs_.pop_front();
       if (job.push != nullptr) active_pushes_.insert(job.push.get());
     }
-    absl::StatusOr<KvTransferStats> result = RunTransfer(job);
+    absl::StatusOr<KvTransferStats> result = RunTransfer(job);  // its op has ended
     if (job.push != nullptr) {
+      {
+        absl::MutexLock l(&job.push->mu);
+        job.push->reading = false;  // device copies: waited for when the op ended
+      }
       absl::MutexLock l(&jobs_mu_);
       active_pushes_.erase(job.push.get());
     }
@@ -272,6 +276,12 @@ absl::Status PrefillService::SendStoredLayer(const TransferJob& job, KvSendOp& o
     }
     event = p.events[static_cast<size_t>(layer)];
     p.reading = true;  // BeforeFree waits for this read to end
+  }
+  if (op.OrdersAfterEvents()) {
+    // CUDA IPC: the copy waits for the layer on the device, with no host wait; it may still run
+    // after this returns, so `reading` stays set until the op ended (TransferThread clears it
+    // once Finish or Abort waited for the copies).
+    return op.SendLayerAfterEvent(layer, job.pool, job.pages, 0, event);
   }
   absl::Status st = WaitKvEvent(event);
   if (st.ok()) st = op.SendLayer(layer, job.pool, job.pages, 0);

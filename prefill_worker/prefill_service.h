@@ -10,7 +10,8 @@
 // Finish only once the request ended with kPrefillDone. Off: the whole prompt is pushed after
 // kPrefillDone. Either way the source pages are never reused before their send completed: the
 // engine frees an announced request's pages only after BeforeFree, which abandons the push
-// and waits for the page read in progress (one SendLayer at most).
+// and waits for the page read in progress (one SendLayer at most; over CUDA IPC, the copies
+// enqueued so far: the op's Abort waits for them).
 //
 // Per-request state machine (loop thread only):
 //   kInEngine     queued or prefilling (final chunk: push running) --kPrefillDone--> kTransferring
@@ -68,7 +69,9 @@ class PrefillService : public WorkerService, private KvPushListener {
     // kCommit: the request ended kPrefillDone (send Finish once every layer went); kAbandon: its
     // pages are being freed, or the worker stops (abort the transfer, read no more pages).
     Outcome outcome ABSL_GUARDED_BY(mu) = Outcome::kPending;
-    bool reading ABSL_GUARDED_BY(mu) = false;  // a SendLayer is reading the pages now
+    // A SendLayer is reading the pages now; with device copies ordered after events
+    // (KvSendOp::OrdersAfterEvents), from the first layer enqueued until the op ended.
+    bool reading ABSL_GUARDED_BY(mu) = false;
   };
   struct Request {
     std::shared_ptr<Channel> channel;

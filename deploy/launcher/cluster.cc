@@ -93,6 +93,14 @@ std::map<std::string, int> HealthyWorkers(const std::string& metrics_text) {
 
 }  // namespace
 
+std::vector<std::string> WorkerLayoutFlags(const Layout& layout, const GroupSpec& g) {
+  std::vector<std::string> flags = EngineFlags(layout);
+  flags.insert(flags.end(), {"--tensor-parallel-size", std::to_string(g.tensor_parallel),
+                             "--pipeline-parallel-size", std::to_string(g.pipeline_parallel)});
+  if (g.role != "mixed") flags.insert(flags.end(), {"--kv-transport", layout.kv_transport});
+  return flags;
+}
+
 std::pair<int, int> EphemeralPortRange() {
   std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
   int lo = 0, hi = 0;
@@ -196,9 +204,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
       if (!layout.served_model_name.empty()) {
         flags.insert(flags.end(), {"--served-model-name", layout.served_model_name});
       }
-      for (std::string& f : EngineFlags(layout)) flags.push_back(std::move(f));
-      flags.insert(flags.end(), {"--tensor-parallel-size", std::to_string(g.tensor_parallel),
-                                 "--pipeline-parallel-size", std::to_string(g.pipeline_parallel)});
+      for (std::string& f : WorkerLayoutFlags(layout, g)) flags.push_back(std::move(f));
       flags.insert(flags.end(), g.args.begin(), g.args.end());
       const std::string binary = options.bin_dir + (g.role == "prefill" ? "/tandem-prefill-worker"
                                                                         : "/tandem-decode-worker");

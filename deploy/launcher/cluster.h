@@ -117,6 +117,11 @@ class Cluster {
 // leaves no room below it, the kernel's choice. Never the same port twice in one process.
 inline constexpr int kFirstPickedPort = 10000;
 absl::StatusOr<int> PickFreePort(const std::string& host);
+
+// The flags a worker of group `g` gets from the layout: the engine's, the group's parallel sizes
+// and, for prefill and decode workers, --kv-transport (a mixed worker moves no KV). The group's
+// own `args` follow them on the command line.
+std::vector<std::string> WorkerLayoutFlags(const Layout& layout, const GroupSpec& g);
 // net.ipv4.ip_local_port_range as {first, last}; Linux's default if it cannot be read.
 std::pair<int, int> EphemeralPortRange();
 

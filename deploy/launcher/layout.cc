@@ -68,6 +68,14 @@ absl::Status Validate(const Layout& l) {
   if (l.backend != "auto" && l.backend != "cpu" && l.backend != "cuda") {
     return absl::InvalidArgumentError("backend must be auto, cpu or cuda");
   }
+  if (l.kv_transport != "tcp" && l.kv_transport != "ipc" && l.kv_transport != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_transport must be tcp, ipc or auto (got '", l.kv_transport, "')"));
+  }
+  if (l.kv_transport == "ipc" && l.backend == "cpu") {
+    return absl::InvalidArgumentError(
+        "kv_transport ipc needs the KV pools on a GPU (backend cuda or auto); use tcp or auto");
+  }
   // Every prefill group may push its KV to every decode group: a page must mean the same bytes on
   // both sides. Pages of different TP differ in shape (the transport would refuse the pair);
   // pages of different PP have the same shape but other layers (nothing would notice).
@@ -156,11 +164,13 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
     const YAML::Node root = YAML::Load(yaml_text);
     if (root.IsNull()) return absl::InvalidArgumentError("layout: the file is empty");
     CheckKeys(root, "the layout",
-              {"model", "served_model_name", "backend", "host", "router", "engine", "groups"});
+              {"model", "served_model_name", "backend", "host", "kv_transport", "router", "engine",
+               "groups"});
     Read(root, "model", &l.model);
     Read(root, "served_model_name", &l.served_model_name);
     Read(root, "backend", &l.backend);
     Read(root, "host", &l.host);
+    Read(root, "kv_transport", &l.kv_transport);
     if (const YAML::Node r = root["router"]) {
       CheckKeys(r, "router", {"port", "grpc_port", "args", "routing_policy"});
       Read(r, "port", &l.router_port);

@@ -49,7 +49,7 @@ if want tests; then
   done
   grep -hE "max \|cuda|greedy tokens|batch invariance|device sampling|graphs vs eager" \
     "$LOGS/engine_cuda_test.log" 2>/dev/null | head -120 >>"$OUT/summary.txt"
-  grep -hE "^BENCH" "$LOGS"/*.log 2>/dev/null >>"$OUT/summary.txt"
+  grep -hE "^BENCH|^disagg equality" "$LOGS"/*.log 2>/dev/null >>"$OUT/summary.txt"
 fi
 
 # The engine step counters of the first worker's /metrics (tandem_worker_engine_*, output
@@ -246,7 +246,7 @@ for preset in $PRESETS; do
   if want served; then
     for a in ${SERVED_ASYNC:-1}; do serve_and_load h200-mixed 256 "$a"; done
   fi
-  # Prefill and decode workers sharing the GPU, pages over the host TCP transport.
+  # Prefill and decode workers sharing the GPU, pages by CUDA IPC (the layout's kv_transport).
   if want served1p1d; then serve_and_load h200-1p1d 32; fi
   if want peer; then
     # The peer (transformers + StaticCache + torch.compile) beside tandem at the shapes it runs:

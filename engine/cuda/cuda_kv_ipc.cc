@@ -1,6 +1,7 @@
 // KvIpcDevice (comm/kv_ipc.h) over the CUDA runtime: legacy IPC memory handles
 // (cudaIpcGetMemHandle / cudaIpcOpenMemHandle) for the pool allocation, and per layer KvPageCopy
-// launches (kernels/kv_page_copy) on a per-thread non-blocking stream.
+// launches (kernels/kv_page_copy) on a per-thread non-blocking stream, each after a
+// cudaStreamWaitEvent on the layer's compute event (no host wait until WaitCopies).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -72,22 +73,25 @@ class CudaKvIpc final : public KvIpcDevice {
     return static_cast<void*>(static_cast<char*>(it->second) + h.offset);
   }
 
-  absl::Status CopyLayer(void* dst_pool, const KvLayout& dst, const void* src_pool,
-                         const KvLayout& src, int layer, absl::Span<const int32_t> dst_pages,
-                         absl::Span<const int32_t> src_pages) override {
+  absl::Status CopyLayerAsync(void* dst_pool, const KvLayout& dst, const void* src_pool,
+                              const KvLayout& src, int layer, absl::Span<const int32_t> dst_pages,
+                              absl::Span<const int32_t> src_pages, void* after_event) override {
     if (dst_pages.size() != src_pages.size() || layer < 0 || layer >= src.num_layers ||
         dst.num_layers != src.num_layers || dst.PageBytes() != src.PageBytes()) {
-      return absl::InvalidArgumentError("CopyLayer: pages or layouts do not match");
+      return absl::InvalidArgumentError("CopyLayerAsync: pages or layouts do not match");
     }
-    ASSIGN_OR_RETURN(cudaStream_t stream, ThreadStream(src_pool));
-    const int64_t elem = DTypeSize(src.dtype);
-    const int64_t page_bytes = src.PageBytes();
     for (size_t i = 0; i < src_pages.size(); ++i) {
       if (src_pages[i] < 0 || src_pages[i] >= src.num_pages || dst_pages[i] < 0 ||
           dst_pages[i] >= dst.num_pages) {
-        return absl::InvalidArgumentError("CopyLayer: a page outside its pool");
+        return absl::InvalidArgumentError("CopyLayerAsync: a page outside its pool");
       }
     }
+    ASSIGN_OR_RETURN(cudaStream_t stream, ThreadStream(src_pool));
+    // The copy reads the layer only once the compute stream stored it (the engine's event).
+    if (after_event != nullptr) {
+      CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(after_event), 0));
+    }
+    const int64_t elem = DTypeSize(src.dtype);
     // One kernel launch per kKvPageCopyMaxPages pages, not one copy per run: on the H200 it
     // moved 8k tokens of Qwen3-8B KV at 394.8 GB/s scattered where per-run copies reached 10.3
     // (kernels/kv_page_copy/WORKLOG.md). CUDA pages (head_dim 64 or 128) are multiples of 16
@@ -95,21 +99,31 @@ class CudaKvIpc final : public KvIpcDevice {
     KvPageCopyArgs a;
     a.dst_layer = static_cast<char*>(dst_pool) + dst.PageOffset(layer, 0) * elem;
     a.src_layer = static_cast<const char*>(src_pool) + src.PageOffset(layer, 0) * elem;
-    a.page_bytes = page_bytes;
+    a.page_bytes = src.PageBytes();
     for (size_t i = 0; i < src_pages.size(); i += kKvPageCopyMaxPages) {
       a.num_pages = static_cast<int>(std::min<size_t>(kKvPageCopyMaxPages, src_pages.size() - i));
       std::copy_n(dst_pages.begin() + i, a.num_pages, a.dst_pages);
       std::copy_n(src_pages.begin() + i, a.num_pages, a.src_pages);
       RETURN_IF_ERROR(KvPageCopy(a, stream));
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitCopies() override {
+    cudaStream_t stream = thread_stream();
+    if (stream == nullptr) return absl::OkStatus();  // this thread never copied
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     return absl::OkStatus();
   }
 
  private:
   // A non-blocking stream per transfer thread, on the device of `src_pool`.
-  static absl::StatusOr<cudaStream_t> ThreadStream(const void* src_pool) {
+  static cudaStream_t& thread_stream() {
     thread_local cudaStream_t stream = nullptr;
+    return stream;
+  }
+  static absl::StatusOr<cudaStream_t> ThreadStream(const void* src_pool) {
+    cudaStream_t& stream = thread_stream();
     if (stream == nullptr) {
       cudaPointerAttributes attr{};
       CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attr, src_pool));

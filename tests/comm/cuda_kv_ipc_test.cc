@@ -4,10 +4,19 @@
 // TcpKvSender with kv_transport ipc). Qwen3-8B KV shapes (36 layers, 8 KV heads, head_dim
 // 128, bf16, 16-token pages), an 8k-token prompt (512 pages, 1.2 GB):
 //   - exactness: every byte of the 512 reserved pages equals the sender's page, and every byte
-//     of the pages not reserved is untouched, for reserved pages in one run and scattered (a
-//     copy per page), two transfers into disjoint pages;
-//   - bench: the sender prints the transfer's GB/s (Begin to Finish, control round trips
-//     included) for both page orders.
+//     of the pages not reserved is untouched, for reserved pages in one run and scattered, and
+//     for a layer-wise push (below), three transfers into disjoint pages;
+//   - bench: the sender prints the transfer's GB/s (Begin to Finish: one grant, the copies, one
+//     wait, one confirmation) for both page orders, every layer stored before the transfer;
+//   - layer-wise: a compute stream stores each layer of the source pages (from a pristine copy,
+//     kComputeCopies page copies per layer, standing in for the layer's compute) and records
+//     the layer's event; the layer's IPC copy is enqueued at once, ordered after that event
+//     (SendLayerAfterEvent), with no host wait. The source pool holds other bytes until the
+//     compute stores them, so a copy that ran before its event would fail the exactness check.
+//     Printed: the compute's time, and the exposed transfer time: from the last layer's
+//     event completing (seen by the host) to Finish returning (the decode side committed the
+//     pages and can run the request).
+#include <cuda_runtime.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
@@ -29,6 +38,7 @@
 #include "engine/cuda/cuda_device.h"
 #include "engine/model/ops.h"
 #include "gtest/gtest.h"
+#include "kernels/kv_page_copy/kv_page_copy.h"
 
 extern char** environ;
 
@@ -38,6 +48,10 @@ namespace {
 constexpr int kTokens = 8192;
 constexpr int kPageSize = 16;
 constexpr int kPages = kTokens / kPageSize;  // 512 pages per layer
+// Page copies of a layer's 512 pages per layer of the stand-in compute (a few ms per layer on
+// an H200, the order of a layer of an 8k-token Qwen3-8B prefill).
+constexpr int kComputeCopies = 192;
+constexpr int kReceiverPages = 1650;
 
 KvLayout Qwen3Layout(int num_pages) {
   KvLayout l;
@@ -67,11 +81,13 @@ std::vector<int32_t> SrcPages() {
   std::iota(p.begin(), p.end(), 3);  // pages 3 .. 514 of a 520-page pool
   return p;
 }
-// Receiver pages: contiguous 40 .. 551, scattered a shuffle of 560 .. 1071 (a 1100-page pool).
-std::vector<int32_t> DstPages(bool scattered) {
+// The three transfers, into disjoint receiver pages of a kReceiverPages pool: contiguous
+// 40 .. 551, scattered a shuffle of 560 .. 1071, layerwise a shuffle of 1100 .. 1611.
+constexpr const char* kCases[] = {"contiguous", "scattered", "layerwise"};
+std::vector<int32_t> DstPages(int c) {
   std::vector<int32_t> p(kPages);
-  std::iota(p.begin(), p.end(), scattered ? 560 : 40);
-  if (scattered) std::shuffle(p.begin(), p.end(), std::mt19937(11));
+  std::iota(p.begin(), p.end(), c == 0 ? 40 : c == 1 ? 560 : 1100);
+  if (c > 0) std::shuffle(p.begin(), p.end(), std::mt19937(c == 1 ? 11 : 13));
   return p;
 }
 
@@ -114,6 +130,51 @@ TEST(CudaKvIpcChild, Send) {
                 kTokens, layout.num_layers, stats->bytes / 1e9, s * 1e3, stats->bytes / s / 1e9);
     std::fflush(stdout);
   }
+
+  // Layer-wise: `scratch` holds other bytes (seed 3) until the compute stream stores each layer
+  // of the source pages from the pristine pool.
+  std::vector<char> scratch_host;
+  auto scratch = DevicePool(layout, 3, &scratch_host);
+  ASSERT_TRUE(scratch.ok()) << scratch.status();
+  cudaStream_t compute = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<cudaEvent_t> events(static_cast<size_t>(layout.num_layers));
+  for (cudaEvent_t& e : events) ASSERT_EQ(cudaEventCreate(&e), cudaSuccess);
+  cudaEvent_t compute_start = nullptr;
+  ASSERT_EQ(cudaEventCreate(&compute_start), cudaSuccess);
+  auto op = sender.Begin(peer, "layerwise", layout, kPages, absl::Seconds(60));
+  ASSERT_TRUE(op.ok()) << op.status();
+  ASSERT_TRUE((*op)->OrdersAfterEvents());
+  const int64_t elem = DTypeSize(layout.dtype);
+  KvPageCopyArgs store;
+  store.page_bytes = layout.PageBytes();
+  store.num_pages = kPages;
+  std::copy(src.begin(), src.end(), store.dst_pages);
+  std::copy(src.begin(), src.end(), store.src_pages);
+  ASSERT_EQ(cudaEventRecord(compute_start, compute), cudaSuccess);
+  for (int l = 0; l < layout.num_layers; ++l) {
+    store.dst_layer = static_cast<char*>((*scratch)->data()) + layout.PageOffset(l, 0) * elem;
+    store.src_layer = static_cast<const char*>((*pool)->data()) + layout.PageOffset(l, 0) * elem;
+    for (int i = 0; i < kComputeCopies; ++i) ASSERT_TRUE(KvPageCopy(store, compute).ok());
+    ASSERT_EQ(cudaEventRecord(events[l], compute), cudaSuccess);
+    ASSERT_TRUE((*op)->SendLayerAfterEvent(l, (*scratch)->data(), src, 0, events[l]).ok());
+  }
+  ASSERT_EQ(cudaEventSynchronize(events.back()), cudaSuccess);
+  const absl::Time last_layer = absl::Now();
+  auto stats = (*op)->Finish();
+  const absl::Duration exposed = absl::Now() - last_layer;
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  float compute_ms = 0;
+  ASSERT_EQ(cudaEventElapsedTime(&compute_ms, compute_start, events.back()), cudaSuccess);
+  std::printf(
+      "BENCH cuda_ipc layerwise: %d tokens, %d layers, %.3f GB; compute %.2f ms; exposed "
+      "transfer (last layer computed -> decode committed) %.3f ms = %.2f%% of the compute\n",
+      kTokens, layout.num_layers, stats->bytes / 1e9, compute_ms,
+      absl::ToDoubleMilliseconds(exposed), 100 * absl::ToDoubleMilliseconds(exposed) / compute_ms);
+  std::fflush(stdout);
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  cudaEventDestroy(compute_start);
+  cudaStreamDestroy(compute);
 }
 
 struct Done {
@@ -123,7 +184,7 @@ struct Done {
 
 TEST(CudaKvIpc, TwoProcessesOnOneGpuLandEveryByteExactly) {
   if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
-  const KvLayout layout = Qwen3Layout(1100);
+  const KvLayout layout = Qwen3Layout(kReceiverPages);
   std::vector<char> before;
   auto pool = DevicePool(layout, 2, &before);
   ASSERT_TRUE(pool.ok()) << pool.status();
@@ -141,11 +202,8 @@ TEST(CudaKvIpc, TwoProcessesOnOneGpuLandEveryByteExactly) {
       Clock::Real(), [](void* d, const void* s, int64_t n) { return CopyDeviceMemory(d, s, n); });
   ASSERT_TRUE(receiver.ok()) << receiver.status();
   (*receiver)->SetIpcExport(*handle);
-  for (bool scattered : {false, true}) {
-    ASSERT_TRUE((*receiver)
-                    ->Expect(scattered ? "scattered" : "contiguous", DstPages(scattered),
-                             absl::Now() + absl::Seconds(120))
-                    .ok());
+  for (int c = 0; c < 3; ++c) {
+    ASSERT_TRUE((*receiver)->Expect(kCases[c], DstPages(c), absl::Now() + absl::Seconds(120)).ok());
   }
 
   // The prefill side: this binary again, as CudaKvIpcChild.Send.
@@ -165,7 +223,7 @@ TEST(CudaKvIpc, TwoProcessesOnOneGpuLandEveryByteExactly) {
   ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << "prefill child failed";
   {
     absl::MutexLock l(&done.mu);
-    auto two = [&done]() ABSL_SHARED_LOCKS_REQUIRED(done.mu) { return done.got.size() == 2; };
+    auto two = [&done]() ABSL_SHARED_LOCKS_REQUIRED(done.mu) { return done.got.size() == 3; };
     ASSERT_TRUE(done.mu.AwaitWithTimeout(absl::Condition(&two), absl::Seconds(30)));
     for (const auto& [id, st] : done.got) EXPECT_TRUE(st.ok()) << id << ": " << st;
   }
@@ -178,8 +236,8 @@ TEST(CudaKvIpc, TwoProcessesOnOneGpuLandEveryByteExactly) {
   std::vector<char> want = before;
   const int64_t elem = DTypeSize(layout.dtype);
   const std::vector<int32_t> src_pages = SrcPages();
-  for (bool scattered : {false, true}) {
-    const std::vector<int32_t> dst_pages = DstPages(scattered);
+  for (int c = 0; c < 3; ++c) {
+    const std::vector<int32_t> dst_pages = DstPages(c);
     for (int l = 0; l < layout.num_layers; ++l) {
       for (int i = 0; i < kPages; ++i) {
         std::memcpy(want.data() + layout.PageOffset(l, dst_pages[i]) * elem,

@@ -4,16 +4,21 @@
 // every byte lands in the reserved pages and nowhere else, none goes over the socket; ipc fails
 // at Begin with a clear error when the receiver exports no pool or its pool cannot be mapped
 // (and the receiver fails the transfer rather than wait for its deadline); auto falls back to
-// TCP; a receiver's Cancel waits for a granted write and refuses the next one.
+// TCP; one grant covers the transfer, each layer's copy is ordered after its event with no wait
+// per layer and the copies are waited for once; a Cancel during the grant returns at once and
+// releases the pages only after the sender's copies; Abort waits for the enqueued copies.
 // (tests/comm/cuda_kv_ipc_test.cc runs the real device half across two processes on a GPU.)
 #include <atomic>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "comm/kv_ipc.h"
 #include "comm/tcp_kv_receiver.h"
 #include "comm/tcp_kv_sender.h"
@@ -35,8 +40,25 @@ KvLayout MakeLayout(int num_pages) {
   return l;
 }
 
+// A device event of the fake: "completes" when fired.
+struct FakeEvent {
+  absl::Notification fired;
+};
+
+// An asynchronous fake device: copies run in order on a thread of their own (the "copy
+// stream"), each after its event fired, as cudaStreamWaitEvent orders them; WaitCopies waits
+// for every copy enqueued so far (the tests drive one sender thread).
 class FakeIpc : public KvIpcDevice {
  public:
+  FakeIpc() : stream_([this] { Run(); }) {}
+  ~FakeIpc() override {
+    {
+      absl::MutexLock l(&mu);
+      stopping_ = true;
+    }
+    stream_.join();
+  }
+
   absl::StatusOr<std::string> ExportPool(void* pool) override {
     return std::string(reinterpret_cast<const char*>(&pool), sizeof(pool));
   }
@@ -46,35 +68,65 @@ class FakeIpc : public KvIpcDevice {
     std::memcpy(&pool, handle.data(), sizeof(pool));
     return pool;
   }
-  absl::Status CopyLayer(void* dst_pool, const KvLayout& dst, const void* src_pool,
-                         const KvLayout& src, int layer, absl::Span<const int32_t> dst_pages,
-                         absl::Span<const int32_t> src_pages) override {
-    {
-      absl::MutexLock l(&mu);
-      if (hold) {
-        held = true;
-        auto go = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return !hold; };
-        mu.AwaitWithTimeout(absl::Condition(&go), kBound);
-      }
-    }
-    const int64_t elem = DTypeSize(src.dtype);
-    for (size_t i = 0; i < src_pages.size(); ++i) {
-      std::memcpy(static_cast<char*>(dst_pool) + dst.PageOffset(layer, dst_pages[i]) * elem,
-                  static_cast<const char*>(src_pool) + src.PageOffset(layer, src_pages[i]) * elem,
-                  src.PageBytes());
-    }
+  absl::Status CopyLayerAsync(void* dst_pool, const KvLayout& dst, const void* src_pool,
+                              const KvLayout& src, int layer, absl::Span<const int32_t> dst_pages,
+                              absl::Span<const int32_t> src_pages, void* after_event) override {
+    std::vector<int32_t> d(dst_pages.begin(), dst_pages.end());
+    std::vector<int32_t> sp(src_pages.begin(), src_pages.end());
+    auto* event = static_cast<FakeEvent*>(after_event);
     absl::MutexLock l(&mu);
-    ++copies;
-    log.push_back("copy end");
+    ++enqueued;
+    queue_.push_back([=] {
+      if (event != nullptr) event->fired.WaitForNotificationWithTimeout(kBound);
+      const int64_t elem = DTypeSize(src.dtype);
+      for (size_t i = 0; i < sp.size(); ++i) {
+        std::memcpy(static_cast<char*>(dst_pool) + dst.PageOffset(layer, d[i]) * elem,
+                    static_cast<const char*>(src_pool) + src.PageOffset(layer, sp[i]) * elem,
+                    src.PageBytes());
+      }
+    });
+    return absl::OkStatus();
+  }
+  absl::Status WaitCopies() override {
+    absl::MutexLock l(&mu);
+    ++waits;
+    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return copies == enqueued; };
+    if (!mu.AwaitWithTimeout(absl::Condition(&idle), kBound)) {
+      return absl::DeadlineExceededError("fake copies never ran");
+    }
     return absl::OkStatus();
   }
 
   std::atomic<bool> mappable{true};
   absl::Mutex mu;
-  bool hold ABSL_GUARDED_BY(mu) = false;
-  bool held ABSL_GUARDED_BY(mu) = false;
-  int copies ABSL_GUARDED_BY(mu) = 0;
+  int enqueued ABSL_GUARDED_BY(mu) = 0;
+  int copies ABSL_GUARDED_BY(mu) = 0;  // landed
+  int waits ABSL_GUARDED_BY(mu) = 0;   // WaitCopies calls
   std::vector<std::string> log ABSL_GUARDED_BY(mu);
+
+ private:
+  void Run() {
+    while (true) {
+      std::function<void()> copy;
+      {
+        absl::MutexLock l(&mu);
+        auto ready = [this]()
+                         ABSL_SHARED_LOCKS_REQUIRED(mu) { return stopping_ || !queue_.empty(); };
+        mu.Await(absl::Condition(&ready));
+        if (queue_.empty()) return;
+        copy = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      copy();
+      absl::MutexLock l(&mu);
+      ++copies;
+      log.push_back("copy end");
+    }
+  }
+
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu);
+  bool stopping_ ABSL_GUARDED_BY(mu) = false;
+  std::thread stream_;
 };
 
 struct Outcomes {
@@ -168,6 +220,10 @@ TEST_F(KvIpcProtocolTest, IpcLandsEveryByteInTheReservedPagesAndNothingElse) {
   ASSERT_TRUE(outcomes_.Wait().ok());
   ExpectLanded();
   EXPECT_EQ(Copies(), 2 * src_layout_.num_layers);  // every range went by the device copy
+  {
+    absl::MutexLock l(&ipc_->mu);
+    EXPECT_EQ(ipc_->waits, 1);  // one wait for the transfer, not one per range
+  }
   absl::MutexLock l(&outcomes_.mu);
   EXPECT_EQ(outcomes_.stats.bytes, 5 * src_layout_.num_layers * src_layout_.PageBytes());
 }
@@ -219,43 +275,123 @@ TEST_F(KvIpcProtocolTest, AutoFallsBackToTcpWhenThePeerCannotBeMappedOrExportsNo
   }
 }
 
-TEST_F(KvIpcProtocolTest, CancelWaitsForAGrantedWriteAndRefusesTheNext) {
+// Each layer's copy is enqueued after its event and SendLayerAfterEvent returns at once: no layer
+// waits for its event or for a round trip (one grant for the transfer); the copies run after
+// their events, so the bytes stored after the enqueue (as the compute stream stores them) are
+// the ones that land; the transfer waits for its copies once, in Finish.
+TEST_F(KvIpcProtocolTest, LayersGoAfterTheirEventsWithoutWaitingAndAreWaitedForOnce) {
   Export();
   Expect();
   TcpKvSender sender = Sender(KvTransportKind::kIpc);
   auto op = sender.Begin(receiver_->address(), "t", src_layout_, 5, absl::Seconds(10));
   ASSERT_TRUE(op.ok()) << op.status();
+  ASSERT_TRUE((*op)->OrdersAfterEvents());
+  const std::vector<char> stored = src_pool_;  // what the "compute" stores, layer by layer
+  std::fill(src_pool_.begin(), src_pool_.end(), '\x11');  // nothing stored yet
+  std::vector<FakeEvent> events(static_cast<size_t>(src_layout_.num_layers));
+  for (int l = 0; l < src_layout_.num_layers; ++l) {
+    ASSERT_TRUE((*op)->SendLayerAfterEvent(l, src_pool_.data(), src_pages_, 0, &events[l]).ok());
+  }
   {
     absl::MutexLock l(&ipc_->mu);
-    ipc_->hold = true;
+    EXPECT_EQ(ipc_->enqueued, src_layout_.num_layers);
+    EXPECT_EQ(ipc_->copies, 0);  // every layer is still waiting for its event
+    EXPECT_EQ(ipc_->waits, 0);
   }
-  absl::Status first;
-  std::thread send([&] { first = (*op)->SendLayer(0, src_pool_.data(), src_pages_, 0); });
-  {
-    absl::MutexLock l(&ipc_->mu);
-    auto held = [this]() ABSL_SHARED_LOCKS_REQUIRED(ipc_->mu) { return ipc_->held; };
-    ASSERT_TRUE(ipc_->mu.AwaitWithTimeout(absl::Condition(&held), kBound));
+  EXPECT_EQ(receiver_->NumPending(), 1);
+  const int64_t elem = DTypeSize(src_layout_.dtype);
+  const int64_t layer_bytes = src_layout_.PageBytes() * src_layout_.num_pages;
+  for (int l = 0; l < src_layout_.num_layers; ++l) {
+    const int64_t off = src_layout_.PageOffset(l, 0) * elem;
+    std::memcpy(src_pool_.data() + off, stored.data() + off, layer_bytes);
+    events[l].fired.Notify();
   }
-  std::thread cancel([&] {
-    EXPECT_TRUE(receiver_->Cancel("t"));
-    absl::MutexLock l(&ipc_->mu);
-    ipc_->log.push_back("cancel returned");
+  auto stats = (*op)->Finish();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_TRUE(outcomes_.Wait().ok());
+  ExpectLanded();
+  absl::MutexLock l(&ipc_->mu);
+  EXPECT_EQ(ipc_->copies, src_layout_.num_layers);
+  EXPECT_EQ(ipc_->waits, 1);
+  EXPECT_EQ(stats->bytes, 5 * src_layout_.num_layers * src_layout_.PageBytes());
+}
+
+// A Cancel while the sender holds the grant does not wait for it: it returns at once and the
+// pages are released (`released` runs) only once every enqueued copy landed and the sender
+// confirmed; done() never runs and the sender learns of the cancel. The blocking Cancel(id)
+// returns only then.
+TEST_F(KvIpcProtocolTest, CancelDuringTheGrantReleasesThePagesOnlyAfterTheSendersCopies) {
+  for (bool blocking : {false, true}) {
+    SCOPED_TRACE(blocking ? "blocking Cancel" : "Cancel with released");
+    SetUp();
+    ipc_ = std::make_shared<FakeIpc>();
+    Export();
+    Expect();
+    TcpKvSender sender = Sender(KvTransportKind::kIpc);
+    auto op = sender.Begin(receiver_->address(), "t", src_layout_, 5, absl::Seconds(10));
+    ASSERT_TRUE(op.ok()) << op.status();
+    std::vector<FakeEvent> events(static_cast<size_t>(src_layout_.num_layers));
+    for (int l = 0; l < src_layout_.num_layers; ++l) {
+      ASSERT_TRUE((*op)->SendLayerAfterEvent(l, src_pool_.data(), src_pages_, 0, &events[l]).ok());
+    }
+    absl::Notification released;
+    auto on_released = [this, &released] {
+      absl::MutexLock l(&ipc_->mu);
+      ipc_->log.push_back("released");
+      released.Notify();
+    };
+    std::thread blocked;
+    if (blocking) {
+      blocked = std::thread([&] {
+        EXPECT_TRUE(receiver_->Cancel("t"));
+        on_released();
+      });
+    } else {
+      const absl::Time start = absl::Now();
+      EXPECT_TRUE(receiver_->Cancel("t", on_released));
+      EXPECT_LT(absl::Now() - start, absl::Seconds(1));  // did not wait for the sender
+    }
+    EXPECT_FALSE(released.WaitForNotificationWithTimeout(absl::Milliseconds(100)));  // still lent
+    EXPECT_EQ(receiver_->NumPending(), 0);
+    for (FakeEvent& e : events) e.fired.Notify();
+    auto finished = (*op)->Finish();
+    EXPECT_TRUE(absl::IsCancelled(finished.status())) << finished.status();
+    ASSERT_TRUE(released.WaitForNotificationWithTimeout(kBound));
+    if (blocked.joinable()) blocked.join();
+    {
+      absl::MutexLock l(&ipc_->mu);
+      EXPECT_EQ(ipc_->log,
+                (std::vector<std::string>{"copy end", "copy end", "copy end", "released"}));
+    }
+    absl::MutexLock l(&outcomes_.mu);
+    EXPECT_TRUE(outcomes_.done.empty());
+  }
+}
+
+// Abort waits for the copies already enqueued before it ends the grant: when it returns every
+// copy has landed, and the receiver fails the transfer (Aborted) only after that.
+TEST_F(KvIpcProtocolTest, AbortWaitsForTheEnqueuedCopiesBeforeEndingTheGrant) {
+  Export();
+  Expect();
+  TcpKvSender sender = Sender(KvTransportKind::kIpc);
+  auto op = sender.Begin(receiver_->address(), "t", src_layout_, 5, absl::Seconds(10));
+  ASSERT_TRUE(op.ok()) << op.status();
+  std::vector<FakeEvent> events(static_cast<size_t>(src_layout_.num_layers));
+  for (int l = 0; l < src_layout_.num_layers; ++l) {
+    ASSERT_TRUE((*op)->SendLayerAfterEvent(l, src_pool_.data(), src_pages_, 0, &events[l]).ok());
+  }
+  std::thread compute([&events] {
+    absl::SleepFor(absl::Milliseconds(100));
+    for (FakeEvent& e : events) e.fired.Notify();
   });
+  (*op)->Abort("test abort");
   {
     absl::MutexLock l(&ipc_->mu);
-    ipc_->hold = false;
+    EXPECT_EQ(ipc_->copies, src_layout_.num_layers);
   }
-  send.join();
-  cancel.join();
-  EXPECT_TRUE(first.ok()) << first;
-  {
-    absl::MutexLock l(&ipc_->mu);
-    EXPECT_EQ(ipc_->log, (std::vector<std::string>{"copy end", "cancel returned"}));
-  }
-  // The next grant is refused: the sender learns the receiver cancelled.
-  const absl::Status next = (*op)->SendLayer(1, src_pool_.data(), src_pages_, 0);
-  EXPECT_TRUE(absl::IsCancelled(next)) << next;
-  EXPECT_EQ(Copies(), 1);
+  compute.join();
+  EXPECT_TRUE(absl::IsAborted(outcomes_.Wait()));
+  EXPECT_EQ(receiver_->NumPending(), 0);
 }
 
 }  // namespace

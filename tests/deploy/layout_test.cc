@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "deploy/launcher/cluster.h"
 #include "gtest/gtest.h"
 
 namespace tandem::launcher {
@@ -36,6 +37,31 @@ TEST(Layout, ShippedLayoutsParse) {
   EXPECT_EQ(one->groups[0].gpus, std::vector<int>{0});
   EXPECT_EQ(one->groups[1].gpus, std::vector<int>{0});
   EXPECT_LE(one->engine.gpu_memory_utilization * 2, 0.9);
+  EXPECT_EQ(one->kv_transport, "ipc");  // the pair shares GPU 0: KV by CUDA IPC
+  EXPECT_EQ(gpu->kv_transport, "auto");
+}
+
+// kv_transport reaches the prefill and decode workers as --kv-transport (a mixed worker moves no
+// KV and gets none); auto by default.
+TEST(Layout, KvTransportIsPassedToPrefillAndDecodeWorkers) {
+  auto flag = [](const std::vector<std::string>& flags) -> std::string {
+    for (size_t i = 0; i + 1 < flags.size(); ++i) {
+      if (flags[i] == "--kv-transport") return flags[i + 1];
+    }
+    return "(none)";
+  };
+  for (const char* kind : {"tcp", "ipc", "auto"}) {
+    absl::StatusOr<Layout> l =
+        ParseLayout(absl::StrCat("backend: cuda\nkv_transport: ", kind,
+                                 "\ngroups: [{role: prefill}, {role: decode}, {role: mixed}]"));
+    ASSERT_TRUE(l.ok()) << kind << ": " << l.status();
+    EXPECT_EQ(l->kv_transport, kind);
+    EXPECT_EQ(flag(WorkerLayoutFlags(*l, l->groups[0])), kind);
+    EXPECT_EQ(flag(WorkerLayoutFlags(*l, l->groups[1])), kind);
+    EXPECT_EQ(flag(WorkerLayoutFlags(*l, l->groups[2])), "(none)");
+  }
+  EXPECT_EQ(DefaultLayout().kv_transport, "auto");
+  EXPECT_EQ(flag(WorkerLayoutFlags(DefaultLayout(), DefaultLayout().groups[1])), "auto");
 }
 
 TEST(Layout, EngineFieldsParse) {
@@ -99,6 +125,12 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
       {"groups: [{role: mixed, count: 2, gpus: [0]}]", "one GPU per worker"},
       {"groups: []", "at least one worker"},
       {"backend: tpu\ngroups: [{role: mixed}]", "backend"},
+      {"kv_transport: nccl\ngroups: [{role: mixed}]", "kv_transport must be tcp, ipc or auto"},
+      {"kv_transport: IPC\ngroups: [{role: mixed}]", "(got 'IPC')"},
+      {"kv_transport: ''\ngroups: [{role: mixed}]", "kv_transport must be"},
+      {"backend: cpu\nkv_transport: ipc\ngroups: [{role: prefill}, {role: decode}]",
+       "kv_transport ipc needs the KV pools on a GPU"},
+      {"kv_transprot: tcp\ngroups: [{role: mixed}]", "unknown key 'kv_transprot'"},
       {"router: {port: eighty}\ngroups: [{role: mixed}]", "layout:"},
       {"groups: [{role: mixed, tensor_parallel: 0}]", "must be >= 1"},
       {"groups: [{role: mixed, pipeline_parallel: -1}]", "must be >= 1"},

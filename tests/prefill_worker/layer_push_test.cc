@@ -12,6 +12,8 @@
 //     mid-transfer each end the streams and leave every page of both workers free.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +22,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "base/check.h"
+#include "base/status_macros.h"
 #include "comm/tcp_kv_sender.h"
 #include "decode_worker/decode_service.h"
 #include "engine/engine.h"
@@ -119,6 +122,13 @@ struct SendHold {
   int hold_layer ABSL_GUARDED_BY(mu) = -1;
   bool held ABSL_GUARDED_BY(mu) = false;  // a send is waiting at hold_layer
   bool released ABSL_GUARDED_BY(mu) = false;
+  // Device mode (set before Start): the op orders its copies after events, as CUDA IPC does;
+  // a copy "lands" only when the op ends (Finish), and Abort waits 50 ms for copies in flight,
+  // then asks `pages_held` whether the prefill engine still holds the source pages.
+  std::atomic<bool> device{false};
+  std::function<bool()> pages_held;
+  bool held_at_copy_end ABSL_GUARDED_BY(mu) = false;
+  int enqueued_at_abort ABSL_GUARDED_BY(mu) = -1;  // -1: no Abort with copies in flight
 };
 
 class RecordingOp : public KvSendOp {
@@ -139,13 +149,47 @@ class RecordingOp : public KvSendOp {
     if (st.ok()) log_->Sent(layer);
     return st;
   }
-  absl::StatusOr<KvTransferStats> Finish() override { return inner_->Finish(); }
-  void Abort(absl::string_view reason) override { inner_->Abort(reason); }
+  bool OrdersAfterEvents() const override { return hold_->device; }
+  absl::Status SendLayerAfterEvent(int layer, const void* pool, absl::Span<const int32_t> pages,
+                                   int first, void* ready_event) override {
+    if (!hold_->device) {
+      return KvSendOp::SendLayerAfterEvent(layer, pool, pages, first, ready_event);
+    }
+    EXPECT_EQ(ready_event, nullptr);  // the CPU backend stores each layer before reporting it
+    pending_.push_back({layer, pool, std::vector<int32_t>(pages.begin(), pages.end()), first});
+    log_->Sent(layer);  // enqueued: the copy itself lands when the op ends
+    return absl::OkStatus();
+  }
+  absl::StatusOr<KvTransferStats> Finish() override {
+    for (const Pending& p : pending_) {  // the copies land (the source pages must be intact)
+      RETURN_IF_ERROR(inner_->SendLayer(p.layer, p.pool, p.pages, p.first));
+    }
+    pending_.clear();
+    return inner_->Finish();
+  }
+  void Abort(absl::string_view reason) override {
+    if (!pending_.empty()) {
+      absl::SleepFor(absl::Milliseconds(50));  // the copies in flight end
+      const bool held = hold_->pages_held();
+      absl::MutexLock l(&hold_->mu);
+      hold_->held_at_copy_end = held;
+      hold_->enqueued_at_abort = static_cast<int>(pending_.size());
+    }
+    pending_.clear();
+    inner_->Abort(reason);
+  }
 
  private:
+  struct Pending {
+    int layer;
+    const void* pool;
+    std::vector<int32_t> pages;
+    int first;
+  };
   std::unique_ptr<KvSendOp> inner_;
   EventLog* log_;
   SendHold* hold_;
+  std::vector<Pending> pending_;  // device mode: enqueued, not landed
 };
 
 class RecordingSender : public KvSender {
@@ -397,6 +441,58 @@ TEST_F(LayerPushTest, EachLayerIsSentDuringTheFinalChunkAndTokensMatchOneEngine)
       }
     }
   }
+  EXPECT_TRUE(prefill_.AwaitIdle());
+  EXPECT_TRUE(decode_.AwaitIdle());
+}
+
+// Device mode (CUDA IPC's contract: SendLayerAfterEvent enqueues, the copies land by the op's
+// end): the layer-wise push gives one engine's tokens, and when the first token ends the
+// request the engine frees the source pages only after the op's Abort waited for the copies in
+// flight (the prefill loop's stats still show the pages held when they end; with BeforeFree not
+// waiting for them the step would have freed the pages during that wait).
+TEST_F(LayerPushTest, DeviceCopiesAreEnqueuedPerLayerAndTheSourcePagesOutliveThem) {
+  hold_.device = true;
+  hold_.pages_held = [this] { return prefill_.loop->stats().num_pages_owned > 0; };
+  Start(/*budget=*/32);
+  for (int n : {5, 33, 90}) {
+    const std::string id = "device-" + std::to_string(n);
+    const std::vector<int32_t> prompt = e2e::Prompt(n, 2000 + n);
+    e2e::GenerateArgs ref;
+    ref.prompt = prompt;
+    ref.max_tokens = 8;
+    ref.ignore_eos = true;
+    const auto r = Reserve(id, n);
+    grpc::ClientContext pctx;
+    auto preader = prefill_.stub->Prefill(&pctx, PrefillFor(id, prompt, r));
+    tandem::v1::PrefillEvent ev;
+    ASSERT_TRUE(preader->Read(&ev));
+    ASSERT_TRUE(ev.has_first_token());
+    const int32_t first = ev.first_token().token_id();
+    ASSERT_TRUE(preader->Read(&ev));
+    ASSERT_TRUE(ev.has_transfer_done());
+    EXPECT_FALSE(preader->Read(&ev));
+    ASSERT_TRUE(preader->Finish().ok());
+    grpc::Status dstatus;
+    EXPECT_EQ(Decode(id, prompt, first, &dstatus), e2e::ReferenceGreedy(e2e::TinyModelDir(), ref))
+        << id;
+    EXPECT_TRUE(dstatus.ok()) << dstatus.error_message();
+  }
+  // max_tokens 1: the first token ends the request in the step that enqueued every layer.
+  const std::vector<int32_t> prompt = e2e::Prompt(70, 7);
+  const auto r = Reserve("stop-1", 70);
+  grpc::ClientContext pctx;
+  auto preader = prefill_.stub->Prefill(&pctx, PrefillFor("stop-1", prompt, r, 1));
+  tandem::v1::PrefillEvent ev;
+  ASSERT_TRUE(preader->Read(&ev));
+  EXPECT_EQ(ev.first_token().finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
+  EXPECT_FALSE(preader->Read(&ev));
+  EXPECT_TRUE(preader->Finish().ok());
+  {
+    absl::MutexLock l(&hold_.mu);
+    EXPECT_EQ(hold_.enqueued_at_abort, num_layers());  // every layer was in flight
+    EXPECT_TRUE(hold_.held_at_copy_end) << "the source pages were freed under their copies";
+  }
+  Abort(decode_, "stop-1");
   EXPECT_TRUE(prefill_.AwaitIdle());
   EXPECT_TRUE(decode_.AwaitIdle());
 }
