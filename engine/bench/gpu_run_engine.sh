@@ -329,4 +329,4 @@ done
 tar -C "$OUT" -czf "$OUT/logs${LOGTAG:-}.tgz" logs && rm -rf "$LOGS"
 echo "===== summary"
 cat "$OUT/summary.txt"
-[ -n "$prefix_tables" ] && echo "$prefix_tables"
+if [ -n "$prefix_tables" ]; then echo "$prefix_tables"; fi
