@@ -72,3 +72,33 @@ for run in $runs; do
     "$out/loadgen-$run.txt" || cat "$out/loadgen-$run.txt"
   grep -E "prefix_cache_(hits|queries)_total" "$out/metrics-$run.txt" | sed 's/^/  /' || true
 done
+
+# The runs side by side (the README's table), from each run's result JSON and worker metrics.
+python3 - "$out" $runs <<'PY'
+import json, re, sys
+out, runs = sys.argv[1], sys.argv[2:]
+print("| run | requests ok / failed | TTFT mean / median / P99 (ms) | prefill mean (ms) "
+      "| KV transfer mean (ms) | prefix-cache hits |")
+print("| --- | --- | --- | --- | --- | --- |")
+for run in runs:
+    try:
+        r = json.load(open(f"{out}/{run}.json"))
+    except (OSError, ValueError):
+        print(f"| {run} | no result | | | | |")
+        continue
+    total = {"hits": 0.0, "queries": 0.0}
+    try:
+        for line in open(f"{out}/metrics-{run}.txt"):
+            m = re.match(r"tandem:prefix_cache_(hits|queries)_total(\{[^}]*\})? (\S+)", line)
+            if m:
+                total[m.group(1)] += float(m.group(3))
+    except OSError:
+        pass
+    hits, queries = total["hits"], total["queries"]
+    rate = f"{100 * hits / queries:.1f}% ({hits:.0f} of {queries:.0f} tokens)" if queries else "0"
+    causes = ", ".join(f"{k} {v}" for k, v in (r.get("failed_by_cause") or {}).items() if v)
+    t = r.get("server_timing", {})
+    print(f"| {run} | {r['completed']} / {r['failed']}{' (' + causes + ')' if causes else ''} "
+          f"| {r['mean_ttft_ms']:.0f} / {r['median_ttft_ms']:.0f} / {r['p99_ttft_ms']:.0f} "
+          f"| {t.get('mean_prefill_ms', 0):.1f} | {t.get('mean_kv_transfer_ms', 0):.1f} | {rate} |")
+PY

@@ -4,10 +4,10 @@
 # Qwen3-8B) with an op profile of decode steps, and the transformers + torch.compile peer on the
 # same checkpoints; full logs in one archive under $OUT, the short tables last.
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]).
-# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|bench|quant|abnorm|abprefetch|profile|trace|ncu|served|served1p1d|peer|spec|hf|all]...
-# (default: all; PRESETS="llama3-8b qwen3-8b" by default). `hf` runs the engine test against
-# transformers on the preset itself (8B shapes); `tests` runs it on the small presets with
-# TANDEM_REF_PYTHON set by the caller.
+# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|bench|quant|abnorm|abprefetch|profile|trace|ncu|served|served1p1d|peer|spec|hf|prefix|all]...
+# (default: all, which leaves out prefix; PRESETS="llama3-8b qwen3-8b" by default). `hf` runs the
+# engine test against transformers on the preset itself (8B shapes); `tests` runs it on the small
+# presets with TANDEM_REF_PYTHON set by the caller.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ -d .gpu-eng ] || tar -xJf .gpu-pack/eng.tar.xz
@@ -20,6 +20,7 @@ mkdir -p "$LOGS"
 MODELS=${MODELS:-/tmp/tandem-models}
 PRESETS=${PRESETS:-llama3-8b qwen3-8b}
 what=${*:-all}
+prefix_tables=""
 note() { echo "[${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
 want() { [[ " $what " == *" $1 "* || " $what " == *" all "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.draw --format=csv \
@@ -302,6 +303,21 @@ for preset in $PRESETS; do
       grep -E "^decode |speculative:" "$LOGS/spec_self_k4_$preset.log" >>"$OUT/summary.txt"
     fi
   fi
+  # Prefix caching and KV-aware routing on one GPU (deploy/layouts/h200-2p1d.yaml: 2 prefill + 1
+  # decode workers, KV over CUDA IPC): loadgen/measure_prefix_cache.sh's three runs of the
+  # multi-turn workload (cache on / off with least-loaded routing, cache on with kv-aware), its
+  # table last in the summary. Only when asked for by name (not part of `all`). Its knobs pass
+  # through (SYSTEM_LEN, NUM_PROMPTS, CONCURRENCY, ...; defaults sized for ~1 minute a run).
+  if [[ " $what " == *" prefix "* ]]; then
+    SYSTEM_LEN=${SYSTEM_LEN:-2048} NUM_PROMPTS=${NUM_PROMPTS:-128} CONCURRENCY=${CONCURRENCY:-16} \
+      REQUEST_TIMEOUT_S=${REQUEST_TIMEOUT_S:-120} \
+      timeout 540 loadgen/measure_prefix_cache.sh "$S" deploy/layouts/h200-2p1d.yaml "$m" \
+      "$LOGS/prefix_$preset" >"$LOGS/prefix_$preset.log" 2>&1
+    note "prefix cache $preset exit=$?"
+    grep -E "^(== |Successful|Failed)|did not come up|exited with" "$LOGS/prefix_$preset.log" \
+      >>"$OUT/summary.txt"
+    prefix_tables+=$'\n'"prefix cache, $preset:"$'\n'"$(grep -E '^\|' "$LOGS/prefix_$preset.log")"
+  fi
   if want hf; then
     TANDEM_REF_PYTHON=python3 TANDEM_HF_PRESETS=$preset TANDEM_HF_MODEL_DIR=$m \
       run_test engine_cuda_test 300 \
@@ -313,3 +329,4 @@ done
 tar -C "$OUT" -czf "$OUT/logs${LOGTAG:-}.tgz" logs && rm -rf "$LOGS"
 echo "===== summary"
 cat "$OUT/summary.txt"
+if [ -n "$prefix_tables" ]; then echo "$prefix_tables"; fi

@@ -2,9 +2,13 @@
 #include "deploy/launcher/layout.h"
 
 #include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "deploy/launcher/cluster.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace tandem::launcher {
@@ -16,11 +20,19 @@ std::string SourceDir() {
 }
 
 TEST(Layout, ShippedLayoutsParse) {
-  for (const char* name : {"default", "2p2d", "2p2d-kv", "mixed", "h200x2", "h200-mixed",
-                           "h200-1p1d", "h200x4-2p2d"}) {
-    absl::StatusOr<Layout> l = LoadLayout(SourceDir() + "/deploy/layouts/" + name + ".yaml");
-    EXPECT_TRUE(l.ok()) << name << ": " << l.status();
+  // Every file in deploy/layouts, so a new layout is checked without being listed here.
+  int parsed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(SourceDir() + "/deploy/layouts")) {
+    ASSERT_EQ(entry.path().extension(), ".yaml") << entry.path() << ": not a layout";
+    absl::StatusOr<Layout> l = LoadLayout(entry.path().string());
+    EXPECT_TRUE(l.ok()) << entry.path() << ": " << l.status();
+    if (l.ok() && !l->routing_policy.empty()) {
+      EXPECT_THAT(l->routing_policy, testing::AnyOf("least-loaded", "round-robin", "kv-aware"))
+          << entry.path();
+    }
+    ++parsed;
   }
+  EXPECT_GE(parsed, 9);  // the nine layouts of this tree at least: the directory was found
   absl::StatusOr<Layout> l = LoadLayout(SourceDir() + "/deploy/layouts/2p2d.yaml");
   ASSERT_TRUE(l.ok());
   ASSERT_EQ(l->groups.size(), 2u);
@@ -62,6 +74,35 @@ TEST(Layout, KvTransportIsPassedToPrefillAndDecodeWorkers) {
   }
   EXPECT_EQ(DefaultLayout().kv_transport, "auto");
   EXPECT_EQ(flag(WorkerLayoutFlags(DefaultLayout(), DefaultLayout().groups[1])), "auto");
+}
+
+// The one-GPU layout for kv-aware routing over two prefill workers: three workers on GPU 0,
+// each with its share of the memory, KV over CUDA IPC, and the two lines
+// loadgen/measure_prefix_cache.sh replaces per run.
+TEST(Layout, OneGpuTwoPrefillOneDecode) {
+  absl::StatusOr<Layout> l = LoadLayout(SourceDir() + "/deploy/layouts/h200-2p1d.yaml");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->backend, "cuda");
+  EXPECT_EQ(l->routing_policy, "kv-aware");
+  EXPECT_TRUE(l->engine.enable_prefix_caching);
+  ASSERT_EQ(l->groups.size(), 2u);
+  EXPECT_EQ(l->groups[0].role, "prefill");
+  EXPECT_EQ(l->groups[0].count, 2);
+  EXPECT_EQ(l->groups[0].gpus, (std::vector<int>{0, 0}));
+  EXPECT_EQ(l->groups[1].role, "decode");
+  EXPECT_EQ(l->groups[1].count, 1);
+  EXPECT_EQ(l->groups[1].gpus, std::vector<int>{0});
+  EXPECT_EQ(l->kv_transport, "ipc");
+  int workers = 0;
+  for (const GroupSpec& g : l->groups) {
+    workers += g.count;
+    EXPECT_TRUE(g.args.empty()) << g.role;
+  }
+  EXPECT_EQ(workers, 3);
+  EXPECT_LE(l->engine.gpu_memory_utilization * workers, 0.9 + 1e-9);
+  // Each share of an H200's 140 GB holds Qwen3-8B's 16.4 GB of weights, the 512 MiB kept for
+  // graphs (engine/kv_budget.h) and a KV pool of at least 16 GB.
+  EXPECT_GE(l->engine.gpu_memory_utilization * 140e9 - 16.4e9 - 0.54e9, 16e9);
 }
 
 TEST(Layout, EngineFieldsParse) {

@@ -21,6 +21,7 @@ FakeWorker::~FakeWorker() { Kill(); }
 absl::Status FakeWorker::Start(const std::string& router_address) {
   int port = 0;
   grpc::ServerBuilder builder;
+  if (options_.control_plane_server_args) ApplyControlPlaneServerArgs(builder);
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(this);
   server_ = builder.BuildAndStart();
@@ -161,7 +162,7 @@ grpc::Status FakeWorker::Prefill(grpc::ServerContext* context,
   if (grpc::Status st = Authenticate(context); !st.ok()) return st;
   ++streams_open_;
   ++requests_served_;
-  Sleep(options_.clock, options_.token_delay_ms);
+  Sleep(options_.clock, options_.prefill_delay_ms + options_.token_delay_ms);
   grpc::Status result = grpc::Status::OK;
   tandem::v1::PrefillEvent first;
   first.mutable_first_token()->set_token_id(TokenAt(0));

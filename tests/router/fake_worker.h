@@ -42,6 +42,10 @@ struct FakeWorkerOptions {
   std::string instance_id = "fake-instance";  // RegisterRequest.instance_id
   Clock* clock = Clock::Real();  // token delays sleep on it (tests of the router's timings)
   int cached_tokens = 0;         // prefill: reported with the first token as a prefix-cache hit
+  int prefill_delay_ms = 0;      // prefill: before the first token, beside token_delay_ms
+  // The server takes the control plane's keepalive policy (ApplyControlPlaneServerArgs, as the
+  // real workers' servers do); false: gRPC's default server policy.
+  bool control_plane_server_args = false;
 };
 
 class FakeWorker final : public tandem::v1::Worker::Service {
