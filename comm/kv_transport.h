@@ -94,10 +94,15 @@ class KvSender {
   // send, the final acknowledgment) fails with DeadlineExceeded after `timeout` in total.
   // Unavailable: peer unreachable; NotFound: the receiver expects no such transfer;
   // FailedPrecondition: layout mismatch or more pages than the receiver reserved.
+  // `cancelled` (may be empty; thread-safe, cheap): once it returns true, whatever this call or
+  // the op is waiting on (connect, a send the peer does not drain, the handshake's or Finish's
+  // answer) ends within milliseconds with Cancelled and the op is finished (the receiver sees the
+  // connection close): a stalled transfer never holds the sender's pages until `timeout`.
   virtual absl::StatusOr<std::unique_ptr<KvSendOp>> Begin(const std::string& peer,
                                                           const std::string& transfer_id,
                                                           const KvLayout& layout, int num_pages,
-                                                          absl::Duration timeout) = 0;
+                                                          absl::Duration timeout,
+                                                          std::function<bool()> cancelled) = 0;
 };
 
 class KvReceiver {

@@ -36,16 +36,22 @@ absl::Status SetNonBlocking(int fd) {
   return absl::OkStatus();
 }
 
-// Polls `fd` for `events` until `deadline`. OK when ready (or in error: the next syscall reports
-// it), DeadlineExceeded otherwise.
-absl::Status WaitFor(int fd, short events, absl::Time deadline, absl::string_view what) {
+// Polls `socket` for `events` until `deadline`. OK when ready (or in error: the next syscall
+// reports it), DeadlineExceeded otherwise, Cancelled once the socket's cancel check is true.
+absl::Status WaitFor(const Socket& socket, short events, absl::Time deadline,
+                     absl::string_view what) {
+  // Without a cancel check a wait wakes only to re-read the clock.
+  const int64_t slice_ms =
+      socket.HasCancel() ? absl::ToInt64Milliseconds(kCancelCheckInterval) : 1000;
   while (true) {
+    if (socket.Cancelled()) return absl::CancelledError(absl::StrCat(what, ": given up"));
     const absl::Duration left = deadline - Clock::Real()->Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
     }
-    pollfd p{fd, events, 0};
-    const int ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1000));
+    pollfd p{socket.fd(), events, 0};
+    const int ms =
+        static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, slice_ms));
     const int n = poll(&p, 1, ms);
     if (n > 0) return absl::OkStatus();
     if (n < 0 && errno != EINTR) return ErrnoStatus(absl::StrCat(what, ": poll"), errno);
@@ -58,6 +64,7 @@ Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     Close();
     fd_ = other.Release();
+    cancel_ = std::move(other.cancel_);
   }
   return *this;
 }
@@ -113,7 +120,7 @@ absl::StatusOr<int> LocalPort(const Socket& socket) {
 
 absl::StatusOr<Socket> Accept(const Socket& listener, absl::Time deadline) {
   while (true) {
-    if (absl::Status st = WaitFor(listener.fd(), POLLIN, deadline, "accept"); !st.ok()) return st;
+    if (absl::Status st = WaitFor(listener, POLLIN, deadline, "accept"); !st.ok()) return st;
     const int fd = ::accept(listener.fd(), nullptr, nullptr);
     if (fd >= 0) {
       Socket s(fd);
@@ -130,7 +137,8 @@ absl::StatusOr<Socket> Accept(const Socket& listener, absl::Time deadline) {
   }
 }
 
-absl::StatusOr<Socket> Connect(const std::string& address, absl::Time deadline) {
+absl::StatusOr<Socket> Connect(const std::string& address, absl::Time deadline,
+                               CancelCheck cancelled) {
   std::string host;
   int port = 0;
   if (absl::Status st = SplitHostPort(address, &host, &port); !st.ok()) return st;
@@ -146,12 +154,13 @@ absl::StatusOr<Socket> Connect(const std::string& address, absl::Time deadline) 
   std::memcpy(&addr, res->ai_addr, sizeof(addr));
   freeaddrinfo(res);
   if (!s.valid()) return ErrnoStatus("socket", errno);
+  s.SetCancel(std::move(cancelled));
   if (absl::Status st = SetNonBlocking(s.fd()); !st.ok()) return st;
   const int one = 1;
   setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   if (::connect(s.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) {
     if (errno != EINPROGRESS) return ErrnoStatus(absl::StrCat("connect ", address), errno);
-    if (absl::Status st = WaitFor(s.fd(), POLLOUT, deadline, "connect"); !st.ok()) return st;
+    if (absl::Status st = WaitFor(s, POLLOUT, deadline, "connect"); !st.ok()) return st;
     int err = 0;
     socklen_t len = sizeof(err);
     getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
@@ -170,7 +179,7 @@ absl::Status WriteAll(const Socket& socket, const void* data, size_t size, absl:
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (absl::Status st = WaitFor(socket.fd(), POLLOUT, deadline, "send"); !st.ok()) return st;
+      if (absl::Status st = WaitFor(socket, POLLOUT, deadline, "send"); !st.ok()) return st;
       continue;
     }
     return ErrnoStatus("send", n < 0 ? errno : EPIPE);
@@ -189,7 +198,7 @@ absl::Status ReadAll(const Socket& socket, void* data, size_t size, absl::Time d
     }
     if (n == 0) return absl::UnavailableError("peer closed the connection");
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      if (absl::Status st = WaitFor(socket.fd(), POLLIN, deadline, "recv"); !st.ok()) return st;
+      if (absl::Status st = WaitFor(socket, POLLIN, deadline, "recv"); !st.ok()) return st;
       continue;
     }
     return ErrnoStatus("recv", errno);

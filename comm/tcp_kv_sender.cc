@@ -204,14 +204,17 @@ class TcpKvSendOp : public KvSendOp {
 absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& peer,
                                                              const std::string& transfer_id,
                                                              const KvLayout& layout, int num_pages,
-                                                             absl::Duration timeout) {
+                                                             absl::Duration timeout,
+                                                             std::function<bool()> cancelled) {
   if (kind_ == KvTransportKind::kIpc && ipc_ == nullptr) {
     return absl::FailedPreconditionError(
         "kv_transport ipc: this prefill worker's KV pool cannot be shared by CUDA IPC (a host "
         "pool, or a build without CUDA); use kv_transport tcp or auto");
   }
+  if (cancelled && cancelled()) return absl::CancelledError("KV transfer given up before it began");
   const absl::Time deadline = Clock::Real()->Now() + timeout;
-  ASSIGN_OR_RETURN(Socket socket, Connect(peer, deadline));
+  // The socket carries the cancel check: every wait below and in the op observes it.
+  ASSIGN_OR_RETURN(Socket socket, Connect(peer, deadline, std::move(cancelled)));
   kv_wire::Hello hello{layout, num_pages, transfer_id, cluster_token_};
   if (ipc_ != nullptr && kind_ != KvTransportKind::kTcp) {
     hello.ipc =

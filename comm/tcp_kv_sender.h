@@ -32,7 +32,15 @@ class TcpKvSender : public KvSender {
   absl::StatusOr<std::unique_ptr<KvSendOp>> Begin(const std::string& peer,
                                                   const std::string& transfer_id,
                                                   const KvLayout& layout, int num_pages,
-                                                  absl::Duration timeout) override;
+                                                  absl::Duration timeout,
+                                                  std::function<bool()> cancelled) override;
+  // Without a cancel check (tests, tools).
+  absl::StatusOr<std::unique_ptr<KvSendOp>> Begin(const std::string& peer,
+                                                  const std::string& transfer_id,
+                                                  const KvLayout& layout, int num_pages,
+                                                  absl::Duration timeout) {
+    return Begin(peer, transfer_id, layout, num_pages, timeout, {});
+  }
 
  private:
   KvPoolCopy read_pool_;

@@ -31,9 +31,10 @@ void PrefillService::Stop() {
   {
     absl::MutexLock l(&jobs_mu_);
     stopping_ = true;
+    stop_transfers_.store(true);      // a thread blocked on a peer's socket gives up
     for (Push* p : active_pushes_) {  // a thread waiting for layers or the outcome wakes up
       absl::MutexLock pl(&p->mu);
-      p->outcome = Push::Outcome::kAbandon;
+      AbandonLocked(*p);
     }
   }
   for (auto& t : transfer_threads_) t.join();
@@ -193,9 +194,14 @@ void PrefillService::BeforeFree(const std::string& id) {
   if (it == requests_.end() || it->second.push == nullptr) return;
   Push& p = *it->second.push;
   absl::MutexLock l(&p.mu);
-  p.outcome = Push::Outcome::kAbandon;  // no further SendLayer starts
+  AbandonLocked(p);  // no further SendLayer starts; the one in progress gives up its waits
   auto idle = [&p]() ABSL_SHARED_LOCKS_REQUIRED(p.mu) { return !p.reading; };
-  p.mu.Await(absl::Condition(&idle));  // the one in progress (bounded by its socket deadline)
+  p.mu.Await(absl::Condition(&idle));  // the op in progress ends soon: its waits observe it
+}
+
+void PrefillService::AbandonLocked(Push& p) {
+  p.outcome = Push::Outcome::kAbandon;
+  p.abandoned.store(true);
 }
 
 void PrefillService::TransferThread() {
@@ -231,9 +237,15 @@ absl::StatusOr<KvTransferStats> PrefillService::RunTransfer(const TransferJob& j
   if (job.cancelled->load()) return absl::AbortedError("request aborted before its KV transfer");
   const std::string& transfer_id =
       job.destination.transfer_id().empty() ? job.request_id : job.destination.transfer_id();
-  absl::StatusOr<std::unique_ptr<KvSendOp>> op = sender_->Begin(
-      job.destination.kv_transfer_address(), transfer_id, job.layout,
-      static_cast<int>(job.pages.size()), absl::Milliseconds(env_.options->kv_transfer_timeout_ms));
+  // Read on this thread between (and inside) the op's socket waits: an abort, an abandoned push
+  // or Stop ends a transfer blocked on a silent decode worker at once.
+  auto cancelled = [cancelled = job.cancelled, push = job.push, stop = &stop_transfers_] {
+    return cancelled->load() || stop->load() || (push != nullptr && push->abandoned.load());
+  };
+  absl::StatusOr<std::unique_ptr<KvSendOp>> op =
+      sender_->Begin(job.destination.kv_transfer_address(), transfer_id, job.layout,
+                     static_cast<int>(job.pages.size()),
+                     absl::Milliseconds(env_.options->kv_transfer_timeout_ms), cancelled);
   if (!op.ok()) return op.status();
   for (int layer = 0; layer < job.layout.num_layers; ++layer) {
     if (job.cancelled->load()) {

@@ -19,6 +19,9 @@
 //   kTransferring pages held, sender pushing      --ack or failure--> pages released, gone
 // Abort / client cancel: kInEngine -> Engine::Abort; kTransferring -> the transfer is aborted
 // (the decode side sees TransferAbort) and the pages are released when the sender returns.
+// The sender observes the abort inside its blocking waits too (KvSender::Begin's cancel
+// check), so a transfer stalled on a frozen decode worker gives its pages back within
+// milliseconds of the abort, not at --kv-transfer-timeout-ms.
 // If the engine breaks, every stream ends at once with INTERNAL, as a failed batch's do
 // (FailAllOnLoop; transfers in flight are aborted).
 #pragma once
@@ -72,6 +75,9 @@ class PrefillService : public WorkerService, private KvPushListener {
     // A SendLayer is reading the pages now; with device copies ordered after events
     // (KvSendOp::OrdersAfterEvents), from the first layer enqueued until the op ended.
     bool reading ABSL_GUARDED_BY(mu) = false;
+    // outcome == kAbandon, readable without `mu`: the transfer's socket waits observe it, so a
+    // SendLayer blocked on a silent peer ends at once and BeforeFree's wait stays short.
+    std::atomic<bool> abandoned{false};
   };
   struct Request {
     std::shared_ptr<Channel> channel;
@@ -107,6 +113,8 @@ class PrefillService : public WorkerService, private KvPushListener {
   void FailAllOnLoop(Engine& engine, const absl::Status& error) override;
   void TransferThread();
   absl::StatusOr<KvTransferStats> RunTransfer(const TransferJob& job);
+  // Marks a push abandoned (both its outcome and its atomic flag).
+  static void AbandonLocked(Push& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu);
   // Sends layer `layer` of a layer-wise push once it is stored; Aborted if abandoned first.
   absl::Status SendStoredLayer(const TransferJob& job, KvSendOp& op, int layer);
   void EnqueueJob(TransferJob job);
@@ -121,6 +129,7 @@ class PrefillService : public WorkerService, private KvPushListener {
   absl::Mutex jobs_mu_;
   std::deque<TransferJob> jobs_ ABSL_GUARDED_BY(jobs_mu_);
   bool stopping_ ABSL_GUARDED_BY(jobs_mu_) = false;
+  std::atomic<bool> stop_transfers_{false};  // set by Stop: transfers in flight give up at once
   // Pushes a transfer thread is running (Stop abandons them). Lock order: jobs_mu_, Push::mu.
   absl::flat_hash_set<Push*> active_pushes_ ABSL_GUARDED_BY(jobs_mu_);
   std::vector<std::thread> transfer_threads_;

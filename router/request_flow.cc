@@ -121,26 +121,27 @@ void RequestFlow::Reserve(const RoutePlan& plan) {
     abort_decode_ = plan.decode;
   }
   if (stub == nullptr) {  // re-registered or gone since the snapshot
-    OnReserved(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is gone"), {});
+    OnReserved(plan.decode, grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is gone"), {});
     return;
   }
   UnaryCall<ReservePagesRequest, ReservePagesResponse>::Start(
       std::move(request), deps_->options.rpc_timeout,
       [stub](auto* c, auto* q, auto* r, auto cb) { stub->async()->ReservePages(c, q, r, cb); },
-      [self = shared_from_this()](const grpc::Status& status,
-                                  const ReservePagesResponse& response) {
-        self->OnReserved(status, response);
+      [self = shared_from_this(), decode = plan.decode](const grpc::Status& status,
+                                                        const ReservePagesResponse& response) {
+        self->OnReserved(decode, status, response);
       });
 }
 
-void RequestFlow::OnReserved(const grpc::Status& status, const ReservePagesResponse& response) {
+void RequestFlow::OnReserved(const WorkerRef& decode, const grpc::Status& status,
+                             const ReservePagesResponse& response) {
   Actions later;
   {
     absl::MutexLock lock(&mu_);
-    const WorkerRef decode = abort_decode_.value_or(WorkerRef{});
     if (phase_ == Phase::kDone) {
       // The flow ended while the reservation was in flight: release it (again; the first
-      // Abort may have overtaken it).
+      // Abort, sent when the flow ended, may have overtaken it). Not through abort_decode_:
+      // ending the flow reset it, and an abort to no worker left the reservation until its TTL.
       if (status.ok())
         later.push_back([this, self = shared_from_this(), decode] {
           SendAbort(decode, tandem::v1::ABORT_REASON_CLIENT_CANCELLED);

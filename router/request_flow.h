@@ -88,7 +88,10 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
 
   void Route();
   void Reserve(const RoutePlan& plan);
-  void OnReserved(const grpc::Status& status, const tandem::v1::ReservePagesResponse& response);
+  // `decode`: the worker the ReservePages went to (the flow's abort_decode_ is reset when it
+  // ends, so a reservation answered after a cancel is released through this one).
+  void OnReserved(const WorkerRef& decode, const grpc::Status& status,
+                  const tandem::v1::ReservePagesResponse& response);
   void StartPrefill(const tandem::v1::ReservePagesResponse& reservation);
   void OnPrefillEvent(const tandem::v1::PrefillEvent& event);
   void OnPrefillDone(const grpc::Status& status);

@@ -10,10 +10,13 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "base/cluster_token.h"
 #include "base/secure_random.h"
 #include "comm/kv_wire.h"
@@ -286,6 +289,137 @@ TEST_F(TcpKvTransportTest, SilentReceiverTimesOutTheSender) {
   EXPECT_EQ(sender_.Begin(address, "r1", src_layout_, 1, absl::Milliseconds(200)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+// A peer that takes the connection and reads the hello, then goes silent as a frozen
+// (SIGSTOPped) decode worker does: it never answers the hello, or answers it and reads nothing
+// more (the socket buffers fill and the sender's writes block), or reads every byte and never
+// answers Finish.
+class SilentPeer {
+ public:
+  enum class Mode { kNoHelloAnswer, kStopReading, kDrainNoVerdict };
+  explicit SilentPeer(Mode mode) {
+    auto listener = Listen("127.0.0.1", 0);
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    if (!listener.ok()) return;
+    address_ = "127.0.0.1:" + std::to_string(*LocalPort(*listener));
+    thread_ = std::thread([this, mode, l = std::move(*listener)]() mutable {
+      auto s = Accept(l, absl::Now() + absl::Seconds(10));
+      if (!s.ok()) return;
+      if (!kv_wire::ReadFrame(*s, absl::Now() + absl::Seconds(10)).ok()) return;
+      if (mode != Mode::kNoHelloAnswer) {
+        (void)kv_wire::WriteFrame(*s, kv_wire::FrameType::kStatus,
+                                  kv_wire::EncodeStatus(absl::OkStatus()),
+                                  absl::Now() + absl::Seconds(1));
+      }
+      if (mode == Mode::kDrainNoVerdict) {
+        char byte;  // until the sender closes
+        while (ReadAll(*s, &byte, 1, absl::Now() + absl::Seconds(10)).ok()) {
+        }
+        return;
+      }
+      release_.WaitForNotificationWithTimeout(absl::Seconds(20));
+    });
+  }
+  ~SilentPeer() {
+    release_.Notify();
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  std::string address_;
+  absl::Notification release_;
+  std::thread thread_;
+};
+
+// Sets a cancel flag after `after` (from another thread, as the worker's loop thread does when
+// the router aborts the request) and records when.
+class DelayedCancel {
+ public:
+  explicit DelayedCancel(absl::Duration after) {
+    thread_ = std::thread([this, after] {
+      absl::SleepFor(after);
+      set_at_ = absl::Now();
+      flag_.store(true);
+    });
+  }
+  ~DelayedCancel() { Join(); }
+  std::function<bool()> Check() {
+    return [this] { return flag_.load(); };
+  }
+  // Waits for the flag to be set; returns the time since it was.
+  absl::Duration SinceSet() {
+    Join();
+    return absl::Now() - set_at_;
+  }
+
+ private:
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::atomic<bool> flag_{false};
+  absl::Time set_at_;
+  std::thread thread_;
+};
+
+// Each wait a transfer to a frozen receiver can block in — the handshake's answer, a send the
+// receiver does not drain, Finish's acknowledgment — ends within milliseconds of the cancel
+// check turning true, with Cancelled, although the transfer's timeout is 30 s.
+TEST_F(TcpKvTransportTest, CancelCheckEndsEveryWaitOnAFrozenReceiverAtOnce) {
+  constexpr absl::Duration kTimeout = absl::Seconds(30);
+  constexpr absl::Duration kPrompt = absl::Milliseconds(500);  // cancel to return, at most
+  {
+    SilentPeer peer(SilentPeer::Mode::kNoHelloAnswer);
+    DelayedCancel cancel(absl::Milliseconds(100));
+    auto op = sender_.Begin(peer.address(), "r1", src_layout_, 2, kTimeout, cancel.Check());
+    EXPECT_EQ(op.status().code(), absl::StatusCode::kCancelled) << op.status();
+    EXPECT_LT(cancel.SinceSet(), kPrompt);
+  }
+  {
+    // Pages of 1 MiB, 48 of them in one SendLayer: more than loopback's socket buffers hold.
+    KvLayout big = src_layout_;
+    big.num_layers = 1;
+    big.page_size = 256;
+    big.num_kv_heads = 8;
+    big.head_dim = 128;
+    big.num_pages = 48;
+    ASSERT_EQ(big.PageBytes(), 1 << 20);
+    std::vector<char> pool(static_cast<size_t>(big.PoolBytes()), 1);
+    std::vector<int32_t> pages(48);
+    for (int i = 0; i < 48; ++i) pages[i] = i;
+    SilentPeer peer(SilentPeer::Mode::kStopReading);
+    DelayedCancel cancel(absl::Milliseconds(200));
+    auto op = sender_.Begin(peer.address(), "r1", big, 48, kTimeout, cancel.Check());
+    ASSERT_TRUE(op.ok()) << op.status();
+    const absl::Status st = (*op)->SendLayer(0, pool.data(), pages, 0);
+    EXPECT_EQ(st.code(), absl::StatusCode::kCancelled) << st;
+    EXPECT_LT(cancel.SinceSet(), kPrompt);
+    // The op is over: nothing more goes out, and dropping it does not block.
+    EXPECT_EQ((*op)->Finish().status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    SilentPeer peer(SilentPeer::Mode::kDrainNoVerdict);
+    DelayedCancel cancel(absl::Milliseconds(100));
+    auto op = sender_.Begin(peer.address(), "r1", src_layout_, 2, kTimeout, cancel.Check());
+    ASSERT_TRUE(op.ok()) << op.status();
+    const std::vector<int32_t> src = {1, 3};
+    for (int layer = 0; layer < 3; ++layer) {
+      ASSERT_TRUE((*op)->SendLayer(layer, src_pool_.data(), src, 0).ok());
+    }
+    EXPECT_EQ((*op)->Finish().status().code(), absl::StatusCode::kCancelled);
+    EXPECT_LT(cancel.SinceSet(), kPrompt);
+  }
+  // A check that is already true ends Begin before it connects.
+  std::atomic<bool> given_up{true};
+  auto listener = Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  EXPECT_EQ(sender_
+                .Begin("127.0.0.1:" + std::to_string(*LocalPort(*listener)), "r1", src_layout_, 2,
+                       kTimeout, [&given_up] { return given_up.load(); })
+                .status()
+                .code(),
+            absl::StatusCode::kCancelled);
 }
 
 TEST_F(TcpKvTransportTest, ReceiverDeathFailsTheSender) {

@@ -26,6 +26,9 @@ namespace {
 constexpr absl::Duration kAnswerBound = absl::Seconds(12);
 constexpr absl::Duration kResumeBound = absl::Seconds(20);
 constexpr absl::Duration kIdleBound = absl::Seconds(5);
+// A frozen decode worker: the prefill worker's pages of the requests the router gave up on are
+// free this long after the router's last answer, the decode worker still frozen.
+constexpr absl::Duration kFrozenReleaseBound = absl::Seconds(1);
 constexpr int kClients = 3;
 // 30 prefill steps of 16 tokens each: the three requests (their calls start together) all reach
 // the prefill worker while the first is still being prefilled.
@@ -124,12 +127,23 @@ void RunCell(launcher::Cluster& c, Fault fault) {
   }
   clients.Join();
   if (fault == Fault::kFreezeDecode) {
-    // Not asserted (a known limit, the README's matrix states it): while the decode worker stays
-    // frozen, the prefill worker's transfer threads wait for its answer up to the transfer
-    // timeout (--kv-transfer-timeout-ms), keeping the pages the router has given up on.
-    std::cout << "matrix: prefill-0 pages still owned while decode-0 is frozen, after the router "
-                 "gave up: "
-              << GetLoad(c, prefill->grpc_address).num_pages_owned() << "\n";
+    // The router gave up on the frozen decode worker and aborted the requests on the prefill
+    // worker: its transfer threads, blocked on the silent peer, must give the pages back within
+    // kFrozenReleaseBound while the decode worker is still frozen (not after the 30 s transfer
+    // timeout, --kv-transfer-timeout-ms).
+    const absl::Time answered = absl::Now();
+    int owned = -1;
+    while (true) {
+      owned = GetLoad(c, prefill->grpc_address).num_pages_owned();
+      if (owned == 0 || absl::Now() - answered > kFrozenReleaseBound) break;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    const absl::Duration released = absl::Now() - answered;
+    EXPECT_EQ(owned, 0) << "prefill-0 still owns pages " << absl::FormatDuration(released)
+                        << " after the router gave up on the frozen decode-0";
+    std::cout << absl::StrFormat(
+        "matrix: prefill-0 owns %d pages %.0f ms after the last answer, decode-0 still frozen\n",
+        owned, absl::ToDoubleMilliseconds(released));
     decode->child->Signal(SIGCONT);
   }
   ExpectTerminalAnswers(clients, codes, /*complete_ok=*/false);

@@ -197,8 +197,9 @@ class RecordingSender : public KvSender {
   RecordingSender(EventLog* log, SendHold* hold) : log_(log), hold_(hold) {}
   absl::StatusOr<std::unique_ptr<KvSendOp>> Begin(const std::string& peer, const std::string& id,
                                                   const KvLayout& layout, int num_pages,
-                                                  absl::Duration timeout) override {
-    auto op = inner_.Begin(peer, id, layout, num_pages, timeout);
+                                                  absl::Duration timeout,
+                                                  std::function<bool()> cancelled) override {
+    auto op = inner_.Begin(peer, id, layout, num_pages, timeout, std::move(cancelled));
     if (!op.ok()) return op.status();
     return std::unique_ptr<KvSendOp>(new RecordingOp(*std::move(op), log_, hold_));
   }

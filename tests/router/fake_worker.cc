@@ -141,6 +141,8 @@ grpc::Status FakeWorker::ReservePages(grpc::ServerContext* context,
                                       const tandem::v1::ReservePagesRequest* request,
                                       tandem::v1::ReservePagesResponse* response) {
   if (grpc::Status st = Authenticate(context); !st.ok()) return st;
+  ++reservations_started_;
+  if (options_.reserve_delay_ms > 0) Sleep(options_.clock, options_.reserve_delay_ms);
   if (options_.refuse_reservations) {
     ++reservations_refused_;
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no free pages");

@@ -30,6 +30,9 @@ struct FakeWorkerOptions {
   int eos_after = -1;                  // >= 0: emit EOS (id 257, STOP) as token number eos_after
   int num_pages = 1000;
   bool refuse_reservations = false;  // ReservePages → RESOURCE_EXHAUSTED
+  // ReservePages waits this long before it reserves (an Abort sent meanwhile overtakes it, as
+  // calls on other server threads can).
+  int reserve_delay_ms = 0;
   // The KV transfer fails and this worker blames its peer (rpc/peer_fault.h): the prefill role
   // ends Prefill after the first token, the decode role ends GenerateFromPrefill before any
   // token, with UNAVAILABLE and the peer-fault trailer, as the real workers do.
@@ -66,6 +69,7 @@ class FakeWorker final : public tandem::v1::Worker::Service {
   // The request ids of every ReservePages / Prefill / Generate it served, in arrival order.
   std::vector<std::string> request_ids() const;
   int reservations_refused() const { return reservations_refused_; }
+  int reservations_started() const { return reservations_started_; }  // ReservePages calls begun
   int streams_open() const { return streams_open_; }
   int requests_served() const { return requests_served_; }
 
@@ -109,6 +113,7 @@ class FakeWorker final : public tandem::v1::Worker::Service {
   std::atomic<int> streams_open_{0};
   std::atomic<int> requests_served_{0};
   std::atomic<int> reservations_refused_{0};
+  std::atomic<int> reservations_started_{0};
   mutable absl::Mutex mu_;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> reserved_ ABSL_GUARDED_BY(mu_);

@@ -335,6 +335,34 @@ TEST_F(RouterHttpTest, CancelDuringPrefillReleasesTheReservation) {
   ExpectIdle();
 }
 
+// A client cancel while the just-admitted request's ReservePages is in flight: the abort the
+// ending flow sends overtakes the reservation (finds nothing); the reservation lands after it
+// and must be released as soon as ReservePages answers, not left to the decode worker's TTL.
+TEST_F(RouterHttpTest, CancelRacingReservePagesReleasesTheLateReservation) {
+  FakeWorkerOptions decode = Role("decode-0", WORKER_ROLE_DECODE);
+  decode.reserve_delay_ms = 300;
+  prefill_ = env_.AddWorker(Role("prefill-0", WORKER_ROLE_PREFILL));
+  decode_ = env_.AddWorker(decode);
+  ASSERT_NE(prefill_, nullptr) << env_.last_error();
+  ASSERT_NE(decode_, nullptr) << env_.last_error();
+  StreamingCall call(port(), "/v1/completions",
+                     R"({"prompt": "x", "max_tokens": 5, "stream": true})");
+  ASSERT_TRUE(RouterTestEnv::WaitFor([&] { return decode_->reservations_started() == 1; }));
+  call.Close();
+  // The first abort arrives while ReservePages still waits: it finds no reservation.
+  ASSERT_TRUE(RouterTestEnv::WaitFor([&] { return decode_->aborts() >= 1; }, absl::Seconds(1)));
+  EXPECT_EQ(decode_->request_ids().size(), 0u);
+  // Then the reservation is made (300 ms after the call began) and released right after.
+  ASSERT_TRUE(
+      RouterTestEnv::WaitFor([&] { return decode_->request_ids().size() == 1; }, absl::Seconds(2)));
+  EXPECT_TRUE(
+      RouterTestEnv::WaitFor([&] { return decode_->reservations_held() == 0; }, absl::Seconds(1)))
+      << "the late reservation stayed on the decode worker";
+  EXPECT_GE(decode_->aborts(), 2);
+  EXPECT_TRUE(prefill_->request_ids().empty());  // never prefilled
+  ExpectIdle();
+}
+
 TEST_F(RouterHttpTest, DecodeWorkerDyingMidStreamEndsWithInBandErrorAndTrafficMovesOn) {
   StartPair(/*token_delay_ms=*/20);
   FakeWorker* spare = env_.AddWorker(Role("decode-1", WORKER_ROLE_DECODE));
