@@ -138,14 +138,16 @@ grpc::Status DecodeService::GenerateFromPrefill(grpc::ServerContext* ctx,
   er.id = req->request_id();
   er.prompt_tokens.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
   er.sampling = SamplingFromProto(req->sampling());
-  loop_->Post([this, er = std::move(er), first = req->first_token(), channel](Engine& e) mutable {
-    ClaimOnLoop(e, std::move(er), first, channel);
+  er.siblings = SiblingsFromProto(req->siblings());
+  loop_->Post([this, er = std::move(er), first = req->first_token(),
+               first_finished = req->first_token_finished(), channel](Engine& e) mutable {
+    ClaimOnLoop(e, std::move(er), first, first_finished, channel);
   });
   return StreamEvents(ctx, writer, *channel, req->request_id());
 }
 
 void DecodeService::ClaimOnLoop(Engine& engine, EngineRequest request, int32_t first_token,
-                                std::shared_ptr<Channel> channel) {
+                                bool first_token_finished, std::shared_ptr<Channel> channel) {
   auto it = requests_.find(request.id);
   if (it == requests_.end()) {
     auto failed = failed_.find(request.id);
@@ -163,6 +165,7 @@ void DecodeService::ClaimOnLoop(Engine& engine, EngineRequest request, int32_t f
   }
   r.channel = std::move(channel);
   r.first_token = first_token;
+  r.first_token_finished = first_token_finished;
   r.pending = std::move(request);
   if (r.kv_ready) Commit(engine, it->first, r);
 }
@@ -191,12 +194,17 @@ void DecodeService::OnKvDone(Engine& engine, const std::string& id, const absl::
 }
 
 void DecodeService::Commit(Engine& engine, const std::string& id, Request& r) {
-  absl::Status st = engine.AddPrefilledRequest(*std::move(r.pending), r.first_token);
+  SequenceSet sequences = SequenceSet::For(id, r.pending->siblings);
+  absl::Status st =
+      engine.AddPrefilledRequest(*std::move(r.pending), r.first_token, r.first_token_finished);
   r.pending.reset();
   if (!st.ok()) {
     DropReservation(engine, id, st);
     return;
   }
+  if (r.first_token_finished) sequences.End(0);  // ended on the prefill worker
+  r.sequences = std::move(sequences);
+  owners_.Add(r.sequences);
   r.state = State::kRunning;
   r.joined = env_.clock->Now();
 }
@@ -247,15 +255,20 @@ void DecodeService::Finish(const std::string& id, absl::Status status) {
     env_.metrics->ObserveRequestDuration(
         absl::ToDoubleSeconds(env_.clock->Now() - it->second.arrival));
   }
+  owners_.Remove(it->second.sequences);
   requests_.erase(it);
   num_live_--;
 }
 
 void DecodeService::OnOutput(Engine& engine, const RequestOutput& out, absl::Time step_start) {
-  auto it = requests_.find(out.id);
+  const std::string id = owners_.RequestOf(out.id);
+  auto it = requests_.find(id);
   if (it == requests_.end() || it->second.state != State::kRunning) return;
   Request& r = it->second;
+  const int sequence = r.sequences.IndexOf(out.id);
+  if (sequence < 0) return;
   TokenEvent ev = TokenEventFor(out);
+  ev.set_sequence(sequence);
   tandem::v1::PhaseTimings* t = ev.mutable_timings();
   if (r.num_outputs++ == 0) {
     t->set_first_decode_step_s(absl::ToDoubleSeconds(env_.clock->Now() - r.joined));
@@ -266,14 +279,15 @@ void DecodeService::OnOutput(Engine& engine, const RequestOutput& out, absl::Tim
     return;
   }
   if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonName(out.finish_reason));
-  if (out.finish_reason == FinishReason::kAbort) {
-    Finish(out.id, absl::AbortedError("request aborted"));
-    return;
-  }
   t->set_kv_transfer_s(absl::ToDoubleSeconds(r.kv_stats.duration));
   t->set_kv_transfer_bytes(r.kv_stats.bytes);
-  r.channel->Push(std::move(ev));
-  Finish(out.id, absl::OkStatus());
+  // A sequence aborted alone (a stop string) gets its terminal event; a whole request aborted
+  // ends its stream ABORTED.
+  if (out.finish_reason != FinishReason::kAbort || !r.sequences.aborted) {
+    r.channel->Push(std::move(ev));
+  }
+  if (!r.sequences.End(sequence)) return;
+  Finish(id, r.sequences.aborted ? absl::AbortedError("request aborted") : absl::OkStatus());
 }
 
 void DecodeService::ForgetRouterStateBefore(absl::Time cutoff) {
@@ -318,8 +332,23 @@ bool DecodeService::AbortOnLoop(Engine& engine, const std::string& request_id,
     DropReservation(engine, request_id, absl::AbortedError("request aborted"));
     return true;
   }
-  if (!engine.Abort(request_id).ok()) Finish(request_id, absl::AbortedError("request aborted"));
-  return true;  // otherwise the engine reports kAbort at its next step
+  SequenceSet& set = it->second.sequences;
+  set.aborted = true;
+  bool pending = false;  // the engine reports kAbort for each at its next step
+  for (const std::string& id : set.LiveIds()) pending |= engine.Abort(id).ok();
+  if (!pending) Finish(request_id, absl::AbortedError("request aborted"));
+  return true;
+}
+
+bool DecodeService::AbortSequenceOnLoop(Engine& engine, const std::string& request_id,
+                                        int sequence) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end() || it->second.state != State::kRunning) return false;
+  SequenceSet& set = it->second.sequences;
+  if (sequence < 0 || sequence >= static_cast<int>(set.ids.size()) || set.ended[sequence]) {
+    return false;
+  }
+  return engine.Abort(set.ids[sequence]).ok();  // kAbort for it at the next step
 }
 
 void DecodeService::FailAllOnLoop(Engine&, const absl::Status& error) {

@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "comm/kv_transport.h"
+#include "worker/sequence_set.h"
 #include "worker/worker_service.h"
 
 namespace tandem {
@@ -47,6 +48,7 @@ class DecodeService : public WorkerService {
  protected:
   bool AbortOnLoop(Engine& engine, const std::string& request_id,
                    tandem::v1::AbortReason reason) override;
+  bool AbortSequenceOnLoop(Engine& engine, const std::string& request_id, int sequence) override;
 
  private:
   using Channel = EventChannel<tandem::v1::TokenEvent>;
@@ -56,6 +58,8 @@ class DecodeService : public WorkerService {
     std::shared_ptr<Channel> channel;      // set once claimed
     std::optional<EngineRequest> pending;  // claimed, waiting for the KV
     int32_t first_token = 0;
+    bool first_token_finished = false;  // only the siblings decode (worker.proto)
+    SequenceSet sequences;              // set at the commit
     bool kv_ready = false;
     KvTransferStats kv_stats;
     absl::Time arrival;
@@ -68,7 +72,7 @@ class DecodeService : public WorkerService {
   absl::StatusOr<std::vector<int32_t>> ReserveOnLoop(Engine& engine,
                                                      const tandem::v1::ReservePagesRequest& req);
   void ClaimOnLoop(Engine& engine, EngineRequest request, int32_t first_token,
-                   std::shared_ptr<Channel> channel);
+                   bool first_token_finished, std::shared_ptr<Channel> channel);
   void OnKvDone(Engine& engine, const std::string& id, const absl::Status& status,
                 const KvTransferStats& stats);
   void Commit(Engine& engine, const std::string& id, Request& r);
@@ -84,6 +88,7 @@ class DecodeService : public WorkerService {
   std::unique_ptr<KvReceiver> receiver_;  // reset by Stop(), on the loop
   std::string kv_transfer_address_;
   absl::flat_hash_map<std::string, Request> requests_;  // loop thread only
+  SequenceOwners owners_;                               // siblings of running requests
   // Reservations whose transfer failed before they were claimed: the claim gets this error
   // rather than NOT_FOUND. Expire with the reservation TTL. Loop thread only.
   absl::flat_hash_map<std::string, std::pair<absl::Status, absl::Time>> failed_;

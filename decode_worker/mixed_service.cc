@@ -29,6 +29,7 @@ grpc::Status MixedService::Generate(grpc::ServerContext* ctx,
   er.id = req->request_id();
   er.prompt_tokens.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
   er.sampling = SamplingFromProto(req->sampling());
+  er.siblings = SiblingsFromProto(req->siblings());
   loop_->Post([this, er = std::move(er), channel](Engine& e) mutable {
     GenerateOnLoop(e, std::move(er), channel);
   });
@@ -42,19 +43,25 @@ void MixedService::GenerateOnLoop(Engine& engine, EngineRequest request,
     return;
   }
   const std::string id = request.id;
+  SequenceSet sequences = SequenceSet::For(id, request.siblings);
   if (absl::Status st = engine.AddRequest(std::move(request)); !st.ok()) {
     channel->Close(st);
     return;
   }
-  requests_.emplace(id, Request{std::move(channel), env_.clock->Now()});
+  owners_.Add(sequences);
+  requests_.emplace(id, Request{std::move(channel), env_.clock->Now(), 0, std::move(sequences)});
   num_live_++;
 }
 
 void MixedService::OnOutput(Engine&, const RequestOutput& out, absl::Time step_start) {
-  auto it = requests_.find(out.id);
+  const std::string id = owners_.RequestOf(out.id);
+  auto it = requests_.find(id);
   if (it == requests_.end()) return;
   Request& r = it->second;
+  const int sequence = r.sequences.IndexOf(out.id);
+  if (sequence < 0) return;
   TokenEvent ev = TokenEventFor(out);
+  ev.set_sequence(sequence);
   if (r.num_outputs++ == 0) {
     // The step that sampled the first token approximates prefill; earlier chunks count as queue.
     tandem::v1::PhaseTimings* t = ev.mutable_timings();
@@ -70,12 +77,13 @@ void MixedService::OnOutput(Engine&, const RequestOutput& out, absl::Time step_s
     return;
   }
   if (env_.metrics) env_.metrics->CountRequestOutcome(FinishReasonName(out.finish_reason));
-  if (out.finish_reason == FinishReason::kAbort) {
-    Finish(out.id, absl::AbortedError("request aborted"));
-    return;
+  // A sequence aborted alone (a stop string) gets its terminal event; a whole request aborted
+  // ends its stream ABORTED.
+  if (out.finish_reason != FinishReason::kAbort || !r.sequences.aborted) {
+    r.channel->Push(std::move(ev));
   }
-  r.channel->Push(std::move(ev));
-  Finish(out.id, absl::OkStatus());
+  if (!r.sequences.End(sequence)) return;
+  Finish(id, r.sequences.aborted ? absl::AbortedError("request aborted") : absl::OkStatus());
 }
 
 void MixedService::Finish(const std::string& id, absl::Status status) {
@@ -86,15 +94,31 @@ void MixedService::Finish(const std::string& id, absl::Status status) {
     env_.metrics->ObserveRequestDuration(
         absl::ToDoubleSeconds(env_.clock->Now() - it->second.arrival));
   }
+  owners_.Remove(it->second.sequences);
   requests_.erase(it);
   num_live_--;
 }
 
 bool MixedService::AbortOnLoop(Engine& engine, const std::string& request_id,
                                tandem::v1::AbortReason) {
-  if (!requests_.contains(request_id)) return false;
-  if (!engine.Abort(request_id).ok()) Finish(request_id, absl::AbortedError("request aborted"));
-  return true;  // otherwise the engine reports kAbort at its next step
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  it->second.sequences.aborted = true;
+  bool pending = false;  // the engine reports kAbort for each at its next step
+  for (const std::string& id : it->second.sequences.LiveIds()) pending |= engine.Abort(id).ok();
+  if (!pending) Finish(request_id, absl::AbortedError("request aborted"));
+  return true;
+}
+
+bool MixedService::AbortSequenceOnLoop(Engine& engine, const std::string& request_id,
+                                       int sequence) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  SequenceSet& set = it->second.sequences;
+  if (sequence < 0 || sequence >= static_cast<int>(set.ids.size()) || set.ended[sequence]) {
+    return false;
+  }
+  return engine.Abort(set.ids[sequence]).ok();  // kAbort for it at the next step
 }
 
 void MixedService::FailAllOnLoop(Engine&, const absl::Status& error) {

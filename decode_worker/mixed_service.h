@@ -5,6 +5,10 @@
 // terminal one the finish reason. ReservePages / GenerateFromPrefill / Prefill are not served
 // (UNIMPLEMENTED, the gRPC default).
 //
+// Siblings (n / best_of, worker.proto "Sibling sequences"): the engine forks them from the
+// request's prompt KV; each sequence's events carry its index, each ends with its own terminal
+// event, and the stream ends after the last.
+//
 // Per-request state (loop thread only): in the engine from Generate until its terminal output,
 // an Abort, or a client that went away (→ Engine::Abort, then kAbort); if the engine breaks,
 // every stream gets the error event a failed batch gets (FailAllOnLoop).
@@ -14,6 +18,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "worker/sequence_set.h"
 #include "worker/worker_service.h"
 
 namespace tandem {
@@ -30,6 +35,7 @@ class MixedService : public WorkerService {
  protected:
   bool AbortOnLoop(Engine& engine, const std::string& request_id,
                    tandem::v1::AbortReason reason) override;
+  bool AbortSequenceOnLoop(Engine& engine, const std::string& request_id, int sequence) override;
 
  private:
   using Channel = EventChannel<tandem::v1::TokenEvent>;
@@ -37,6 +43,7 @@ class MixedService : public WorkerService {
     std::shared_ptr<Channel> channel;
     absl::Time arrival;
     int num_outputs = 0;
+    SequenceSet sequences;
   };
 
   void GenerateOnLoop(Engine& engine, EngineRequest request, std::shared_ptr<Channel> channel);
@@ -45,6 +52,7 @@ class MixedService : public WorkerService {
   void FailAllOnLoop(Engine& engine, const absl::Status& error) override;
 
   absl::flat_hash_map<std::string, Request> requests_;  // loop thread only
+  SequenceOwners owners_;                               // loop thread only
 };
 
 }  // namespace tandem

@@ -166,9 +166,14 @@ class Engine {
   virtual absl::StatusOr<std::vector<int32_t>> ReservePages(const std::string& id,
                                                             int num_tokens) = 0;
   // Decode side: the reserved pages now hold the prompt's KV; `first_token` was sampled by the
-  // prefill worker. The request joins the running batch. Siblings are InvalidArgument here (each
-  // prefilled sequence arrives with its own pages).
-  virtual absl::Status AddPrefilledRequest(EngineRequest request, int32_t first_token) = 0;
+  // prefill worker. The request joins the running batch. Its siblings (n / best_of) fork from
+  // the reserved pages at once, as in AddRequest: each shares the full prompt pages and
+  // recomputes the last prompt page to sample its own first token. `first_token_finished`: that
+  // token already ended the request on the prefill worker (kept there for the siblings,
+  // EngineRequest::keep_kv_when_finished); the request ends here, with no output, once its
+  // siblings forked (it needs siblings then, and max_tokens may be 1).
+  virtual absl::Status AddPrefilledRequest(EngineRequest request, int32_t first_token,
+                                           bool first_token_finished = false) = 0;
   // Page ids holding a request's KV (prefill side after kPrefillDone; decode side after reserve).
   virtual absl::StatusOr<std::vector<int32_t>> KvPages(const std::string& id) const = 0;
   // Frees the pages of a finished-prefill or reserved request. NotFound if unknown.

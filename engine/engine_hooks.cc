@@ -31,7 +31,8 @@ absl::StatusOr<std::vector<int32_t>> EngineImpl::ReservePages(const std::string&
   return pages;
 }
 
-absl::Status EngineImpl::AddPrefilledRequest(EngineRequest request, int32_t first_token) {
+absl::Status EngineImpl::AddPrefilledRequest(EngineRequest request, int32_t first_token,
+                                             bool first_token_finished) {
   if (!broken_.ok()) return BrokenError();
   auto it = sequences_.find(request.id);
   if (it == sequences_.end() || it->second->status != SequenceStatus::kReserved) {
@@ -46,26 +47,37 @@ absl::Status EngineImpl::AddPrefilledRequest(EngineRequest request, int32_t firs
   if (first_token < 0 || first_token >= model_->config().vocab_size) {
     return absl::InvalidArgumentError(absl::StrFormat("first token %d out of range", first_token));
   }
-  if (!request.siblings.empty()) {
+  if (first_token_finished && request.siblings.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "request '%s': a prefilled request has no siblings (each arrives with its own pages)",
+        "request '%s' finished at its first token and has no siblings: nothing to decode",
         request.id));
   }
-  if (request.sampling.max_tokens < 2) {
+  if (!first_token_finished && request.sampling.max_tokens < 2) {
     return absl::InvalidArgumentError("a prefilled request needs max_tokens >= 2");
   }
   RETURN_IF_ERROR(ValidateRequestBody(request));
+  RETURN_IF_ERROR(ValidateSiblings(request));
 
   // The new sequence replaces the reservation's placeholder and takes over its pages.
+  const std::vector<SiblingRequest> siblings = std::move(request.siblings);
   std::unique_ptr<Sequence> seq = NewSequence(std::move(request));
+  Sequence* parent = seq.get();
   CHECK_OK(kv_cache_->allocator().Commit(reserved->block_table));
   seq->block_table = std::move(reserved->block_table);
   seq->abort_requested = reserved->abort_requested;
   seq->num_computed_tokens = seq->num_prompt_tokens;
-  seq->tokens.push_back(first_token);
   counters_.num_prompt_tokens_total += seq->num_prompt_tokens;
-  scheduler_.AddRunning(seq.get());
   it->second = std::move(seq);
+  if (!siblings.empty()) {
+    // Before the first token is appended: siblings copy the prompt only.
+    AddSiblings(parent, siblings);
+    Fork(parent);
+  }
+  parent->tokens.push_back(first_token);
+  scheduler_.AddRunning(parent);
+  if (first_token_finished) {
+    Finish(parent);  // its references go; the siblings hold the shared pages
+  }
   return absl::OkStatus();
 }
 

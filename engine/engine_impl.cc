@@ -276,6 +276,7 @@ std::unique_ptr<Sequence> EngineImpl::NewSequence(EngineRequest request) {
   seq->tokens = std::move(request.prompt_tokens);
   seq->sampling = std::move(request.sampling);
   seq->prefill_only = request.prefill_only;
+  seq->keep_kv_when_finished = request.prefill_only && request.keep_kv_when_finished;
   seq->seed = seq->sampling.seed.value_or(SeedFromRequestId(seq->id));
   return seq;
 }

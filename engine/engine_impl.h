@@ -37,7 +37,8 @@ class EngineImpl : public Engine {
   bool HasWork() const override;
 
   absl::StatusOr<std::vector<int32_t>> ReservePages(const std::string& id, int num_tokens) override;
-  absl::Status AddPrefilledRequest(EngineRequest request, int32_t first_token) override;
+  absl::Status AddPrefilledRequest(EngineRequest request, int32_t first_token,
+                                   bool first_token_finished = false) override;
   absl::StatusOr<std::vector<int32_t>> KvPages(const std::string& id) const override;
   absl::Status ReleaseRequest(const std::string& id) override;
   void* kv_pool() override { return kv_cache_->pool(); }

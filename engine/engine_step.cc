@@ -133,7 +133,9 @@ bool EngineImpl::Emit(Sequence* seq, int32_t token, TokenLogprobs logprobs, Requ
   if (seq->sampling.logprobs >= 0) out->logprobs.push_back(std::move(logprobs));
   out->finish_reason = stop_checker_.Check(seq->sampling, token, seq->num_output_tokens(),
                                            seq->num_tokens(), max_model_len_);
-  if (out->finish_reason != FinishReason::kNone) {
+  if (out->finish_reason != FinishReason::kNone && seq->keep_kv_when_finished) {
+    out->prefill_finish_reason = out->finish_reason;  // the pages stay for the transfer
+  } else if (out->finish_reason != FinishReason::kNone) {
     Finish(seq);
     return true;
   }

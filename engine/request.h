@@ -75,6 +75,10 @@ struct EngineRequest {
   // token already ends the request (EOS, a stop token, max_tokens 1) it ends with that
   // reason instead and its pages are freed: there is nothing to transfer.
   bool prefill_only = false;
+  // With prefill_only: keep the prompt's KV even when the first token ends the request (a decode
+  // worker's siblings fork from it, disaggregated n / best_of). The request then ends with
+  // kPrefillDone all the same, its own ending reported in RequestOutput::prefill_finish_reason.
+  bool keep_kv_when_finished = false;
 };
 
 // What one Step() produced for one request.
@@ -87,7 +91,10 @@ struct RequestOutput {
   // reported on the output that carries the first token.
   int num_cached_tokens = 0;
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
-  std::string error;                                 // set when finish_reason == kError
+  // kPrefillDone of a keep_kv_when_finished request whose first token ended it: why (kStop or
+  // kLength); kNone otherwise.
+  FinishReason prefill_finish_reason = FinishReason::kNone;
+  std::string error;  // set when finish_reason == kError
 };
 
 }  // namespace tandem

@@ -65,6 +65,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx,
   er.prompt_tokens.assign(req->prompt_tokens().begin(), req->prompt_tokens().end());
   er.sampling = SamplingFromProto(req->sampling());
   er.prefill_only = true;
+  er.keep_kv_when_finished = req->keep_kv_when_finished() && req->has_destination();
   std::shared_ptr<Channel> channel = state.channel;
   loop_->Post([this, er = std::move(er), state = std::move(state)](Engine& e) mutable {
     AddOnLoop(e, std::move(er), std::move(state));
@@ -96,7 +97,10 @@ void PrefillService::OnOutput(Engine& engine, const RequestOutput& out, absl::Ti
     PrefillEvent ev;
     auto* first = ev.mutable_first_token();
     first->set_token_id(out.new_tokens[0]);
-    first->set_finish_reason(FinishReasonToProto(out.finish_reason));
+    // A request kept for its siblings ends kPrefillDone; its own ending is reported all the same.
+    first->set_finish_reason(FinishReasonToProto(out.prefill_finish_reason != FinishReason::kNone
+                                                     ? out.prefill_finish_reason
+                                                     : out.finish_reason));
     if (!out.logprobs.empty()) *first->mutable_logprobs() = LogprobsToProto(out.logprobs[0]);
     first->set_num_cached_tokens(out.num_cached_tokens);
     // The step that finished the prompt approximates prefill; earlier chunks count as queue.

@@ -92,6 +92,14 @@ bool GenerationService::WaitForFlows(absl::Duration timeout) {
 
 absl::StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(
     GenerateSpec spec, std::shared_ptr<GenerationSink> sink) {
+  std::vector<std::shared_ptr<GenerationSink>> sinks;
+  sinks.push_back(std::move(sink));
+  return Submit(std::move(spec), std::move(sinks));
+}
+
+absl::StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(
+    GenerateSpec spec, std::vector<std::shared_ptr<GenerationSink>> sinks) {
+  if (sinks.empty()) return absl::InvalidArgumentError("a request needs at least one sequence");
   if (draining_) {
     deps_.metrics->CountRejected("draining");
     return absl::UnavailableError("the server is shutting down");
@@ -107,12 +115,13 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> GenerationService::Submit(
     deps_.metrics->CountRejected("invalid");
     return fits;
   }
-  const int64_t kv_tokens =
-      static_cast<int64_t>(spec.prompt_tokens.size()) + spec.sampling.max_tokens;
+  // Every sequence's output; the prompt's KV once (siblings share it).
+  const int64_t kv_tokens = static_cast<int64_t>(spec.prompt_tokens.size()) +
+                            static_cast<int64_t>(sinks.size()) * spec.sampling.max_tokens;
   // Worker-side ids are ours (client-chosen ids may collide), and random 128-bit values: one
   // cannot be guessed to abort another user's request.
   const std::string worker_id = "r" + RandomHex(16);
-  auto flow = std::make_shared<RequestFlow>(&deps_, std::move(spec), worker_id, std::move(sink));
+  auto flow = std::make_shared<RequestFlow>(&deps_, std::move(spec), worker_id, std::move(sinks));
   {
     absl::MutexLock lock(&mu_);
     live_[worker_id] = flow;

@@ -45,6 +45,11 @@ class GenerationService {
   // On OK the sink will get exactly one terminal call; the handle cancels the request.
   absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerateSpec spec,
                                                         std::shared_ptr<GenerationSink> sink);
+  // Several sequences of one prompt (n / best_of), one sink each: one request to the workers,
+  // which prefill the prompt once and fork the others from its KV (RequestFlow). Sequence j
+  // samples with the spec's seed + j (when it has one). Each sink gets its terminal call.
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(
+      GenerateSpec spec, std::vector<std::shared_ptr<GenerationSink>> sinks);
 
   // True when a (prefill, decode) pair or a mixed worker is healthy: /ready, and 503 at submit.
   bool HasUsableWorkers() const;

@@ -152,15 +152,18 @@ void OpenAiApi::HandleGenerate(const HttpRequest& request, std::shared_ptr<HttpR
   auto response = std::make_shared<OpenAiResponse>(
       responder, meta, metrics_, headers, layout,
       [service = service_](std::function<void()> fn) { service->RunSoon(std::move(fn)); });
-  for (int s = 0; s < layout.num_sequences(); ++s) {
+  // One request per prompt, its best_of sequences as siblings: the workers prefill the prompt
+  // once and fork the samples from its KV (sample j samples with the request's seed + j).
+  for (size_t p = 0; p < prompts.size(); ++p) {
     GenerateSpec one = *spec;
-    one.prompt_tokens = prompts[s / layout.best_of];
-    const int sample = s % layout.best_of;
-    // The samples of one prompt differ by seed (sample 0 keeps the request's seed).
-    if (one.sampling.seed && sample > 0) *one.sampling.seed += static_cast<uint64_t>(sample);
-    one.request_id = layout.num_sequences() > 1 ? absl::StrCat(meta.id, "-", s) : meta.id;
+    one.prompt_tokens = std::move(prompts[p]);
+    one.request_id = prompts.size() > 1 ? absl::StrCat(meta.id, "-", p) : meta.id;
+    std::vector<std::shared_ptr<GenerationSink>> sinks;
+    for (int j = 0; j < layout.best_of; ++j) {
+      sinks.push_back(response->SinkFor(static_cast<int>(p) * layout.best_of + j));
+    }
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
-        service_->Submit(std::move(one), response->SinkFor(s));
+        service_->Submit(std::move(one), std::move(sinks));
     if (!handle.ok()) return response->Fail(handle.status());
     response->AddHandle(*std::move(handle));
   }

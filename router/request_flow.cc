@@ -24,14 +24,21 @@ constexpr absl::Duration kReserveBackoff = absl::Milliseconds(50);
 
 RequestFlow::RequestFlow(FlowDeps* deps, GenerateSpec spec, std::string worker_request_id,
                          std::shared_ptr<GenerationSink> sink)
+    : RequestFlow(deps, std::move(spec), std::move(worker_request_id),
+                  std::vector<std::shared_ptr<GenerationSink>>{std::move(sink)}) {}
+
+RequestFlow::RequestFlow(FlowDeps* deps, GenerateSpec spec, std::string worker_request_id,
+                         std::vector<std::shared_ptr<GenerationSink>> sinks)
     : deps_(deps),
       spec_(std::move(spec)),
       worker_request_id_(std::move(worker_request_id)),
-      arrival_(deps->options.clock->Now()),
-      sink_(std::move(sink)),
-      text_(deps->tokenizer, spec_.sampling.skip_special_tokens, spec_.sampling.stop,
-            spec_.sampling.include_stop_str_in_output) {
+      arrival_(deps->options.clock->Now()) {
   ++deps_->flow_objects;
+  for (std::shared_ptr<GenerationSink>& sink : sinks) {
+    sequences_.push_back(
+        std::make_unique<Sequence>(deps_->tokenizer, spec_.sampling, std::move(sink)));
+  }
+  live_sequences_ = static_cast<int>(sequences_.size());
   query_.num_prompt_tokens = static_cast<int>(spec_.prompt_tokens.size());
   query_.prompt_tokens = &spec_.prompt_tokens;
 }
@@ -112,7 +119,7 @@ void RequestFlow::Reserve(const RoutePlan& plan) {
   ReservePagesRequest request;
   request.set_request_id(worker_request_id_);
   request.set_num_prompt_tokens(static_cast<int32_t>(spec_.prompt_tokens.size()));
-  request.set_max_tokens(spec_.sampling.max_tokens);
+  request.set_max_tokens(spec_.sampling.max_tokens);  // of each sequence
   request.set_ttl_ms(deps_->options.reservation_ttl_ms);
   {
     absl::MutexLock lock(&mu_);
@@ -205,6 +212,8 @@ void RequestFlow::StartPrefill(const ReservePagesResponse& reservation) {
   dest->set_kv_transfer_address(reservation.kv_transfer_address());
   *dest->mutable_page_ids() = reservation.page_ids();
   dest->set_transfer_id(worker_request_id_);
+  // The decode worker forks the siblings from this KV, whatever sequence 0's first token does.
+  request.set_keep_kv_when_finished(sequences_.size() > 1);
   if (stub == nullptr) {
     OnPrefillDone(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is gone"));
     return;
@@ -231,11 +240,13 @@ void RequestFlow::OnPrefillEvent(const PrefillEvent& event) {
       ids.Add(first.token_id());
       google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs> logprobs;
       if (first.has_logprobs()) *logprobs.Add() = first.logprobs();
-      EmitTokens(ids, logprobs, later);
+      EmitTokens(0, ids, logprobs, later);
       if (phase_ != Phase::kDone &&
           first.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
-        abort_prefill_.reset();  // finished at prefill: no transfer, nothing held
-        Finish(first.finish_reason(), later);
+        // Finished at prefill. Alone: no transfer, nothing held. With siblings: the transfer
+        // goes on (keep_kv_when_finished) and the decode worker decodes the siblings only.
+        if (sequences_.size() == 1) abort_prefill_.reset();
+        FinishSequence(0, first.finish_reason(), /*router_ended=*/false, later);
       }
     } else if (event.has_transfer_done()) {
       timings_.set_kv_transfer_s(event.transfer_done().kv_transfer_s());

@@ -14,6 +14,15 @@
 // ends in exactly one sink terminal call; on any ending it releases its admission slot once,
 // aborts the workers that may still hold state, and cancels its open streams.
 //
+// Sequences (n / best_of): a flow may run several sequences of its prompt, one sink each. The
+// workers get one request with the others as siblings (worker.proto, "Sibling sequences"): the
+// prompt is prefilled once and the siblings fork from its KV — disaggregated on the decode
+// worker (the prefill worker keeps the KV for them even if sequence 0 ends at its first
+// token), mixed on the mixed worker. Token events name their sequence; each sequence has its
+// own text stream and stop strings (a stop string aborts that sequence on the worker only) and
+// its own terminal call. A failure fails every sequence still live. Sequence j samples with the
+// request's seed + j and is named "<worker id>-<j>" on the workers (j > 0).
+//
 // Threading: all state is guarded by mu_; sink calls are made under mu_ (serialized); calls that
 // may re-enter flows (registry reports, admission release, worker aborts) run after mu_ is
 // released.
@@ -69,6 +78,9 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
   // `worker_request_id` names the request on the workers (unique among live requests).
   RequestFlow(FlowDeps* deps, GenerateSpec spec, std::string worker_request_id,
               std::shared_ptr<GenerationSink> sink);
+  // One sink per sequence (at least one).
+  RequestFlow(FlowDeps* deps, GenerateSpec spec, std::string worker_request_id,
+              std::vector<std::shared_ptr<GenerationSink>> sinks);
   ~RequestFlow() override;
 
   void SetTicket(uint64_t ticket);
@@ -84,6 +96,19 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
 
  private:
   using Actions = std::vector<std::function<void()>>;
+  // One sequence's output side.
+  struct Sequence {
+    Sequence(const Tokenizer* tokenizer, const SamplingSpec& s, std::shared_ptr<GenerationSink> k)
+        : sink(std::move(k)),
+          text(tokenizer, s.skip_special_tokens, s.stop, s.include_stop_str_in_output) {}
+    std::shared_ptr<GenerationSink> sink;  // null once it ended
+    TextStream text;
+    int completion_tokens = 0;
+    int32_t last_token = -1;
+    double ttft_s = 0;
+    absl::Time first_token_at;
+    absl::Time last_token_at;
+  };
   enum class Phase { kQueued, kRouting, kReserving, kPrefilling, kDecoding, kDone };
 
   void Route();
@@ -104,12 +129,20 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
 
   // Output and endings (all under mu_; they append work for after the unlock to `later`).
   // `logprobs`: one per id, or empty when the request asked for none.
-  void EmitTokens(const google::protobuf::RepeatedField<int32_t>& ids,
+  void EmitTokens(int sequence, const google::protobuf::RepeatedField<int32_t>& ids,
                   const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>& logprobs,
                   Actions& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   TokenLogprob LogprobOf(int32_t id, float logprob) const;
-  void Finish(tandem::v1::FinishReason reason, Actions& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends sequence `sequence` with `reason`; the flow ends with its last one. `router_ended`: the
+  // router ended it (a stop string), so a worker streaming it is told to abort it.
+  void FinishSequence(int sequence, tandem::v1::FinishReason reason, bool router_ended,
+                      Actions& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The siblings' worker-side ids and seeds (sequences 1..).
+  void AddSiblings(google::protobuf::RepeatedPtrField<tandem::v1::SiblingSequence>* out) const;
+  void SendAbortSequence(const WorkerRef& ref, int sequence);
   void Fail(absl::Status status, Actions& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sinks of the sequences still live, taken from them (they get their terminal call next).
+  std::vector<std::shared_ptr<GenerationSink>> TakeLiveSinks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndCommon(const char* outcome, tandem::v1::AbortReason abort_reason, Actions& later)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MergeTimings(const tandem::v1::PhaseTimings& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -123,7 +156,6 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
   const absl::Time arrival_;
 
   absl::Mutex mu_;
-  std::shared_ptr<GenerationSink> sink_ ABSL_GUARDED_BY(mu_);
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kQueued;
   uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool admitted_ ABSL_GUARDED_BY(mu_) = false;
@@ -141,13 +173,10 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
   std::shared_ptr<grpc::ClientContext> prefill_ctx_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<grpc::ClientContext> decode_ctx_ ABSL_GUARDED_BY(mu_);
 
-  TextStream text_ ABSL_GUARDED_BY(mu_);
-  int completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
-  int32_t last_token_ ABSL_GUARDED_BY(mu_) = -1;
+  std::vector<std::unique_ptr<Sequence>> sequences_ ABSL_GUARDED_BY(mu_);
+  int live_sequences_ ABSL_GUARDED_BY(mu_) = 0;
   int cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time admitted_at_ ABSL_GUARDED_BY(mu_);
-  absl::Time first_token_at_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_token_at_ ABSL_GUARDED_BY(mu_);
   tandem::v1::PhaseTimings timings_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -25,6 +25,9 @@ void RequestFlow::StartDecode(Actions& later) {
   request.mutable_prompt_tokens()->Add(spec_.prompt_tokens.begin(), spec_.prompt_tokens.end());
   *request.mutable_sampling() = ToProto(spec_.sampling);
   request.set_first_token(first_token_);
+  AddSiblings(request.mutable_siblings());
+  // Sequence 0 ended at its first token (or by a stop string in it): only the siblings decode.
+  request.set_first_token_finished(sequences_[0]->sink == nullptr);
   later.push_back([self = shared_from_this(), stub, context, request = std::move(request)] {
     if (stub == nullptr) {
       self->OnDecodeDone(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is gone"));
@@ -56,6 +59,7 @@ void RequestFlow::StartMixed(const RoutePlan& plan) {
   request.set_request_id(worker_request_id_);
   request.mutable_prompt_tokens()->Add(spec_.prompt_tokens.begin(), spec_.prompt_tokens.end());
   *request.mutable_sampling() = ToProto(spec_.sampling);
+  AddSiblings(request.mutable_siblings());
   StreamReader<WorkerGenerateRequest, TokenEvent>::Start(
       context, std::move(request),
       [stub](auto* c, auto* r, auto* x) { stub->async()->Generate(c, r, x); },
@@ -70,19 +74,22 @@ void RequestFlow::OnTokenEvent(const TokenEvent& event) {
     if (phase_ == Phase::kDone) return;
     MergeTimings(event.timings());
     if (event.num_cached_tokens() > 0) cached_tokens_ = event.num_cached_tokens();
-    EmitTokens(event.token_ids(), event.logprobs(), later);
-    if (phase_ != Phase::kDone) {
-      switch (event.finish_reason()) {
-        case tandem::v1::FINISH_REASON_UNSPECIFIED:
-          break;
-        case tandem::v1::FINISH_REASON_ERROR:
-          Fail(absl::UnavailableError(absl::StrCat(
-                   "worker '", decode_->id, "' failed the request: ", event.error_message())),
-               later);
-          break;
-        default:
-          abort_decode_.reset();  // the worker finished it and freed its pages
-          Finish(event.finish_reason(), later);
+    const int j = event.sequence();
+    if (j < 0 || j >= static_cast<int>(sequences_.size())) {
+      Fail(absl::InternalError(absl::StrCat("worker '", decode_->id, "' sent sequence ", j, " of ",
+                                            sequences_.size())),
+           later);
+    } else if (event.finish_reason() == tandem::v1::FINISH_REASON_ERROR) {
+      Fail(absl::UnavailableError(absl::StrCat("worker '", decode_->id,
+                                               "' failed the request: ", event.error_message())),
+           later);
+    } else if (sequences_[j]->sink != nullptr) {  // else: ended here (a stop string) already
+      EmitTokens(j, event.token_ids(), event.logprobs(), later);
+      if (phase_ != Phase::kDone && sequences_[j]->sink != nullptr &&
+          event.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+        // The last live sequence: the worker finished the request and freed its pages.
+        if (live_sequences_ == 1) abort_decode_.reset();
+        FinishSequence(j, event.finish_reason(), /*router_ended=*/false, later);
       }
     }
   }
@@ -120,9 +127,9 @@ void RequestFlow::RejectWaiting(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone || admitted_) return;
-    std::shared_ptr<GenerationSink> sink = sink_;
+    std::vector<std::shared_ptr<GenerationSink>> sinks = TakeLiveSinks();
     EndCommon("error", tandem::v1::ABORT_REASON_CLIENT_CANCELLED, later);
-    sink->OnError(status);
+    for (const auto& sink : sinks) sink->OnError(status);
   }
   Run(later);
 }
@@ -134,9 +141,11 @@ void RequestFlow::Cancel() {
     if (phase_ == Phase::kDone) return;
     if (!admitted_ && deps_->admission->CancelWaiting(ticket_)) {
       // Never started: nothing to abort, no slot to release.
-      std::shared_ptr<GenerationSink> sink = sink_;
+      std::vector<std::shared_ptr<GenerationSink>> sinks = TakeLiveSinks();
       EndCommon("abort", tandem::v1::ABORT_REASON_CLIENT_CANCELLED, later);
-      sink->OnError(absl::CancelledError("the client cancelled the request"));
+      for (const auto& sink : sinks) {
+        sink->OnError(absl::CancelledError("the client cancelled the request"));
+      }
     } else {
       Fail(absl::CancelledError("the client cancelled the request"), later);
     }

@@ -1,6 +1,7 @@
 #include "worker/proto_convert.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace tandem {
 
@@ -32,6 +33,18 @@ tandem::v1::TokenLogprobs LogprobsToProto(const TokenLogprobs& lp) {
     tandem::v1::TopLogprob* top = out.add_top();
     top->set_token_id(id);
     top->set_logprob(logprob);
+  }
+  return out;
+}
+
+std::vector<SiblingRequest> SiblingsFromProto(
+    const google::protobuf::RepeatedPtrField<tandem::v1::SiblingSequence>& siblings) {
+  std::vector<SiblingRequest> out;
+  for (const tandem::v1::SiblingSequence& s : siblings) {
+    SiblingRequest r;
+    r.id = s.request_id();
+    if (s.has_seed()) r.seed = s.seed();
+    out.push_back(std::move(r));
   }
   return out;
 }

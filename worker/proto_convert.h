@@ -1,6 +1,8 @@
 // Conversions between worker.proto messages and engine types (one place, both worker roles).
 #pragma once
 
+#include <vector>
+
 #include "engine/engine.h"
 #include "tandem/v1/generate.pb.h"
 #include "tandem/v1/worker.pb.h"
@@ -11,6 +13,8 @@ namespace tandem {
 // unset as -1. The engine validates the ranges (AddRequest).
 SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p);
 tandem::v1::TokenLogprobs LogprobsToProto(const TokenLogprobs& lp);
+std::vector<SiblingRequest> SiblingsFromProto(
+    const google::protobuf::RepeatedPtrField<tandem::v1::SiblingSequence>& siblings);
 // kNone -> UNSPECIFIED, kStop -> STOP, kLength -> LENGTH, kAbort -> ABORT, kError -> ERROR
 // (kPrefillDone is not a client-visible reason: UNSPECIFIED).
 tandem::v1::FinishReason FinishReasonToProto(FinishReason r);

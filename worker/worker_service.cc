@@ -59,7 +59,10 @@ grpc::Status WorkerService::Abort(grpc::ServerContext* ctx, const tandem::v1::Ab
                                   tandem::v1::AbortResponse* resp) {
   if (grpc::Status st = Authenticate(ctx); !st.ok()) return st;
   bool found = false;
-  loop_->RunSync([&](Engine& e) { found = AbortOnLoop(e, req->request_id(), req->reason()); });
+  loop_->RunSync([&](Engine& e) {
+    found = req->has_sequence() ? AbortSequenceOnLoop(e, req->request_id(), req->sequence())
+                                : AbortOnLoop(e, req->request_id(), req->reason());
+  });
   resp->set_found(found);
   return grpc::Status::OK;
 }

@@ -91,6 +91,11 @@ class WorkerService : public tandem::v1::Worker::Service {
   // On the loop thread: drops everything held for `request_id`; true if anything was.
   virtual bool AbortOnLoop(Engine& engine, const std::string& request_id,
                            tandem::v1::AbortReason reason) = 0;
+  // On the loop thread: ends sequence `sequence` of `request_id` only (worker.proto, "Sibling
+  // sequences"); true if it was live. Roles without siblings hold none: false.
+  virtual bool AbortSequenceOnLoop(Engine& engine, const std::string& request_id, int sequence) {
+    return false;
+  }
   // UNAVAILABLE while unhealthy or draining, else OK.
   grpc::Status AdmitNew() const;
   // The roles' on_step_error handler (EngineLoop::Handlers): the engine broke. Records the

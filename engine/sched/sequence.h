@@ -31,7 +31,8 @@ struct Sequence {
   SequenceStatus status = SequenceStatus::kWaiting;
   SamplingParams sampling;
   bool prefill_only = false;
-  uint64_t seed = 0;  // sampling.seed, or derived from the id
+  bool keep_kv_when_finished = false;  // EngineRequest::keep_kv_when_finished
+  uint64_t seed = 0;                   // sampling.seed, or derived from the id
   bool abort_requested = false;
   // Its final prefill chunk was announced to the KV push listener (engine/kv_push.h): its
   // pages are freed only after the listener's BeforeFree.

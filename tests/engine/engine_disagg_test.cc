@@ -1,7 +1,6 @@
 // The disaggregation hooks: a prefill engine computes prompts (prefill_only) and keeps their
 // pages; the test copies those pages of every layer, host to host, into pages a decode engine
 // reserved; the decode engine continues. The result must equal one engine doing both.
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,25 +20,6 @@ EngineOptions Options(int num_pages) {
   o.num_pages = num_pages;
   o.max_num_batched_tokens = 32;
   return o;
-}
-
-// The two pools differ in num_pages, so a page's offset differs too: each side uses its own
-// layout (what a real transfer does per layer and page range).
-void CopyPages(Engine& from, const std::vector<int32_t>& src, Engine& to,
-               const std::vector<int32_t>& dst) {
-  const KvLayout& src_layout = from.kv_layout();
-  const KvLayout& dst_layout = to.kv_layout();
-  ASSERT_LE(src.size(), dst.size());
-  ASSERT_EQ(src_layout.PageBytes(), dst_layout.PageBytes());
-  const int64_t elem = DTypeSize(src_layout.dtype);
-  for (int layer = 0; layer < src_layout.num_layers; ++layer) {
-    for (size_t i = 0; i < src.size(); ++i) {
-      std::memcpy(
-          static_cast<char*>(to.kv_pool()) + dst_layout.PageOffset(layer, dst[i]) * elem,
-          static_cast<const char*>(from.kv_pool()) + src_layout.PageOffset(layer, src[i]) * elem,
-          src_layout.PageBytes());
-    }
-  }
 }
 
 TEST(EngineDisaggTest, PrefillThenDecodeEqualsOneEngine) {

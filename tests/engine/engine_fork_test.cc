@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "engine/engine.h"
 #include "gtest/gtest.h"
@@ -349,12 +350,83 @@ TEST(EngineForkUnitTest, BadSiblingListsAreRefused) {
   EXPECT_EQ(engine->AddRequest(clash).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_TRUE(engine->KvPages("b").status().code() == absl::StatusCode::kNotFound);
 
+  // A prefilled request's sibling list is checked too; one that ended at its first token needs
+  // siblings (nothing else to decode).
   ASSERT_TRUE(engine->ReservePages("d", 3).ok());
   EngineRequest prefilled = Parent("d", {1, 2, 3}, 2, 0);
+  prefilled.siblings.push_back(prefilled.siblings[0]);
   EXPECT_EQ(engine->AddPrefilledRequest(prefilled, 7).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      engine->AddPrefilledRequest(Parent("d", {1, 2, 3}, 1, 0), 7, /*first_token_finished=*/true)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(engine->ReleaseRequest("d").ok());
   RunToCompletion(*engine);
   ExpectIdle(*engine);
+}
+
+// The disaggregated n / best_of: the prefill engine computes the request alone (its KV kept
+// even when its first token ends it), its pages are copied into the decode engine's reservation,
+// and there the prefilled request's siblings fork and sample exactly what engine-level siblings
+// of one engine sample; with first_token_finished only the siblings run. Every page of both
+// engines is free at the end.
+TEST(EngineForkUnitTest, PrefilledRequestSiblingsEqualEngineSiblings) {
+  for (int max_tokens : {9, 1}) {
+    for (int prompt_len : {1, 4, 7, 13}) {
+      SCOPED_TRACE(absl::StrCat("prompt ", prompt_len, ", max_tokens ", max_tokens));
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < prompt_len; ++i) prompt.push_back(11 + (i * 7) % 80);
+      const EngineRequest parent = Parent("d", prompt, 3, 77, max_tokens);
+      auto reference = Make(Options(64, /*cache=*/false));
+      ASSERT_TRUE(reference->AddRequest(parent).ok());
+      std::map<std::string, Finished> want = RunToCompletion(*reference);
+      ASSERT_EQ(want.size(), 3u);
+      const std::vector<int32_t>& first = want["d"].tokens;
+      ASSERT_FALSE(first.empty());
+      const bool finished = first.size() == 1;
+
+      // The prefill side: the request alone, prefill-only, its KV kept whatever its first token.
+      auto prefill = Make(Options(64, /*cache=*/false));
+      EngineRequest alone = parent;
+      alone.siblings.clear();
+      alone.prefill_only = true;
+      alone.keep_kv_when_finished = true;
+      ASSERT_TRUE(prefill->AddRequest(alone).ok());
+      RequestOutput done;
+      while (prefill->HasWork()) {
+        absl::StatusOr<std::vector<RequestOutput>> outs = prefill->Step();
+        ASSERT_TRUE(outs.ok()) << outs.status();
+        for (const RequestOutput& o : *outs) done = o;
+      }
+      ASSERT_EQ(done.finish_reason, FinishReason::kPrefillDone);
+      EXPECT_EQ(done.new_tokens, std::vector<int32_t>{first[0]});
+      EXPECT_EQ(done.prefill_finish_reason, finished ? want["d"].reason : FinishReason::kNone);
+
+      auto decode = Make(Options(64, /*cache=*/false));
+      absl::StatusOr<std::vector<int32_t>> reserved = decode->ReservePages("d", prompt_len);
+      ASSERT_TRUE(reserved.ok());
+      std::vector<int32_t> src = *prefill->KvPages("d");
+      src.resize((prompt_len + kPageSize - 1) / kPageSize);
+      CopyPages(*prefill, src, *decode, *reserved);
+      ASSERT_TRUE(prefill->ReleaseRequest("d").ok());
+      ExpectIdle(*prefill);
+      ASSERT_TRUE(decode->AddPrefilledRequest(parent, first[0], finished).ok());
+      EXPECT_EQ(decode->Stats().num_forked_sequences_total, 2);
+      std::map<std::string, Finished> got = RunToCompletion(*decode);
+      EXPECT_EQ(got["d/1"].tokens, want["d/1"].tokens);
+      EXPECT_EQ(got["d/2"].tokens, want["d/2"].tokens);
+      if (finished) {
+        EXPECT_EQ(got.count("d"), 0u) << "the request ended on the prefill side";
+      } else {
+        std::vector<int32_t> rest(first.begin() + 1, first.end());
+        EXPECT_EQ(got["d"].tokens, rest);
+      }
+      // Siblings recompute only the last prompt page.
+      EXPECT_EQ(decode->Stats().num_prompt_tokens_computed_total,
+                2 * (prompt_len - (prompt_len - 1) / kPageSize * kPageSize));
+      ExpectIdle(*decode);
+    }
+  }
 }
 
 }  // namespace

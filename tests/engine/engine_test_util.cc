@@ -1,5 +1,6 @@
 #include "tests/engine/engine_test_util.h"
 
+#include <cstring>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -74,6 +75,23 @@ std::vector<int32_t> RandomPrompt(int len, int vocab, uint32_t seed) {
   std::vector<int32_t> prompt(len);
   for (int32_t& t : prompt) t = dist(rng);
   return prompt;
+}
+
+void CopyPages(Engine& from, const std::vector<int32_t>& src, Engine& to,
+               const std::vector<int32_t>& dst) {
+  ASSERT_LE(src.size(), dst.size());
+  const KvLayout& src_layout = from.kv_layout();
+  const KvLayout& dst_layout = to.kv_layout();
+  ASSERT_EQ(src_layout.PageBytes(), dst_layout.PageBytes());
+  const int64_t elem = DTypeSize(src_layout.dtype);
+  for (int layer = 0; layer < src_layout.num_layers; ++layer) {
+    for (size_t i = 0; i < src.size(); ++i) {
+      std::memcpy(
+          static_cast<char*>(to.kv_pool()) + dst_layout.PageOffset(layer, dst[i]) * elem,
+          static_cast<const char*>(from.kv_pool()) + src_layout.PageOffset(layer, src[i]) * elem,
+          src_layout.PageBytes());
+    }
+  }
 }
 
 }  // namespace tandem::testing

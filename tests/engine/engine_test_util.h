@@ -35,6 +35,12 @@ void Collect(const std::vector<RequestOutput>& outputs, std::map<std::string, Fi
 // cache and checks that every page is free.
 void ExpectIdle(Engine& engine);
 
+// Copies `from`'s pages `src` into `to`'s pages `dst`, every layer (what the KV transfer does).
+// The two pools may differ in num_pages, so a page's offset differs too: each side uses its own
+// layout.
+void CopyPages(Engine& from, const std::vector<int32_t>& src, Engine& to,
+               const std::vector<int32_t>& dst);
+
 EngineRequest Request(const std::string& id, std::vector<int32_t> prompt, int max_tokens,
                       float temperature = 0.0f);
 

@@ -179,11 +179,13 @@ grpc::Status FakeWorker::Prefill(grpc::ServerContext* context,
     result = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
   } else if (!writer->Write(first)) {
     result = grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
-  } else if (first.first_token().finish_reason() == tandem::v1::FINISH_REASON_UNSPECIFIED &&
+  } else if ((first.first_token().finish_reason() == tandem::v1::FINISH_REASON_UNSPECIFIED ||
+              request->keep_kv_when_finished()) &&
              options_.transfer_fails) {
     AddPeerFaultTrailer(context, MarkPeerFault(absl::UnavailableError("x"), "decode"));
     result = grpc::Status(grpc::StatusCode::UNAVAILABLE, "KV transfer to decode failed: refused");
-  } else if (first.first_token().finish_reason() == tandem::v1::FINISH_REASON_UNSPECIFIED) {
+  } else if (first.first_token().finish_reason() == tandem::v1::FINISH_REASON_UNSPECIFIED ||
+             request->keep_kv_when_finished()) {
     Sleep(options_.clock, options_.token_delay_ms);  // the "transfer"
     tandem::v1::PrefillEvent done;
     done.mutable_transfer_done()->set_bytes(4096);
@@ -199,22 +201,27 @@ grpc::Status FakeWorker::Prefill(grpc::ServerContext* context,
 }
 
 grpc::Status FakeWorker::StreamTokens(grpc::ServerContext* context, const std::string& id, int from,
+                                      int num_siblings, bool skip_first,
                                       const tandem::v1::SamplingParams& sampling,
                                       grpc::ServerWriter<tandem::v1::TokenEvent>* writer) {
-  for (int i = from; i < sampling.max_tokens(); ++i) {
-    Sleep(options_.clock, options_.token_delay_ms);
-    if (Stopped(context, id)) return grpc::Status(grpc::StatusCode::CANCELLED, "stopped");
-    tandem::v1::TokenEvent event;
-    const int32_t token = TokenAt(i);
-    event.add_token_ids(token);
-    if (i == 0 || i == from) event.mutable_timings()->set_first_decode_step_s(0.003);
-    if (token == kEos && !sampling.ignore_eos()) {
-      event.set_finish_reason(FINISH_REASON_STOP);
-    } else if (i + 1 == sampling.max_tokens()) {
-      event.set_finish_reason(FINISH_REASON_LENGTH);
+  for (int s = skip_first ? 1 : 0; s <= num_siblings; ++s) {
+    // Siblings sample their own first token here (from 0); sequence 0's came from prefill.
+    for (int i = s == 0 ? from : 0; i < sampling.max_tokens(); ++i) {
+      Sleep(options_.clock, options_.token_delay_ms);
+      if (Stopped(context, id)) return grpc::Status(grpc::StatusCode::CANCELLED, "stopped");
+      tandem::v1::TokenEvent event;
+      event.set_sequence(s);
+      const int32_t token = TokenAt(i);
+      event.add_token_ids(token);
+      if (i == 0 || i == from) event.mutable_timings()->set_first_decode_step_s(0.003);
+      if (token == kEos && !sampling.ignore_eos()) {
+        event.set_finish_reason(FINISH_REASON_STOP);
+      } else if (i + 1 == sampling.max_tokens()) {
+        event.set_finish_reason(FINISH_REASON_LENGTH);
+      }
+      if (!writer->Write(event)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+      if (event.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) break;
     }
-    if (!writer->Write(event)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
-    if (event.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) break;
   }
   return grpc::Status::OK;
 }
@@ -236,8 +243,8 @@ grpc::Status FakeWorker::GenerateFromPrefill(grpc::ServerContext* context,
   }
   ++streams_open_;
   ++requests_served_;
-  grpc::Status status =
-      StreamTokens(context, request->request_id(), 1, request->sampling(), writer);
+  grpc::Status status = StreamTokens(context, request->request_id(), 1, request->siblings_size(),
+                                     request->first_token_finished(), request->sampling(), writer);
   {
     absl::MutexLock lock(&mu_);
     reserved_.erase(request->request_id());
@@ -256,8 +263,8 @@ grpc::Status FakeWorker::Generate(grpc::ServerContext* context,
   }
   ++streams_open_;
   ++requests_served_;
-  grpc::Status status =
-      StreamTokens(context, request->request_id(), 0, request->sampling(), writer);
+  grpc::Status status = StreamTokens(context, request->request_id(), 0, request->siblings_size(),
+                                     /*skip_first=*/false, request->sampling(), writer);
   --streams_open_;
   return status;
 }

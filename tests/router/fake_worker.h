@@ -92,7 +92,10 @@ class FakeWorker final : public tandem::v1::Worker::Service {
  private:
   int32_t TokenAt(int index) const;
   // Streams tokens [from, max_tokens); false if the stream was cancelled or aborted.
+  // Every sequence (the request and its `num_siblings` siblings) gets the same tokens, events
+  // one sequence after the other; `skip_first`: sequence 0 ended at prefill.
   grpc::Status StreamTokens(grpc::ServerContext* context, const std::string& id, int from,
+                            int num_siblings, bool skip_first,
                             const tandem::v1::SamplingParams& sampling,
                             grpc::ServerWriter<tandem::v1::TokenEvent>* writer);
   bool Stopped(grpc::ServerContext* context, const std::string& id);

@@ -436,26 +436,28 @@ TEST_F(RouterHttpTest, ClientDisconnectCancelsEverySequenceOfARequest) {
   StartPair(/*token_delay_ms=*/20);
   StreamingCall call(port(), "/v1/completions",
                      R"({"prompt": "x", "max_tokens": 200, "n": 3, "stream": true})");
-  ASSERT_TRUE(RouterTestEnv::WaitFor([&] { return decode_->streams_open() == 3; }));
+  // One request to the workers: the siblings ride on the request's stream.
+  ASSERT_TRUE(RouterTestEnv::WaitFor([&] { return decode_->streams_open() == 1; }));
+  ASSERT_TRUE(call.ReadUntil("\"index\":0", 5000)) << call.received();
   call.Close();
   EXPECT_TRUE(
       RouterTestEnv::WaitFor([&] { return decode_->streams_open() == 0; }, absl::Seconds(1)));
   ExpectIdle();
 }
 
-TEST_F(RouterHttpTest, ASequenceFailingEndsTheResponseAndCancelsItsSiblings) {
+TEST_F(RouterHttpTest, APromptFailingEndsTheResponseAndCancelsTheOthers) {
   StartPair(/*token_delay_ms=*/20);
   FakeWorker* other = env_.AddWorker(Role("decode-1", WORKER_ROLE_DECODE, 20));
   ASSERT_NE(other, nullptr);
   StreamingCall call(port(), "/v1/completions",
-                     R"({"prompt": "x", "max_tokens": 200, "n": 2, "stream": true})");
-  // The two sequences went to different decode workers (least outstanding first).
+                     R"({"prompt": ["x", "y"], "max_tokens": 200, "stream": true})");
+  // The two prompts went to different decode workers (least outstanding first).
   ASSERT_TRUE(RouterTestEnv::WaitFor(
       [&] { return decode_->streams_open() == 1 && other->streams_open() == 1; }));
   decode_->Kill();
   ASSERT_TRUE(call.ReadUntil("[DONE]", 5000)) << call.received();
   EXPECT_THAT(call.received(), HasSubstr(R"("code":503)"));
-  // The sibling on the live worker is cancelled, long before its 200 tokens would end.
+  // The other prompt's request on the live worker is cancelled, long before its 200 tokens.
   EXPECT_TRUE(RouterTestEnv::WaitFor([&] { return other->streams_open() == 0; }, absl::Seconds(1)));
   decode_ = other;
   ExpectIdle();
