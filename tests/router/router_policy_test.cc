@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "base/page_hash.h"
 #include "router/admission.h"
 #include "router/routing_policy.h"
@@ -182,8 +183,10 @@ TEST(WorkerRegistryTest, RefusesMismatchedProtocolAndModel) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.status().message()),
-              ::testing::AllOf(::testing::HasSubstr("version 7"),
-                               ::testing::HasSubstr("speaks version 2")));
+              ::testing::AllOf(
+                  ::testing::HasSubstr("version 7"),
+                  ::testing::HasSubstr(absl::StrCat(
+                      "speaks version ", static_cast<int>(tandem::v1::PROTOCOL_VERSION_CURRENT)))));
   r = Registration("d0", WORKER_ROLE_DECODE);
   r.mutable_model()->set_vocab_size(1000);
   EXPECT_THAT(std::string(registry.Register(r).status().message()),
