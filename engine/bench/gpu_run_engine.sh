@@ -4,7 +4,7 @@
 # Qwen3-8B) with an op profile of decode steps, and the transformers + torch.compile peer on the
 # same checkpoints; full logs in one archive under $OUT, the short tables last.
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]).
-# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|bench|quant|abnorm|abprefetch|profile|trace|ncu|served|served1p1d|peer|spec|hf|prefix|all]...
+# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|bench|quant|abnorm|profile|trace|ncu|served|served1p1d|peer|spec|hf|prefix|all]...
 # (default: all, which leaves out prefix; PRESETS="llama3-8b qwen3-8b" by default). `hf` runs the
 # engine test against transformers on the preset itself (8B shapes); `tests` runs it on the small
 # presets with TANDEM_REF_PYTHON set by the caller.
@@ -189,18 +189,6 @@ for preset in $PRESETS; do
           --scenarios latency --latency-tokens 256 \
           >"$LOGS/abnorm_${preset}_fused${fused}_r$round.log" 2>&1
         note "abnorm $preset fused=$fused round $round: $(grep -E '^latency ' "$LOGS/abnorm_${preset}_fused${fused}_r$round.log" | head -1)"
-      done
-    done
-  fi
-  if want abprefetch; then
-    # Batch-1 latency with QKV prefetching o_proj's weights into L2 (TANDEM_L2_PREFETCH=1, opt-in)
-    # and without (the default), interleaved twice; a batch-8 decode row beside each.
-    for round in 1 2; do
-      for pf in 1 0; do
-        TANDEM_L2_PREFETCH=$pf timeout 120 $S/bin/tandem bench --model "$m" \
-          --scenarios latency,decode --latency-tokens 256 --batch-sizes 8 --contexts 1024 \
-          --decode-tokens 32 >"$LOGS/abprefetch_${preset}_pf${pf}_r$round.log" 2>&1
-        note "abprefetch $preset prefetch=$pf round $round: $(grep -E '^(latency|decode) ' "$LOGS/abprefetch_${preset}_pf${pf}_r$round.log" | tr '\n' ' ')"
       done
     done
   fi

@@ -286,14 +286,7 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
                                             "] weight"));
   }
   if (a.m == 0) return absl::OkStatus();
-  QuantGemmArgs q = w;
-  q.a = a.a;
-  q.bias = a.bias;
-  q.c = a.c;
-  q.m = a.m;
-  q.a_dtype = a.a_dtype;
-  q.c_dtype = a.c_dtype;
-  q.accumulate = a.accumulate;
+  QuantGemmArgs q = WithActivations(w, a);
   if (q.act_quant != ActQuant::kNone) {
     if (act_scratch_ == nullptr || a.m > act_scratch_rows_ || a.k > quant_max_act_k_) {
       return absl::InternalError(absl::StrCat("quantized GEMM: ", a.m, " x ", a.k,
@@ -326,8 +319,6 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
   dense.w = dequant_scratch_;
   dense.w_dtype = DType::kBF16;
   dense.overlap_launch = false;  // its weight was just written by the dequantization
-  dense.l2_prefetch = nullptr;   // the next layer's weights are quantized: never prefetched
-  dense.l2_prefetch_bytes = 0;
   return Timed(
       [&] {
         return absl::StrCat("qgemm ", code, " dense m=", a.m, " n=", a.n, " k=", a.k,

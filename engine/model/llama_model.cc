@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -53,7 +51,6 @@ absl::Status LlamaModel::AdoptWeights(ModelWeights w) {
     Layer l;
     ASSIGN_OR_RETURN(l.qkv_proj, Adopt(ops, std::move(lw.qkv_proj)));
     ASSIGN_OR_RETURN(l.qkv_bias, Adopt(ops, std::move(lw.qkv_bias)));
-    l.o_proj_bytes = lw.o_proj.quant == nullptr ? static_cast<int64_t>(lw.o_proj.bytes.size()) : 0;
     ASSIGN_OR_RETURN(l.o_proj, Adopt(ops, std::move(lw.o_proj)));
     ASSIGN_OR_RETURN(l.q_norm, Adopt(ops, std::move(lw.q_norm)));
     ASSIGN_OR_RETURN(l.k_norm, Adopt(ops, std::move(lw.k_norm)));
@@ -71,16 +68,6 @@ absl::Status LlamaModel::AdoptWeights(ModelWeights w) {
   ASSIGN_OR_RETURN(const void* inv_freq, ops.AdoptWeight(std::move(t)));
   inv_freq_ = static_cast<const float*>(inv_freq);
   return absl::OkStatus();
-}
-
-// TANDEM_L2_PREFETCH=1 turns the o_proj prefetch on (opt-in: it measured 1.5-2.7% slower at
-// batch 1 on the H200, kernels/gemm/WORKLOG.md step 9); read once.
-bool LlamaModel::PrefetchNextWeights() const {
-  static const bool on = [] {
-    const char* env = std::getenv("TANDEM_L2_PREFETCH");
-    return env != nullptr && std::string_view(env) == "1";
-  }();
-  return on && backend_ == Backend::kCuda;
 }
 
 GemmArgs LlamaModel::Linear(const void* a, const void* w, void* c, int64_t m, int64_t n,
@@ -189,12 +176,6 @@ absl::Status LlamaModel::Attention(int l, const DeviceStep& d, const Activations
   GemmArgs qkv = Linear(b.hidden, w.qkv_proj, b.qkv, t, qkv_dim, c.hidden_size);
   qkv.bias = w.qkv_bias;
   if (fused_norm) FuseNorm(qkv, b.residual, w.input_layernorm);
-  if (PrefetchNextWeights()) {
-    // While RoPE and attention run, DRAM streams o_proj's weights into L2 (GemmArgs::l2_prefetch;
-    // honoured at m = 1, where QKV is the skinny kernel).
-    qkv.l2_prefetch = w.o_proj;
-    qkv.l2_prefetch_bytes = w.o_proj_bytes;
-  }
   RETURN_IF_ERROR(ops_->Gemm(qkv));
   void* kv_layer =
       static_cast<uint8_t*>(kv_pool) + layout.PageOffset(l, 0) * DTypeSize(layout.dtype);

@@ -92,7 +92,6 @@ class LlamaModel final : public Model {
     const void* qkv_proj = nullptr;
     const void* qkv_bias = nullptr;
     const void* o_proj = nullptr;
-    int64_t o_proj_bytes = 0;  // its device bytes when dense (0: quantized, not prefetched)
     const void* q_norm = nullptr;
     const void* k_norm = nullptr;
     const void* gate_up_proj = nullptr;
@@ -147,8 +146,6 @@ class LlamaModel final : public Model {
   // A row-parallel projection into the residual stream: GEMM, then (TP > 1) the all-reduce.
   absl::Status RowParallel(GemmArgs gemm, int64_t num_tokens);
   GemmArgs Linear(const void* a, const void* w, void* c, int64_t m, int64_t n, int64_t k) const;
-  // Whether QKV asks L2 to prefetch o_proj's weights (CUDA; GemmArgs::l2_prefetch).
-  bool PrefetchNextWeights() const;
   // Makes `gemm` read the residual stream and normalise it on the fly with `norm_weight`.
   void FuseNorm(GemmArgs& gemm, const void* residual, const void* norm_weight) const;
   RmsNormArgs Norm(const void* input, void* residual, const void* weight, void* out,

@@ -174,15 +174,7 @@ class RefOps final : public Ops {
       return absl::InternalError(absl::StrCat("quantized GEMM: [", a.n, ", ", a.k, "] asked of a [",
                                               w.n, ", ", w.k, "] weight"));
     }
-    QuantGemmArgs q = w.Args();
-    q.a = a.a;
-    q.bias = a.bias;
-    q.c = a.c;
-    q.m = a.m;
-    q.a_dtype = a.a_dtype;
-    q.c_dtype = a.c_dtype;
-    q.accumulate = a.accumulate;
-    QuantGemmRef(q);
+    QuantGemmRef(WithActivations(w.Args(), a));
     return absl::OkStatus();
   }
   absl::Status RopeKvStore(const RopeKvStoreArgs& a) override { return Run(RopeKvStoreRef, a); }

@@ -61,29 +61,6 @@ __device__ __forceinline__ uint4 LoadActivation16(const uint4* p) {
   }
 }
 
-// GemmArgs::l2_prefetch: the last kPrefetchBlocks blocks to start (the highest indices: blocks
-// are dispatched in order) each issue one bulk L2 prefetch of their share, after their own
-// weight loads are consumed, so the prefetch streams while the GEMM drains and after it.
-constexpr int64_t kPrefetchBlocks = 528;  // one wave of 4 blocks on each of 132 SMs
-
-__device__ __forceinline__ void PrefetchSliceToL2(const GemmArgs& args) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int64_t blocks = min(static_cast<int64_t>(gridDim.x), kPrefetchBlocks);
-  const int64_t i = static_cast<int64_t>(blockIdx.x) - (gridDim.x - blocks);
-  if (i < 0) return;
-  const int64_t units = args.l2_prefetch_bytes / 16;  // 16-byte units
-  const int64_t first = units * i / blocks, last = units * (i + 1) / blocks;
-  // One instruction covers at most 2^32 - 16 bytes; a share is far smaller in practice.
-  for (int64_t u = first; u < last; u += (int64_t{1} << 27)) {
-    const int64_t n = min(last - u, int64_t{1} << 27);
-    const char* p = static_cast<const char*>(args.l2_prefetch) + u * 16;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p),
-                 "r"(static_cast<uint32_t>(n * 16))
-                 : "memory");
-  }
-#endif
-}
-
 template <int kM, int kRows, bool kPdl, bool kNorm>
 __device__ __forceinline__ void AccumulateVector(const GemmArgs& args, const uint4 (&wv)[kRows],
                                                  int64_t v, int64_t kvec, float (&acc)[kRows][kM],
@@ -186,7 +163,6 @@ __global__ void __launch_bounds__(kThreads, (kM == 1 && kRows * kUnroll <= 8) ? 
   }
   __syncthreads();
   const int t = threadIdx.x;
-  if (t == 0 && args.l2_prefetch != nullptr) PrefetchSliceToL2(args);
   if (t >= kRows * kM) return;
   const int r = t / kM, m = t % kM;
   const int64_t n = n0 + r;
@@ -315,8 +291,7 @@ absl::Status GemmSkinnyVariant(const GemmArgs& args, int variant, cudaStream_t s
   if (args.m < 1 || args.m > 4 || args.c_dtype != DType::kBF16 || args.k % 8 != 0) {
     return absl::InvalidArgumentError("GemmSkinnyVariant: m in [1, 4], bf16, k % 8 == 0");
   }
-  if ((variant >= 4 &&
-       (args.a_norm_weight != nullptr || args.accumulate || args.l2_prefetch != nullptr)) ||
+  if ((variant >= 4 && (args.a_norm_weight != nullptr || args.accumulate)) ||
       (args.a_norm_weight != nullptr && args.m != 1)) {
     return absl::InvalidArgumentError(
         "GemmSkinnyVariant: variants 4 and 5 fuse nothing; a fused norm needs m == 1");
@@ -339,13 +314,6 @@ absl::Status GemmSkinny(const GemmArgs& args, cudaStream_t stream) {
         "GemmSkinny: a fused RMSNorm (a_norm_weight) needs m == 1 and a 16-byte aligned weight; "
         "got m=",
         args.m));
-  }
-  if (args.l2_prefetch != nullptr &&
-      (!Aligned16(args.l2_prefetch) || args.l2_prefetch_bytes < 0 || args.l2_prefetch_bytes % 16)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GemmSkinny: l2_prefetch needs a 16-byte aligned address and a size that is "
-                     "a multiple of 16; got ",
-                     args.l2_prefetch_bytes, " bytes"));
   }
   if (args.m <= 0 || args.n <= 0) return absl::OkStatus();
   if (args.c_dtype == DType::kBF16) return DispatchSkinnyM<__nv_bfloat16>(args, stream);

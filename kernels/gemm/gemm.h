@@ -52,17 +52,6 @@ struct GemmArgs {
   // GemmFallback return InvalidArgument.
   const void* a_norm_weight = nullptr;  // [k], a_dtype
   float a_norm_eps = 1e-6f;
-  // A hint for memory that the *next* kernels will read (the next GEMM's weights): the skinny
-  // kernel's last-started blocks (its last wave), once their own loads are consumed, ask L2 to
-  // prefetch l2_prefetch[0, l2_prefetch_bytes) (sm_90 bulk prefetch, split evenly over those
-  // blocks), so DRAM streams it while the small kernels between the two GEMMs run (RoPE and
-  // attention between QKV and o_proj in a decode step). Never read into registers, never
-  // written; results are unchanged. The skinny kernel needs a 16-byte-aligned address and a size
-  // that is a multiple of 16 (InvalidArgument otherwise); cuBLASLt and the fallback, which serve
-  // larger m where the next GEMM's weights do not fit the window, do not prefetch. The engine
-  // sets it only with TANDEM_L2_PREFETCH=1: it measured slower at batch 1 (WORKLOG.md step 9).
-  const void* l2_prefetch = nullptr;
-  int64_t l2_prefetch_bytes = 0;
 };
 
 void GemmRef(const GemmArgs& args);

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/stream.h"
+#include "kernels/gemm/gemm.h"
 
 namespace tandem {
 
@@ -82,6 +83,19 @@ void QuantizeActivationRow(ActQuant act_quant, int64_t act_group_size, int64_t k
 
 // The multi-threaded CPU reference (and the CPU backend's quantized hot path).
 void QuantGemmRef(const QuantGemmArgs& args);
+
+// A quantized weight's args (codes, scales, shape) with a linear layer's call: its activations,
+// bias, output, rows, dtypes and accumulate (GemmArgs' shape is the caller's to check).
+inline QuantGemmArgs WithActivations(QuantGemmArgs q, const GemmArgs& a) {
+  q.a = a.a;
+  q.bias = a.bias;
+  q.c = a.c;
+  q.m = a.m;
+  q.a_dtype = a.a_dtype;
+  q.c_dtype = a.c_dtype;
+  q.accumulate = a.accumulate;
+  return q;
+}
 
 // CUDA, decode-shaped (quant_gemm.cu): weight-only kInt8 (W8A16), kUint4 (W4A16) and kFp8E4M3
 // codes with act_quant kNone (FP8 W8A8 runs QuantizeActivations first, then this kernel on the
