@@ -148,16 +148,18 @@ for preset in $PRESETS; do
   fi
   if want quant; then
     if [ ! -f "$LOGS/kb_quant.log" ]; then
-      # The quantized kernels alone at the 8B layer shapes: skinny GEMM (m = 1, 8, 32) and the
-      # prefill path's dequantization, TB/s of the bytes each moves.
+      # The quantized kernels alone at the 8B layer shapes: skinny GEMM (m = 1, 2, 4, 8), the
+      # prefill path's dequantization, and dequantization + bf16 GEMM (m = 8, 16, 32), TB/s of
+      # the quantized bytes.
       timeout 120 $S/bin/kb_bench - quant >"$LOGS/kb_quant.log" 2>&1
       note "kb_bench quant exit=$?"
       grep -E "^(quant_gemm|quant_dequant)|ceiling" "$LOGS/kb_quant.log" >>"$OUT/summary.txt"
     fi
     # Pre-quantized random checkpoints of the preset's shapes (QUANTS, default "int8 awq
     # fp8-block"; make-model --quantization), each benched like the bf16 one: batch-1 latency and
-    # decode, the quantized GEMMs' op profile at batch 1 and 64 (skinny kernel <= 32 tokens,
-    # dequantize + bf16 GEMM above).
+    # decode, the quantized GEMMs' op profile at batch 1 and 64 (skinny kernel <= 8 tokens,
+    # dequantize + bf16 GEMM above). QUANT_BENCH_ARGS: more `tandem bench` flags (e.g.
+    # --batch-sizes 8,64 --contexts 1024); QUANT_PROFILE=0 skips the op profile.
     for q in ${QUANTS:-int8 awq fp8-block}; do
       mq=$MODELS/$preset-$q
       if [ ! -f "$mq/config.json" ]; then
@@ -167,16 +169,18 @@ for preset in $PRESETS; do
       fi
       timeout 300 $S/bin/tandem bench --model "$mq" --json "$LOGS/bench_${preset}_$q.json" \
         --scenarios "${QUANT_SCENARIOS:-latency,decode,prefill}" --decode-tokens 32 \
-        >"$LOGS/bench_${preset}_$q.log" 2>&1
+        ${QUANT_BENCH_ARGS:-} >"$LOGS/bench_${preset}_$q.log" 2>&1
       note "bench $preset $q exit=$?"
       grep -E "^(bench|latency|decode|prefill|throughput)|captured|KV cache|device memory|weights" \
         "$LOGS/bench_${preset}_$q.log" >>"$OUT/summary.txt"
-      TANDEM_OP_PROFILE=20 timeout 120 $S/bin/tandem bench --model "$mq" \
-        --scenarios latency,decode --latency-tokens 64 --batch-sizes 64 --contexts 1024 \
-        --decode-tokens 48 >"$LOGS/profile_${preset}_$q.log" 2>&1
-      note "profile $preset $q exit=$?"
-      grep -E "qgemm|quant act|op profile" "$LOGS/profile_${preset}_$q.log" | head -40 \
-        >>"$OUT/summary.txt"
+      if [ "${QUANT_PROFILE:-1}" != 0 ]; then
+        TANDEM_OP_PROFILE=20 timeout 120 $S/bin/tandem bench --model "$mq" \
+          --scenarios latency,decode --latency-tokens 64 --batch-sizes 64 --contexts 1024 \
+          --decode-tokens 48 >"$LOGS/profile_${preset}_$q.log" 2>&1
+        note "profile $preset $q exit=$?"
+        grep -E "qgemm|quant act|op profile" "$LOGS/profile_${preset}_$q.log" | head -40 \
+          >>"$OUT/summary.txt"
+      fi
       rm -rf "$mq"  # 5-9 GB each; the disk holds the bf16 checkpoints too
     done
   fi

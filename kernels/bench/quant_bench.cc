@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/quant_gemm/quant_gemm.h"
 
 namespace tandem::bench {
@@ -36,7 +37,7 @@ void BenchQuantGemm(const Ceilings& c) {
       BENCH_CUDA(cudaMalloc(&a, 32 * k * 2));
       BENCH_CUDA(cudaMalloc(&out, 32 * n * 2));
       FillUniformBf16(a, 32 * k, 5, -1, 1);
-      for (int64_t m : {1, 8, 32}) {
+      for (int64_t m : {1, 2, 4, 8}) {
         QuantGemmArgs args{.a = a,
                            .c = out,
                            .m = m,
@@ -85,6 +86,35 @@ void BenchQuantGemm(const Ceilings& c) {
                                            : "quant_dequant.int8",
              absl::StrCat("K=", k, " N=", n), dq_us, "TB/s",
              static_cast<double>(bytes + n * k * 2) * 1e-6 / dq_us, c.read_tbps);
+      // The whole non-skinny path (CudaOps::Gemm above kQuantSkinnyMaxM rows): dequantize, then
+      // the bf16 Gemm (cuBLASLt) on the scratch, against the skinny rows above at m = 8; "TB/s"
+      // counts the quantized bytes, as the skinny rows do.
+      for (int64_t m : {8, 16, 32}) {
+        auto path = [&](int it) {
+          dequant(it);
+          const GemmArgs g{.a = a,
+                           .w = dense,
+                           .c = out,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .a_dtype = DType::kBF16,
+                           .w_dtype = DType::kBF16,
+                           .c_dtype = DType::kBF16,
+                           .overlap_launch = false};
+          if (absl::Status s = Gemm(g, nullptr); !s.ok()) {
+            std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+            std::abort();
+          }
+        };
+        MedianMicros(path, nullptr, 5, 5);
+        const double us = MedianMicros(path, nullptr, 3, 20);
+        Report(int4                          ? "quant_dequant_gemm.int4_g128"
+               : code == QuantCode::kFp8E4M3 ? "quant_dequant_gemm.fp8"
+                                             : "quant_dequant_gemm.int8",
+               absl::StrCat("M=", m, " K=", k, " N=", n), us, "TB/s",
+               static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
+      }
       cudaFree(dense);
       for (int i = 0; i < copies; ++i) cudaFree(ws[i]), cudaFree(scales[i]), cudaFree(zeros[i]);
       cudaFree(a), cudaFree(out);

@@ -44,4 +44,26 @@ __device__ __forceinline__ void AllowDependentLaunch() {
 #endif
 }
 
+// The consumer side, for a kernel launched with PDL that puts its weight loads (data no kernel
+// writes) in flight first: griddepcontrol.wait blocks the calling thread until the kernel ahead
+// has completed and its writes are visible (a no-op without a programmatic edge), then
+// launch_dependents lets the next kernel's blocks be scheduled as SMs free up. Every thread calls
+// it exactly once, before its first read of what the kernel ahead wrote and its first write.
+__device__ __forceinline__ void PdlWaitThenRelease() {
+  cudaGridDependencySynchronize();  // griddepcontrol.wait (memory clobber)
+  AllowDependentLaunch();           // griddepcontrol.launch_dependents
+}
+
+// A 16-byte load of data the kernel ahead wrote, after PdlWaitThenRelease: a plain (weak,
+// L1-cached) ld.global, not ld.global.nc, whose contract (the data does not change while the
+// kernel runs) is untrue for a kernel that started before its producer ended; volatile asm so
+// that it stays after the wait.
+__device__ __forceinline__ uint4 LoadAfterWait16(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
 }  // namespace tandem

@@ -32,30 +32,13 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-// Programmatic dependent launch (PDL, sm_90). A kernel launched with
-// cudaLaunchAttributeProgrammaticStreamSerialization may start while the kernel before it in the
-// stream is still running. griddepcontrol.wait blocks the calling thread until that kernel has
-// completed and its writes are visible (a no-op without a programmatic edge); only w, which no
-// kernel writes, may be touched before it. launch_dependents then lets the next kernel's blocks be
-// scheduled as SMs free up (it orders no memory: that kernel waits on our completion in turn).
-// Every thread calls this exactly once, before its first read of a or bias and its write of c.
-__device__ __forceinline__ void PdlWaitThenRelease() {
-  cudaGridDependencySynchronize();  // griddepcontrol.wait (memory clobber)
-  AllowDependentLaunch();           // griddepcontrol.launch_dependents
-}
-
-// One 16-byte vector of a row of a. The default path reads a through the non-coherent cache
-// (ld.global.nc, whose contract is that the data does not change while the kernel runs); a PDL
-// launch starts before the producer of a has finished, so it reads a with a plain (weak,
-// L1-cached) ld.global, written as volatile asm so that it stays after the dependency wait.
+// One 16-byte vector of a row of a: through the non-coherent cache on the default path; a PDL
+// launch starts before the producer of a has finished, so it reads a after its wait with a plain
+// load (PdlWaitThenRelease, LoadAfterWait16: kernels/common/pdl.cuh).
 template <bool kPdl>
 __device__ __forceinline__ uint4 LoadActivation16(const uint4* p) {
   if constexpr (kPdl) {
-    uint4 r;
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
+    return LoadAfterWait16(p);
   } else {
     return __ldg(p);
   }

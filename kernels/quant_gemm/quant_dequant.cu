@@ -1,7 +1,8 @@
 // The two helpers of a quantized layer's non-skinny paths (quant_gemm.h):
-//   QuantDequantize      codes -> dense [n, k] (one thread per output element; the prefill path
-//                        dequantizes a layer's weight into a scratch buffer, then runs the dense
-//                        GEMM on it: correct first, a mixed-input tensor-core GEMM is the fix);
+//   QuantDequantize      codes -> dense [n, k] (one thread per 16-byte code vector where the
+//                        shape allows, one per element otherwise; the prefill path dequantizes a
+//                        layer's weight into a scratch buffer, then runs the dense GEMM on it:
+//                        a mixed-input tensor-core GEMM is the fix);
 //   QuantizeActivations  dynamic FP8 e4m3 rounding of activations (W8A8's activation side; one
 //                        block per row and group: amax, then the rounded values).
 // Both use the reference's fp32 arithmetic (IEEE division and multiplication, no contraction),
@@ -15,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "kernels/common/vec_util.cuh"
 #include "kernels/quant_gemm/quant_gemm.h"
 
 namespace tandem {
@@ -70,6 +72,54 @@ __global__ void DequantKernel(const DequantParams p, T* out) {
       q = static_cast<float>(static_cast<int8_t>(p.w[j * p.row_bytes + kk]));
     }
     Store(out, e, __fmul_rn(q, p.scales[j * p.num_groups + g]));
+  }
+}
+
+// One thread per 16-byte vector of codes (16 int8 / FP8 or 32 uint4 weights, all in one scale
+// group), written as 16-byte stores: the codes are read once and the output written once at
+// streaming width. The values are the element kernel's (exact code - zero, one __fmul_rn by
+// the scale, one rounding to T), so both are bit-exact with the reference.
+template <typename T>
+__global__ void DequantVecKernel(const DequantParams p, T* out) {
+  const int64_t row_vecs = p.row_bytes / 16;
+  const int64_t total = p.n * row_vecs;
+  const int weights = p.code == QuantCode::kUint4 ? 32 : 16;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t j = e / row_vecs, v = e % row_vecs;
+    const int64_t k0 = v * weights;
+    const int64_t g = k0 / p.group_size;
+    const float scale = p.scales[j * p.num_groups + g];
+    const uint4 bits = LoadStreaming16(p.w + j * p.row_bytes + v * 16);
+    const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
+    float q[32];
+    if (p.code == QuantCode::kUint4) {
+      const int zero = p.zeros != nullptr ? p.zeros[j * p.num_groups + g] : kSymmetricZero;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        q[i] = static_cast<float>(static_cast<int>((words[i / 8] >> (4 * (i % 8))) & 0xfu) - zero);
+      }
+    } else if (p.code == QuantCode::kFp8E4M3) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) q[i] = E4M3ToF32((words[i / 4] >> (8 * (i % 4))) & 0xffu);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        q[i] = static_cast<float>(static_cast<int8_t>((words[i / 4] >> (8 * (i % 4))) & 0xffu));
+      }
+    }
+    T* o = out + j * p.k + k0;
+    for (int c = 0; c < weights / 8; ++c) {
+      float f[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = __fmul_rn(q[8 * c + i], scale);
+      if constexpr (sizeof(T) == 2) {
+        reinterpret_cast<uint4*>(o)[c] = PackBf16x8(f);
+      } else {
+        reinterpret_cast<float4*>(o)[2 * c] = make_float4(f[0], f[1], f[2], f[3]);
+        reinterpret_cast<float4*>(o)[2 * c + 1] = make_float4(f[4], f[5], f[6], f[7]);
+      }
+    }
   }
 }
 
@@ -133,6 +183,22 @@ absl::Status QuantDequantize(const QuantGemmArgs& args, void* out, DType out_dty
                         QuantRowBytes(args.code, args.k),
                         args.code};
   constexpr int kThreads = 256;
+  // The vector kernel: whole 16-byte code vectors per row, each inside one scale group, and
+  // 16-byte aligned codes and output rows.
+  const bool vec = args.k % 32 == 0 && (args.group_size % 32 == 0 || args.group_size >= args.k) &&
+                   reinterpret_cast<uintptr_t>(args.w) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  if (vec) {
+    const int64_t vectors = args.n * (QuantRowBytes(args.code, args.k) / 16);
+    const int64_t blocks = std::min<int64_t>((vectors + kThreads - 1) / kThreads, 132 * 16);
+    if (out_dtype == DType::kF32) {
+      DequantVecKernel<<<blocks, kThreads, 0, stream>>>(p, static_cast<float*>(out));
+    } else {
+      DequantVecKernel<<<blocks, kThreads, 0, stream>>>(p, static_cast<__nv_bfloat16*>(out));
+    }
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
   const int64_t blocks = std::min<int64_t>((args.n * args.k + kThreads - 1) / kThreads, 65536);
   if (out_dtype == DType::kF32) {
     DequantKernel<<<blocks, kThreads, 0, stream>>>(p, static_cast<float*>(out));

@@ -1,14 +1,22 @@
-// Skinny (decode, m <= 32) weight-only quantized GEMM: c[m, n] = a[m, k] · dequant(w)[n, k]ᵀ with
-// the dequantization fused into the weight stream (quant_gemm.h for the layout). INT8, UINT4 and
-// FP8 e4m3 codes (FP8 through the hardware e4m3 -> half conversion, exact).
+// Skinny (decode, m <= kQuantSkinnyMaxM) weight-only quantized GEMM: c[m, n] = a[m, k] ·
+// dequant(w)[n, k]ᵀ with the dequantization fused into the weight stream (quant_gemm.h for the
+// layout). INT8, UINT4 and FP8 e4m3 codes.
 //
-// Design (first version, unmeasured): one warp per output row j, kRowsPerBlock warps per block.
-// Lane l reads 16-byte vectors l, l + 32, ... of row j's codes with a non-coherent load (16 int8
-// or 32 uint4 weights each, all inside one group since group_size % 32 == 0), dequantizes them
-// to fp32 in registers with the group's scale (and zero), and multiplies them with the matching
-// columns of every row of a (a is m x k <= 32 x k: it stays in L1/L2). Each lane keeps one fp32
-// accumulator per row of a; a warp shuffle reduction then gives the m outputs of row j, which
-// lanes 0..m-1 write (+ bias, + old c with accumulate). The weight bytes are read once.
+// Design (WORKLOG.md step 3): the bf16 skinny kernel's structure (kernels/gemm/gemm.cu), which
+// streams weights at the read ceiling. A block of kThreads threads owns kRows consecutive rows
+// and splits each row's 16-byte code vectors across all its threads (vector v of every row goes
+// to thread v % kThreads), so a warp load is 512 contiguous bytes and every thread keeps
+// kRows x kUnroll 16-byte loads in flight (L1-bypassing). Each vector (16 int8 / FP8 codes or 32
+// uint4 codes) lies inside one scale group (group_size % 32 == 0). Codes become fp32 without
+// the slow integer-to-float unit:
+//   int8:  byte ^ 0x80 placed in the mantissa of 2^23 (one byte permute), minus 2^23 + 128;
+//   uint4: nibble placed in the mantissa of 2^23, minus 2^23 + zero point (both exact);
+//   FP8:   the hardware e4m3x2 -> half2 conversion, then half -> fp32 (exact).
+// A vector's dot products with the rows of a (read through L1, fp32) are scaled by its group's
+// scale once; fp32 accumulators acc[kRows][kM], reduced by warp shuffles and then across warps
+// in shared memory in a fixed order. With QuantGemmArgs::overlap_launch the kernel is launched
+// with programmatic dependent launch: the first batch of code loads is issued before
+// griddepcontrol.wait (kernels/common/pdl.cuh), a / bias / c are touched only after it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -18,37 +26,19 @@
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
+#include "kernels/common/pdl.cuh"
+#include "kernels/common/vec_util.cuh"
 #include "kernels/quant_gemm/quant_gemm.h"
 
 namespace tandem {
 namespace {
 
-constexpr int kWarp = 32;
-constexpr int kRowsPerBlock = 4;
-constexpr int kMaxM = static_cast<int>(kQuantSkinnyMaxM);
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
 constexpr int kSymmetricZero = 8;
+constexpr float kTwo23 = 8388608.0f;  // 2^23: an integer u < 2^23 in its mantissa is 2^23 + u
 
-template <typename T>
-__device__ __forceinline__ float ToF32(T v);
-template <>
-__device__ __forceinline__ float ToF32<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ float ToF32<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T FromF32(float v);
-template <>
-__device__ __forceinline__ float FromF32<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromF32<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+enum class Code { kInt8, kUint4, kFp8 };
 
 struct Params {
   const void* a;
@@ -57,107 +47,225 @@ struct Params {
   const uint8_t* w;
   const float* scales;
   const uint8_t* zeros;
-  int m, n, k, group_size, num_groups;
+  int m, n, k, group_size, num_groups, vecs;  // vecs: 16-byte code vectors per row
   bool accumulate;
 };
 
-enum class Code { kInt8, kUint4, kFp8 };
-
-// kWeights weights of one 16-byte vector, dequantized.
 template <Code kCode>
-__device__ __forceinline__ void Dequant(const uint4 v, float scale, float zero, float* out) {
+constexpr int WeightsPerVector() {
+  return kCode == Code::kUint4 ? 32 : 16;
+}
+
+// The 8 codes of chunk c (0-based, 8 weights each) of one 16-byte vector as exact fp32 values
+// code - zero (zero_bias = 2^23 + zero for uint4; int8 and FP8 have no zero point).
+template <Code kCode>
+__device__ __forceinline__ void DecodeChunk(const uint4& v, int c, float zero_bias, float (&q)[8]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  if constexpr (kCode == Code::kUint4) {
+    const uint32_t word = words[c];  // 8 nibbles, weight 2i in the low nibble of byte i
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 8; ++i) {
+      q[i] = __uint_as_float(((word >> (4 * i)) & 0xfu) | 0x4b000000u) - zero_bias;
+    }
+  } else if constexpr (kCode == Code::kInt8) {
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const uint32_t byte = (words[i] >> (8 * b)) & 0xffu;
-      if constexpr (kCode == Code::kUint4) {
-        out[i * 8 + b * 2] = (static_cast<float>(byte & 0xfu) - zero) * scale;
-        out[i * 8 + b * 2 + 1] = (static_cast<float>(byte >> 4) - zero) * scale;
-      } else if constexpr (kCode == Code::kFp8) {
-        const __half h(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(byte), __NV_E4M3));
-        out[i * 4 + b] = __half2float(h) * scale;
-      } else {
-        out[i * 4 + b] = static_cast<float>(static_cast<int8_t>(byte)) * scale;
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t word = words[2 * c + h] ^ 0x80808080u;  // two's complement -> excess-128
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        q[4 * h + b] =
+            __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7540 + b)) - (kTwo23 + 128.0f);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t word = words[2 * c + h];
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>(word >> (16 * p)), __NV_E4M3);
+        const float2 f = __half22float2(__half2(raw));
+        q[4 * h + 2 * p] = f.x;
+        q[4 * h + 2 * p + 1] = f.y;
       }
     }
   }
 }
 
-template <Code kCode, typename TA, typename TC>
-__global__ void __launch_bounds__(kWarp* kRowsPerBlock) QuantGemmSkinnyKernel(const Params p) {
-  constexpr bool kInt4 = kCode == Code::kUint4;
-  constexpr int kWeights = kInt4 ? 32 : 16;  // per 16-byte vector
-  const int lane = threadIdx.x % kWarp;
-  const int j = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
-  if (j >= p.n) return;
-  const int row_bytes = kInt4 ? p.k / 2 : p.k;
-  const uint4* w_row = reinterpret_cast<const uint4*>(p.w + static_cast<int64_t>(j) * row_bytes);
+// 8 elements of a (row pointer + element offset k0, 16-byte aligned) as fp32. After a PDL wait
+// a is read with a plain load (its producer may have run concurrently with our prologue).
+template <typename TA, bool kPdl>
+__device__ __forceinline__ void LoadA8(const TA* row, int64_t k0, float (&f)[8]) {
+  const uint4* p = reinterpret_cast<const uint4*>(row + k0);
+  if constexpr (sizeof(TA) == 2) {
+    UnpackBf16x8(kPdl ? LoadAfterWait16(p) : __ldg(p), f);
+  } else {
+    const uint4 lo = kPdl ? LoadAfterWait16(p) : __ldg(p);
+    const uint4 hi = kPdl ? LoadAfterWait16(p + 1) : __ldg(p + 1);
+    f[0] = __uint_as_float(lo.x), f[1] = __uint_as_float(lo.y);
+    f[2] = __uint_as_float(lo.z), f[3] = __uint_as_float(lo.w);
+    f[4] = __uint_as_float(hi.x), f[5] = __uint_as_float(hi.y);
+    f[6] = __uint_as_float(hi.z), f[7] = __uint_as_float(hi.w);
+  }
+}
+
+__device__ __forceinline__ float ToF32(float v) { return v; }
+__device__ __forceinline__ float ToF32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void StoreF32(float* p, float v) { *p = v; }
+__device__ __forceinline__ void StoreF32(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+// One code vector v of rows n0 .. n0 + kRows - 1 against every row of a.
+template <Code kCode, int kM, int kRows, typename TA, bool kPdl>
+__device__ __forceinline__ void AccumulateVector(const Params& p, const uint4 (&wv)[kRows],
+                                                 int64_t n0, int v, float (&acc)[kRows][kM]) {
+  constexpr int kW = WeightsPerVector<kCode>();
+  const int k0 = v * kW;
+  const int g = k0 / p.group_size;
+  float scale[kRows], zero_bias[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t j = min(n0 + r, static_cast<int64_t>(p.n) - 1);  // rows past n: not stored
+    scale[r] = __ldg(p.scales + j * p.num_groups + g);
+    zero_bias[r] = 0.0f;
+    if constexpr (kCode == Code::kUint4) {
+      zero_bias[r] =
+          kTwo23 + (p.zeros != nullptr ? static_cast<float>(__ldg(p.zeros + j * p.num_groups + g))
+                                       : static_cast<float>(kSymmetricZero));
+    }
+  }
   const TA* a = static_cast<const TA*>(p.a);
-  float acc[kMaxM];
+  float dot[kRows][kM] = {};
 #pragma unroll
-  for (int i = 0; i < kMaxM; ++i) acc[i] = 0.0f;
-  const int vectors = p.k / kWeights;
-  for (int v = lane; v < vectors; v += kWarp) {
-    const uint4 bits = __ldg(w_row + v);
-    const int k0 = v * kWeights;
-    const int g = k0 / p.group_size;
-    const float scale = p.scales[static_cast<int64_t>(j) * p.num_groups + g];
-    const float zero =
-        kInt4 ? (p.zeros != nullptr
-                     ? static_cast<float>(p.zeros[static_cast<int64_t>(j) * p.num_groups + g])
-                     : static_cast<float>(kSymmetricZero))
-              : 0.0f;
-    float wv[kWeights];
-    Dequant<kCode>(bits, scale, zero, wv);
+  for (int c = 0; c < kW / 8; ++c) {
+    float af[kM][8];
 #pragma unroll
-    for (int i = 0; i < kMaxM; ++i) {
-      if (i < p.m) {
-        const TA* a_row = a + static_cast<int64_t>(i) * p.k + k0;
-        float s = 0.0f;
+    for (int m = 0; m < kM; ++m) {
+      if (m < p.m) LoadA8<TA, kPdl>(a + static_cast<int64_t>(m) * p.k, k0 + 8 * c, af[m]);
+    }
 #pragma unroll
-        for (int t = 0; t < kWeights; ++t) s += ToF32(a_row[t]) * wv[t];
-        acc[i] += s;
+    for (int r = 0; r < kRows; ++r) {
+      float q[8];
+      DecodeChunk<kCode>(wv[r], c, zero_bias[r], q);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        if (m < p.m) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) dot[r][m] = fmaf(af[m][e], q[e], dot[r][m]);
+        }
       }
     }
   }
 #pragma unroll
-  for (int i = 0; i < kMaxM; ++i) {
-    if (i < p.m) {
+  for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-      for (int off = kWarp / 2; off > 0; off /= 2)
-        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], off);
-    }
-  }
-  // Lane i writes row i (acc[] is the same in every lane after the butterfly).
-#pragma unroll
-  for (int i = 0; i < kMaxM; ++i) {
-    if (i < p.m && lane == i) {
-      TC* c = static_cast<TC*>(p.c) + static_cast<int64_t>(i) * p.n + j;
-      float out = acc[i];
-      if (p.bias != nullptr) out += ToF32(static_cast<const TC*>(p.bias)[j]);
-      if (p.accumulate) out += ToF32(*c);
-      *c = FromF32<TC>(out);
-    }
+    for (int m = 0; m < kM; ++m) acc[r][m] = fmaf(dot[r][m], scale[r], acc[r][m]);
   }
 }
 
-template <Code kCode, typename TA, typename TC>
-absl::Status Launch(const Params& p, cudaStream_t stream) {
-  const dim3 grid((p.n + kRowsPerBlock - 1) / kRowsPerBlock);
-  QuantGemmSkinnyKernel<kCode, TA, TC><<<grid, kWarp * kRowsPerBlock, 0, stream>>>(p);
-  CUDA_RETURN_IF_LAUNCH_ERROR();
+template <Code kCode, int kM, int kRows, int kUnroll, typename TA, typename TC, bool kPdl>
+__global__ void __launch_bounds__(kThreads)
+    QuantGemmSkinnyKernel(const __grid_constant__ Params p) {
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int row_vecs = p.vecs;
+  const uint4* w = reinterpret_cast<const uint4*>(p.w);
+  float acc[kRows][kM] = {};
+  for (int v0 = threadIdx.x; v0 < row_vecs; v0 += kThreads * kUnroll) {
+    uint4 wv[kUnroll][kRows];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = v0 + u * kThreads;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        wv[u][r] = (v < row_vecs && n0 + r < p.n) ? LoadStreaming16(w + (n0 + r) * row_vecs + v)
+                                                  : make_uint4(0, 0, 0, 0);
+      }
+    }
+    if constexpr (kPdl) {
+      if (v0 == static_cast<int>(threadIdx.x)) PdlWaitThenRelease();
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = v0 + u * kThreads;
+      if (v < row_vecs) AccumulateVector<kCode, kM, kRows, TA, kPdl>(p, wv[u], n0, v, acc);
+    }
+  }
+  if constexpr (kPdl) {
+    if (static_cast<int>(threadIdx.x) >= row_vecs) PdlWaitThenRelease();
+  }
+  __shared__ float partial[kWarps][kRows * kM];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      float x = acc[r][m];
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+      if (lane == 0) partial[warp][r * kM + m] = x;
+    }
+  }
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t >= kRows * kM) return;
+  const int r = t / kM, m = t % kM;
+  const int64_t j = n0 + r;
+  if (m >= p.m || j >= p.n) return;
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) sum += partial[i][t];
+  TC* c = static_cast<TC*>(p.c) + static_cast<int64_t>(m) * p.n + j;
+  if (p.bias != nullptr) sum += ToF32(static_cast<const TC*>(p.bias)[j]);
+  if (p.accumulate) sum += ToF32(*c);
+  StoreF32(c, sum);
+}
+
+template <Code kCode, int kM, int kRows, int kUnroll, typename TA, typename TC>
+absl::Status LaunchTile(const Params& p, bool pdl, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.n + kRows - 1) / kRows));
+  if (!pdl) {
+    QuantGemmSkinnyKernel<kCode, kM, kRows, kUnroll, TA, TC, false>
+        <<<grid, kThreads, 0, stream>>>(p);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+  CUDA_RETURN_IF_ERROR(
+      LaunchMaybePdl(QuantGemmSkinnyKernel<kCode, kM, kRows, kUnroll, TA, TC, true>, grid,
+                     dim3(kThreads), 0, stream, /*pdl=*/true, p));
   return absl::OkStatus();
+}
+
+// Row tiles: four rows of one vector each per thread when a row has at most kThreads vectors
+// (int8 / FP8 k <= 4096: every thread already owns one vector of each row), two rows of up to
+// four vectors for longer rows, one row of four when n is too small to fill the GPU with blocks
+// of several rows. Wide tiles only for small m (acc[kRows][kM] and a's rows stay in registers).
+constexpr int64_t kNumSms = 132;
+
+template <Code kCode, int kM, typename TA, typename TC>
+absl::Status LaunchRows(const Params& p, bool pdl, cudaStream_t stream) {
+  if constexpr (kM <= 4) {
+    if (p.vecs <= kThreads && p.n / 4 >= 2 * kNumSms) {
+      return LaunchTile<kCode, kM, 4, 1, TA, TC>(p, pdl, stream);
+    }
+    if (p.n / 2 >= 2 * kNumSms) return LaunchTile<kCode, kM, 2, 4, TA, TC>(p, pdl, stream);
+  }
+  return LaunchTile<kCode, kM, 1, 4, TA, TC>(p, pdl, stream);
+}
+
+template <Code kCode, typename TA, typename TC>
+absl::Status LaunchM(const Params& p, bool pdl, cudaStream_t stream) {
+  if (p.m <= 1) return LaunchRows<kCode, 1, TA, TC>(p, pdl, stream);
+  if (p.m <= 2) return LaunchRows<kCode, 2, TA, TC>(p, pdl, stream);
+  if (p.m <= 4) return LaunchRows<kCode, 4, TA, TC>(p, pdl, stream);
+  return LaunchRows<kCode, 8, TA, TC>(p, pdl, stream);
 }
 
 template <Code kCode>
 absl::Status LaunchDtypes(const QuantGemmArgs& args, const Params& p, cudaStream_t stream) {
-  const bool a16 = args.a_dtype == DType::kBF16, c16 = args.c_dtype == DType::kBF16;
-  if (a16 && c16) return Launch<kCode, __nv_bfloat16, __nv_bfloat16>(p, stream);
-  if (a16) return Launch<kCode, __nv_bfloat16, float>(p, stream);
-  if (c16) return Launch<kCode, float, __nv_bfloat16>(p, stream);
-  return Launch<kCode, float, float>(p, stream);
+  const bool pdl = args.overlap_launch;
+  if (args.a_dtype == DType::kBF16)
+    return LaunchM<kCode, __nv_bfloat16, __nv_bfloat16>(p, pdl, stream);
+  return LaunchM<kCode, float, float>(p, pdl, stream);
 }
 
 }  // namespace
@@ -175,15 +283,20 @@ absl::Status QuantGemmSkinnyCovers(const QuantGemmArgs& args) {
   if (args.m < 0 || args.m > kQuantSkinnyMaxM) {
     return bad(absl::StrCat("m = ", args.m, " (at most ", kQuantSkinnyMaxM, ")"));
   }
-  for (DType t : {args.a_dtype, args.c_dtype}) {
-    if (t != DType::kBF16 && t != DType::kF32) return bad("a and c must be kBF16 or kF32");
+  if (args.a_dtype != args.c_dtype ||
+      (args.a_dtype != DType::kBF16 && args.a_dtype != DType::kF32)) {
+    return bad("a and c must be both kBF16 or both kF32");
   }
   if (args.k <= 0 || args.k % 32 != 0) return bad(absl::StrCat("k = ", args.k, " % 32 != 0"));
   if (args.group_size != args.k && (args.group_size <= 0 || args.group_size % 32 != 0)) {
     return bad(absl::StrCat("group_size ", args.group_size, " is neither k nor a multiple of 32"));
   }
-  if (reinterpret_cast<uintptr_t>(args.w) % 16 != 0) return bad("w is not 16-byte aligned");
-  if (args.n > (int64_t{1} << 30) || args.k > (int64_t{1} << 30)) return bad("n or k too large");
+  if (!Aligned16(args.w)) return bad("w is not 16-byte aligned");
+  if (!Aligned16(args.a)) return bad("a is not 16-byte aligned");
+  if (args.n > (int64_t{1} << 30) || args.k > (int64_t{1} << 30) ||
+      args.n * QuantRowBytes(args.code, args.k) / 16 > (int64_t{1} << 31) - 1) {
+    return bad("n or k too large");
+  }
   return absl::OkStatus();
 }
 
@@ -201,6 +314,7 @@ absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream) {
                  static_cast<int>(args.k),
                  static_cast<int>(args.group_size),
                  static_cast<int>(QuantNumGroups(args.k, args.group_size)),
+                 static_cast<int>(QuantRowBytes(args.code, args.k) / 16),
                  args.accumulate};
   switch (args.code) {
     case QuantCode::kUint4:

@@ -51,6 +51,9 @@ struct QuantGemmArgs {
   DType a_dtype = DType::kF32;
   DType c_dtype = DType::kF32;
   bool accumulate = false;  // c += ... (GemmArgs::accumulate)
+  // QuantGemmSkinny only: launch with programmatic dependent launch (GemmArgs::overlap_launch's
+  // contract: w, scales and zeros are not written by any kernel that may still be running).
+  bool overlap_launch = false;
 
   QuantCode code = QuantCode::kInt8;
   // kFp8E4M3 / kInt8: [n, k] bytes, row-major. kUint4: [n, ceil(k / 2)] bytes: weight (j, kk)
@@ -94,17 +97,19 @@ inline QuantGemmArgs WithActivations(QuantGemmArgs q, const GemmArgs& a) {
   q.a_dtype = a.a_dtype;
   q.c_dtype = a.c_dtype;
   q.accumulate = a.accumulate;
+  q.overlap_launch = a.overlap_launch;
   return q;
 }
 
 // CUDA, decode-shaped (quant_gemm.cu): weight-only kInt8 (W8A16), kUint4 (W4A16) and kFp8E4M3
 // codes with act_quant kNone (FP8 W8A8 runs QuantizeActivations first, then this kernel on the
-// rounded activations), m <= kQuantSkinnyMaxM, a and c kBF16 or kF32. Needs k % 32 == 0,
-// group_size == k or a multiple of 32, and 16-byte-aligned w; anything else is InvalidArgument
-// (QuantGemmSkinnyCovers says so without launching; the caller then takes the dequantize + dense
-// GEMM path). fp32 accumulation in an order other than the reference's: results match
-// QuantGemmRef to rounding, not bit for bit. Unmeasured: see WORKLOG.md.
-inline constexpr int64_t kQuantSkinnyMaxM = 32;
+// rounded activations), m <= kQuantSkinnyMaxM, a and c both kBF16 or both kF32. Needs k % 32 == 0,
+// group_size == k or a multiple of 32, and 16-byte-aligned w and a; anything else is
+// InvalidArgument (QuantGemmSkinnyCovers says so without launching; the caller then takes the
+// dequantize + dense GEMM path). fp32 accumulation in an order other than the reference's:
+// results match QuantGemmRef to rounding, not bit for bit. Above m = 8 the fp32 FMAs (m per
+// weight) make it slower than dequantizing into bf16 and running the dense GEMM (WORKLOG.md).
+inline constexpr int64_t kQuantSkinnyMaxM = 8;
 absl::Status QuantGemmSkinnyCovers(const QuantGemmArgs& args);
 absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream);
 

@@ -47,6 +47,15 @@ __global__ void __launch_bounds__(kBlockThreads)
   if (kRowThreads == 32 && row >= args.num_rows) return;
   const uint16_t* in = static_cast<const uint16_t*>(args.input) + row * in_stride;
   uint16_t* res = static_cast<uint16_t*>(args.residual) + row * args.hidden;
+  // The weight's loads go out first, with the row's: issued after the reduction they were a
+  // second dependent DRAM / L2 round trip on every norm of a decode step.
+  const uint4* weight = static_cast<const uint4*>(args.weight);
+  uint4 wv[kMaxVec] = {};
+#pragma unroll
+  for (int j = 0; j < kMaxVec; ++j) {
+    const int64_t v = t + j * kRowThreads;
+    if (v < nvec) wv[j] = __ldg(weight + v);
+  }
   float x[kMaxVec][8];
   float sum_sq = 0.0f;
 #pragma unroll
@@ -67,14 +76,13 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   sum_sq = RowSum<kRowThreads>(sum_sq);
   const float inv_rms = rsqrtf(sum_sq / static_cast<float>(args.hidden) + args.eps);
-  const uint4* weight = static_cast<const uint4*>(args.weight);
   uint16_t* out = static_cast<uint16_t*>(args.out) + row * out_stride;
 #pragma unroll
   for (int j = 0; j < kMaxVec; ++j) {
     const int64_t v = t + j * kRowThreads;
     if (v >= nvec) break;
     float w[8], y[8];
-    UnpackBf16x8(__ldg(weight + v), w);
+    UnpackBf16x8(wv[j], w);
 #pragma unroll
     for (int e = 0; e < 8; ++e) y[e] = w[e] * RoundBf16(x[j][e] * inv_rms);
     *reinterpret_cast<uint4*>(out + v * 8) = PackBf16x8(y);

@@ -1,9 +1,10 @@
 // QuantGemmSkinny (CUDA) against QuantGemmRef: INT8, UINT4 and FP8 e4m3 weights on awkward
-// shapes (odd n, m from 1 to 32, partial last groups, per-channel and grouped scales, with and
-// without zero points, bias, accumulate, bf16 and f32 a / c); outputs start as NaN so a missed
-// write fails. QuantDequantize against QuantDequantizeRow and QuantizeActivations against
-// QuantizeActivationRow, bit for bit (odd k, partial groups, zero rows, in place). Skips without a
-// device. Refusals (activation quantization, m > 32, k % 32, misalignment) need no device.
+// shapes (odd n, every m from 1 to kQuantSkinnyMaxM's tiles, every row tile of the dispatch,
+// per-channel and grouped scales, with and without zero points, bias, accumulate, bf16 and f32
+// a / c, plain and PDL launches); outputs start as NaN so a missed write fails. QuantDequantize
+// against QuantDequantizeRow and QuantizeActivations against QuantizeActivationRow, bit for bit
+// (odd k, partial groups, zero rows, in place). Skips without a device. Refusals (activation
+// quantization, m > kQuantSkinnyMaxM, k % 32, misalignment) need no device.
 #include "kernels/quant_gemm/quant_gemm.h"
 
 #include <cmath>
@@ -33,6 +34,7 @@ struct Shape {
   QuantCode code;
   int64_t m, n, k, group;
   bool zeros, bias, accumulate, bf16;
+  bool pdl = false;
 };
 
 void Check(const Shape& s) {
@@ -99,6 +101,7 @@ void Check(const Shape& s) {
   d.w = dw.as<uint8_t>();
   d.scales = dscales.as<float>();
   d.zeros = s.zeros ? dzeros.as<uint8_t>() : nullptr;
+  d.overlap_launch = s.pdl;
   ASSERT_TRUE(QuantGemmSkinny(d, nullptr).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint8_t> got(c0_h.size());
@@ -125,13 +128,22 @@ void Check(const Shape& s) {
 
 TEST(QuantGemmSkinnyTest, MatchesReferenceOnAwkwardShapes) {
   TANDEM_SKIP_WITHOUT_GPU();
+  // n >= 1056 with short rows takes the 4-row tile, n >= 528 with rows of more than 256 vectors
+  // the 2-row tile (k = 8224: 257 uint4 vectors, 514 int8 ones, a partial last pass), the rest
+  // the 1-row tile; m = 1, 2, 4 and 8 are the kernel's instantiations, 3 and 5 partial ones.
   for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4, QuantCode::kFp8E4M3}) {
-    for (int64_t m : {1, 2, 7, 19, 32}) {
-      for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 32}, {7, 96}, {33, 224}, {129, 4096}}) {
-        const bool int4 = code == QuantCode::kUint4;
+    const bool int4 = code == QuantCode::kUint4;
+    for (int64_t m : {1, 2, 3, 4, 5, 8}) {
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 32},
+                          {7, 96},
+                          {33, 224},
+                          {129, 4096},
+                          {1061, int64_t{int4 ? 8192 : 4096}},
+                          {531, 8224}}) {
         for (int64_t group : {k, int64_t{int4 ? 64 : 128}}) {
           for (bool bf16 : {false, true}) {
-            Check({code, m, n, k, group, int4 && group != k, m % 2 == 1, m == 7, bf16});
+            Check({code, m, n, k, group, int4 && group != k, m % 2 == 1, m == 5, bf16,
+                   /*pdl=*/(m + n) % 2 == 0});
           }
         }
       }
@@ -175,6 +187,9 @@ TEST(QuantGemmSkinnyTest, RefusesWhatItDoesNotCover) {
   a.w = w + 1;
   EXPECT_TRUE(refused(a));
   EXPECT_FALSE(QuantGemmSkinnyCovers(a).ok());
+  a = ok;
+  a.a = w + 8;  // activations are read 16 bytes at a time
+  EXPECT_TRUE(refused(a));
 }
 
 std::vector<float> FromDevice(const std::vector<uint8_t>& bytes, bool bf16) {
@@ -213,8 +228,9 @@ TEST(QuantDequantizeTest, MatchesReferenceBitForBit) {
     int64_t n, k, group;
   };
   for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4, QuantCode::kFp8E4M3}) {
-    for (const Case& c : {Case{1, 1, 1}, Case{5, 37, 16}, Case{7, 200, 128}, Case{33, 224, 224},
-                          Case{3, 4096, 128}, Case{2, 131, 131}}) {
+    for (const Case& c :
+         {Case{1, 1, 1}, Case{5, 37, 16}, Case{7, 200, 128}, Case{33, 224, 224}, Case{3, 4096, 128},
+          Case{2, 131, 131}, Case{5, 8224, 64}, Case{4, 96, 32}, Case{3, 64, 256}}) {
       for (bool zeros : {false, true}) {
         if (zeros && code != QuantCode::kUint4) continue;
         for (bool bf16 : {false, true}) {
