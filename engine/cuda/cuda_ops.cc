@@ -83,6 +83,10 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create() {
   if (const char* fuse = std::getenv("TANDEM_FUSED_NORM"); fuse != nullptr) {
     ops->fuse_norm_ = std::string_view(fuse) == "1";
   }
+  if (const char* lt = std::getenv("TANDEM_FP8_LT"); lt != nullptr) {
+    ops->fp8_lt_enabled_ = std::string_view(lt) != "0";
+    ops->fp8_lt_required_ = std::string_view(lt) == "require";
+  }
   ASSIGN_OR_RETURN(ops->decode_plan_, AttentionPlan::Create({}));
   ASSIGN_OR_RETURN(ops->prefill_plan_, AttentionPlan::Create({}));
   return ops;
@@ -153,6 +157,7 @@ absl::StatusOr<const void*> CudaOps::AdoptQuantized(const QuantizedWeight& w) {
   args.scales = static_cast<const float*>(scales);
   args.zeros = static_cast<const uint8_t*>(zeros);
   quant_[codes] = args;
+  RETURN_IF_ERROR(AdoptFp8Lt(w, args));
   quant_max_weight_elems_ = std::max(quant_max_weight_elems_, w.n * w.k);
   if (w.act_quant != ActQuant::kNone) quant_max_act_k_ = std::max(quant_max_act_k_, w.k);
   return static_cast<const void*>(codes);
@@ -213,13 +218,14 @@ absl::StatusOr<std::unique_ptr<DeviceAllocation>> CudaOps::Allocate(int64_t byte
 absl::StatusOr<DeviceMemoryInfo> CudaOps::MemoryInfo() {
   size_t free = 0, total = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
-  // Besides what this object allocated: the two attention plans' buffers, cuBLASLt's workspace
-  // (kernels/gemm), and an allowance for the CUDA context and the modules loaded into it, which
-  // no API reports per process.
+  // Besides what this object allocated: the two attention plans' buffers, cuBLASLt's workspaces
+  // (kernels/gemm; kernels/quant_gemm's FP8 path when it serves a weight), and an allowance for the
+  // CUDA context and the modules loaded into it, which no API reports per process.
   constexpr int64_t kContextAllowance = int64_t{512} << 20;
   constexpr int64_t kCublasLtWorkspace = int64_t{32} << 20;
   const int64_t own = allocated_bytes_ + decode_plan_->DeviceBytes() +
-                      prefill_plan_->DeviceBytes() + kCublasLtWorkspace + kContextAllowance;
+                      prefill_plan_->DeviceBytes() + kCublasLtWorkspace + kContextAllowance +
+                      (fp8_lt_.empty() ? 0 : kFp8LtWorkspaceBytes);
   return DeviceMemoryInfo{static_cast<int64_t>(free), static_cast<int64_t>(total), own};
 }
 
@@ -286,6 +292,10 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
                                             "] weight"));
   }
   if (a.m == 0) return absl::OkStatus();
+  if (!fp8_lt_.empty()) {
+    ASSIGN_OR_RETURN(const bool done, TryFp8Lt(a, w));
+    if (done) return absl::OkStatus();
+  }
   QuantGemmArgs q = WithActivations(w, a);
   if (q.act_quant != ActQuant::kNone) {
     if (act_scratch_ == nullptr || a.m > act_scratch_rows_ || a.k > quant_max_act_k_) {

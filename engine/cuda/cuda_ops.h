@@ -17,16 +17,27 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
 #include "engine/model/ops.h"
 #include "kernels/paged_attention/attention_plan.h"
+#include "kernels/quant_gemm/fp8_gemm_lt.h"
 #include "kernels/quant_gemm/quant_gemm.h"
 #include "kernels/unpack/unpack.h"
 
 namespace tandem {
+
+// The one place the CUDA backend decides whether an FP8 W8A8 GEMM of m rows on a weight the
+// cuBLASLt FP8 path covers (Fp8LtCovers, at adoption) runs there (Fp8GemmLt: e4m3 activations,
+// FP8 tensor cores, scales in cuBLASLt's epilogue) instead of the paths of CudaOps::Gemm below:
+// every m the skinny kernel does not serve (m > kQuantSkinnyMaxM, or a shape it does not cover).
+// Tune here (e.g. from kb_bench's fp8 section, which times both sides at m = 1..8192).
+inline bool UseFp8Lt(int64_t m, bool skinny_covers) {
+  return m > kQuantSkinnyMaxM || !skinny_covers;
+}
 
 class CudaOps final : public Ops {
  public:
@@ -50,6 +61,11 @@ class CudaOps final : public Ops {
   absl::Status RmsNorm(const RmsNormArgs& args) override;
   // A quantized weight (AdoptWeight of a HostTensor with `quant`: codes, fp32 scales and uint4
   // zero points uploaded as they are; its address is that of its codes) runs
+  //   FP8 W8A8 on a weight Fp8LtCovers, where UseFp8Lt says so (prefill): Fp8GemmLt
+  //     (cuda_ops_fp8.cc; its scales packed and uploaded at adoption, its scratch reserved in
+  //     ReserveStep; a cuBLASLt refusal falls back to the paths below, logged once per weight;
+  //     TANDEM_FP8_LT=0 turns it off, an A/B switch; TANDEM_FP8_LT=require makes an uncovered
+  //     FP8 W8A8 weight or a refusal an error instead, for tests); otherwise
   //   FP8 with dynamic activation scales: QuantizeActivations of a into a scratch buffer first
   //     (W8A8's rounding of the activations; the product itself then runs with bf16 inputs);
   //   m <= kQuantSkinnyMaxM (decode) on a shape QuantGemmSkinny covers: that kernel (dequant
@@ -121,6 +137,11 @@ class CudaOps final : public Ops {
   absl::Status Upload();
   absl::StatusOr<const void*> AdoptQuantized(const QuantizedWeight& w);
   absl::Status QuantGemm(const GemmArgs& args, const QuantGemmArgs& w);
+  // cuda_ops_fp8.cc: the cuBLASLt FP8 path's adoption, scratch and call (true: done; false:
+  // take the other paths).
+  absl::Status AdoptFp8Lt(const QuantizedWeight& host, const QuantGemmArgs& device);
+  absl::Status ReserveFp8Lt(int64_t max_tokens);
+  absl::StatusOr<bool> TryFp8Lt(const GemmArgs& args, const QuantGemmArgs& w);
 
   // Op profile: with TANDEM_OP_PROFILE=N, every N-th step runs op by op with a CUDA event pair
   // around each op, and its table (per op and shape: count, total time, share of the step) is
@@ -175,6 +196,14 @@ class CudaOps final : public Ops {
   void* dequant_scratch_ = nullptr;     // [quant_max_weight_elems_] bf16 (ReserveStep)
   void* act_scratch_ = nullptr;         // [max_tokens, quant_max_act_k_] bf16 (ReserveStep)
   int64_t act_scratch_rows_ = 0;
+  // FP8 weights the cuBLASLt FP8 path serves, by the address of their codes (packed scales).
+  bool fp8_lt_enabled_ = true;
+  bool fp8_lt_required_ = false;
+  std::map<const void*, Fp8LtWeight> fp8_lt_;
+  std::set<const void*> fp8_lt_refused_;  // weights whose fallback was logged
+  int64_t fp8_lt_max_n_ = 0, fp8_lt_max_k_ = 0;
+  void* fp8_lt_scratch_ = nullptr;  // Fp8LtScratchBytes(max_tokens, max k, max n) (ReserveStep)
+  int64_t fp8_lt_scratch_bytes_ = 0;
 };
 
 // Runs `launch`; while profiling, between a pair of events named `name()` on the stream.

@@ -98,6 +98,7 @@ absl::Status CudaOps::ReserveStep(const StepCapacity& capacity) {
     ASSIGN_OR_RETURN(act_scratch_, DeviceAlloc(capacity.max_tokens * quant_max_act_k_ * 2));
     act_scratch_rows_ = capacity.max_tokens;
   }
+  RETURN_IF_ERROR(ReserveFp8Lt(capacity.max_tokens));
   return absl::OkStatus();
 }
 

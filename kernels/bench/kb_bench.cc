@@ -2,8 +2,9 @@
 // Llama-3-8B: hidden 4096, intermediate 12288, vocab 152064; the sampler also at Gemma 3's
 // 262144). Prints one row per kernel and shape: median time, achieved TB/s or TFLOP/s, and the
 // fraction of the ceiling measured in the same run.
-// Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling|logits|quant]
-// (logits: LogitsProcess and Logprobs, kernels/bench/logits_bench.cc)
+// Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling|logits|quant|fp8]
+// (logits: LogitsProcess and Logprobs, kernels/bench/logits_bench.cc; fp8: the large-m FP8
+// W8A8 GEMM paths, kernels/bench/fp8_bench.cc, not in "all")
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/bench/bench_util.h"
+#include "kernels/bench/fp8_bench.h"
 #include "kernels/bench/logits_bench.h"
 #include "kernels/bench/quant_bench.h"
 #include "kernels/embedding/embedding.h"
@@ -489,5 +491,6 @@ int main(int argc, char** argv) {
   if (only == "all" || only == "sampling") BenchSampling(c);
   if (only == "all" || only == "logits") BenchLogits(c);
   if (only == "all" || only == "quant") BenchQuantGemm(c);
+  if (only == "fp8") BenchFp8Gemm(c);
   return 0;
 }

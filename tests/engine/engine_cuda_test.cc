@@ -103,6 +103,7 @@ struct Quant {
   std::string scheme = "";
   std::string load_time = "";
   double tolerance = kLogitTolerance;
+  int chunk = 64;  // prefill tokens per sequence and step
   std::string Name() const {
     return scheme.empty() && load_time.empty() ? "bf16" : scheme + load_time;
   }
@@ -111,7 +112,8 @@ struct Quant {
 // `lengths`: the prompts, run together. A single prompt decodes at batch 1, where the CUDA backend
 // runs the RMSNorm inside the skinny GEMM (Ops::FusesNormIntoGemm); batches run it on its own.
 // Quantized weights: both backends run the same codes and scales (CPU: QuantGemmRef in fp32;
-// CUDA: the skinny quantized kernel for steps of <= 32 tokens, dequantize + bf16 GEMM above), so
+// CUDA: the skinny quantized kernel for steps of <= 32 tokens, dequantize + bf16 GEMM above, or
+// for FP8 W8A8 the cuBLASLt FP8 GEMM on e4m3 activations), so
 // the bf16 bound holds for them too.
 void CompareWithCpu(const std::string& preset, int page_size,
                     const std::vector<int>& lengths = {1, 13, 45, 300}, const Quant& quant = {}) {
@@ -124,11 +126,11 @@ void CompareWithCpu(const std::string& preset, int page_size,
   ASSERT_TRUE(cuda.ok()) << cuda.status();
   const int vocab = (*cpu)->config().vocab_size;
   const auto prompts = RandomPrompts(lengths, vocab, 99);
-  constexpr int kNewTokens = 24, kChunk = 64;
+  constexpr int kNewTokens = 24;
   const std::vector<SeqResult> want =
-      GenerateGreedy(**cpu, prompts, kNewTokens, page_size, kChunk, DType::kF32);
+      GenerateGreedy(**cpu, prompts, kNewTokens, page_size, quant.chunk, DType::kF32);
   const std::vector<SeqResult> got =
-      GenerateGreedy(**cuda, prompts, kNewTokens, page_size, kChunk, DType::kBF16);
+      GenerateGreedy(**cuda, prompts, kNewTokens, page_size, quant.chunk, DType::kBF16);
   int agreed = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const double scale = std::max(1.0, MaxAbs(want[i].prompt_logits));
@@ -238,7 +240,8 @@ TEST(EngineCudaTest, SmallPresetsMatchTheCpuBackend) {
 // Every pre-quantized layout make-model writes (FP8 block 128x128 and per channel with dynamic
 // FP8 activations, INT8 per channel, AWQ and GPTQ INT4 group 128) on the CUDA backend against
 // the CPU backend. Prompts {1, 13, 45, 300} in chunks of 64: prefill steps of 67-123 tokens take
-// the dequantize + bf16 GEMM path, decode steps of 1-4 tokens the skinny kernel; one prompt alone
+// the dequantize + bf16 GEMM path (FP8: the cuBLASLt FP8 GEMM, Fp8PrefillRunsTheCublasLtFp8Gemm
+// below), decode steps of 1-4 tokens the skinny kernel; one prompt alone
 // decodes at batch 1 (with TANDEM_FUSED_NORM=1 too: quantized GEMMs must not be given the norm).
 // small-qwen2: QKV bias, hidden 896, head_dim 64. small-llama2 (intermediate 2752, which AWQ /
 // GPTQ checkpoints cannot have: a multiple of the group) with --quantization int4: a partial
@@ -255,6 +258,27 @@ TEST(EngineCudaTest, QuantizedCheckpointsMatchTheCpuBackend) {
   ASSERT_EQ(setenv("TANDEM_FUSED_NORM", "1", 1), 0);
   CompareWithCpu("small-llama3", 16, {45}, {.scheme = "gptq"});
   ASSERT_EQ(unsetenv("TANDEM_FUSED_NORM"), 0);
+}
+
+// FP8 checkpoints at prefill length through the cuBLASLt FP8 GEMM (kernels/quant_gemm/
+// fp8_gemm_lt.h): TANDEM_FP8_LT=require makes any FP8 weight it does not cover, or any refusal
+// where CudaOps picks it (UseFp8Lt: steps of more than 32 tokens), an error instead of the
+// dequantize fallback, so these steps provably ran it. Prompts 517 and 90 in chunks of 512: a
+// 602-token first step (m % 4 = 2: the block layout's 4-row tail GEMM too), a 5 + 1 token
+// step after it; per channel and 128x128 blocks, on small-llama3 and on small-qwen2 (QKV bias
+// through cuBLASLt's bias epilogue).
+TEST(EngineCudaTest, Fp8PrefillRunsTheCublasLtFp8Gemm) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("TANDEM_FP8_LT", "require", 1), 0);
+  for (const std::string scheme : {"fp8-channel", "fp8-block"}) {
+    CompareWithCpu("small-llama3", 16, {517, 90},
+                   {.scheme = scheme, .tolerance = kFp8LogitTolerance, .chunk = 512});
+    CompareWithCpu("small-qwen2", 16, {301},
+                   {.scheme = scheme, .tolerance = kFp8LogitTolerance, .chunk = 512});
+  }
+  CompareWithCpu("small-qwen3", 16, {517},
+                 {.load_time = "fp8", .tolerance = kFp8LogitTolerance, .chunk = 512});
+  ASSERT_EQ(unsetenv("TANDEM_FP8_LT"), 0);
 }
 
 // --quantization fp8 | int8 | int4 on a bf16 checkpoint (quantized on the host at load time).
@@ -442,7 +466,8 @@ TEST(EngineCudaTest, SpeculativeVerifyStepsReplayGraphs) {
 }
 
 // Quantized steps captured into graphs (decode batches up to 32 in the skinny kernel, larger ones
-// through the dequantization scratch) give the eager steps' tokens.
+// through the dequantization scratch, or for fp8-block the cuBLASLt FP8 GEMM) give the eager
+// steps' tokens.
 TEST(EngineCudaTest, QuantizedGraphStepsEqualEagerSteps) {
   SKIP_WITHOUT_GPU();
   for (const char* scheme : {"awq", "fp8-block"}) {

@@ -1,0 +1,424 @@
+// The cuBLASLt half of the FP8 W8A8 path (fp8_gemm_lt.h): format checks, the weight-scale
+// packing, the per-device handle + workspace + plan cache (the conventions of
+// kernels/gemm/gemm_lt_cuda.cc: plans per shape, the heuristic's first algorithm, scale / bias
+// pointers set on the cached descriptor under the device's mutex before each enqueue), and the
+// matmuls. Every cuBLASLt call is checked; a refusal while planning (no algorithm, or a
+// configuration cuBLASLt calls unsupported) is cached and returned as Unimplemented, so the
+// caller's fallback costs no further heuristic query.
+#include <cublasLt.h>
+#include <cublas_v2.h>  // cublasGetStatusString, used by CUBLAS_RETURN_IF_ERROR
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
+#include "base/status_macros.h"
+#include "kernels/quant_gemm/fp8_gemm_lt.h"
+#include "kernels/quant_gemm/fp8_gemm_lt_layout.h"
+
+namespace tandem {
+namespace {
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Whether each 128-column block of k lies inside one weight group (so one scale per row and
+// block exists): groups of a multiple of 128 columns, or one group for the whole row.
+bool GroupsAlignWithBlocks(const QuantGemmArgs& a) {
+  return a.group_size >= a.k || a.group_size % kFp8LtBlock == 0;
+}
+
+// The weight's scale for row j and 128-column block b (args.scales on the host).
+float ScaleAt(const QuantGemmArgs& a, int64_t j, int64_t b) {
+  const int64_t groups = QuantNumGroups(a.k, a.group_size);
+  return a.scales[j * groups + b * kFp8LtBlock / a.group_size];
+}
+
+// The scale modes of one call: weight (cuBLASLt's A) and activations (B).
+struct Modes {
+  cublasLtMatmulMatrixScale_t w, a;
+};
+Modes ModesOf(Fp8LtWeightScales w) {
+  switch (w) {
+    case Fp8LtWeightScales::kPerChannel:
+      return {CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
+              CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F};
+    case Fp8LtWeightScales::kBlock128x128:
+      return {CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F};
+    case Fp8LtWeightScales::kRow128:
+      break;
+  }
+  return {CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F};
+}
+
+struct Plan {
+  absl::Status status;  // a cached refusal (Unimplemented) when not OK
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t w_layout = nullptr, a_layout = nullptr, d_layout = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// (rows of the call, n, k, weight scale mode, D fp32 (the tail), bias, accumulate) -> plan.
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, bool, bool>;
+
+struct LtDevice {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<PlanKey, Plan> plans;  // guarded by mu
+  std::mutex mu;
+};
+
+std::mutex g_devices_mu;
+std::map<int, std::unique_ptr<LtDevice>> g_devices;  // guarded by g_devices_mu
+
+absl::StatusOr<LtDevice*> DeviceContext() {
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(g_devices_mu);
+  auto& slot = g_devices[device];
+  if (slot == nullptr) {
+    auto ctx = std::make_unique<LtDevice>();
+    CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&ctx->handle));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->workspace, kFp8LtWorkspaceBytes));
+    slot = std::move(ctx);
+  }
+  return slot.get();
+}
+
+// A planning-time cuBLASLt status: success, a refusal of this configuration (Unimplemented:
+// the caller falls back), or an error.
+absl::Status PlanStatus(cublasStatus_t st, const char* what, const PlanKey& key) {
+  if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  const std::string msg =
+      absl::StrCat("cuBLASLt FP8: ", what, " failed (", cublasGetStatusString(st),
+                   ") for rows=", std::get<0>(key), " n=", std::get<1>(key),
+                   " k=", std::get<2>(key), " weight scales ", std::get<3>(key));
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
+      st == CUBLAS_STATUS_ARCH_MISMATCH) {
+    return absl::UnimplementedError(msg);
+  }
+  return absl::InternalError(msg);
+}
+
+#define PLAN_CHECK(expr, what)                                                \
+  do {                                                                        \
+    if (absl::Status _s = PlanStatus((expr), what, key); !_s.ok()) return _s; \
+  } while (0)
+
+// Descriptors and the heuristic's algorithm for one configuration; the scale (and bias)
+// pointers of the first call are set before the query (each call sets its own after).
+absl::Status MakePlan(LtDevice& dev, const PlanKey& key, Modes modes, const void* w_scales,
+                      const void* a_scales, const void* bias, Plan& plan) {
+  const auto [rows, n, k, wmode, d_f32, has_bias, accumulate] = key;
+  const cudaDataType_t d_type = d_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  PLAN_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+  const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
+  PLAN_CHECK(
+      cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)),
+      "TRANSA");
+  PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans,
+                                            sizeof(no_trans)),
+             "TRANSB");
+  // Promote partial sums to fp32 (the block modes allow nothing else; outer vectors could).
+  const int8_t fast_accum = 0;
+  PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
+                                            sizeof(fast_accum)),
+             "FAST_ACCUM");
+  const int32_t a_mode = modes.w, b_mode = modes.a;  // cuBLASLt's A is the weight
+  PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                            sizeof(a_mode)),
+             "A_SCALE_MODE");
+  PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                            sizeof(b_mode)),
+             "B_SCALE_MODE");
+  PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                            &w_scales, sizeof(w_scales)),
+             "A_SCALE_POINTER");
+  PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                            &a_scales, sizeof(a_scales)),
+             "B_SCALE_POINTER");
+  if (has_bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = CUDA_R_16BF;
+    PLAN_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+        "EPILOGUE");
+    PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                              &bias_type, sizeof(bias_type)),
+               "BIAS_DATA_TYPE");
+    PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof(bias)),
+               "BIAS_POINTER");
+  }
+  PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.w_layout, CUDA_R_8F_E4M3, k, n, k), "w layout");
+  PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.a_layout, CUDA_R_8F_E4M3, k, rows, k), "a layout");
+  PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.d_layout, d_type, n, rows, n), "d layout");
+  cublasLtMatmulPreference_t pref = nullptr;
+  PLAN_CHECK(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  size_t ws = kFp8LtWorkspaceBytes;
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    st = cublasLtMatmulAlgoGetHeuristic(dev.handle, plan.op, plan.w_layout, plan.a_layout,
+                                        plan.d_layout, plan.d_layout, pref, 1, &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  PLAN_CHECK(st, "heuristic");
+  if (found == 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cuBLASLt FP8: no algorithm for rows=", rows, " n=", n, " k=", k, " weight scales ", wmode,
+        accumulate ? " accumulate" : "", has_bias ? " bias" : ""));
+  }
+  plan.algo = result.algo;
+  return absl::OkStatus();
+}
+
+void DestroyPlan(Plan& p) {  // a failed plan's partial descriptors (failures are not checked)
+  if (p.op != nullptr) cublasLtMatmulDescDestroy(p.op);
+  if (p.w_layout != nullptr) cublasLtMatrixLayoutDestroy(p.w_layout);
+  if (p.a_layout != nullptr) cublasLtMatrixLayoutDestroy(p.a_layout);
+  if (p.d_layout != nullptr) cublasLtMatrixLayoutDestroy(p.d_layout);
+  p.op = nullptr;
+  p.w_layout = p.a_layout = p.d_layout = nullptr;
+}
+
+// The cached plan for `key` (made on first use; a refusal is cached as its status).
+absl::StatusOr<Plan*> GetPlan(LtDevice& dev, const PlanKey& key, Modes modes, const void* w_scales,
+                              const void* a_scales, const void* bias) {
+  auto it = dev.plans.find(key);
+  if (it == dev.plans.end()) {
+    Plan fresh;
+    fresh.status = MakePlan(dev, key, modes, w_scales, a_scales, bias, fresh);
+    if (!fresh.status.ok()) DestroyPlan(fresh);
+    it = dev.plans.emplace(key, fresh).first;  // std::map nodes are stable; never erased
+  }
+  if (!it->second.status.ok()) return it->second.status;
+  return &it->second;
+}
+
+// One call's matmuls: the main GEMM into c and, in the block modes with m % 4 != 0, the 4-row
+// tail into the scratch's fp32 region.
+struct Calls {
+  Fp8LtScratchLayout layout;
+  Modes modes;
+  PlanKey main, tail;
+};
+
+Calls CallsOf(const QuantGemmArgs& args, const Fp8LtWeight& w) {
+  Calls c;
+  c.layout = Fp8LtLayout(args.act_quant == ActQuant::kFp8PerTokenGroup, args.m, args.k, args.n);
+  c.modes = ModesOf(w.mode);
+  const int mode = static_cast<int>(w.mode);
+  c.main = {c.layout.main_rows, args.n, args.k, mode, false, args.bias != nullptr, args.accumulate};
+  c.tail = {kFp8LtTailRows, args.n, args.k, mode, true, false, false};
+  return c;
+}
+
+absl::Status CheckCall(const QuantGemmArgs& args, const Fp8LtWeight& w, const void* scratch,
+                       int64_t scratch_bytes) {
+  RETURN_IF_ERROR(Fp8LtCovers(args));
+  if (w.n != args.n || w.k != args.k || w.w == nullptr || w.scales == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Fp8GemmLt: a [", w.n, ", ", w.k, "] weight asked for [", args.n, ", ", args.k, "]"));
+  }
+  const bool block_act = args.act_quant == ActQuant::kFp8PerTokenGroup;
+  if (block_act != (w.mode != Fp8LtWeightScales::kPerChannel)) {
+    return absl::InvalidArgumentError("Fp8GemmLt: weight scales packed for other activations");
+  }
+  if (!Aligned16(w.w) || !Aligned16(w.scales) || !Aligned16(args.a) || !Aligned16(args.c) ||
+      (args.bias != nullptr && !Aligned16(args.bias))) {
+    return absl::InvalidArgumentError(
+        "Fp8GemmLt: w, scales, a, c and bias must be 16-byte aligned");
+  }
+  const int64_t need = Fp8LtLayout(block_act, args.m, args.k, args.n).bytes;
+  if (scratch == nullptr || scratch_bytes < need ||
+      (reinterpret_cast<uintptr_t>(scratch) & 255u) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Fp8GemmLt: needs a 256-byte aligned scratch of ", need, " bytes, got ", scratch_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Enqueue(LtDevice& dev, Plan& plan, const void* w, const void* w_scales, const void* a,
+                     const void* a_scales, const void* bias, void* d, bool accumulate,
+                     cudaStream_t stream) {
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scales, sizeof(a_scales)));
+  if (bias != nullptr) {
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  // accumulate: D = A·B + C with C = D (in place, as cuBLASLt allows for equal layouts).
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(dev.handle, plan.op, &alpha, w, plan.w_layout, a,
+                                        plan.a_layout, &beta, d, plan.d_layout, d, plan.d_layout,
+                                        &plan.algo, dev.workspace, kFp8LtWorkspaceBytes, stream));
+  return absl::OkStatus();
+}
+
+// Plans for both calls (under dev.mu), then (with `launch`) the matmuls and the tail kernel.
+absl::Status Run(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
+                 int64_t scratch_bytes, cudaStream_t stream, bool quantize_first) {
+  RETURN_IF_ERROR(CheckCall(args, w, scratch, scratch_bytes));
+  if (args.m <= 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(LtDevice * dev, DeviceContext());
+  const Calls calls = CallsOf(args, w);
+  const Fp8LtScratchLayout& l = calls.layout;
+  uint8_t* base = static_cast<uint8_t*>(scratch);
+  const uint8_t* codes = base + l.codes;
+  const void* a_scales = base + l.scales;
+  const void* tail_scales = base + l.tail_scales;
+  float* tail_out = reinterpret_cast<float*>(base + l.tail_out);
+  std::lock_guard<std::mutex> lock(dev->mu);
+  Plan* main = nullptr;
+  Plan* tail = nullptr;
+  int64_t main_rows = l.main_rows;
+  bool split = l.tail;
+  if (main_rows > 0) {
+    absl::StatusOr<Plan*> p = GetPlan(*dev, calls.main, calls.modes, w.scales, a_scales, args.bias);
+    if (!p.ok() && absl::IsUnimplemented(p.status()) && !l.block && l.tail_start < args.m) {
+      // Outer vectors refused at m % 4 != 0 too: the block modes' split (the layout holds the
+      // tail's scales for this case; the vector's prefix serves the main rows).
+      split = true;
+      main_rows = l.tail_start;
+      PlanKey key = calls.main;
+      std::get<0>(key) = main_rows;
+      p = main_rows > 0 ? GetPlan(*dev, key, calls.modes, w.scales, a_scales, args.bias)
+                        : absl::StatusOr<Plan*>(nullptr);
+    }
+    if (!p.ok()) return p.status();
+    main = *p;
+  }
+  if (split) {
+    ASSIGN_OR_RETURN(tail, GetPlan(*dev, calls.tail, calls.modes, w.scales, tail_scales, nullptr));
+  }
+  if (quantize_first) {
+    RETURN_IF_ERROR(Fp8LtQuantizeActivations(args, scratch, scratch_bytes, stream));
+  }
+  if (main != nullptr) {
+    RETURN_IF_ERROR(Enqueue(*dev, *main, w.w, w.scales, codes, a_scales, args.bias, args.c,
+                            args.accumulate, stream));
+  }
+  if (tail != nullptr) {
+    RETURN_IF_ERROR(Enqueue(*dev, *tail, w.w, w.scales, codes + l.tail_start * args.k, tail_scales,
+                            nullptr, tail_out, false, stream));
+    RETURN_IF_ERROR(Fp8LtAddTail(tail_out, args.bias, args.c, args.n, l.tail_start, args.m,
+                                 args.accumulate, stream));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Fp8LtCovers(const QuantGemmArgs& a) {
+  if (a.code != QuantCode::kFp8E4M3 || a.zeros != nullptr) {
+    return absl::InvalidArgumentError("Fp8GemmLt: FP8 e4m3 weights only (no zero points)");
+  }
+  if (a.act_quant == ActQuant::kNone) {
+    return absl::InvalidArgumentError("Fp8GemmLt: W8A8 only (act_quant kNone is weight-only)");
+  }
+  if (a.n < 1 || a.k < 1 || a.n % 16 != 0 || a.k % 16 != 0 || a.m < 0 || a.group_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Fp8GemmLt: needs n % 16 == 0 and k % 16 == 0 (FP8 tensor cores); got m=", a.m,
+                     " n=", a.n, " k=", a.k, " group_size=", a.group_size));
+  }
+  if ((a.a_dtype != DType::kBF16 && a.a_dtype != DType::kF32) || a.c_dtype != DType::kBF16) {
+    return absl::InvalidArgumentError("Fp8GemmLt: a must be bf16 or f32, c (and bias) bf16");
+  }
+  // beta = 1 with the bias epilogue would round a · wᵀ + bias before adding c
+  // (kernels/gemm/gemm_lt_cuda.cc measured that for bf16): GemmArgs::accumulate's contract.
+  if (a.accumulate && a.bias != nullptr) {
+    return absl::InvalidArgumentError("Fp8GemmLt: accumulate with a bias is not supported");
+  }
+  if (a.act_quant == ActQuant::kFp8PerToken) {
+    if (a.group_size < a.k) {
+      return absl::UnimplementedError(absl::StrCat(
+          "Fp8GemmLt: per-token activations need per-channel weight scales; group_size ",
+          a.group_size, " < k ", a.k));
+    }
+    return absl::OkStatus();
+  }
+  if (a.act_group_size != kFp8LtBlock) {
+    return absl::UnimplementedError(absl::StrCat(
+        "Fp8GemmLt: per-token-group activations need act_group_size 128 (cuBLASLt's VEC128); got ",
+        a.act_group_size));
+  }
+  if (!GroupsAlignWithBlocks(a)) {
+    return absl::UnimplementedError(
+        absl::StrCat("Fp8GemmLt: weight groups of ", a.group_size, " split the 128-column blocks"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Fp8LtPackedScales> Fp8LtPackWeightScales(const QuantGemmArgs& args) {
+  QuantGemmArgs a = args;
+  a.m = 0;
+  a.a = nullptr;
+  a.c = nullptr;
+  a.bias = nullptr;
+  a.accumulate = false;
+  a.a_dtype = DType::kBF16;
+  a.c_dtype = DType::kBF16;
+  RETURN_IF_ERROR(Fp8LtCovers(a));
+  if (a.scales == nullptr) return absl::InvalidArgumentError("Fp8LtPackWeightScales: no scales");
+  Fp8LtPackedScales out;
+  if (a.act_quant == ActQuant::kFp8PerToken) {
+    out.mode = Fp8LtWeightScales::kPerChannel;
+    out.scales.assign(a.scales, a.scales + a.n);  // one group per row
+    return out;
+  }
+  const int64_t blocks = CeilDiv(a.k, kFp8LtBlock);
+  const int64_t row_blocks = CeilDiv(a.n, kFp8LtBlock);
+  bool uniform = true;
+  for (int64_t j = 0; j < a.n && uniform; ++j) {
+    const int64_t j0 = j / kFp8LtBlock * kFp8LtBlock;
+    for (int64_t b = 0; b < blocks && uniform; ++b) {
+      const float s = ScaleAt(a, j, b), s0 = ScaleAt(a, j0, b);
+      uniform = std::memcmp(&s, &s0, sizeof(float)) == 0;
+    }
+  }
+  if (uniform) {
+    out.mode = Fp8LtWeightScales::kBlock128x128;
+    const int64_t ld = CeilDiv(blocks, 4) * 4;  // L4: columns 16-byte apart
+    out.scales.assign(row_blocks * ld, 0.0f);
+    for (int64_t p = 0; p < row_blocks; ++p) {
+      for (int64_t b = 0; b < blocks; ++b) out.scales[p * ld + b] = ScaleAt(a, p * kFp8LtBlock, b);
+    }
+    return out;
+  }
+  out.mode = Fp8LtWeightScales::kRow128;
+  out.scales.resize(blocks * a.n);
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t j = 0; j < a.n; ++j) out.scales[b * a.n + j] = ScaleAt(a, j, b);
+  }
+  return out;
+}
+
+int64_t Fp8LtScratchBytes(int64_t m, int64_t k, int64_t n) {
+  return std::max(Fp8LtLayout(true, m, k, n).bytes, Fp8LtLayout(false, m, k, n).bytes);
+}
+
+absl::Status Fp8LtInitDevice() { return DeviceContext().status(); }
+
+absl::Status Fp8LtMatmul(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
+                         int64_t scratch_bytes, cudaStream_t stream) {
+  return Run(args, w, scratch, scratch_bytes, stream, /*quantize_first=*/false);
+}
+
+absl::Status Fp8GemmLt(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
+                       int64_t scratch_bytes, cudaStream_t stream) {
+  return Run(args, w, scratch, scratch_bytes, stream, /*quantize_first=*/true);
+}
+
+}  // namespace tandem
