@@ -1,5 +1,6 @@
 #include "prefill_worker/prefill_service.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -272,6 +273,19 @@ absl::StatusOr<KvTransferStats> PrefillService::RunTransfer(const TransferJob& j
     if (p.outcome == Push::Outcome::kAbandon) {
       (*op)->Abort("the prefill ended without its KV (stopped, aborted or failed)");
       return absl::AbortedError("request ended before its KV transfer completed");
+    }
+  }
+  if (env_.options->kv_transfer_hold_ms > 0) {
+    // --kv-transfer-hold-ms (fault tests): every page written, the transfer not yet completed.
+    // An abort, an abandoned push or Stop ends the wait as it would end a socket wait.
+    const absl::Time until =
+        env_.clock->Now() + absl::Milliseconds(env_.options->kv_transfer_hold_ms);
+    while (env_.clock->Now() < until) {
+      if (cancelled()) {
+        (*op)->Abort("the request went away while its KV transfer was held");
+        return absl::AbortedError("request ended while its KV transfer was held");
+      }
+      env_.clock->SleepUntil(std::min(until, env_.clock->Now() + absl::Milliseconds(10)));
     }
   }
   return (*op)->Finish();

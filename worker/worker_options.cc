@@ -63,6 +63,11 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
   app.add_option("--kv-transport", kv_transport, "KV data path: tcp, ipc (CUDA IPC) or auto");
   app.add_flag("--kv-layerwise-push,!--no-kv-layerwise-push", o.kv_layerwise_push,
                "Prefill: push each layer's KV while the next layers compute (on by default)");
+  if (default_role == WorkerRole::kPrefill) {  // other roles refuse it (unknown flag)
+    app.add_option("--kv-transfer-hold-ms", o.kv_transfer_hold_ms,
+                   "Testing: hold each KV transfer open this long once its pages are written")
+        ->check(CLI::NonNegativeNumber);
+  }
   app.add_option("--reservation-ttl-ms", o.reservation_ttl_ms, "Unclaimed reservation TTL");
   app.add_option("--drain-timeout-ms", o.drain_timeout_ms, "Drain time on SIGTERM");
   std::string cluster_token_file;

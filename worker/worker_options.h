@@ -29,6 +29,11 @@ struct WorkerOptions {
   // prefill: push layer l of a prompt's KV as soon as its final chunk stored it (engine/kv_push.h)
   // rather than after the whole prompt; off (--no-kv-layerwise-push) for measurement.
   bool kv_layerwise_push = true;
+  // prefill, testing only (--kv-transfer-hold-ms): every outgoing KV transfer waits this long
+  // once all its pages are written (IPC: its copies enqueued into the granted pages) before it
+  // completes, unless its request goes away meanwhile, so that fault tests can reach the middle
+  // of a transfer. 0: no wait.
+  int64_t kv_transfer_hold_ms = 0;
   // The KV data path between prefill and decode (comm/kv_ipc.h): tcp, ipc (CUDA IPC, same GPU
   // or peers; fails clearly where impossible) or auto (IPC where possible, else TCP).
   KvTransportKind kv_transport = KvTransportKind::kAuto;
