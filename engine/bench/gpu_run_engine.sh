@@ -4,25 +4,34 @@
 # Qwen3-8B) with an op profile of decode steps, and the transformers + torch.compile peer on the
 # same checkpoints; full logs in one archive under $OUT, the short tables last.
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]).
-# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|bench|quant|abnorm|profile|trace|ncu|served|served1p1d|peer|spec|hf|prefix|all]...
-# (default: all, which leaves out prefix; PRESETS="llama3-8b qwen3-8b" by default). `hf` runs the
-# engine test against transformers on the preset itself (8B shapes); `tests` runs it on the small
-# presets with TANDEM_REF_PYTHON set by the caller.
+# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|faults|bench|quant|abnorm|profile|trace|ncu|served|served1p1d|peer|spec|hf|prefix|sweep|all]...
+# (default: all, which leaves out faults, prefix and sweep; PRESETS="llama3-8b qwen3-8b" by
+# default, "qwen3-8b" when only sweep and faults are asked for). `hf` runs the engine test against
+# transformers on the preset itself (8B shapes); `tests` runs it on the small presets with
+# TANDEM_REF_PYTHON set by the caller. TANDEM_STAGE=DIR runs the binaries of DIR/bin and
+# DIR/tests instead of the packed .gpu-eng (a build folder: the script's logic on the CPU with
+# CPU layouts and a tiny preset, engine/bench/README.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[ -d .gpu-eng ] || tar -xJf .gpu-pack/eng.tar.xz
-S=.gpu-eng
+S=${TANDEM_STAGE:-.gpu-eng}
+[ -d "$S" ] || tar -xJf .gpu-pack/eng.tar.xz
 source tools/gpu/gpu-env.sh --libs $S/_libs --info
 export PYTHONUNBUFFERED=1 TANDEM_SOURCE_DIR=$PWD TANDEM_BINARY_DIR=$PWD/$S
 OUT=${OUT:-/tmp/eng-out}
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
 MODELS=${MODELS:-/tmp/tandem-models}
-PRESETS=${PRESETS:-llama3-8b qwen3-8b}
 what=${*:-all}
 prefix_tables=""
 note() { echo "[${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
 want() { [[ " $what " == *" $1 "* || " $what " == *" all "* ]]; }
+named() { [[ " $what " == *" $1 "* ]]; }  # modes that `all` leaves out
+only_named() {  # every mode asked for is one of the arguments
+  local w
+  for w in $what; do [[ " $* " == *" $w "* ]] || return 1; done
+}
+if only_named sweep faults; then PRESETS=${PRESETS:-qwen3-8b}; fi
+PRESETS=${PRESETS:-llama3-8b qwen3-8b}
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.draw --format=csv \
   >"$LOGS/smi.txt"
 
@@ -51,6 +60,17 @@ if want tests; then
   grep -hE "max \|cuda|greedy tokens|batch invariance|device sampling|graphs vs eager" \
     "$LOGS/engine_cuda_test.log" 2>/dev/null | head -120 >>"$OUT/summary.txt"
   grep -hE "^BENCH|^disagg equality" "$LOGS"/*.log 2>/dev/null >>"$OUT/summary.txt"
+fi
+
+if named faults; then
+  # The fault matrix's transfer phase on the GPU (tests/deploy/fault_transfer_e2e_test.cc built
+  # as fault_transfer_gpu_test): the CUDA backend, prefill and decode workers on GPU 0, KV over
+  # CUDA IPC, the small-qwen3 preset; SIGSTOP / SIGKILL of decode-0, SIGKILL of prefill-0 and of
+  # the router, and cancel, each while three requests' KV is in flight, held before its first
+  # byte and again with every page written (--kv-transfer-hold-ms). One verdict per cell.
+  run_test fault_transfer_gpu_test 280
+  grep -E "^(cell|matrix): |^\[  FAILED  \] FaultTransfer" "$LOGS/fault_transfer_gpu_test.log" \
+    >>"$OUT/summary.txt"
 fi
 
 # The engine step counters of the first worker's /metrics (tandem_worker_engine_*, output
@@ -121,10 +141,116 @@ serve_and_load() {  # through the router: tandem serve LAYOUT and tandem-loadgen
   wait $pid
 }
 
+# The users' question on one GPU ([gpu-disagg]): tandem-loadgen rate sweeps against `tandem
+# serve` with each of SWEEP_LAYOUTS (NAME=FILE; default the mixed worker, then 1 prefill + 1
+# decode worker sharing GPU 0 with the KV over CUDA IPC), for each of SWEEP_WORKLOADS
+# (NAME:INPUT:OUTPUT:PROMPTS:RATES, PROMPTS requests per point at each of the comma-separated
+# Poisson RATES in req/s), goodput under the SLOs of SWEEP_GOODPUT (ms); then one report per
+# workload comparing the layouts. Every piece has a timeout, cut so that everything ends by
+# SWEEP_DEADLINE_S seconds after the script started (a loadgen cut short gets SIGINT and saves
+# the points it measured). The defaults fit one call of < 9 minutes with Qwen3-8B on one H200:
+# capacity ~16 req/s prefill-heavy (2k-token prefills at ~600 TFLOP/s are ~50 ms each, plus the
+# decodes) and ~17 req/s decode-heavy at 256 in flight (~17k output tokens/s; a 1k-token answer
+# takes ~5 s alone, ~14 s at that load); the 160 prompts per decode-heavy point keep the run short
+# and so stay below the 256 sequences the workers admit.
+SWEEP_LAYOUTS=${SWEEP_LAYOUTS:-mixed=deploy/layouts/h200-mixed.yaml 1p1d-ipc=deploy/layouts/h200-1p1d.yaml}
+SWEEP_WORKLOADS=${SWEEP_WORKLOADS:-prefill:2048:128:64:4,8,12,16,20,24 decode:128:1024:160:5,10,20,40}
+SWEEP_GOODPUT=${SWEEP_GOODPUT:-ttft:500 tpot:25}
+SWEEP_DEADLINE_S=${SWEEP_DEADLINE_S:-525}
+SWEEP_PORT=${SWEEP_PORT:-8000}
+
+# Seconds a piece may run: `limit`, cut to what is left before the deadline less `reserve`.
+sweep_limit() {  # limit reserve
+  local left=$((SWEEP_DEADLINE_S - SECONDS - $2))
+  if [ "$left" -lt "$1" ]; then echo $((left > 0 ? left : 0)); else echo "$1"; fi
+}
+
+sweep_stop() {  # pid: SIGTERM (the server drains and stops its workers), SIGKILL after 20 s
+  local pid=$1
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 40); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+}
+
+sweep_layout() {  # name layout-file; results in $RES/$preset-NAME-WORKLOAD-*
+  local name=$1 file=$2 lim pid t0 wl wname in out n rates nominal
+  local slog=$LOGS/sweep_serve_${name}_$preset.log
+  lim=$(sweep_limit 150 60)
+  if [ "$lim" -lt 30 ]; then
+    note "sweep $name $preset: skipped, $((SWEEP_DEADLINE_S - SECONDS)) s left"
+    return
+  fi
+  $S/bin/tandem serve --layout "$file" --model "$m" --port "$SWEEP_PORT" --ready-timeout-s "$lim" \
+    --log-dir "$LOGS/sweep_serve_${name}_$preset" >"$slog" 2>&1 &
+  pid=$!
+  t0=$SECONDS
+  until curl -sf "http://127.0.0.1:$SWEEP_PORT/ready" >/dev/null 2>&1; do
+    if ! kill -0 "$pid" 2>/dev/null || [ $((SECONDS - t0)) -ge "$lim" ]; then
+      note "sweep $name $preset: not serving after $((SECONDS - t0)) s ($file)"
+      tail -5 "$slog" >>"$OUT/summary.txt"
+      sweep_stop "$pid"
+      return
+    fi
+    sleep 0.5
+  done
+  note "sweep $name $preset: serving after $((SECONDS - t0)) s ($file)"
+  for wl in $SWEEP_WORKLOADS; do
+    IFS=: read -r wname in out n rates <<<"$wl"
+    # Its own limit: 1.5 x (arrivals + ~15 ms per output token of each point's last request) +
+    # 20 s; cut to the deadline less 40 s (the next layout's start, the reports).
+    nominal=$(python3 -c "import sys; r=[float(x) for x in sys.argv[3].split(',')];
+print(int(1.5*sum(int(sys.argv[1])/x + 0.015*int(sys.argv[2]) for x in r) + 20))" "$n" "$out" "$rates")
+    lim=$(sweep_limit "$nominal" 40)
+    if [ "$lim" -lt 10 ]; then
+      note "sweep $name $wname $preset: skipped, $((SWEEP_DEADLINE_S - SECONDS)) s left"
+      continue
+    fi
+    # shellcheck disable=SC2086
+    timeout -s INT -k 15 "$lim" $S/bin/tandem-loadgen --base-url "http://127.0.0.1:$SWEEP_PORT" \
+      --tokenizer "$m" --num-prompts "$n" --random-input-len "$in" --random-output-len "$out" \
+      --sweep "rate=$rates" --goodput $SWEEP_GOODPUT --percentile-metrics ttft,tpot,itl,e2el \
+      --metric-percentiles 50,90,99 --request-timeout 120 --seed 1 --label "$name" \
+      --metadata "layout=$file" --metadata "workload=$wname ${in} in / ${out} out" \
+      --result-dir "$RES" --result-filename "$preset-$name-$wname" --disable-progress \
+      >"$LOGS/sweep_${name}_${wname}_$preset.log" 2>&1
+    note "sweep $name $wname $preset: exit=$? (limit $lim s)"
+  done
+  curl -sf "http://127.0.0.1:$SWEEP_PORT/metrics" >"$LOGS/sweep_metrics_${name}_$preset.txt"
+  sweep_stop "$pid"
+}
+
+# One comparison report per workload, the table of every point, and the results archive.
+sweep_reports() {
+  local wl wname l f files all=()
+  for wl in $SWEEP_WORKLOADS; do
+    wname=${wl%%:*}
+    files=()
+    for l in $SWEEP_LAYOUTS; do
+      f=$RES/$preset-${l%%=*}-$wname-sweep.json
+      [ -f "$f" ] && files+=("$f")
+    done
+    all+=("${files[@]}")
+    if [ ${#files[@]} -eq 0 ]; then
+      note "sweep $wname $preset: no results"
+      continue
+    fi
+    timeout 60 $S/bin/tandem-loadgen --compare "${files[@]}" \
+      --report "$OUT/sweep_${preset}_${wname}.html" >>"$LOGS/sweep_compare.log" 2>&1
+    note "sweep $wname $preset: report exit=$? ($(basename "$OUT/sweep_${preset}_${wname}.html"))"
+  done
+  python3 engine/bench/sweep_table.py --goodput "$SWEEP_GOODPUT" --workloads "$SWEEP_WORKLOADS" \
+    "${all[@]}" >"$OUT/sweep_summary_$preset.txt" 2>&1
+  cat "$OUT/sweep_summary_$preset.txt" >>"$OUT/summary.txt"
+}
+
 for preset in $PRESETS; do
   m=$MODELS/$preset
-  # `quant` alone makes its own (quantized) checkpoints: no bf16 one needed.
-  if [ ! -f "$m/config.json" ] && [ "$what" != "quant" ]; then
+  # `quant` alone makes its own (quantized) checkpoints, the tests their small ones.
+  if [ ! -f "$m/config.json" ] && ! only_named quant faults tests attn_tc; then
     /usr/bin/time -f "make-model $preset: %e s" $S/bin/tandem make-model --preset "$preset" \
       --out "$m" >"$LOGS/make_$preset.log" 2>&1
     note "$(tail -1 "$LOGS/make_$preset.log")"
@@ -310,6 +436,12 @@ for preset in $PRESETS; do
       >>"$OUT/summary.txt"
     prefix_tables+=$'\n'"prefix cache, $preset:"$'\n'"$(grep -E '^\|' "$LOGS/prefix_$preset.log")"
   fi
+  if named sweep; then
+    RES=$OUT/sweep
+    mkdir -p "$RES"
+    for l in $SWEEP_LAYOUTS; do sweep_layout "${l%%=*}" "${l#*=}"; done
+    sweep_reports
+  fi
   if want hf; then
     TANDEM_REF_PYTHON=python3 TANDEM_HF_PRESETS=$preset TANDEM_HF_MODEL_DIR=$m \
       run_test engine_cuda_test 300 \
@@ -318,6 +450,9 @@ for preset in $PRESETS; do
   fi
 done
 
+# The sweep's JSON / CSV per point and per sweep and each layout's own report, in one archive
+# (the comparison reports and the table stay beside it).
+if [ -d "$OUT/sweep" ]; then tar -C "$OUT" -czf "$OUT/sweep_results.tgz" sweep && rm -rf "$OUT/sweep"; fi
 tar -C "$OUT" -czf "$OUT/logs${LOGTAG:-}.tgz" logs && rm -rf "$LOGS"
 echo "===== summary"
 cat "$OUT/summary.txt"
