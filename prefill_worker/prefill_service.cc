@@ -321,7 +321,8 @@ void PrefillService::OnTransferDone(Engine& engine, const std::string& id, const
     ev.mutable_transfer_done()->set_kv_transfer_s(absl::ToDoubleSeconds(stats.duration));
     it->second.channel->Push(std::move(ev));
     if (env_.metrics) {
-      env_.metrics->ObserveKvTransfer(absl::ToDoubleSeconds(stats.duration), stats.bytes);
+      env_.metrics->ObserveKvTransfer(absl::ToDoubleSeconds(stats.duration), stats.bytes,
+                                      stats.path);
       env_.metrics->CountRequestOutcome("prefill_done");
     }
     Finish(id, absl::OkStatus());
