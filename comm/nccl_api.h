@@ -50,8 +50,7 @@ class NcclApi {
   virtual absl::Status GroupStart() = 0;
   virtual absl::Status GroupEnd() = 0;
   // ncclSend / ncclRecv of `bytes` bytes (ncclInt8) with rank `peer`, enqueued on `stream`.
-  virtual absl::Status Send(const void* buf, int64_t bytes, int peer, Comm comm,
-                            Stream stream) = 0;
+  virtual absl::Status Send(const void* buf, int64_t bytes, int peer, Comm comm, Stream stream) = 0;
   virtual absl::Status Recv(void* buf, int64_t bytes, int peer, Comm comm, Stream stream) = 0;
 
   // ncclCommAbort: ends the comm at once, whatever its state (in-flight operations end with it;

@@ -166,9 +166,10 @@ absl::StatusOr<std::shared_ptr<NcclKvTransport::RecvComm>> NcclKvTransport::UseR
   }
   const std::shared_ptr<RecvComm>& c = it->second;
   if (c->pair.generation != generation) {
-    return absl::FailedPreconditionError(absl::StrCat("the decode worker's NCCL communicator is "
-                                                      "generation ",
-                                                      c->pair.generation, ", not ", generation));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the decode worker's NCCL communicator is "
+                     "generation ",
+                     c->pair.generation, ", not ", generation));
   }
   if (c->lent) {
     return absl::FailedPreconditionError("the NCCL communicator is in use by another transfer");
@@ -209,8 +210,9 @@ absl::Status NcclPoll(const std::function<absl::StatusOr<bool>()>& done,
     ASSIGN_OR_RETURN(bool finished, done());
     if (finished) return absl::OkStatus();
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(what, " did not complete before the KV "
-                                                            "transfer's deadline"));
+      return absl::DeadlineExceededError(absl::StrCat(what,
+                                                      " did not complete before the KV "
+                                                      "transfer's deadline"));
     }
     if (between) {
       RETURN_IF_ERROR(between());

@@ -110,8 +110,7 @@ class NcclKvTransport {
   };
   // Waits until no other transfer holds the pair with `peer`: DeadlineExceeded at `deadline`,
   // Cancelled within kCancelCheckInterval-ish (10 ms) of `cancelled()` turning true.
-  absl::StatusOr<std::unique_ptr<SendLease>> LeaseSend(const std::string& peer,
-                                                       absl::Time deadline,
+  absl::StatusOr<std::unique_ptr<SendLease>> LeaseSend(const std::string& peer, absl::Time deadline,
                                                        const std::function<bool()>& cancelled);
 
   // --- Receiver side (rank 1) ---
@@ -153,8 +152,8 @@ class NcclKvTransport {
 
 struct NcclKvTransport::RecvComm {
   std::string key;
-  NcclPairComm pair;  // touched only by the transfer it is lent to
-  bool lent = false;  // guarded by the transport's mu_
+  NcclPairComm pair;   // touched only by the transfer it is lent to
+  bool lent = false;   // guarded by the transport's mu_
   bool stale = false;  // replaced while lent: aborted when returned (transport's mu_)
 };
 

@@ -457,7 +457,7 @@ absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, int
 }
 
 absl::Status TcpKvReceiver::NcclComm(const Socket& socket, const kv_wire::Frame& frame,
-                                      NcclRecv& nr, absl::Time deadline) {
+                                     NcclRecv& nr, absl::Time deadline) {
   if (nr.comm != nullptr) {
     return absl::InvalidArgumentError("a second NCCL communicator in one KV transfer");
   }
@@ -466,7 +466,8 @@ absl::Status TcpKvReceiver::NcclComm(const Socket& socket, const kv_wire::Frame&
   if (frame.type == kv_wire::FrameType::kNcclUse) {
     // Refused (FailedPrecondition) when this side has no such communicator: the sender then
     // builds a new one in this same transfer (kNcclInit).
-    absl::StatusOr<std::shared_ptr<NcclKvTransport::RecvComm>> c = nccl.UseRecv(m.key, m.generation);
+    absl::StatusOr<std::shared_ptr<NcclKvTransport::RecvComm>> c =
+        nccl.UseRecv(m.key, m.generation);
     RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kStatus,
                                         kv_wire::EncodeStatus(c.status()), deadline));
     if (c.ok()) nr.comm = *std::move(c);
@@ -475,8 +476,8 @@ absl::Status TcpKvReceiver::NcclComm(const Socket& socket, const kv_wire::Frame&
   absl::StatusOr<std::shared_ptr<NcclKvTransport::RecvComm>> c =
       nccl.StartRecvInit(m.key, m.generation, m.unique_id);
   if (!c.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "NCCL communicator init failed on the decode side: ", c.status().message()));
+    return absl::UnavailableError(
+        absl::StrCat("NCCL communicator init failed on the decode side: ", c.status().message()));
   }
   nr.comm = *std::move(c);
   const NcclPairComm& pair = nr.comm->pair;
@@ -537,7 +538,9 @@ absl::Status TcpKvReceiver::NcclLayer(Transfer& t, const kv_wire::NcclLayer& lay
     if (st.ok()) st = ended;
   }
   // The sender's next frame may already be on the socket: nothing to watch there meanwhile.
-  if (st.ok()) st = NcclPoll([&] { return api.CommReady(c.comm); }, {}, deadline, "enqueueing the NCCL receives");
+  if (st.ok())
+    st = NcclPoll([&] { return api.CommReady(c.comm); }, {}, deadline,
+                  "enqueueing the NCCL receives");
   if (!st.ok()) return absl::UnavailableError(absl::StrCat("NCCL receive failed: ", st.message()));
   return absl::OkStatus();
 }
@@ -557,8 +560,8 @@ void TcpKvReceiver::EndNccl(Transfer& t, NcclRecv& nr, const absl::Status& outco
     }
     nccl_transport()->ReturnRecv(
         nr.comm, !intact,
-        absl::StrCat("KV transfer ", t.id, " ended with NCCL receives in flight: ",
-                     outcome.message()));
+        absl::StrCat("KV transfer ", t.id,
+                     " ended with NCCL receives in flight: ", outcome.message()));
     nr.comm = nullptr;
   }
   if (nr.lent) EndIpcGrant(t);  // the pages are free of the communicator now

@@ -122,7 +122,7 @@ class TcpKvReceiver : public KvReceiver {
   const std::string cluster_token_;
 
   mutable absl::Mutex mu_;
-  std::string ipc_handle_ ABSL_GUARDED_BY(mu_);  // empty: no pool exported
+  std::string ipc_handle_ ABSL_GUARDED_BY(mu_);                 // empty: no pool exported
   std::shared_ptr<NcclKvTransport> nccl_ ABSL_GUARDED_BY(mu_);  // null: no NCCL
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);

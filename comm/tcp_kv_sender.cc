@@ -63,9 +63,9 @@ class TcpKvSendOp : public KvSendOp {
     stats_.path = "nccl";
     NcclPairComm& c = lease_->comm();
     if (c.comm != nullptr) {
-      absl::Status st = kv_wire::WriteFrame(
-          socket_, kv_wire::FrameType::kNcclUse,
-          kv_wire::EncodeNcclComm({nccl_->key(), c.generation, ""}), deadline_);
+      absl::Status st =
+          kv_wire::WriteFrame(socket_, kv_wire::FrameType::kNcclUse,
+                              kv_wire::EncodeNcclComm({nccl_->key(), c.generation, ""}), deadline_);
       if (!st.ok()) return Fail(st);
       st = ReadVerdict(socket_, deadline_);
       if (st.ok()) return st;
@@ -80,9 +80,9 @@ class TcpKvSendOp : public KvSendOp {
       Abort(error.message());
       return error;
     }
-    absl::Status st = kv_wire::WriteFrame(
-        socket_, kv_wire::FrameType::kNcclInit,
-        kv_wire::EncodeNcclComm({nccl_->key(), c.generation, *id}), deadline_);
+    absl::Status st =
+        kv_wire::WriteFrame(socket_, kv_wire::FrameType::kNcclInit,
+                            kv_wire::EncodeNcclComm({nccl_->key(), c.generation, *id}), deadline_);
     if (!st.ok()) return Fail(st);
     // Both ranks init at once; the receiver's verdict on its init may come before ours is done.
     std::optional<absl::Status> verdict;
@@ -369,8 +369,8 @@ class TcpKvSendOp : public KvSendOp {
   void* peer_pool_ = nullptr;
   KvLayout peer_layout_;
   std::vector<int32_t> peer_pages_;
-  std::vector<kv_wire::PagesHeader> ranges_;  // what went by CUDA IPC (kIpcWritten)
-  NcclKvTransport* nccl_ = nullptr;             // non-null: pages go by NCCL
+  std::vector<kv_wire::PagesHeader> ranges_;           // what went by CUDA IPC (kIpcWritten)
+  NcclKvTransport* nccl_ = nullptr;                    // non-null: pages go by NCCL
   std::unique_ptr<NcclKvTransport::SendLease> lease_;  // the pair, until the op ends
   bool nccl_posted_ = false;                           // a send was enqueued
 };
@@ -426,8 +426,8 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
     return pool.status();
   }
   // NCCL where both sides have it and the pools are on different GPUs (kv_ipc.h).
-  const bool same_gpu = nccl_ != nullptr && !pool->device_id.empty() &&
-                        pool->device_id == nccl_->device_id();
+  const bool same_gpu =
+      nccl_ != nullptr && !pool->device_id.empty() && pool->device_id == nccl_->device_id();
   if (hello.nccl != kv_wire::NcclMode::kNone && pool->nccl && !same_gpu) {
     absl::StatusOr<std::unique_ptr<NcclKvTransport::SendLease>> lease =
         nccl_->LeaseSend(peer, deadline, cancel_check);
@@ -477,8 +477,8 @@ void TcpKvSender::LogPath(const std::string& peer, const std::string& path,
   std::string& last = path_of_peer_[peer];
   if (last == path) return;
   last = path;
-  LOG(INFO) << "KV transport to " << peer << ": " << path << (why.empty() ? "" : " (")
-            << why << (why.empty() ? "" : ")");
+  LOG(INFO) << "KV transport to " << peer << ": " << path << (why.empty() ? "" : " (") << why
+            << (why.empty() ? "" : ")");
 }
 
 }  // namespace tandem

@@ -53,8 +53,8 @@ class CudaNccl final : public NcclApi {
     CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
     std::string id = "GPU-";
     for (int i = 0; i < 16; ++i) {
-      absl::StrAppend(&id, absl::Hex(static_cast<unsigned char>(prop.uuid.bytes[i]),
-                                     absl::kZeroPad2));
+      absl::StrAppend(&id,
+                      absl::Hex(static_cast<unsigned char>(prop.uuid.bytes[i]), absl::kZeroPad2));
     }
     return id;
   }
@@ -157,8 +157,8 @@ class CudaNccl final : public NcclApi {
     }
   }
   absl::Status StreamWaitEvent(Stream stream, void* event) override {
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
-                                             static_cast<cudaEvent_t>(event), 0));
+    CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
     return absl::OkStatus();
   }
   absl::StatusOr<bool> StreamDone(Stream stream) override {

@@ -40,8 +40,8 @@ class FakeNccl;
 class FakeNcclWorld {
  public:
   struct Stream {
-    int pending = 0;              // operations enqueued and not completed (or aborted)
-    FakeEvent* after = nullptr;   // the last StreamWaitEvent: later operations wait for it
+    int pending = 0;             // operations enqueued and not completed (or aborted)
+    FakeEvent* after = nullptr;  // the last StreamWaitEvent: later operations wait for it
     bool destroyed = false;
   };
   struct Op {

@@ -50,9 +50,9 @@ KvLayout Qwen3Layout(int num_pages) {
   return l;
 }
 
-#define CUDA_OK(expr)                                                     \
-  do {                                                                    \
-    const cudaError_t cuda_ok_ = (expr);                                  \
+#define CUDA_OK(expr)                                                               \
+  do {                                                                              \
+    const cudaError_t cuda_ok_ = (expr);                                            \
     ASSERT_EQ(cuda_ok_, cudaSuccess) << #expr ": " << cudaGetErrorString(cuda_ok_); \
   } while (0)
 
@@ -109,14 +109,14 @@ class NcclKvGpuTest : public ::testing::Test {
     ASSERT_NE((*send_nccl)->device_id(), (*recv_nccl)->device_id());
     send_nccl_ = *send_nccl;
     recv_nccl_ = *recv_nccl;
-    auto r = TcpKvReceiver::Create(
-        "127.0.0.1", 0, dst_, dst_layout_,
-        [this](const std::string&, absl::Status st, KvTransferStats stats) {
-          absl::MutexLock l(&outcome_.mu);
-          outcome_.have = true;
-          outcome_.status = st;
-          outcome_.stats = stats;
-        });
+    auto r =
+        TcpKvReceiver::Create("127.0.0.1", 0, dst_, dst_layout_,
+                              [this](const std::string&, absl::Status st, KvTransferStats stats) {
+                                absl::MutexLock l(&outcome_.mu);
+                                outcome_.have = true;
+                                outcome_.status = st;
+                                outcome_.stats = stats;
+                              });
     ASSERT_TRUE(r.ok()) << r.status();
     receiver_ = *std::move(r);
     receiver_->SetNccl(recv_nccl_);
@@ -192,13 +192,14 @@ class NcclKvGpuTest : public ::testing::Test {
     int bad = 0;
     ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
     for (int l = 0; l < dst_layout_.num_layers && bad < 5; ++l) {
-      ASSERT_EQ(cudaMemcpy(layer.data(), static_cast<char*>(dst_) + dst_layout_.PageOffset(l, 0) * elem,
-                           layer.size(), cudaMemcpyDeviceToHost),
-                cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpy(layer.data(), static_cast<char*>(dst_) + dst_layout_.PageOffset(l, 0) * elem,
+                     layer.size(), cudaMemcpyDeviceToHost),
+          cudaSuccess);
       for (int p = 0; p < kReceiverPages && bad < 5; ++p) {
-        const char* want = src_of[p] < 0 ? untouched.data()
-                                         : host_src_.data() +
-                                               src_layout_.PageOffset(l, src_of[p]) * elem;
+        const char* want = src_of[p] < 0
+                               ? untouched.data()
+                               : host_src_.data() + src_layout_.PageOffset(l, src_of[p]) * elem;
         if (std::memcmp(layer.data() + page * p, want, page) != 0) {
           ADD_FAILURE() << "layer " << l << " page " << p << " (source index " << src_of[p]
                         << ") differs";
@@ -227,8 +228,8 @@ class NcclKvGpuTest : public ::testing::Test {
 };
 
 TEST_F(NcclKvGpuTest, PagesMoveBetweenTwoGpusByteExact) {
-  const double gb = static_cast<double>(src_layout_.PageBytes()) * kPages *
-                    src_layout_.num_layers / 1e9;
+  const double gb =
+      static_cast<double>(src_layout_.PageBytes()) * kPages * src_layout_.num_layers / 1e9;
   std::vector<int32_t> scattered(kReceiverPages);
   std::iota(scattered.begin(), scattered.end(), 0);
   std::shuffle(scattered.begin(), scattered.end(), std::mt19937(7));
@@ -249,9 +250,10 @@ TEST_F(NcclKvGpuTest, PagesMoveBetweenTwoGpusByteExact) {
   ResetDestination();
   const double lw = Move("layerwise", run, true);
   ExpectLanded(run);
-  std::printf("nccl GPU0->GPU1 %.3f GB: scattered %.3f ms = %.1f GB/s; contiguous %.3f ms = "
-              "%.1f GB/s; layer-wise behind a compute stream %.3f ms\n",
-              gb, s * 1e3, gb / s, c * 1e3, gb / c, lw * 1e3);
+  std::printf(
+      "nccl GPU0->GPU1 %.3f GB: scattered %.3f ms = %.1f GB/s; contiguous %.3f ms = "
+      "%.1f GB/s; layer-wise behind a compute stream %.3f ms\n",
+      gb, s * 1e3, gb / s, c * 1e3, gb / c, lw * 1e3);
   EXPECT_EQ(send_nccl_->NumComms(), 1);  // one communicator for the pair, reused
   EXPECT_EQ(recv_nccl_->NumComms(), 1);
 }

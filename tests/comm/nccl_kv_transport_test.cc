@@ -11,6 +11,8 @@
 // communicator and lands its bytes; a decode worker that restarts is met with a rebuilt
 // communicator; a cancel keeps it; 2 prefill x 2 decode workers with 4 transfer threads each
 // transfer at once without deadlock; same GPU and no-NCCL peers are refused or fall back.
+#include "comm/nccl_kv_transport.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -26,7 +28,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "comm/kv_wire.h"
-#include "comm/nccl_kv_transport.h"
 #include "comm/tcp_kv_receiver.h"
 #include "comm/tcp_kv_sender.h"
 #include "engine/kv/block_allocator.h"
@@ -105,11 +106,9 @@ struct Decode {
   Decode(FakeNcclWorld* world, const std::string& gpu, int port = 0, bool with_nccl = true)
       : api(std::make_shared<FakeNccl>(world, gpu)), layout(MakeLayout(16)), alloc(16) {
     pool.assign(layout.PoolBytes(), '\x5a');
-    auto r = TcpKvReceiver::Create(
-        "127.0.0.1", port, pool.data(), layout,
-        [this](const std::string& id, absl::Status st, KvTransferStats stats) {
-          OnDone(id, st, stats);
-        });
+    auto r = TcpKvReceiver::Create("127.0.0.1", port, pool.data(), layout,
+                                   [this](const std::string& id, absl::Status st,
+                                          KvTransferStats stats) { OnDone(id, st, stats); });
     EXPECT_TRUE(r.ok()) << r.status();
     receiver = *std::move(r);
     if (with_nccl) {
@@ -438,8 +437,8 @@ TEST_F(NcclKvTransportTest, HangPastTheDeadlineAbortsAndNothingLandsAfterIt) {
       if (std::find(b.begin(), b.end(), page) != b.end()) continue;
       for (int layer = 0; layer < 3; ++layer) {
         const char* bytes = d.pool.data() + d.layout.PageOffset(layer, page) * elem;
-        EXPECT_TRUE(std::all_of(bytes, bytes + d.layout.PageBytes(),
-                                [](char c) { return c == '\x5a'; }))
+        EXPECT_TRUE(
+            std::all_of(bytes, bytes + d.layout.PageBytes(), [](char c) { return c == '\x5a'; }))
             << "page " << page;
       }
     }
@@ -518,9 +517,9 @@ TEST_F(NcclKvTransportTest, PrefillDeathMidTransferFailsTheReceiverAndFreesItsPa
     ASSERT_TRUE(s.ok());
     kv_wire::Hello hello{d.layout, 2, "a", ""};
     hello.nccl = kv_wire::NcclMode::kRequired;
-    ASSERT_TRUE(kv_wire::WriteFrame(*s, kv_wire::FrameType::kHello, kv_wire::EncodeHello(hello),
-                                    deadline)
-                    .ok());
+    ASSERT_TRUE(
+        kv_wire::WriteFrame(*s, kv_wire::FrameType::kHello, kv_wire::EncodeHello(hello), deadline)
+            .ok());
     ASSERT_TRUE(kv_wire::ReadFrame(*s, deadline).ok());  // verdict
     ASSERT_TRUE(kv_wire::ReadFrame(*s, deadline).ok());  // pool
     auto id = dead->GetUniqueId();
@@ -563,7 +562,7 @@ TEST_F(NcclKvTransportTest, CancelDuringTheTransferReleasesAfterItAndKeepsTheCom
   const absl::Time start = absl::Now();
   ASSERT_TRUE(d.Cancel("a", &released));
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));  // Cancel never waits for the sender
-  EXPECT_FALSE(released.HasBeenNotified());                  // a receive may still land
+  EXPECT_FALSE(released.HasBeenNotified());                 // a receive may still land
   EXPECT_EQ(d.NumFree(), d.layout.num_pages - 3);
   held.fired.Notify();
   ASSERT_TRUE((*op)->SendLayer(2, p.pool.data(), src, 0).ok());
