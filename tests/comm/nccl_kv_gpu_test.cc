@@ -15,6 +15,7 @@
 //     exactness check.
 //   Printed: each transfer's time (Begin to Finish) and GB/s.
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -82,6 +83,8 @@ class NcclKvGpuTest : public ::testing::Test {
       GTEST_SKIP() << "needs two GPUs, found " << n
                    << ": NCCL runs one rank per GPU (run it on a machine with two)";
     }
+    // Point-to-point needs no NVLink multicast (NVLS): keep it off, as the GPU hosts ask.
+    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
     src_layout_ = Qwen3Layout(kSenderPages);
     dst_layout_ = Qwen3Layout(kReceiverPages);
     layer_bytes_ = src_layout_.PageBytes() * kSenderPages;
