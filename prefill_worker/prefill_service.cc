@@ -294,9 +294,10 @@ absl::Status PrefillService::SendStoredLayer(const TransferJob& job, KvSendOp& o
     p.reading = true;  // BeforeFree waits for this read to end
   }
   if (op.OrdersAfterEvents()) {
-    // CUDA IPC: the copy waits for the layer on the device, with no host wait; it may still run
-    // after this returns, so `reading` stays set until the op ended (TransferThread clears it
-    // once Finish or Abort waited for the copies).
+    // CUDA IPC or NCCL: the copy (the sends) waits for the layer on the device, with no host
+    // wait; it may still run after this returns, so `reading` stays set until the op ended
+    // (TransferThread clears it once Finish or Abort waited for the copies, or aborted the
+    // NCCL communicator, which ends its sends).
     return op.SendLayerAfterEvent(layer, job.pool, job.pages, 0, event);
   }
   absl::Status st = WaitKvEvent(event);
