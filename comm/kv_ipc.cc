@@ -8,9 +8,10 @@ namespace tandem {
 absl::StatusOr<KvTransportKind> ParseKvTransportKind(const std::string& name) {
   if (name == "tcp") return KvTransportKind::kTcp;
   if (name == "ipc") return KvTransportKind::kIpc;
+  if (name == "nccl") return KvTransportKind::kNccl;
   if (name == "auto") return KvTransportKind::kAuto;
   return absl::InvalidArgumentError(
-      absl::StrCat("kv_transport '", name, "': expected tcp, ipc or auto"));
+      absl::StrCat("kv_transport '", name, "': expected tcp, ipc, nccl or auto"));
 }
 
 const char* KvTransportKindName(KvTransportKind kind) {
@@ -19,6 +20,8 @@ const char* KvTransportKindName(KvTransportKind kind) {
       return "tcp";
     case KvTransportKind::kIpc:
       return "ipc";
+    case KvTransportKind::kNccl:
+      return "nccl";
     case KvTransportKind::kAuto:
       return "auto";
   }

@@ -27,8 +27,10 @@ namespace tandem {
 // Which data path a KV transfer takes (WorkerOptions::kv_transport, the layout's
 // `kv_transport:`): tcp: page bytes over the socket (staged through host memory for a device
 // pool); ipc: CUDA IPC, and a transfer fails (FailedPrecondition, saying why) where it is
-// impossible; auto: IPC where both pools are on devices that can map each other, else TCP.
-enum class KvTransportKind { kTcp, kIpc, kAuto };
+// impossible; nccl: NCCL between two GPUs (comm/nccl_kv_transport.h), likewise; auto: NCCL
+// where both workers have it and their pools are on different GPUs, else IPC where the sender
+// can map the decode pool (the same GPU, or a peer), else TCP.
+enum class KvTransportKind { kTcp, kIpc, kAuto, kNccl };
 absl::StatusOr<KvTransportKind> ParseKvTransportKind(const std::string& name);
 const char* KvTransportKindName(KvTransportKind kind);
 

@@ -1,7 +1,8 @@
 // KV page transfer: how a prefill worker pushes a request's KV pages into the pages a decode
 // worker reserved for it. Two implementations share these interfaces: the host transport over
-// loopback/LAN TCP (comm/tcp_kv_sender.h, comm/tcp_kv_receiver.h; machines without GPUs) and,
-// later, NCCL point-to-point between GPUs.
+// loopback/LAN TCP (comm/tcp_kv_sender.h, comm/tcp_kv_receiver.h; machines without GPUs), whose
+// connection also carries the control frames of the device paths: CUDA IPC (comm/kv_ipc.h) and
+// NCCL point-to-point between GPUs (comm/nccl_kv_transport.h).
 //
 // Addressing: the sender never learns the receiver's page ids. It sends pages by their index in
 // the request's page list (index i = tokens [i * page_size, (i + 1) * page_size) of the prompt);
@@ -50,6 +51,7 @@ struct KvTransferStats {
   int64_t bytes = 0;
   int64_t pages = 0;  // (layer, page) pairs
   absl::Duration duration;
+  std::string path = "tcp";  // the data path the pages took: "tcp", "ipc" or "nccl"
 };
 
 // One transfer in flight on the sender side. Not thread-safe: one thread drives it.

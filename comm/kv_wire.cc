@@ -61,7 +61,7 @@ absl::StatusOr<Frame> ReadFrame(const Socket& s, absl::Time deadline) {
   uint32_t header[2];
   if (absl::Status st = ReadAll(s, header, sizeof(header), deadline); !st.ok()) return st;
   if (header[0] < static_cast<uint32_t>(FrameType::kHello) ||
-      header[0] > static_cast<uint32_t>(FrameType::kIpcWritten) || header[1] > kMaxBodyBytes) {
+      header[0] > static_cast<uint32_t>(FrameType::kNcclLayer) || header[1] > kMaxBodyBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad KV frame header: type ", header[0], " length ", header[1]));
   }
@@ -87,6 +87,7 @@ std::string EncodeHello(const Hello& hello) {
   PutU32(&out, static_cast<uint32_t>(hello.cluster_token.size()));
   out += hello.cluster_token;
   PutU32(&out, static_cast<uint32_t>(hello.ipc));
+  PutU32(&out, static_cast<uint32_t>(hello.nccl));
   return out;
 }
 
@@ -109,11 +110,15 @@ absl::StatusOr<Hello> DecodeHello(const std::string& body) {
   h.transfer_id = r.Str();
   h.cluster_token = r.Str();
   const uint32_t ipc = r.U32();
+  const uint32_t nccl = r.U32();
   if (!r.ok() || h.num_pages < 0) return absl::InvalidArgumentError("truncated KV hello");
-  if (ipc > static_cast<uint32_t>(IpcMode::kPreferred)) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown KV hello ipc mode ", ipc));
+  if (ipc > static_cast<uint32_t>(IpcMode::kPreferred) ||
+      nccl > static_cast<uint32_t>(NcclMode::kPreferred)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown KV hello data path: ipc ", ipc, ", nccl ", nccl));
   }
   h.ipc = static_cast<IpcMode>(ipc);
+  h.nccl = static_cast<NcclMode>(nccl);
   return h;
 }
 
@@ -182,6 +187,9 @@ std::string EncodeIpcPool(const IpcPool& pool) {
   PutU32(&out, static_cast<uint32_t>(pool.num_pages));
   PutU32(&out, static_cast<uint32_t>(pool.page_ids.size()));
   for (int32_t id : pool.page_ids) PutU32(&out, static_cast<uint32_t>(id));
+  PutU32(&out, pool.nccl ? 1 : 0);
+  PutU32(&out, static_cast<uint32_t>(pool.device_id.size()));
+  out += pool.device_id;
   return out;
 }
 
@@ -200,8 +208,63 @@ absl::StatusOr<IpcPool> DecodeIpcPool(const std::string& body) {
     }
     pool.page_ids.push_back(id);
   }
+  pool.nccl = r.U32() != 0;
+  pool.device_id = r.Str();
   if (!r.ok()) return absl::InvalidArgumentError("truncated KV ipc pool");
   return pool;
+}
+
+std::string EncodeNcclComm(const NcclComm& comm) {
+  std::string out;
+  PutU32(&out, static_cast<uint32_t>(comm.key.size()));
+  out += comm.key;
+  PutU32(&out, comm.generation);
+  PutU32(&out, static_cast<uint32_t>(comm.unique_id.size()));
+  out += comm.unique_id;
+  return out;
+}
+
+absl::StatusOr<NcclComm> DecodeNcclComm(const std::string& body) {
+  Reader r(body);
+  NcclComm comm;
+  comm.key = r.Str();
+  comm.generation = r.U32();
+  comm.unique_id = r.Str();
+  if (!r.ok() || comm.key.empty()) return absl::InvalidArgumentError("truncated KV nccl comm");
+  return comm;
+}
+
+std::string EncodeNcclLayer(const NcclLayer& layer) {
+  std::string out;
+  PutU32(&out, static_cast<uint32_t>(layer.layer));
+  PutU32(&out, static_cast<uint32_t>(layer.first_index));
+  PutU32(&out, static_cast<uint32_t>(layer.count));
+  PutU32(&out, static_cast<uint32_t>(layer.runs.size()));
+  for (int32_t run : layer.runs) PutU32(&out, static_cast<uint32_t>(run));
+  return out;
+}
+
+absl::StatusOr<NcclLayer> DecodeNcclLayer(const std::string& body) {
+  Reader r(body);
+  NcclLayer l;
+  l.layer = r.I32();
+  l.first_index = r.I32();
+  l.count = r.I32();
+  const uint32_t n = r.U32();
+  if (!r.ok() || n > body.size() / 4) return absl::InvalidArgumentError("truncated KV nccl layer");
+  int64_t sum = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const int32_t run = r.I32();
+    if (run <= 0) return absl::InvalidArgumentError("KV nccl layer with an empty run");
+    sum += run;
+    l.runs.push_back(run);
+  }
+  if (!r.ok()) return absl::InvalidArgumentError("truncated KV nccl layer");
+  if (sum != l.count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV nccl layer runs sum to ", sum, ", not its count ", l.count));
+  }
+  return l;
 }
 
 bool SamePageShape(const KvLayout& a, const KvLayout& b) {

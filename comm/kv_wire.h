@@ -17,6 +17,20 @@
 //   ... the sender enqueues each layer's device copy into the mapped pool as the layer is
 //   computed (ordered after the layer's compute event), then waits for all of them once ...
 //   kIpcWritten{ranges written}            →  (no reply; kDone follows at once)
+//   With NCCL (comm/nccl_kv_transport.h; the hello's nccl field not kNone) the receiver sends
+//   the same kIpcPool frame (its handle empty unless IPC was asked too), which also says whether
+//   it has NCCL and which GPU holds its pool; when the sender picks NCCL, instead of kPages:
+//   kNcclUse{key, generation}               →   (the pair's communicator, as the sender has it)
+//                                          ← kStatus (OK: the receiver has it too and lends it to
+//                                            this transfer; FailedPrecondition: it has none)
+//   or, when the sender has none or the receiver answered FailedPrecondition:
+//   kNcclInit{key, generation, unique id}  →   (both ranks init non-blocking: rank 0 sender)
+//                                          ← kStatus (the receiver's init verdict)
+//   then per SendLayer call:
+//   kNcclLayer{layer, first_index, count, run lengths} →  (one ncclSend / ncclRecv per run,
+//                                            in one group; sent before the sender's group)
+//   kDone                                  →
+//                                          ← kStatus (commit verdict: every run received)
 //   kAbort{reason} may replace any sender frame; either side may close at any time, which the
 //   other reads as Unavailable.
 //
@@ -37,8 +51,8 @@
 namespace tandem::kv_wire {
 
 inline constexpr uint32_t kMagic = 0x31564B54;  // "TKV1"
-// 2: the hello carries the cluster token; 3: CUDA IPC; 4: one IPC grant per transfer.
-inline constexpr uint32_t kVersion = 4;
+// 2: the hello carries the cluster token; 3: CUDA IPC; 4: one IPC grant per transfer; 5: NCCL.
+inline constexpr uint32_t kVersion = 5;
 inline constexpr uint32_t kMaxBodyBytes = 1 << 20;  // bodies are small; page bytes are separate
 
 enum class FrameType : uint32_t {
@@ -50,11 +64,16 @@ enum class FrameType : uint32_t {
   kIpcPool = 6,
   kIpcWrite = 7,
   kIpcWritten = 8,
+  kNcclUse = 9,
+  kNcclInit = 10,
+  kNcclLayer = 11,
 };
 
 // What the sender asks of the data path: kNone, page bytes on the socket; kRequired, CUDA IPC
 // or no transfer; kPreferred, CUDA IPC where the receiver exports its pool, else the socket.
 enum class IpcMode : uint32_t { kNone = 0, kRequired = 1, kPreferred = 2 };
+// The same for NCCL between two GPUs (the values of IpcMode).
+using NcclMode = IpcMode;
 
 struct Frame {
   FrameType type;
@@ -69,6 +88,7 @@ struct Hello {
   // it (Unauthenticated) before looking at anything else.
   std::string cluster_token;
   IpcMode ipc = IpcMode::kNone;
+  NcclMode nccl = NcclMode::kNone;
 };
 
 // The receiver's answer to an IPC hello: its exported pool (empty: none) and where the
@@ -77,6 +97,27 @@ struct IpcPool {
   std::string handle;
   int num_pages = 0;  // the receiver pool's num_pages (its layout; the page shape is shared)
   std::vector<int32_t> page_ids;
+  // NCCL (version 5): whether the receiver takes NCCL transfers, and the id (UUID) of the GPU
+  // that holds its pool (empty: unknown), so that a sender can tell "same GPU" from "another".
+  bool nccl = false;
+  std::string device_id;
+};
+
+// kNcclUse / kNcclInit: the pair's communicator, named by the sender's key (one per sender
+// process) and a generation the sender raises at each rebuild; kNcclInit carries the unique id.
+struct NcclComm {
+  std::string key;
+  uint32_t generation = 0;
+  std::string unique_id;  // kNcclInit only
+};
+
+// kNcclLayer: page indices [first_index, first_index + count) of `layer`, as runs of pages that
+// are contiguous in both pools (lengths in order; they sum to count).
+struct NcclLayer {
+  int32_t layer = 0;
+  int32_t first_index = 0;
+  int32_t count = 0;
+  std::vector<int32_t> runs;
 };
 
 struct PagesHeader {
@@ -111,6 +152,14 @@ absl::StatusOr<std::vector<PagesHeader>> DecodeIpcWritten(const std::string& bod
 
 std::string EncodeIpcPool(const IpcPool& pool);
 absl::StatusOr<IpcPool> DecodeIpcPool(const std::string& body);
+
+std::string EncodeNcclComm(const NcclComm& comm);
+absl::StatusOr<NcclComm> DecodeNcclComm(const std::string& body);
+std::string EncodeNcclLayer(const NcclLayer& layer);
+// InvalidArgument unless every run is positive and they sum to count.
+absl::StatusOr<NcclLayer> DecodeNcclLayer(const std::string& body);
+// The most runs one kNcclLayer lists (its body stays under kMaxBodyBytes).
+inline constexpr size_t kMaxNcclRuns = (kMaxBodyBytes - 16) / 4;
 
 // True when two layouts describe pages of the same shape and dtype (num_pages may differ).
 bool SamePageShape(const KvLayout& a, const KvLayout& b);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -204,6 +205,18 @@ absl::Status ReadAll(const Socket& socket, void* data, size_t size, absl::Time d
     return ErrnoStatus("recv", errno);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> PollReadable(const Socket& socket, absl::Duration wait) {
+  if (socket.Cancelled()) return absl::CancelledError("given up");
+  pollfd p{socket.fd(), POLLIN, 0};
+  const timespec ts = absl::ToTimespec(std::max(wait, absl::ZeroDuration()));
+  const int n = ppoll(&p, 1, &ts, nullptr);
+  if (n < 0) {
+    if (errno == EINTR) return false;
+    return ErrnoStatus("ppoll", errno);
+  }
+  return n > 0;
 }
 
 }  // namespace tandem

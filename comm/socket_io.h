@@ -77,6 +77,12 @@ absl::StatusOr<Socket> Connect(const std::string& address, absl::Time deadline,
 absl::Status WriteAll(const Socket& socket, const void* data, size_t size, absl::Time deadline);
 absl::Status ReadAll(const Socket& socket, void* data, size_t size, absl::Time deadline);
 
+// Waits at most `wait` (sub-millisecond waits are honoured: ppoll) for the socket to have
+// something to read or to be closed by the peer: true then (read it to learn which), false
+// when nothing came. Cancelled when the socket's cancel check is true; Unavailable on a socket
+// error. For callers that poll something else between looks at the socket (comm/nccl_kv_*).
+absl::StatusOr<bool> PollReadable(const Socket& socket, absl::Duration wait);
+
 // Splits "host:port"; InvalidArgument if malformed.
 absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);
 

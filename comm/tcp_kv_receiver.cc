@@ -240,7 +240,8 @@ void TcpKvReceiver::ReaperLoop() {
 void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
   int sender_pages = 0;
   bool ipc = false;
-  absl::StatusOr<std::shared_ptr<Transfer>> claimed = Claim(*socket, &sender_pages, &ipc);
+  bool nccl = false;
+  absl::StatusOr<std::shared_ptr<Transfer>> claimed = Claim(*socket, &sender_pages, &ipc, &nccl);
   if (!claimed.ok()) {
     if (absl::IsUnauthenticated(claimed.status())) {
       LOG(WARNING) << "KV receiver refused a connection without the cluster token";
@@ -250,7 +251,7 @@ void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
     return;
   }
   std::shared_ptr<Transfer> t = std::move(*claimed);
-  absl::Status outcome = ReceivePages(*socket, *t, sender_pages, ipc);
+  absl::Status outcome = ReceivePages(*socket, *t, sender_pages, ipc, nccl);
   bool was_live;
   {
     absl::MutexLock l(&t->mu);
@@ -268,7 +269,8 @@ void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
 
 absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(const Socket& socket,
                                                                               int* sender_pages,
-                                                                              bool* ipc) {
+                                                                              bool* ipc,
+                                                                              bool* nccl) {
   const absl::Time deadline = Clock::Real()->Now() + kHandshakeTimeout;
   ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
   absl::StatusOr<kv_wire::Hello> hello =
@@ -277,6 +279,7 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
           : absl::InvalidArgumentError("KV transfer did not start with a hello");
   std::shared_ptr<Transfer> t;
   kv_wire::IpcPool ipc_pool;
+  std::shared_ptr<NcclKvTransport> nccl_transport;
   absl::Status verdict = hello.status();
   if (verdict.ok() && !cluster_token_.empty() &&
       !TokenMatches(cluster_token_, hello->cluster_token)) {
@@ -304,10 +307,15 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
       verdict = absl::FailedPreconditionError(
           "the decode worker's KV pool is not exported for CUDA IPC (a host pool, "
           "--kv-transport tcp, or the export failed: see its log); use kv_transport tcp or auto");
+    } else if (hello->nccl == kv_wire::NcclMode::kRequired && nccl_ == nullptr) {
+      verdict = absl::FailedPreconditionError(
+          "the decode worker takes no NCCL KV transfers (a host pool, --kv-transport tcp or ipc, "
+          "or a build without NCCL: see its log); use kv_transport tcp or auto");
     } else {
       t = it->second;
       t->claimed = true;
-      ipc_pool.handle = ipc_handle_;
+      if (hello->ipc != kv_wire::IpcMode::kNone) ipc_pool.handle = ipc_handle_;
+      if (hello->nccl != kv_wire::NcclMode::kNone) nccl_transport = nccl_;
       t->start = clock_->Now();
       *sender_pages = hello->num_pages;
     }
@@ -328,10 +336,13 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
     }
     return verdict;
   }
-  if (hello->ipc != kv_wire::IpcMode::kNone) {
+  if (hello->ipc != kv_wire::IpcMode::kNone || hello->nccl != kv_wire::NcclMode::kNone) {
     ipc_pool.num_pages = layout_.num_pages;
     ipc_pool.page_ids = t->pages;
     *ipc = !ipc_pool.handle.empty();
+    *nccl = nccl_transport != nullptr;
+    ipc_pool.nccl = *nccl;
+    if (*nccl) ipc_pool.device_id = nccl_transport->device_id();
     RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kIpcPool,
                                         kv_wire::EncodeIpcPool(ipc_pool), deadline));
   }
@@ -339,7 +350,15 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
 }
 
 absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int sender_pages,
-                                         bool ipc) {
+                                         bool ipc, bool nccl) {
+  NcclRecv nr;
+  const absl::Status outcome = ReceiveFrames(socket, t, sender_pages, ipc, nccl ? &nr : nullptr);
+  if (nccl) EndNccl(t, nr, outcome);
+  return outcome;
+}
+
+absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, int sender_pages,
+                                          bool ipc, NcclRecv* nccl) {
   std::vector<char> staging(static_cast<size_t>(layout_.PageBytes()));
   std::vector<bool> received(static_cast<size_t>(layout_.num_layers) * sender_pages, false);
   int64_t num_received = 0;
@@ -358,7 +377,40 @@ absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int 
         return absl::DataLossError(absl::StrCat("KV transfer ended with ", num_received, " of ",
                                                 received.size(), " pages"));
       }
+      if (nccl != nullptr && nccl->posted) {
+        // Every receive enqueued; the verdict waits until they have landed.
+        NcclApi& api = nccl_api();
+        const NcclPairComm& c = nccl->comm->pair;
+        absl::Status st = NcclPoll(
+            [&]() -> absl::StatusOr<bool> {
+              RETURN_IF_ERROR(api.CommReady(c.comm).status());
+              return api.StreamDone(c.stream);
+            },
+            [&] { return WatchSender(socket, deadline); }, deadline, "the NCCL receives");
+        if (!st.ok()) return st;
+      }
       return absl::OkStatus();
+    }
+    if (nccl != nullptr && (frame.type == kv_wire::FrameType::kNcclUse ||
+                            frame.type == kv_wire::FrameType::kNcclInit)) {
+      RETURN_IF_ERROR(NcclComm(socket, frame, *nccl, deadline));
+      continue;
+    }
+    if (nccl != nullptr && frame.type == kv_wire::FrameType::kNcclLayer) {
+      ASSIGN_OR_RETURN(kv_wire::NcclLayer layer, kv_wire::DecodeNcclLayer(frame.body));
+      if (!InTransfer({layer.layer, layer.first_index, layer.count}, sender_pages)) {
+        return absl::InvalidArgumentError("KV nccl layer outside the transfer");
+      }
+      RETURN_IF_ERROR(NcclLayer(t, layer, *nccl, deadline));
+      for (int i = 0; i < layer.count; ++i) {
+        const size_t bit = static_cast<size_t>(layer.layer) * sender_pages + layer.first_index + i;
+        if (!received[bit]) ++num_received;
+        received[bit] = true;
+      }
+      absl::MutexLock l(&t.mu);
+      t.stats.bytes += layout_.PageBytes() * layer.count;
+      t.stats.pages += layer.count;
+      continue;
     }
     const bool ipc_write = ipc && frame.type == kv_wire::FrameType::kIpcWrite;
     if (frame.type != kv_wire::FrameType::kPages && !ipc_write) {
@@ -404,6 +456,140 @@ absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int 
   }
 }
 
+absl::Status TcpKvReceiver::NcclComm(const Socket& socket, const kv_wire::Frame& frame,
+                                     NcclRecv& nr, absl::Time deadline) {
+  if (nr.comm != nullptr) {
+    return absl::InvalidArgumentError("a second NCCL communicator in one KV transfer");
+  }
+  ASSIGN_OR_RETURN(kv_wire::NcclComm m, kv_wire::DecodeNcclComm(frame.body));
+  NcclKvTransport& nccl = *nccl_transport();
+  if (frame.type == kv_wire::FrameType::kNcclUse) {
+    // Refused (FailedPrecondition) when this side has no such communicator: the sender then
+    // builds a new one in this same transfer (kNcclInit).
+    absl::StatusOr<std::shared_ptr<NcclKvTransport::RecvComm>> c =
+        nccl.UseRecv(m.key, m.generation);
+    RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kStatus,
+                                        kv_wire::EncodeStatus(c.status()), deadline));
+    if (c.ok()) nr.comm = *std::move(c);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::shared_ptr<NcclKvTransport::RecvComm>> c =
+      nccl.StartRecvInit(m.key, m.generation, m.unique_id);
+  if (!c.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("NCCL communicator init failed on the decode side: ", c.status().message()));
+  }
+  nr.comm = *std::move(c);
+  const NcclPairComm& pair = nr.comm->pair;
+  absl::Status st = NcclPoll([&] { return nccl.api().CommReady(pair.comm); },
+                             [&] { return WatchSender(socket, deadline); }, deadline,
+                             "the NCCL communicator's init");
+  if (!st.ok()) {
+    if (absl::IsDeadlineExceeded(st) || absl::IsAborted(st) || absl::IsUnavailable(st)) return st;
+    return absl::UnavailableError(
+        absl::StrCat("NCCL communicator init failed on the decode side: ", st.message()));
+  }
+  return kv_wire::WriteFrame(socket, kv_wire::FrameType::kStatus,
+                             kv_wire::EncodeStatus(absl::OkStatus()), deadline);
+}
+
+absl::Status TcpKvReceiver::NcclLayer(Transfer& t, const kv_wire::NcclLayer& layer, NcclRecv& nr,
+                                      absl::Time deadline) {
+  if (nr.comm == nullptr) {
+    return absl::InvalidArgumentError("a KV nccl layer before the transfer's communicator");
+  }
+  // Each run must be contiguous in the reserved pages too: a run never writes a page outside
+  // the reservation.
+  size_t start = static_cast<size_t>(layer.first_index);
+  for (int32_t run : layer.runs) {
+    for (int32_t k = 1; k < run; ++k) {
+      if (t.pages[start + k] != t.pages[start] + k) {
+        return absl::InvalidArgumentError(
+            "a KV nccl run that is not contiguous in the reserved pages");
+      }
+    }
+    start += static_cast<size_t>(run);
+  }
+  if (!nr.lent) {
+    // From the first receive on, the pages are the communicator's until EndNccl: a Cancel or the
+    // deadline meanwhile releases them only then. A transfer cancelled before (its pages may
+    // already be reused) enqueues nothing.
+    absl::MutexLock l(&t.mu);
+    if (!t.live) return absl::CancelledError("cancelled");
+    t.lent = true;
+    nr.lent = true;
+    t.stats.path = "nccl";
+  }
+  NcclApi& api = nccl_api();
+  const NcclPairComm& c = nr.comm->pair;
+  const int64_t elem = DTypeSize(layout_.dtype);
+  absl::Status st = api.GroupStart();
+  if (st.ok()) {
+    nr.posted = true;
+    start = static_cast<size_t>(layer.first_index);
+    for (int32_t run : layer.runs) {
+      if (st.ok()) {
+        st = api.Recv(pool_ + layout_.PageOffset(layer.layer, t.pages[start]) * elem,
+                      layout_.PageBytes() * run, /*peer=*/0, c.comm, c.stream);
+      }
+      start += static_cast<size_t>(run);
+    }
+    const absl::Status ended = api.GroupEnd();
+    if (st.ok()) st = ended;
+  }
+  // The sender's next frame may already be on the socket: nothing to watch there meanwhile.
+  if (st.ok())
+    st = NcclPoll([&] { return api.CommReady(c.comm); }, {}, deadline,
+                  "enqueueing the NCCL receives");
+  if (!st.ok()) return absl::UnavailableError(absl::StrCat("NCCL receive failed: ", st.message()));
+  return absl::OkStatus();
+}
+
+void TcpKvReceiver::EndNccl(Transfer& t, NcclRecv& nr, const absl::Status& outcome) {
+  if (nr.comm != nullptr) {
+    NcclApi& api = nccl_api();
+    const NcclPairComm& c = nr.comm->pair;
+    bool intact = false;
+    if (c.comm != nullptr) {
+      const absl::StatusOr<bool> ready = api.CommReady(c.comm);
+      intact = ready.ok() && *ready;
+    }
+    if (intact && nr.posted && !outcome.ok()) {
+      const absl::StatusOr<bool> done = api.StreamDone(c.stream);
+      intact = done.ok() && *done;
+    }
+    nccl_transport()->ReturnRecv(
+        nr.comm, !intact,
+        absl::StrCat("KV transfer ", t.id,
+                     " ended with NCCL receives in flight: ", outcome.message()));
+    nr.comm = nullptr;
+  }
+  if (nr.lent) EndIpcGrant(t);  // the pages are free of the communicator now
+  nr.lent = false;
+}
+
+absl::Status TcpKvReceiver::WatchSender(const Socket& socket, absl::Time deadline) {
+  ASSIGN_OR_RETURN(bool readable, PollReadable(socket, kNcclPollInterval));
+  if (!readable) return absl::OkStatus();
+  // Only an abort may come while the sender waits for this side: anything else is a protocol
+  // error; a closed connection (Unavailable) is a sender that died.
+  ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
+  if (frame.type == kv_wire::FrameType::kAbort) {
+    return absl::AbortedError(absl::StrCat("prefill aborted the KV transfer: ", frame.body));
+  }
+  return absl::InvalidArgumentError("unexpected frame while NCCL operations were in flight");
+}
+
+std::shared_ptr<NcclKvTransport> TcpKvReceiver::nccl_transport() const {
+  absl::MutexLock l(&mu_);
+  return nccl_;
+}
+
+void TcpKvReceiver::SetNccl(std::shared_ptr<NcclKvTransport> nccl) {
+  absl::MutexLock l(&mu_);
+  nccl_ = std::move(nccl);
+}
+
 bool TcpKvReceiver::InTransfer(const kv_wire::PagesHeader& h, int sender_pages) const {
   return h.layer >= 0 && h.layer < layout_.num_layers && h.first_index >= 0 && h.count >= 0 &&
          int64_t{h.first_index} + h.count <= sender_pages;
@@ -416,6 +602,7 @@ absl::StatusOr<std::vector<kv_wire::PagesHeader>> TcpKvReceiver::HoldIpcGrant(co
     absl::MutexLock l(&t.mu);
     if (!t.live) return absl::CancelledError("cancelled");
     t.lent = true;
+    t.stats.path = "ipc";
   }
   // From the grant until EndIpcGrant the sender may write any reserved page; a Cancel or the
   // deadline meanwhile releases the pages only at the grant's end: the sender's confirmation or

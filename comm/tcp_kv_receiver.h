@@ -3,7 +3,9 @@
 // into a one-page staging buffer and copied into the pool under the transfer's lock, so Cancel()
 // can guarantee that no byte lands in the pages after it returns (the pages may then be reused);
 // a CUDA IPC sender writes them itself under a grant (kv_wire.h), and Cancel's `released`
-// waits for the grant's end.
+// waits for the grant's end; with NCCL (comm/nccl_kv_transport.h) the connection thread
+// enqueues ncclRecvs into the pages, which stay lent likewise until they completed or the
+// communicator was aborted.
 //
 // Time: transfer deadlines (Expect) and the transfer durations are on the Clock given at
 // Create; the socket reads and writes under them are bounded in real time (socket_io.h).
@@ -26,6 +28,7 @@
 #include "base/clock.h"
 #include "comm/kv_transport.h"
 #include "comm/kv_wire.h"
+#include "comm/nccl_kv_transport.h"
 #include "comm/socket_io.h"
 
 namespace tandem {
@@ -46,6 +49,9 @@ class TcpKvReceiver : public KvReceiver {
   // CUDA IPC (comm/kv_ipc.h): the handle of this receiver's exported pool (KvIpcDevice::
   // ExportPool), given to senders that ask for IPC. Call once, before the first Expect.
   void SetIpcExport(std::string handle);
+  // NCCL (comm/nccl_kv_transport.h): senders that ask for it may send the pages by NCCL from
+  // another GPU. Call once, before the first Expect.
+  void SetNccl(std::shared_ptr<NcclKvTransport> nccl);
 
   std::string address() const override { return address_; }
   absl::Status Expect(const std::string& transfer_id, std::vector<int32_t> pages,
@@ -56,6 +62,12 @@ class TcpKvReceiver : public KvReceiver {
 
  private:
   struct Transfer;
+  // The NCCL side of one transfer (its connection thread's).
+  struct NcclRecv {
+    std::shared_ptr<NcclKvTransport::RecvComm> comm;  // lent to this transfer
+    bool posted = false;                              // a receive was enqueued
+    bool lent = false;                                // this transfer lent the pages (t.lent)
+  };
 
   TcpKvReceiver(Socket listener, std::string address, void* pool, const KvLayout& layout,
                 DoneCallback done, Clock* clock, KvPoolCopy write_pool, std::string cluster_token);
@@ -64,10 +76,28 @@ class TcpKvReceiver : public KvReceiver {
   void ServeConnection(int conn_id, Socket* socket);
   // Handshake: finds and claims the transfer the sender names; sends the verdict.
   // `ipc` gets whether the sender writes the pages by CUDA IPC.
+  // `nccl` gets whether the sender may send them by NCCL.
   absl::StatusOr<std::shared_ptr<Transfer>> Claim(const Socket& socket, int* sender_pages,
-                                                  bool* ipc);
+                                                  bool* ipc, bool* nccl);
   // Receives page frames until kDone / kAbort / an error; returns the transfer's outcome.
-  absl::Status ReceivePages(const Socket& socket, Transfer& t, int sender_pages, bool ipc);
+  absl::Status ReceivePages(const Socket& socket, Transfer& t, int sender_pages, bool ipc,
+                            bool nccl);
+  absl::Status ReceiveFrames(const Socket& socket, Transfer& t, int sender_pages, bool ipc,
+                             NcclRecv* nccl);
+  // kNcclUse / kNcclInit: the pair's communicator, lent to this transfer.
+  absl::Status NcclComm(const Socket& socket, const kv_wire::Frame& frame, NcclRecv& nr,
+                        absl::Time deadline);
+  // kNcclLayer: enqueues the layer's receives into the transfer's pages (one group).
+  absl::Status NcclLayer(Transfer& t, const kv_wire::NcclLayer& layer, NcclRecv& nr,
+                         absl::Time deadline);
+  // Ends the transfer's use of its communicator (aborted unless every receive completed) and
+  // of the pages (EndIpcGrant).
+  void EndNccl(Transfer& t, NcclRecv& nr, const absl::Status& outcome);
+  // Between two NCCL polls while the sender waits for this side: waits about kNcclPollInterval
+  // for its frame; an abort (Aborted) or its connection closing (Unavailable) ends the wait.
+  absl::Status WatchSender(const Socket& socket, absl::Time deadline);
+  std::shared_ptr<NcclKvTransport> nccl_transport() const;
+  NcclApi& nccl_api() const { return nccl_transport()->api(); }
   // The whole-transfer kIpcWrite: lends every page to the sender until its kIpcWritten (the
   // ranges it wrote), kAbort or an error; then EndIpcGrant.
   absl::StatusOr<std::vector<kv_wire::PagesHeader>> HoldIpcGrant(const Socket& socket, Transfer& t,
@@ -92,7 +122,8 @@ class TcpKvReceiver : public KvReceiver {
   const std::string cluster_token_;
 
   mutable absl::Mutex mu_;
-  std::string ipc_handle_ ABSL_GUARDED_BY(mu_);  // empty: no pool exported
+  std::string ipc_handle_ ABSL_GUARDED_BY(mu_);                 // empty: no pool exported
+  std::shared_ptr<NcclKvTransport> nccl_ ABSL_GUARDED_BY(mu_);  // null: no NCCL
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);
   uint64_t num_expected_ ABSL_GUARDED_BY(mu_) = 0;  // Expect calls so far (wakes the reaper)

@@ -1,5 +1,7 @@
 #include "comm/tcp_kv_sender.h"
 
+#include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -44,19 +46,72 @@ class TcpKvSendOp : public KvSendOp {
       return st;
     }
     ipc_ = ipc;
+    stats_.path = "ipc";
     peer_pool_ = peer_pool;
     peer_layout_ = peer;
     peer_pages_ = std::move(peer_pages);
     return absl::OkStatus();
   }
 
-  bool OrdersAfterEvents() const override { return ipc_ != nullptr; }
+  // NCCL: page index i lands in the receiver's page peer_pages[i], by the pair's communicator
+  // (`lease`; built here when this side has none or the receiver refuses the one it has).
+  absl::Status UseNccl(NcclKvTransport* nccl, std::unique_ptr<NcclKvTransport::SendLease> lease,
+                       std::vector<int32_t> peer_pages) {
+    nccl_ = nccl;
+    lease_ = std::move(lease);
+    peer_pages_ = std::move(peer_pages);
+    stats_.path = "nccl";
+    NcclPairComm& c = lease_->comm();
+    if (c.comm != nullptr) {
+      absl::Status st =
+          kv_wire::WriteFrame(socket_, kv_wire::FrameType::kNcclUse,
+                              kv_wire::EncodeNcclComm({nccl_->key(), c.generation, ""}), deadline_);
+      if (!st.ok()) return Fail(st);
+      st = ReadVerdict(socket_, deadline_);
+      if (st.ok()) return st;
+      if (!absl::IsFailedPrecondition(st)) return EndWithVerdict(st);
+      // The receiver lost it (it restarted, or aborted it after a failure): build a new one.
+      lease_->Break(st.message());
+    }
+    absl::StatusOr<std::string> id = lease_->StartInit();
+    if (!id.ok()) {
+      const absl::Status error = absl::UnavailableError(
+          absl::StrCat("NCCL communicator init failed: ", id.status().message()));
+      Abort(error.message());
+      return error;
+    }
+    absl::Status st =
+        kv_wire::WriteFrame(socket_, kv_wire::FrameType::kNcclInit,
+                            kv_wire::EncodeNcclComm({nccl_->key(), c.generation, *id}), deadline_);
+    if (!st.ok()) return Fail(st);
+    // Both ranks init at once; the receiver's verdict on its init may come before ours is done.
+    std::optional<absl::Status> verdict;
+    st = NcclPoll([&] { return nccl_->api().CommReady(c.comm); },
+                  [&] { return WatchPeer(&verdict); }, deadline_, "the NCCL communicator's init");
+    if (st.ok() && !verdict.has_value()) {
+      verdict = ReadVerdict(socket_, deadline_);
+      st = *verdict;
+    }
+    if (!st.ok()) {
+      lease_->Break(st.message());
+      if (verdict.has_value() && !verdict->ok()) return EndWithVerdict(*verdict);
+      Abort(absl::StrCat("NCCL communicator init failed: ", st.message()));
+      return absl::IsDeadlineExceeded(st) || absl::IsCancelled(st)
+                 ? st
+                 : absl::UnavailableError(
+                       absl::StrCat("NCCL communicator init failed: ", st.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  bool OrdersAfterEvents() const override { return ipc_ != nullptr || nccl_ != nullptr; }
 
   absl::Status SendLayer(int layer, const void* pool, absl::Span<const int32_t> src_pages,
                          int first_index) override {
     RETURN_IF_ERROR(CheckLayer(layer, src_pages, first_index));
     kv_wire::PagesHeader header{layer, first_index, static_cast<int32_t>(src_pages.size())};
     if (ipc_ != nullptr) return EnqueueIpc(header, pool, src_pages, nullptr);
+    if (nccl_ != nullptr) return SendNccl(header, pool, src_pages, nullptr);
     absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kPages,
                                           kv_wire::EncodePagesHeader(header), deadline_);
     const char* base = static_cast<const char*>(pool);
@@ -79,17 +134,19 @@ class TcpKvSendOp : public KvSendOp {
 
   absl::Status SendLayerAfterEvent(int layer, const void* pool, absl::Span<const int32_t> src_pages,
                                    int first_index, void* ready_event) override {
-    if (ipc_ == nullptr) {
+    if (ipc_ == nullptr && nccl_ == nullptr) {
       return KvSendOp::SendLayerAfterEvent(layer, pool, src_pages, first_index, ready_event);
     }
     RETURN_IF_ERROR(CheckLayer(layer, src_pages, first_index));
     kv_wire::PagesHeader header{layer, first_index, static_cast<int32_t>(src_pages.size())};
+    if (nccl_ != nullptr) return SendNccl(header, pool, src_pages, ready_event);
     return EnqueueIpc(header, pool, src_pages, ready_event);
   }
 
   absl::StatusOr<KvTransferStats> Finish() override {
     if (finished_) return absl::FailedPreconditionError("transfer already finished or aborted");
     absl::Status st;
+    if (nccl_ != nullptr) return FinishNccl();
     if (ipc_ != nullptr) {
       // The one wait of the transfer: every layer's copy has landed, then one confirmation
       // (kIpcWritten and kDone back to back: the verdict is the only round trip).
@@ -116,6 +173,7 @@ class TcpKvSendOp : public KvSendOp {
     if (finished_) return;
     finished_ = true;
     WaitIpcCopies();  // the grant ends with this frame: nothing may land after it
+    EndNccl(reason);  // likewise: no send reads the source pages after it
     (void)kv_wire::WriteFrame(socket_, kv_wire::FrameType::kAbort, std::string(reason),
                               std::min(deadline_, Clock::Real()->Now() + kAbortNotifyTimeout));
     socket_.Close();
@@ -136,6 +194,7 @@ class TcpKvSendOp : public KvSendOp {
   absl::Status Fail(const absl::Status& write_error) {
     finished_ = true;
     WaitIpcCopies();
+    EndNccl(write_error.message());
     absl::Status verdict =
         ReadVerdict(socket_, std::min(deadline_, Clock::Real()->Now() + absl::Milliseconds(50)));
     socket_.Close();
@@ -176,6 +235,120 @@ class TcpKvSendOp : public KvSendOp {
     return absl::OkStatus();
   }
 
+  // The receiver ended the transfer with `verdict` before this side sent anything it must wait
+  // for: close and report it.
+  absl::Status EndWithVerdict(const absl::Status& verdict) {
+    finished_ = true;
+    EndNccl(verdict.message());
+    socket_.Close();
+    return verdict;
+  }
+
+  // Between two NCCL polls: waits about kNcclPollInterval for the receiver's verdict. One that
+  // came is kept in `*verdict` (an error also ends the wait with it: the receiver gave up, or
+  // closed the connection: Unavailable); once it came, just sleeps.
+  absl::Status WatchPeer(std::optional<absl::Status>* verdict) {
+    if (verdict->has_value()) {
+      std::this_thread::sleep_for(absl::ToChronoMicroseconds(kNcclPollInterval));
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(bool readable, PollReadable(socket_, kNcclPollInterval));
+    if (!readable) return absl::OkStatus();
+    *verdict = ReadVerdict(socket_, deadline_);
+    return **verdict;
+  }
+
+  // One layer by NCCL: its frame (the runs), then one group of sends, after `ready_event`. No
+  // wait for the data: only for NCCL's enqueueing (non-blocking comms), which is quick.
+  absl::Status SendNccl(const kv_wire::PagesHeader& header, const void* pool,
+                        absl::Span<const int32_t> src_pages, void* ready_event) {
+    if (src_pages.empty()) return absl::OkStatus();
+    const absl::Span<const int32_t> dst_pages =
+        absl::MakeConstSpan(peer_pages_).subspan(header.first_index, src_pages.size());
+    kv_wire::NcclLayer frame{header.layer, header.first_index, header.count,
+                             NcclPageRuns(src_pages, dst_pages)};
+    absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kNcclLayer,
+                                          kv_wire::EncodeNcclLayer(frame), deadline_);
+    if (!st.ok()) return Fail(st);
+    NcclApi& api = nccl_->api();
+    NcclPairComm& c = lease_->comm();
+    if (ready_event != nullptr) st = api.StreamWaitEvent(c.stream, ready_event);
+    if (st.ok()) st = api.GroupStart();
+    if (st.ok()) {
+      nccl_posted_ = true;
+      const char* base = static_cast<const char*>(pool);
+      const int64_t elem = DTypeSize(layout_.dtype);
+      size_t start = 0;
+      for (int32_t run : frame.runs) {
+        if (st.ok()) {
+          st = api.Send(base + layout_.PageOffset(header.layer, src_pages[start]) * elem,
+                        layout_.PageBytes() * run, /*peer=*/1, c.comm, c.stream);
+        }
+        start += static_cast<size_t>(run);
+      }
+      const absl::Status ended = api.GroupEnd();
+      if (st.ok()) st = ended;
+    }
+    std::optional<absl::Status> verdict;
+    if (st.ok()) {
+      st = NcclPoll([&] { return api.CommReady(c.comm); }, [&] { return WatchPeer(&verdict); },
+                    deadline_, "enqueueing the NCCL sends");
+    }
+    if (!st.ok()) {
+      if (verdict.has_value()) return EndWithVerdict(st);
+      // This side's NCCL failed: tell the receiver (it aborts its half too).
+      const absl::Status error =
+          absl::UnavailableError(absl::StrCat("NCCL send failed: ", st.message()));
+      Abort(error.message());
+      return error;
+    }
+    stats_.bytes += layout_.PageBytes() * static_cast<int64_t>(src_pages.size());
+    stats_.pages += static_cast<int64_t>(src_pages.size());
+    return absl::OkStatus();
+  }
+
+  // kDone, then the sends' completion (polled, under the deadline) and the receiver's verdict.
+  absl::StatusOr<KvTransferStats> FinishNccl() {
+    absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kDone, "", deadline_);
+    if (!st.ok()) return Fail(st);
+    NcclApi& api = nccl_->api();
+    NcclPairComm& c = lease_->comm();
+    std::optional<absl::Status> verdict;
+    st = NcclPoll(
+        [&]() -> absl::StatusOr<bool> {
+          RETURN_IF_ERROR(api.CommReady(c.comm).status());
+          return api.StreamDone(c.stream);
+        },
+        [&] { return WatchPeer(&verdict); }, deadline_, "the NCCL sends");
+    if (st.ok() && !verdict.has_value()) st = ReadVerdict(socket_, deadline_);
+    if (!st.ok() && !verdict.has_value()) {
+      Abort(st.message());  // our failure (deadline, NCCL error, cancel): tell the receiver
+      return st;
+    }
+    finished_ = true;
+    EndNccl(st.message());
+    socket_.Close();
+    if (!st.ok()) return st;
+    stats_.duration = Clock::Real()->Now() - start_;
+    return stats_;
+  }
+
+  // Ends this op's use of the pair: the communicator is kept when every send enqueued has
+  // completed (the receiver matched them all) and it has no error, else aborted (ncclCommAbort:
+  // no send reads the source pages after it; the pair rebuilds at its next transfer).
+  void EndNccl(absl::string_view why) {
+    if (lease_ == nullptr) return;
+    NcclApi& api = nccl_->api();
+    NcclPairComm& c = lease_->comm();
+    bool intact = c.comm != nullptr && api.CommReady(c.comm).ok();
+    if (intact && nccl_posted_) {
+      const absl::StatusOr<bool> done = api.StreamDone(c.stream);
+      intact = done.ok() && *done;
+    }
+    if (!intact) lease_->Break(absl::StrCat("KV transfer ended with NCCL sends in flight: ", why));
+    lease_.reset();
+  }
+
   void WaitIpcCopies() {
     if (ipc_ == nullptr) return;
     if (absl::Status st = ipc_->WaitCopies(); !st.ok()) {
@@ -196,7 +369,10 @@ class TcpKvSendOp : public KvSendOp {
   void* peer_pool_ = nullptr;
   KvLayout peer_layout_;
   std::vector<int32_t> peer_pages_;
-  std::vector<kv_wire::PagesHeader> ranges_;  // what went by CUDA IPC (kIpcWritten)
+  std::vector<kv_wire::PagesHeader> ranges_;           // what went by CUDA IPC (kIpcWritten)
+  NcclKvTransport* nccl_ = nullptr;                    // non-null: pages go by NCCL
+  std::unique_ptr<NcclKvTransport::SendLease> lease_;  // the pair, until the op ends
+  bool nccl_posted_ = false;                           // a send was enqueued
 };
 
 }  // namespace
@@ -211,20 +387,30 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
         "kv_transport ipc: this prefill worker's KV pool cannot be shared by CUDA IPC (a host "
         "pool, or a build without CUDA); use kv_transport tcp or auto");
   }
+  if (kind_ == KvTransportKind::kNccl && nccl_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "kv_transport nccl: this prefill worker has no NCCL transport (a host pool, or a build "
+        "without NCCL); use kv_transport tcp or auto");
+  }
   if (cancelled && cancelled()) return absl::CancelledError("KV transfer given up before it began");
   const absl::Time deadline = Clock::Real()->Now() + timeout;
+  const CancelCheck cancel_check = cancelled;
   // The socket carries the cancel check: every wait below and in the op observes it.
   ASSIGN_OR_RETURN(Socket socket, Connect(peer, deadline, std::move(cancelled)));
   kv_wire::Hello hello{layout, num_pages, transfer_id, cluster_token_};
-  if (ipc_ != nullptr && kind_ != KvTransportKind::kTcp) {
+  if (ipc_ != nullptr && (kind_ == KvTransportKind::kIpc || kind_ == KvTransportKind::kAuto)) {
     hello.ipc =
         kind_ == KvTransportKind::kIpc ? kv_wire::IpcMode::kRequired : kv_wire::IpcMode::kPreferred;
+  }
+  if (nccl_ != nullptr && (kind_ == KvTransportKind::kNccl || kind_ == KvTransportKind::kAuto)) {
+    hello.nccl = kind_ == KvTransportKind::kNccl ? kv_wire::NcclMode::kRequired
+                                                 : kv_wire::NcclMode::kPreferred;
   }
   RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kHello,
                                       kv_wire::EncodeHello(hello), deadline));
   RETURN_IF_ERROR(TcpKvSendOp::ReadVerdict(socket, deadline));
   absl::StatusOr<kv_wire::IpcPool> pool = kv_wire::IpcPool{};
-  if (hello.ipc != kv_wire::IpcMode::kNone) {
+  if (hello.ipc != kv_wire::IpcMode::kNone || hello.nccl != kv_wire::NcclMode::kNone) {
     ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
     pool = frame.type == kv_wire::FrameType::kIpcPool
                ? kv_wire::DecodeIpcPool(frame.body)
@@ -239,12 +425,37 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
     op->Abort(pool.status().message());
     return pool.status();
   }
+  // NCCL where both sides have it and the pools are on different GPUs (kv_ipc.h).
+  const bool same_gpu =
+      nccl_ != nullptr && !pool->device_id.empty() && pool->device_id == nccl_->device_id();
+  if (hello.nccl != kv_wire::NcclMode::kNone && pool->nccl && !same_gpu) {
+    absl::StatusOr<std::unique_ptr<NcclKvTransport::SendLease>> lease =
+        nccl_->LeaseSend(peer, deadline, cancel_check);
+    if (!lease.ok()) {
+      op->Abort(lease.status().message());
+      return lease.status();
+    }
+    RETURN_IF_ERROR(op->UseNccl(nccl_.get(), *std::move(lease), std::move(pool->page_ids)));
+    LogPath(peer, "nccl", "the decode pool is on another GPU");
+    return std::unique_ptr<KvSendOp>(std::move(op));
+  }
+  if (hello.nccl == kv_wire::NcclMode::kRequired) {
+    const absl::Status error = absl::FailedPreconditionError(
+        same_gpu ? "kv_transport nccl: the decode worker's KV pool is on this GPU and NCCL "
+                   "needs two; use kv_transport ipc or auto"
+                 : "kv_transport nccl: the decode worker takes no NCCL transfers; use "
+                   "kv_transport tcp or auto");
+    op->Abort(error.message());
+    return error;
+  }
   if (!pool->handle.empty()) {
     absl::StatusOr<void*> mapped = ipc_->OpenPool(pool->handle);
     if (mapped.ok()) {
       KvLayout peer_layout = layout;
       peer_layout.num_pages = pool->num_pages;
       RETURN_IF_ERROR(op->UseIpc(ipc_.get(), *mapped, peer_layout, std::move(pool->page_ids)));
+      LogPath(peer, "ipc", same_gpu ? "same GPU" : "the decode pool can be mapped");
+      return std::unique_ptr<KvSendOp>(std::move(op));
     } else if (kind_ == KvTransportKind::kIpc) {
       const absl::Status error = absl::FailedPreconditionError(absl::StrCat(
           "kv_transport ipc: cannot map the decode worker's KV pool (", mapped.status().message(),
@@ -256,7 +467,18 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
                    << " is impossible, using TCP: " << mapped.status();
     }
   }
+  LogPath(peer, "tcp", "");
   return std::unique_ptr<KvSendOp>(std::move(op));
+}
+
+void TcpKvSender::LogPath(const std::string& peer, const std::string& path,
+                          const std::string& why) {
+  absl::MutexLock l(&path_mu_);
+  std::string& last = path_of_peer_[peer];
+  if (last == path) return;
+  last = path;
+  LOG(INFO) << "KV transport to " << peer << ": " << path << (why.empty() ? "" : " (") << why
+            << (why.empty() ? "" : ")");
 }
 
 }  // namespace tandem

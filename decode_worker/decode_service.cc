@@ -44,6 +44,10 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(const Worke
                    << handle.status();
     }
   }
+  // NCCL: senders on other GPUs send the pages by NCCL (comm/nccl_kv_transport.h).
+  absl::StatusOr<std::shared_ptr<NcclKvTransport>> nccl = NcclFor(*env.options, *env.engine);
+  if (!nccl.ok()) return nccl.status();
+  if (*nccl != nullptr) (*receiver)->SetNccl(*std::move(nccl));
   s->receiver_ = *std::move(receiver);
   // Advertise the routable host with the receiver's bound port.
   const std::string addr = s->receiver_->address();
@@ -179,7 +183,8 @@ void DecodeService::OnKvDone(Engine& engine, const std::string& id, const absl::
     r.kv_ready = true;
     r.kv_stats = stats;
     if (env_.metrics) {
-      env_.metrics->ObserveKvTransfer(absl::ToDoubleSeconds(stats.duration), stats.bytes);
+      env_.metrics->ObserveKvTransfer(absl::ToDoubleSeconds(stats.duration), stats.bytes,
+                                      stats.path);
     }
     if (r.pending.has_value()) Commit(engine, id, r);
     return;

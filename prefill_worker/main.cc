@@ -19,11 +19,13 @@ int main(int argc, char** argv) {
       [](const tandem::WorkerEnv& env) -> absl::StatusOr<std::unique_ptr<tandem::WorkerService>> {
         auto ipc = tandem::KvIpcFor(*env.options, *env.engine);
         if (!ipc.ok()) return ipc.status();
+        auto nccl = tandem::NcclFor(*env.options, *env.engine);
+        if (!nccl.ok()) return nccl.status();
         return std::make_unique<tandem::PrefillService>(
             env,
-            std::make_unique<tandem::TcpKvSender>(tandem::PoolCopyFor(env.engine),
-                                                  env.options->cluster_token,
-                                                  env.options->kv_transport, *std::move(ipc)),
+            std::make_unique<tandem::TcpKvSender>(
+                tandem::PoolCopyFor(env.engine), env.options->cluster_token,
+                env.options->kv_transport, *std::move(ipc), *std::move(nccl)),
             kTransferThreads);
       });
 }

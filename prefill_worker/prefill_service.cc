@@ -308,9 +308,10 @@ absl::Status PrefillService::SendStoredLayer(const TransferJob& job, KvSendOp& o
     p.reading = true;  // BeforeFree waits for this read to end
   }
   if (op.OrdersAfterEvents()) {
-    // CUDA IPC: the copy waits for the layer on the device, with no host wait; it may still run
-    // after this returns, so `reading` stays set until the op ended (TransferThread clears it
-    // once Finish or Abort waited for the copies).
+    // CUDA IPC or NCCL: the copy (the sends) waits for the layer on the device, with no host
+    // wait; it may still run after this returns, so `reading` stays set until the op ended
+    // (TransferThread clears it once Finish or Abort waited for the copies, or aborted the
+    // NCCL communicator, which ends its sends).
     return op.SendLayerAfterEvent(layer, job.pool, job.pages, 0, event);
   }
   absl::Status st = WaitKvEvent(event);
@@ -335,7 +336,8 @@ void PrefillService::OnTransferDone(Engine& engine, const std::string& id, const
     ev.mutable_transfer_done()->set_kv_transfer_s(absl::ToDoubleSeconds(stats.duration));
     it->second.channel->Push(std::move(ev));
     if (env_.metrics) {
-      env_.metrics->ObserveKvTransfer(absl::ToDoubleSeconds(stats.duration), stats.bytes);
+      env_.metrics->ObserveKvTransfer(absl::ToDoubleSeconds(stats.duration), stats.bytes,
+                                      stats.path);
       env_.metrics->CountRequestOutcome("prefill_done");
     }
     Finish(id, absl::OkStatus());

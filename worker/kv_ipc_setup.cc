@@ -12,6 +12,7 @@ absl::StatusOr<std::shared_ptr<KvIpcDevice>> KvIpcFor(const WorkerOptions& optio
     LOG(INFO) << "KV transport: tcp";
     return nullptr;
   }
+  if (kind == KvTransportKind::kNccl) return nullptr;  // NcclFor
   if (!engine.kv_pool_on_device()) {
     if (kind == KvTransportKind::kIpc) {
       return absl::FailedPreconditionError(
@@ -29,6 +30,37 @@ absl::StatusOr<std::shared_ptr<KvIpcDevice>> KvIpcFor(const WorkerOptions& optio
   LOG(INFO) << "KV transport: " << KvTransportKindName(kind)
             << " (CUDA IPC where the peer's pool can be mapped)";
   return std::shared_ptr<KvIpcDevice>(*std::move(ipc));
+}
+
+absl::StatusOr<std::shared_ptr<NcclKvTransport>> NcclFor(const WorkerOptions& options,
+                                                         Engine& engine) {
+  const KvTransportKind kind = options.kv_transport;
+  if (kind != KvTransportKind::kNccl && kind != KvTransportKind::kAuto) return nullptr;
+  const bool required = kind == KvTransportKind::kNccl;
+  if (!engine.kv_pool_on_device()) {
+    if (required) {
+      return absl::FailedPreconditionError(
+          "--kv-transport nccl needs the KV pool on a GPU (--backend cuda); use tcp or auto");
+    }
+    return nullptr;  // KvIpcFor logged the choice
+  }
+  absl::StatusOr<std::shared_ptr<NcclApi>> api = MakeCudaNccl();
+  absl::StatusOr<std::shared_ptr<NcclKvTransport>> nccl =
+      api.ok() ? NcclKvTransport::Create(*std::move(api), engine.kv_pool())
+               : absl::StatusOr<std::shared_ptr<NcclKvTransport>>(api.status());
+  if (!nccl.ok()) {
+    if (required) {
+      return absl::Status(nccl.status().code(),
+                          absl::StrCat("--kv-transport nccl: ", nccl.status().message()));
+    }
+    LOG(WARNING) << "KV transport auto: no NCCL (" << nccl.status()
+                 << "); peers on other GPUs use CUDA IPC where they can map the pool, else TCP";
+    return nullptr;
+  }
+  LOG(INFO) << "KV transport: " << KvTransportKindName(kind)
+            << " (NCCL where the peer's pool is on another GPU; this pool is on "
+            << (*nccl)->device_id() << ")";
+  return *std::move(nccl);
 }
 
 }  // namespace tandem

@@ -110,6 +110,7 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
       return IsPortTaken(m.status()) ? kExitCannotListen : 1;
     }
     metrics = *std::move(m);
+    if (o.role != WorkerRole::kMixed) metrics->SetKvTransport(KvTransportKindName(o.kv_transport));
   }
   Clock* const clock = Clock::Real();  // a process runs on real time
   WorkerEnv env{&o, metrics.get(), engine->get(), clock};

@@ -87,6 +87,16 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
                          .Help("KV transfers that failed, by reason")
                          .Labels(labels)
                          .Register(r);
+  m->kv_paths_ = &BuildCounter()
+                      .Name(kv + "_transfers_total")
+                      .Help("KV transfers that completed, by the data path their pages took")
+                      .Labels(labels)
+                      .Register(r);
+  m->kv_transport_ = &BuildGauge()
+                          .Name("tandem_worker_kv_transport_info")
+                          .Help("The configured KV transport (--kv-transport), as a label")
+                          .Labels(labels)
+                          .Register(r);
   m->running_ = gauge("tandem:num_requests_running", "Requests in this engine's running batch");
   m->waiting_ = gauge("tandem:num_requests_waiting", "Requests queued in this engine");
   m->kv_usage_ = gauge("tandem:kv_cache_usage_perc",
@@ -144,9 +154,13 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
 
 void WorkerMetrics::ObserveQueueTime(double s) { queue_time_->Observe(s); }
 void WorkerMetrics::ObservePrefillTime(double s) { prefill_time_->Observe(s); }
-void WorkerMetrics::ObserveKvTransfer(double s, int64_t bytes) {
+void WorkerMetrics::ObserveKvTransfer(double s, int64_t bytes, const std::string& path) {
   kv_transfer_time_->Observe(s);
   kv_transfer_bytes_->Observe(static_cast<double>(bytes));
+  kv_paths_->Add({{"path", path}}).Increment();
+}
+void WorkerMetrics::SetKvTransport(const std::string& kind) {
+  kv_transport_->Add({{"kv_transport", kind}}).Set(1);
 }
 void WorkerMetrics::CountKvTransferFailure(const std::string& reason) {
   kv_failures_->Add({{"reason", reason}}).Increment();

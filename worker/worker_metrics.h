@@ -50,7 +50,12 @@ class WorkerMetrics {
 
   void ObserveQueueTime(double seconds);
   void ObservePrefillTime(double seconds);
-  void ObserveKvTransfer(double seconds, int64_t bytes);
+  // `path`: the data path the pages took (KvTransferStats::path: tcp, ipc or nccl), counted in
+  // <kv>_transfers_total{path}.
+  void ObserveKvTransfer(double seconds, int64_t bytes, const std::string& path = "tcp");
+  // The configured KV transport (--kv-transport: tcp, ipc, nccl or auto), exported as
+  // tandem_worker_kv_transport_info{kv_transport} = 1.
+  void SetKvTransport(const std::string& kind);
   void CountKvTransferFailure(const std::string& reason);
   void ObserveFirstDecodeStep(double seconds);
   void ObserveRequestDuration(double seconds);
@@ -75,6 +80,8 @@ class WorkerMetrics {
   prometheus::Histogram* request_duration_ = nullptr;
   prometheus::Family<prometheus::Counter>* outcomes_ = nullptr;
   prometheus::Family<prometheus::Counter>* kv_failures_ = nullptr;
+  prometheus::Family<prometheus::Counter>* kv_paths_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* kv_transport_ = nullptr;
   prometheus::Gauge* running_ = nullptr;
   prometheus::Gauge* waiting_ = nullptr;
   prometheus::Gauge* live_ = nullptr;

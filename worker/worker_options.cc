@@ -60,7 +60,8 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
   AddEngineFlags(app, &engine_flags);
   app.add_option("--kv-transfer-timeout-ms", o.kv_transfer_timeout_ms, "Per KV transfer");
   std::string kv_transport = "auto";
-  app.add_option("--kv-transport", kv_transport, "KV data path: tcp, ipc (CUDA IPC) or auto");
+  app.add_option("--kv-transport", kv_transport,
+                 "KV data path: tcp, ipc (CUDA IPC), nccl (NCCL, GPU to GPU) or auto");
   app.add_flag("--kv-layerwise-push,!--no-kv-layerwise-push", o.kv_layerwise_push,
                "Prefill: push each layer's KV while the next layers compute (on by default)");
   if (default_role == WorkerRole::kPrefill) {  // other roles refuse it (unknown flag)

@@ -68,13 +68,18 @@ absl::Status Validate(const Layout& l) {
   if (l.backend != "auto" && l.backend != "cpu" && l.backend != "cuda") {
     return absl::InvalidArgumentError("backend must be auto, cpu or cuda");
   }
-  if (l.kv_transport != "tcp" && l.kv_transport != "ipc" && l.kv_transport != "auto") {
+  if (l.kv_transport != "tcp" && l.kv_transport != "ipc" && l.kv_transport != "nccl" &&
+      l.kv_transport != "auto") {
     return absl::InvalidArgumentError(
-        absl::StrCat("kv_transport must be tcp, ipc or auto (got '", l.kv_transport, "')"));
+        absl::StrCat("kv_transport must be tcp, ipc, nccl or auto (got '", l.kv_transport, "')"));
   }
   if (l.kv_transport == "ipc" && l.backend == "cpu") {
     return absl::InvalidArgumentError(
         "kv_transport ipc needs the KV pools on a GPU (backend cuda or auto); use tcp or auto");
+  }
+  if (l.kv_transport == "nccl" && l.backend == "cpu") {
+    return absl::InvalidArgumentError(
+        "kv_transport nccl needs the KV pools on GPUs (backend cuda or auto); use tcp or auto");
   }
   // Every prefill group may push its KV to every decode group: a page must mean the same bytes on
   // both sides. Pages of different TP differ in shape (the transport would refuse the pair);

@@ -11,8 +11,9 @@
 //                                 # cpu or cuda
 //   host: 127.0.0.1
 //   kv_transport: auto            # prefill -> decode KV data path, the workers' --kv-transport:
-//                                 # tcp, ipc (CUDA IPC, both on one GPU) or auto (ipc where the
-//                                 # decode pool can be mapped, else tcp); ipc needs cuda
+//                                 # tcp, ipc (CUDA IPC, both on one GPU), nccl (NCCL, on two
+//                                 # GPUs) or auto (nccl to a pool on another GPU, else ipc where
+//                                 # the decode pool can be mapped, else tcp); ipc, nccl need cuda
 //   router: {port: 8000, grpc_port: 0, args: [],  # 0: any free port
 //            routing_policy: ""}  # "": the router's (least-loaded) | round-robin | kv-aware
 //   engine: {page_size: 16, num_pages: 0, kv_memory_bytes: 0, gpu_memory_utilization: 0.9,
@@ -72,7 +73,7 @@ struct Layout {
   std::string served_model_name;
   std::string backend = "auto";
   std::string host = "127.0.0.1";
-  std::string kv_transport = "auto";  // tcp | ipc | auto (prefill and decode workers)
+  std::string kv_transport = "auto";  // tcp | ipc | nccl | auto (prefill and decode workers)
   int router_port = 8000;
   int router_grpc_port = 0;
   std::vector<std::string> router_args;

@@ -62,7 +62,7 @@ TEST(Layout, KvTransportIsPassedToPrefillAndDecodeWorkers) {
     }
     return "(none)";
   };
-  for (const char* kind : {"tcp", "ipc", "auto"}) {
+  for (const char* kind : {"tcp", "ipc", "nccl", "auto"}) {
     absl::StatusOr<Layout> l =
         ParseLayout(absl::StrCat("backend: cuda\nkv_transport: ", kind,
                                  "\ngroups: [{role: prefill}, {role: decode}, {role: mixed}]"));
@@ -166,11 +166,14 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
       {"groups: [{role: mixed, count: 2, gpus: [0]}]", "one GPU per worker"},
       {"groups: []", "at least one worker"},
       {"backend: tpu\ngroups: [{role: mixed}]", "backend"},
-      {"kv_transport: nccl\ngroups: [{role: mixed}]", "kv_transport must be tcp, ipc or auto"},
+      {"kv_transport: rdma\ngroups: [{role: mixed}]",
+       "kv_transport must be tcp, ipc, nccl or auto"},
       {"kv_transport: IPC\ngroups: [{role: mixed}]", "(got 'IPC')"},
       {"kv_transport: ''\ngroups: [{role: mixed}]", "kv_transport must be"},
       {"backend: cpu\nkv_transport: ipc\ngroups: [{role: prefill}, {role: decode}]",
        "kv_transport ipc needs the KV pools on a GPU"},
+      {"backend: cpu\nkv_transport: nccl\ngroups: [{role: prefill}, {role: decode}]",
+       "kv_transport nccl needs the KV pools on GPUs"},
       {"kv_transprot: tcp\ngroups: [{role: mixed}]", "unknown key 'kv_transprot'"},
       {"router: {port: eighty}\ngroups: [{role: mixed}]", "layout:"},
       {"groups: [{role: mixed, tensor_parallel: 0}]", "must be >= 1"},

@@ -132,6 +132,9 @@ TEST(MetricsE2E, EachQuantityIsCountedOnceAcrossScrapeTargetsAndEqualsWhatWasSen
   }
   EXPECT_EQ(prefill.Sum("tandem_worker_kv_send_seconds_count"), k);
   EXPECT_EQ(decode.Sum("tandem_worker_kv_receive_seconds_count"), k);
+  // By data path: host TCP here (CPU workers).
+  EXPECT_EQ(prefill.Sum("tandem_worker_kv_send_transfers_total", {"path=\"tcp\""}), k);
+  EXPECT_EQ(decode.Sum("tandem_worker_kv_receive_transfers_total", {"path=\"tcp\""}), k);
   EXPECT_EQ(prefill.Sum("tandem_worker_kv_send_bytes_sum"),
             decode.Sum("tandem_worker_kv_receive_bytes_sum"));
   EXPECT_EQ(prefill.Sum("tandem_worker_kv_send_bytes_sum"),

@@ -328,6 +328,8 @@ TEST(WorkerMetricsTest, ServesTheWorkerFamiliesWithTheirLabels) {
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_GT((*m)->port(), 0);
   (*m)->CountRequestOutcome("stop");
+  (*m)->ObserveKvTransfer(0.25, 4096, "nccl");
+  (*m)->SetKvTransport("auto");
   std::optional<HttpResult> r = HttpGetOnce((*m)->port(), "/metrics");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
@@ -337,6 +339,11 @@ TEST(WorkerMetricsTest, ServesTheWorkerFamiliesWithTheirLabels) {
   // A decode worker receives KV pages; a prefill worker sends them.
   EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_receive_seconds_count{"));
   EXPECT_THAT(r->body, Not(HasSubstr("tandem_worker_kv_send")));
+  // Which data path each transfer took, and the configured transport.
+  EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_receive_transfers_total{model_name=\"tiny\","
+                                 "role=\"decode\",worker=\"decode-7\",path=\"nccl\"} 1\n"));
+  EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_transport_info{model_name=\"tiny\","
+                                 "role=\"decode\",worker=\"decode-7\",kv_transport=\"auto\"} 1\n"));
 }
 
 }  // namespace
