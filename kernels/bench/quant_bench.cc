@@ -37,7 +37,7 @@ void BenchQuantGemm(const Ceilings& c) {
       BENCH_CUDA(cudaMalloc(&a, 32 * k * 2));
       BENCH_CUDA(cudaMalloc(&out, 32 * n * 2));
       FillUniformBf16(a, 32 * k, 5, -1, 1);
-      for (int64_t m : {1, 2, 4, 8}) {
+      for (int64_t m : {1, 2, 4}) {
         QuantGemmArgs args{.a = a,
                            .c = out,
                            .m = m,
@@ -89,7 +89,7 @@ void BenchQuantGemm(const Ceilings& c) {
       // The whole non-skinny path (CudaOps::Gemm above kQuantSkinnyMaxM rows): dequantize, then
       // the bf16 Gemm (cuBLASLt) on the scratch, against the skinny rows above at m = 8; "TB/s"
       // counts the quantized bytes, as the skinny rows do.
-      for (int64_t m : {8, 16, 32}) {
+      for (int64_t m : {4, 8, 16, 32}) {
         auto path = [&](int it) {
           dequant(it);
           const GemmArgs g{.a = a,

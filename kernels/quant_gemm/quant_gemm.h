@@ -107,9 +107,10 @@ inline QuantGemmArgs WithActivations(QuantGemmArgs q, const GemmArgs& a) {
 // group_size == k or a multiple of 32, and 16-byte-aligned w and a; anything else is
 // InvalidArgument (QuantGemmSkinnyCovers says so without launching; the caller then takes the
 // dequantize + dense GEMM path). fp32 accumulation in an order other than the reference's:
-// results match QuantGemmRef to rounding, not bit for bit. Above m = 8 the fp32 FMAs (m per
-// weight) make it slower than dequantizing into bf16 and running the dense GEMM (WORKLOG.md).
-inline constexpr int64_t kQuantSkinnyMaxM = 8;
+// results match QuantGemmRef to rounding, not bit for bit. Above m = 4 the fp32 FMAs (m per
+// weight) make it slower than dequantizing into bf16 and running the dense GEMM (measured:
+// WORKLOG.md step 3).
+inline constexpr int64_t kQuantSkinnyMaxM = 4;
 absl::Status QuantGemmSkinnyCovers(const QuantGemmArgs& args);
 absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream);
 

@@ -130,10 +130,10 @@ TEST(QuantGemmSkinnyTest, MatchesReferenceOnAwkwardShapes) {
   TANDEM_SKIP_WITHOUT_GPU();
   // n >= 1056 with short rows takes the 4-row tile, n >= 528 with rows of more than 256 vectors
   // the 2-row tile (k = 8224: 257 uint4 vectors, 514 int8 ones, a partial last pass), the rest
-  // the 1-row tile; m = 1, 2, 4 and 8 are the kernel's instantiations, 3 and 5 partial ones.
+  // the 1-row tile; m = 1, 2 and 4 are the kernel's instantiations, 3 a partial one.
   for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4, QuantCode::kFp8E4M3}) {
     const bool int4 = code == QuantCode::kUint4;
-    for (int64_t m : {1, 2, 3, 4, 5, 8}) {
+    for (int64_t m : {1, 2, 3, 4}) {
       for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 32},
                           {7, 96},
                           {33, 224},
@@ -142,7 +142,7 @@ TEST(QuantGemmSkinnyTest, MatchesReferenceOnAwkwardShapes) {
                           {531, 8224}}) {
         for (int64_t group : {k, int64_t{int4 ? 64 : 128}}) {
           for (bool bf16 : {false, true}) {
-            Check({code, m, n, k, group, int4 && group != k, m % 2 == 1, m == 5, bf16,
+            Check({code, m, n, k, group, int4 && group != k, m % 2 == 1, m == 3, bf16,
                    /*pdl=*/(m + n) % 2 == 0});
           }
         }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU-machine call for the cuBLASLt FP8 W8A8 path (kernels/quant_gemm/fp8_gemm_lt.h,
-# kernels/quant_gemm/WORKLOG.md step 3): its kernel test, the quantized kernel tests, the engine's
+# kernels/quant_gemm/WORKLOG.md step 4): its kernel test, the quantized kernel tests, the engine's
 # quantized-checkpoint tests (the FP8 prefill one requires the new path), then kb_bench's fp8
 # section and its torch._scaled_mm peer (peer_fp8.py) in the same call, the merged table last.
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]; it stages
