@@ -68,6 +68,16 @@ void ApplyControlPlaneServerArgs(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
 }
 
+void ApplyServerKeepalive(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kServerKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kServerKeepaliveTimeoutMs);
+  // Pings also while a stream is blocked on flow control (a frozen peer reads nothing, so no
+  // data frame goes out): gRPC otherwise stops pinging after 2 pings without data.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kServerKeepaliveTimeMs);
+}
+
 std::shared_ptr<grpc::Channel> ClusterChannel(const std::string& address, const std::string& token,
                                               const grpc::ChannelArguments& args) {
   if (token.empty()) {

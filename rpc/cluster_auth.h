@@ -28,6 +28,16 @@ grpc::ChannelArguments ControlPlaneChannelArgs();
 // ("too_many_pings"): pings without calls permitted, at most one per second expected.
 void ApplyControlPlaneServerArgs(grpc::ServerBuilder& builder);
 
+// A worker's server pings its clients (the router) every kServerKeepaliveTime and closes a
+// connection whose ping is not acknowledged within kServerKeepaliveTimeout: a router that froze
+// (SIGSTOP) or vanished without a FIN is noticed within about 4 s, its calls on that connection
+// are cancelled, and the worker aborts their requests (WorkerService::StreamEvents polls
+// IsCancelled), freeing their pages. Clients accept any ping rate (gRPC's ping-abuse policy is
+// the server's), so this needs nothing of them.
+inline constexpr int kServerKeepaliveTimeMs = 2000;
+inline constexpr int kServerKeepaliveTimeoutMs = 2000;
+void ApplyServerKeepalive(grpc::ServerBuilder& builder);
+
 // An insecure channel to `address` with `args`; every call carries `token` (none when empty).
 std::shared_ptr<grpc::Channel> ClusterChannel(const std::string& address, const std::string& token,
                                               const grpc::ChannelArguments& args);

@@ -8,7 +8,8 @@
 //   cluster serves;
 // - the router frozen (SIGSTOP) under load: clients time out cleanly at their own deadline, and
 //   after SIGCONT the router aborts their requests on the workers (no page stays held) and serves
-//   again.
+//   again; with many long requests on the decode worker, the worker's keepalive pings notice the
+//   frozen router and free every page while it is still frozen.
 // Every client gets one terminal answer within a bound, no worker holds a reserved or owned page
 // afterwards, and service resumes. Each cell prints its figures ("matrix: ...").
 #include <signal.h>
@@ -231,9 +232,9 @@ TEST(FaultAdmissionE2E, AFrozenRouterLetsClientsTimeOutAndRecoversOnSigcont) {
   EXPECT_LT(clients.Worst(start), kDeadline + absl::Seconds(2));
   const absl::Duration worst = clients.Worst(fault_at);
   // The workers do not need the router to free their pages: the running request ends on its
-  // own (the tiny model's 1500 tokens take about a second) and the queued ones never reached
-  // them. (A request that outlived the freeze would keep its pages until it ended: the workers'
-  // servers send no keepalive pings, so a frozen client is not noticed; the README says so.)
+  // own (the tiny model's 1500 tokens take about a second) or is cancelled by the decode
+  // worker's keepalive, and the queued ones never reached them. (Requests that outlive the
+  // freeze: AFrozenRoutersRequestsLoseTheirPagesOnTheWorkers.)
   std::string why;
   const bool idle_while_frozen = WaitForIdle(*c, kFrozenPeerBound, &why);
   const absl::Duration idle_frozen = absl::Now() - fault_at;
@@ -243,6 +244,67 @@ TEST(FaultAdmissionE2E, AFrozenRouterLetsClientsTimeOutAndRecoversOnSigcont) {
             << absl::ToDoubleMilliseconds(idle_frozen)
             << " ms after the freeze (router still frozen)\n";
   ExpectRecovered(*c, "SIGSTOP router while decoding/queued", fault_at, worst, Answers(clients));
+  EXPECT_TRUE(c->Shutdown(absl::Seconds(20)).ok());
+}
+
+// The router frozen (SIGSTOP) while the decode worker holds far more work than kFrozenRouterBound
+// of decoding: one sequence at a time (--max-num-seqs 1), kLongClients requests of 2000 tokens
+// each (the tiny model decodes about 1500 tokens a second alone: at least 14 s of work). The
+// workers' servers ping the router (rpc/cluster_auth.h ApplyServerKeepalive): the frozen peer's
+// connection is closed, its calls are cancelled and their requests aborted, so every page is
+// free within kFrozenRouterBound while the router is still frozen (before the pings, the pages
+// were held until the last request had decoded its 2000 tokens). After SIGCONT each client gets
+// one terminal answer and the cluster serves again.
+TEST(FaultAdmissionE2E, AFrozenRoutersRequestsLoseTheirPagesOnTheWorkers) {
+  constexpr int kLongClients = 12;
+  constexpr int kLongTokens = 2000;
+  constexpr absl::Duration kFrozenRouterBound = absl::Seconds(10);
+  std::unique_ptr<launcher::Cluster> c = StartCluster(R"(
+engine: {page_size: 16, num_pages: 2048}
+groups:
+  - {role: prefill, count: 1}
+  - {role: decode, count: 1, args: [--max-num-seqs, "1"]}
+)");
+  ASSERT_NE(c, nullptr);
+  launcher::Process* decode = c->Find("decode-0");
+  ASSERT_NE(decode, nullptr);
+  FaultClients clients(c->router().grpc_address, kLongClients, [](int i) {
+    GenerateArgs args;
+    args.prompt = Prompt(16, 5300 + i);
+    args.max_tokens = kLongTokens;
+    args.deadline = absl::Seconds(90);
+    return args;
+  });
+  // Every request is on the decode worker (one decoding, the others queued with their KV) and
+  // the first has streamed a few tokens.
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  tandem::v1::LoadReport l;
+  while (absl::Now() < give_up) {
+    l = GetLoad(*c, decode->grpc_address);
+    if (l.num_running() + l.num_waiting() == kLongClients && clients.NumWithTokens(3) >= 1) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_LT(absl::Now(), give_up) << "the requests never reached the decode worker together: "
+                                  << l.ShortDebugString();
+  ASSERT_EQ(clients.NumWithTokens(kLongTokens), 0) << "a request finished before the freeze";
+  const launcher::Process& router = c->router();
+  router.child->Signal(SIGSTOP);
+  const absl::Time fault_at = absl::Now();
+  std::string why;
+  const bool idle_while_frozen = WaitForIdle(*c, kFrozenRouterBound, &why);
+  const absl::Duration idle_frozen = absl::Now() - fault_at;
+  const tandem::v1::LoadReport frozen_load = GetLoad(*c, decode->grpc_address);
+  router.child->Signal(SIGCONT);
+  EXPECT_TRUE(idle_while_frozen) << why;
+  std::cout << "matrix: SIGSTOP router with " << kLongClients << " x " << kLongTokens
+            << " tokens on decode-0: no page held " << absl::ToDoubleMilliseconds(idle_frozen)
+            << " ms after the freeze (router still frozen; load then "
+            << frozen_load.ShortDebugString() << ")\n";
+  clients.Join();
+  // The router's streams to the workers were closed under it: each client gets one error.
+  ExpectTerminalAnswers(clients, {grpc::StatusCode::UNAVAILABLE}, /*complete_ok=*/false);
+  const absl::Duration worst = clients.Worst(fault_at);
+  ExpectRecovered(*c, "SIGSTOP router, long requests", fault_at, worst, Answers(clients));
   EXPECT_TRUE(c->Shutdown(absl::Seconds(20)).ok());
 }
 
