@@ -12,6 +12,7 @@
 #include "base/listen_error.h"
 #include "base/logging.h"
 #include "router/router_server.h"
+#include "rpc/control_plane_tls.h"
 
 int main(int argc, char** argv) {
   tandem::router::RouterConfig config;
@@ -59,6 +60,15 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure-no-cluster-token", insecure_control_plane,
                "run the worker registry without a cluster token: anyone who reaches the gRPC "
                "port can register a worker and receive prompts (development only)");
+  std::string tls_ca, tls_cert, tls_key;
+  app.add_option("--tls-ca", tls_ca,
+                 "PEM file of the deployment CA: with --tls-cert and --tls-key, the control "
+                 "plane runs over mutual TLS (workers must present certificates of this CA)");
+  app.add_option("--tls-cert", tls_cert, "PEM file of this router's certificate (of --tls-ca)");
+  app.add_option("--tls-key", tls_key, "PEM file (mode 600) of its private key");
+  app.add_option("--control-plane-port", config.control_plane_port,
+                 "with TLS: the worker registry's port (mutual TLS; 0: any free port); the "
+                 "registry then answers on it only");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug | info | warning | error");
   CLI11_PARSE(app, argc, argv);
@@ -81,6 +91,13 @@ int main(int argc, char** argv) {
     LOG(WARNING) << "tandem-router: the control plane is unauthenticated";
   }
   config.cluster_token = *std::move(token);
+  absl::StatusOr<tandem::ControlPlaneTls> tls =
+      tandem::LoadControlPlaneTls(tls_ca, tls_cert, tls_key);
+  if (!tls.ok()) {
+    LOG(ERROR) << "tandem-router: " << tls.status().message();
+    return 2;
+  }
+  config.control_plane_tls = *std::move(tls);
 
   // SIGINT / SIGTERM are taken synchronously by this thread (blocked before threads start).
   sigset_t signals;
@@ -96,9 +113,16 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "tandem-router: " << server.status();
     return tandem::IsPortTaken(server.status()) ? tandem::kExitCannotListen : 1;
   }
-  LOG(INFO) << "tandem-router: OpenAI API on http://" << config.host << ":"
-            << (*server)->http_port() << "/v1, gRPC and worker registry on " << config.host << ":"
-            << (*server)->grpc_port() << ", metrics on /metrics";
+  if (config.control_plane_tls.enabled()) {
+    LOG(INFO) << "tandem-router: OpenAI API on http://" << config.host << ":"
+              << (*server)->http_port() << "/v1, gRPC on " << config.host << ":"
+              << (*server)->grpc_port() << ", worker registry (mutual TLS) on " << config.host
+              << ":" << (*server)->control_plane_port() << ", metrics on /metrics";
+  } else {
+    LOG(INFO) << "tandem-router: OpenAI API on http://" << config.host << ":"
+              << (*server)->http_port() << "/v1, gRPC and worker registry on " << config.host << ":"
+              << (*server)->grpc_port() << ", metrics on /metrics";
+  }
   int received = 0;
   sigwait(&signals, &received);
   LOG(INFO) << "tandem-router: signal " << received << ", draining";

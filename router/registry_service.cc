@@ -12,7 +12,9 @@ grpc::Status ToGrpc(const absl::Status& status) {
 grpc::Status RegistryService::Register(grpc::ServerContext* context,
                                        const tandem::v1::RegisterRequest* request,
                                        tandem::v1::RegisterResponse* response) {
-  if (grpc::Status auth = CheckClusterToken(*context, cluster_token_); !auth.ok()) return auth;
+  if (grpc::Status auth = CheckControlPlaneCall(*context, cluster_token_, require_certificate_);
+      !auth.ok())
+    return auth;
   absl::StatusOr<tandem::v1::RegisterResponse> result = registry_->Register(*request);
   if (!result.ok()) return ToGrpc(result.status());
   *response = *std::move(result);
@@ -22,7 +24,9 @@ grpc::Status RegistryService::Register(grpc::ServerContext* context,
 grpc::Status RegistryService::Heartbeat(grpc::ServerContext* context,
                                         const tandem::v1::HeartbeatRequest* request,
                                         tandem::v1::HeartbeatResponse* response) {
-  if (grpc::Status auth = CheckClusterToken(*context, cluster_token_); !auth.ok()) return auth;
+  if (grpc::Status auth = CheckControlPlaneCall(*context, cluster_token_, require_certificate_);
+      !auth.ok())
+    return auth;
   absl::StatusOr<tandem::v1::HeartbeatResponse> result = registry_->Heartbeat(*request);
   if (!result.ok()) return ToGrpc(result.status());
   *response = *std::move(result);

@@ -13,8 +13,13 @@ namespace tandem::router {
 
 class RegistryService final : public tandem::v1::WorkerRegistry::Service {
  public:
-  RegistryService(WorkerRegistry* registry, std::string cluster_token)
-      : registry_(registry), cluster_token_(std::move(cluster_token)) {}
+  // `require_certificate`: mutual TLS is on, and only calls over it (the control-plane port, a
+  // verified client certificate) are served; the others get UNAUTHENTICATED.
+  RegistryService(WorkerRegistry* registry, std::string cluster_token,
+                  bool require_certificate = false)
+      : registry_(registry),
+        cluster_token_(std::move(cluster_token)),
+        require_certificate_(require_certificate) {}
 
   grpc::Status Register(grpc::ServerContext* context, const tandem::v1::RegisterRequest* request,
                         tandem::v1::RegisterResponse* response) override;
@@ -24,6 +29,7 @@ class RegistryService final : public tandem::v1::WorkerRegistry::Service {
  private:
   WorkerRegistry* registry_;
   const std::string cluster_token_;
+  const bool require_certificate_;
 };
 
 // absl::Status → grpc::Status (same code numbers).

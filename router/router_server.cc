@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   registry_options.expected_model.clear_name();
   registry_options.clock = config.clock;
   registry_options.cluster_token = config.cluster_token;
+  registry_options.tls = config.control_plane_tls;
   s->registry_ = std::make_unique<WorkerRegistry>(registry_options);
   ASSIGN_OR_RETURN(s->policy_, MakeRoutingPolicy(config.routing_policy));
   AdmissionOptions admission_options;
@@ -48,8 +49,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   s->api_ = std::make_unique<OpenAiApi>(api_options, s->model_.context, s->service_.get(),
                                         s->registry_.get(), s->metrics_.get());
 
+  const bool tls = config.control_plane_tls.enabled();
   s->registry_service_ =
-      std::make_unique<RegistryService>(s->registry_.get(), config.cluster_token);
+      std::make_unique<RegistryService>(s->registry_.get(), config.cluster_token, tls);
   s->generation_service_ =
       std::make_unique<GenerationGrpcService>(s->model_.context, s->service_.get(), config.api_key);
   grpc::ServerBuilder builder;
@@ -57,13 +59,20 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   ApplyControlPlaneServerArgs(builder);
   builder.AddListeningPort(absl::StrCat(config.host, ":", config.grpc_port),
                            grpc::InsecureServerCredentials(), &s->grpc_port_);
+  // One server, two ports: the registry's handlers tell them apart by the caller's certificate.
+  if (tls) {
+    builder.AddListeningPort(absl::StrCat(config.host, ":", config.control_plane_port),
+                             ControlPlaneServerCredentials(config.control_plane_tls),
+                             &s->control_plane_port_);
+  }
   builder.RegisterService(s->registry_service_.get());
   builder.RegisterService(s->generation_service_.get());
   s->grpc_server_ = builder.BuildAndStart();
-  if (s->grpc_server_ == nullptr || s->grpc_port_ == 0) {
+  if (s->grpc_server_ == nullptr || s->grpc_port_ == 0 || (tls && s->control_plane_port_ == 0)) {
     // gRPC does not say why: taken as a port in use (a launcher retries a few times only).
     return PortTakenError(
-        absl::StrCat("cannot listen for gRPC on ", config.host, ":", config.grpc_port));
+        absl::StrCat("cannot listen for gRPC on ", config.host, ":", config.grpc_port,
+                     tls ? absl::StrCat(" and ", config.control_plane_port) : ""));
   }
 
   HttpServerOptions http_options;

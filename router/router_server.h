@@ -35,6 +35,12 @@ struct RouterConfig {
   // Every call to the registry and to the workers carries it (base/cluster_token.h); empty:
   // the control plane is unauthenticated (tests only; the binary refuses to run so unless told).
   std::string cluster_token;
+  // Mutual TLS on the control plane (rpc/control_plane_tls.h) when enabled: the worker registry
+  // is served only on control_plane_port (0: any free port), over TLS with a verified client
+  // certificate of the CA; calls to it on grpc_port get UNAUTHENTICATED. Calls to the workers
+  // present this certificate. Off: the registry is on grpc_port, and control_plane_port unused.
+  ControlPlaneTls control_plane_tls;
+  int control_plane_port = 0;
   std::string routing_policy = "least-loaded";
   int max_running = 1024;
   int max_waiting = 4096;
@@ -61,6 +67,8 @@ class RouterServer {
 
   int http_port() const { return http_->port(); }
   int grpc_port() const { return grpc_port_; }
+  // The mutual-TLS port of the worker registry; 0 when TLS is off.
+  int control_plane_port() const { return control_plane_port_; }
   WorkerRegistry& registry() { return *registry_; }
   GenerationService& service() { return *service_; }
   AdmissionController& admission() { return *admission_; }
@@ -83,6 +91,7 @@ class RouterServer {
   std::unique_ptr<GenerationGrpcService> generation_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int grpc_port_ = 0;
+  int control_plane_port_ = 0;
   bool shut_down_ = false;
 };
 

@@ -28,18 +28,18 @@ absl::Status Same(const char* what, const T& router, const T& worker) {
 }  // namespace
 
 std::shared_ptr<WorkerStub> MakeWorkerStub(const std::string& address,
-                                           const std::string& cluster_token) {
+                                           const std::string& cluster_token,
+                                           const ControlPlaneTls& tls) {
   // Fail fast on a dead worker instead of backing off for a minute.
-  auto channel = ClusterChannel(address, cluster_token, ControlPlaneChannelArgs());
+  auto channel = ClusterChannel(address, cluster_token, ControlPlaneChannelArgs(), tls);
   return std::shared_ptr<WorkerStub>(tandem::v1::Worker::NewStub(channel));
 }
 
 WorkerRegistry::WorkerRegistry(RegistryOptions options, StubFactory stub_factory)
     : options_(std::move(options)), stub_factory_(std::move(stub_factory)) {
   if (!stub_factory_) {
-    stub_factory_ = [token = options_.cluster_token](const std::string& address) {
-      return MakeWorkerStub(address, token);
-    };
+    stub_factory_ = [token = options_.cluster_token, tls = options_.tls](
+                        const std::string& address) { return MakeWorkerStub(address, token, tls); };
   }
 }
 

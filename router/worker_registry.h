@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
+#include "rpc/control_plane_tls.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::router {
@@ -71,6 +72,9 @@ struct RegistryOptions {
   Clock* clock = Clock::Real();  // stamps heartbeats (ExpireStale compares against it)
   // Attached to every call to the workers (rpc/cluster_auth.h); empty: none.
   std::string cluster_token;
+  // The router's certificate for mutual TLS to the workers (rpc/control_plane_tls.h); off when
+  // empty.
+  ControlPlaneTls tls;
 };
 
 class WorkerRegistry {
@@ -124,7 +128,9 @@ class WorkerRegistry {
 
 // The default stub factory: a channel with keepalive pings, so a worker that vanishes without
 // closing its connection is noticed within seconds, whose calls carry `cluster_token`.
+// With `tls` enabled, over mutual TLS.
 std::shared_ptr<WorkerStub> MakeWorkerStub(const std::string& address,
-                                           const std::string& cluster_token);
+                                           const std::string& cluster_token,
+                                           const ControlPlaneTls& tls = {});
 
 }  // namespace tandem::router

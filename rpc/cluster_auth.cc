@@ -79,14 +79,16 @@ void ApplyServerKeepalive(grpc::ServerBuilder& builder) {
 }
 
 std::shared_ptr<grpc::Channel> ClusterChannel(const std::string& address, const std::string& token,
-                                              const grpc::ChannelArguments& args) {
-  if (token.empty()) {
-    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  }
+                                              const grpc::ChannelArguments& args,
+                                              const ControlPlaneTls& tls) {
+  grpc::ChannelArguments channel_args = args;
+  ApplyControlPlaneTlsArgs(tls, channel_args);
+  const std::shared_ptr<grpc::ChannelCredentials> credentials = ControlPlaneChannelCredentials(tls);
+  if (token.empty()) return grpc::CreateCustomChannel(address, credentials, channel_args);
   std::vector<std::unique_ptr<ClientInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<TokenInterceptorFactory>(token));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(
-      address, grpc::InsecureChannelCredentials(), args, std::move(interceptors));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, channel_args,
+                                                                 std::move(interceptors));
 }
 
 grpc::Status CheckClusterToken(const grpc::ServerContext& context, std::string_view token) {
@@ -100,6 +102,16 @@ grpc::Status CheckClusterToken(const grpc::ServerContext& context, std::string_v
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, it == metadata.end()
                                                              ? "this call needs the cluster token"
                                                              : "wrong cluster token");
+}
+
+grpc::Status CheckControlPlaneCall(const grpc::ServerContext& context, std::string_view token,
+                                   bool require_certificate) {
+  if (require_certificate && !PeerHasVerifiedCertificate(context)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "this call needs mutual TLS with the deployment's certificate (the "
+                        "router's worker registry is on its --control-plane-port)");
+  }
+  return CheckClusterToken(context, token);
 }
 
 }  // namespace tandem

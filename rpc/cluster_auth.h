@@ -1,4 +1,5 @@
-// The cluster token on gRPC (base/cluster_token.h): clients attach it to every call of a
+// The cluster token on gRPC (base/cluster_token.h; mutual TLS on top where the deployment has
+// it: rpc/control_plane_tls.h): clients attach it to every call of a
 // channel as metadata (a client interceptor, so no call site can forget it); servers check it
 // first thing in every handler of an internal service (the router's WorkerRegistry, every
 // worker's Worker service) and answer UNAUTHENTICATED, doing nothing, when it is missing or
@@ -16,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include "rpc/control_plane_tls.h"
 
 namespace tandem {
 
@@ -38,13 +41,20 @@ inline constexpr int kServerKeepaliveTimeMs = 2000;
 inline constexpr int kServerKeepaliveTimeoutMs = 2000;
 void ApplyServerKeepalive(grpc::ServerBuilder& builder);
 
-// An insecure channel to `address` with `args`; every call carries `token` (none when empty).
+// A channel to `address` with `args`; every call carries `token` (none when empty). Mutual TLS
+// with `tls`'s certificate when it is enabled (rpc/control_plane_tls.h), insecure otherwise.
 std::shared_ptr<grpc::Channel> ClusterChannel(const std::string& address, const std::string& token,
-                                              const grpc::ChannelArguments& args);
+                                              const grpc::ChannelArguments& args,
+                                              const ControlPlaneTls& tls = {});
 
 // OK when the call carries `token`, UNAUTHENTICATED otherwise. An empty `token` means the
 // control plane runs unauthenticated (in-process tests, or a binary started with
 // --insecure-no-cluster-token): everything passes.
 grpc::Status CheckClusterToken(const grpc::ServerContext& context, std::string_view token);
+// The same, and with `require_certificate` (mutual TLS on) also UNAUTHENTICATED unless the call
+// came over TLS with a verified client certificate (a call on a port without TLS, such as the
+// router's public --grpc-port, has none).
+grpc::Status CheckControlPlaneCall(const grpc::ServerContext& context, std::string_view token,
+                                   bool require_certificate);
 
 }  // namespace tandem

@@ -23,8 +23,8 @@ void SetDeadline(grpc::ClientContext* ctx) {
 
 RouterClient::RouterClient(Options options) : options_(std::move(options)) {
   // Short reconnect backoff: a restarted router is reached again within about a second.
-  stub_ = tandem::v1::WorkerRegistry::NewStub(
-      ClusterChannel(options_.router_address, options_.cluster_token, ControlPlaneChannelArgs()));
+  stub_ = tandem::v1::WorkerRegistry::NewStub(ClusterChannel(
+      options_.router_address, options_.cluster_token, ControlPlaneChannelArgs(), options_.tls));
 }
 
 RouterClient::~RouterClient() {

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
+#include "rpc/control_plane_tls.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem {
@@ -27,6 +28,7 @@ class RouterClient {
   struct Options {
     std::string router_address;         // host:port of the router's gRPC server
     std::string cluster_token;          // carried by every call (rpc/cluster_auth.h)
+    ControlPlaneTls tls;                // mutual TLS to the router when enabled
     tandem::v1::RegisterRequest hello;  // everything but the load report
     std::function<tandem::v1::LoadReport()> load;
     std::function<bool()> draining;

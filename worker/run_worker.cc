@@ -101,7 +101,8 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
   // within about 4 s instead of running to their end.
   ApplyServerKeepalive(builder);
   int port = 0;
-  builder.AddListeningPort(absl::StrCat(o.host, ":", o.port), grpc::InsecureServerCredentials(),
+  // Mutual TLS when the worker has certificates: only the deployment's processes connect.
+  builder.AddListeningPort(absl::StrCat(o.host, ":", o.port), ControlPlaneServerCredentials(o.tls),
                            &port);
   std::unique_ptr<WorkerMetrics> metrics;
   if (o.metrics_port >= 0) {
@@ -135,11 +136,12 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
   std::unique_ptr<RouterClient> router;
   if (!o.router.empty()) {
     WorkerService* svc = service->get();
-    router = std::make_unique<RouterClient>(RouterClient::Options{
-        o.router, o.cluster_token, MakeHello(o, loop.engine(), port, svc->kv_transfer_address()),
-        [svc] { return svc->Load(); }, [svc] { return svc->draining(); },
-        [svc] { return svc->health(); }, clock,
-        [svc](absl::Time cutoff) { svc->ForgetRouterStateBefore(cutoff); }});
+    router = std::make_unique<RouterClient>(
+        RouterClient::Options{o.router, o.cluster_token, o.tls,
+                              MakeHello(o, loop.engine(), port, svc->kv_transfer_address()),
+                              [svc] { return svc->Load(); }, [svc] { return svc->draining(); },
+                              [svc] { return svc->health(); }, clock,
+                              [svc](absl::Time cutoff) { svc->ForgetRouterStateBefore(cutoff); }});
     // A decode worker keeps no prefix cache (its pages all arrive by transfer).
     if (o.engine.enable_prefix_caching && o.role != WorkerRole::kDecode) {
       router->PublishPrefixCache(

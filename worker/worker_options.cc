@@ -77,6 +77,12 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
   bool insecure = false;
   app.add_flag("--insecure-no-cluster-token", insecure,
                "Serve the Worker API and the KV port without a cluster token (development only)");
+  std::string tls_ca, tls_cert, tls_key;
+  app.add_option("--tls-ca", tls_ca,
+                 "PEM file of the deployment CA: with --tls-cert and --tls-key, the gRPC port "
+                 "takes only mutual-TLS clients of this CA, and the router is reached over TLS");
+  app.add_option("--tls-cert", tls_cert, "PEM file of this worker's certificate (of --tls-ca)");
+  app.add_option("--tls-key", tls_key, "PEM file (mode 600) of its private key");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -96,6 +102,9 @@ absl::StatusOr<WorkerOptions> ParseWorkerOptions(int argc, char** argv, WorkerRo
         " or --cluster-token-file (tandem serve does), or pass --insecure-no-cluster-token"));
   }
   o.cluster_token = *std::move(token);
+  absl::StatusOr<ControlPlaneTls> tls = LoadControlPlaneTls(tls_ca, tls_cert, tls_key);
+  if (!tls.ok()) return tls.status();
+  o.tls = *std::move(tls);
   o.instance_id = RandomHex(16);
   if (absl::Status s = ResolveEngineFlags(&engine_flags); !s.ok()) return s;
   o.engine = engine_flags.engine;

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "comm/kv_ipc.h"
 #include "engine/engine.h"
+#include "rpc/control_plane_tls.h"
 #include "tandem/v1/worker.pb.h"
 
 namespace tandem {
@@ -42,6 +43,9 @@ struct WorkerOptions {
   // Every internal call to and from this worker carries it (base/cluster_token.h): from
   // --cluster-token-file or $TANDEM_CLUSTER_TOKEN. Empty only with --insecure-no-cluster-token.
   std::string cluster_token;
+  // Mutual TLS on the gRPC port and to the router (rpc/control_plane_tls.h) from --tls-ca,
+  // --tls-cert and --tls-key; off when none is given.
+  ControlPlaneTls tls;
   std::string instance_id;  // random per process (worker.proto, Authentication)
   EngineOptions engine;
 };

@@ -33,7 +33,9 @@ tandem::v1::LoadReport WorkerService::Load() const {
 }
 
 grpc::Status WorkerService::Authenticate(const grpc::ServerContext* ctx) const {
-  return CheckClusterToken(*ctx, env_.options->cluster_token);
+  // With TLS on, the port takes no other connection; checked here too, so that a server set up
+  // otherwise still refuses.
+  return CheckControlPlaneCall(*ctx, env_.options->cluster_token, env_.options->tls.enabled());
 }
 
 void WorkerService::PrefixCache(tandem::v1::PrefixCacheSummary* out) const {

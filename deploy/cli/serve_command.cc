@@ -64,8 +64,13 @@ void PrintReady(launcher::Cluster& cluster, const std::string& model_name,
   const std::string http = cluster.http_address();
   std::cout << "tandem serve: ready at http://" << http << "\n"
             << "  OpenAI API     http://" << http << "/v1  (model \"" << model_name << "\")\n"
-            << "  gRPC API       " << cluster.router().grpc_address << "\n"
-            << "  metrics        " << cluster.router().metrics_url << "  (router)\n";
+            << "  gRPC API       " << cluster.router().grpc_address << "\n";
+  if (!cluster.client_tls().ca.empty()) {
+    std::cout << "  registry       " << cluster.control_plane_address()
+              << "  (mutual TLS; certificates in "
+              << fs::path(cluster.client_tls().ca).parent_path().string() << ")\n";
+  }
+  std::cout << "  metrics        " << cluster.router().metrics_url << "  (router)\n";
   for (launcher::Process* w : cluster.workers()) {
     std::cout << "                 " << w->metrics_url << "  (" << w->name << ", grpc "
               << w->grpc_address << ", pid " << w->child->pid() << ")\n";

@@ -2,8 +2,10 @@
 
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -22,6 +24,9 @@
 
 namespace tandem::launcher {
 namespace {
+
+// Valid a year: far beyond one `tandem serve` run (each start makes a new CA).
+constexpr absl::Duration kTlsValidity = absl::Hours(24 * 365);
 
 std::vector<std::string> EngineFlags(const Layout& l) {
   const EngineSpec& e = l.engine;
@@ -147,6 +152,29 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
   std::unique_ptr<Cluster> c(new Cluster);
   c->log_dir_ = options.log_dir;
   c->cluster_token_ = RandomHex(32);
+  // Mutual TLS: a CA of this deployment only, a certificate per process. The CA's key is dropped
+  // when Start returns.
+  std::optional<DeploymentCa> ca;
+  auto issue = [&](const std::string& name) -> absl::StatusOr<TlsFiles> {
+    if (!ca.has_value()) return TlsFiles{};
+    return ca->IssueFiles(c->tls_dir_, name);
+  };
+  if (layout.control_plane_tls) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "tandem-tls-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {  // mode 700
+      return absl::InternalError(
+          absl::StrCat("cannot make a folder for the control plane's certificates in ",
+                       std::filesystem::temp_directory_path().string()));
+    }
+    c->tls_dir_ = tmpl;
+    absl::StatusOr<DeploymentCa> made =
+        DeploymentCa::Create(absl::StrCat("tandem deployment ", RandomHex(4)), kTlsValidity);
+    if (!made.ok()) return made.status();
+    ca = *std::move(made);
+    absl::StatusOr<TlsFiles> client = issue("client");
+    if (!client.ok()) return client.status();
+    c->client_tls_ = *std::move(client);
+  }
   c->restart_ = options.restart;
   const std::string model = options.model_dir.empty() ? layout.model : options.model_dir;
   const std::string host = layout.host;
@@ -157,6 +185,11 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
   // The router first, on its own until it listens: the workers are given its address.
   Process router = MakeProcess("router", "router", "", "");
   const int fixed_http = layout.router_port, fixed_grpc = layout.router_grpc_port;
+  const int fixed_control = layout.router_control_plane_port;
+  const bool tls = layout.control_plane_tls;
+  absl::StatusOr<TlsFiles> router_tls = issue("router");
+  if (!router_tls.ok()) return router_tls.status();
+  router.tls = *router_tls;
   std::vector<std::string> router_flags = {"--drain-timeout-s",
                                            std::to_string(options.router_drain_timeout_s)};
   if (!layout.served_model_name.empty()) {
@@ -167,14 +200,17 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
   }
   router_flags.insert(router_flags.end(), layout.router_args.begin(), layout.router_args.end());
   Cluster* self = c.get();
-  router.assign_ports = [self, pick, host, model, fixed_http, fixed_grpc, router_flags,
-                         bin = options.bin_dir](Process& p) -> absl::Status {
+  router.assign_ports = [self, pick, host, model, fixed_http, fixed_grpc, fixed_control, tls,
+                         router_flags, bin = options.bin_dir](Process& p) -> absl::Status {
     absl::StatusOr<int> http_port = fixed_http != 0 ? fixed_http : pick(host);
     absl::StatusOr<int> grpc_port = fixed_grpc != 0 ? fixed_grpc : pick(host);
+    absl::StatusOr<int> control_port = !tls || fixed_control != 0 ? fixed_control : pick(host);
     if (!http_port.ok()) return http_port.status();
     if (!grpc_port.ok()) return grpc_port.status();
+    if (!control_port.ok()) return control_port.status();
     self->http_address_ = absl::StrCat(host, ":", *http_port);
     p.grpc_address = absl::StrCat(host, ":", *grpc_port);
+    self->control_plane_address_ = tls ? absl::StrCat(host, ":", *control_port) : p.grpc_address;
     p.metrics_url = absl::StrCat("http://", self->http_address_, "/metrics");
     p.argv = {bin + "/tandem-router",
               "--model-dir",
@@ -185,10 +221,15 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
               std::to_string(*http_port),
               "--grpc-port",
               std::to_string(*grpc_port)};
+    if (tls) {
+      p.argv.insert(p.argv.end(),
+                    {"--control-plane-port", std::to_string(*control_port), "--tls-ca", p.tls.ca,
+                     "--tls-cert", p.tls.cert, "--tls-key", p.tls.key});
+    }
     p.argv.insert(p.argv.end(), router_flags.begin(), router_flags.end());
     return absl::OkStatus();
   };
-  router.ports_picked = fixed_http == 0 || fixed_grpc == 0;
+  router.ports_picked = fixed_http == 0 || fixed_grpc == 0 || (tls && fixed_control == 0);
   router.env.push_back({kClusterTokenEnv, c->cluster_token_});
   router.restarts = RestartPolicy(options.restart);
   c->processes_.push_back(std::move(router));
@@ -200,7 +241,14 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
     for (int i = 0; i < g.count; ++i) {
       const std::string name = absl::StrCat(g.role, "-", per_role[g.role]++);
       Process w = MakeProcess(name, g.role, "", "");
-      std::vector<std::string> flags = {"--worker-id", name, "--router", c->router().grpc_address};
+      std::vector<std::string> flags = {"--worker-id", name, "--router", c->control_plane_address_};
+      absl::StatusOr<TlsFiles> worker_tls = issue(name);
+      if (!worker_tls.ok()) return worker_tls.status();
+      w.tls = *worker_tls;
+      if (tls) {
+        flags.insert(flags.end(),
+                     {"--tls-ca", w.tls.ca, "--tls-cert", w.tls.cert, "--tls-key", w.tls.key});
+      }
       if (!layout.served_model_name.empty()) {
         flags.insert(flags.end(), {"--served-model-name", layout.served_model_name});
       }
@@ -290,6 +338,10 @@ absl::Status Cluster::WaitForRouter(absl::Time deadline) {
 
 Cluster::~Cluster() {
   for (Process& p : processes_) p.child.reset();  // SIGKILL + reap
+  if (!tls_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(tls_dir_, ec);
+  }
 }
 
 absl::Status Cluster::Launch(Process& p) {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "deploy/launcher/child_process.h"
+#include "deploy/launcher/deployment_ca.h"
 #include "deploy/launcher/layout.h"
 #include "deploy/launcher/restart_policy.h"
 
@@ -39,6 +40,8 @@ struct Process {
   std::string metrics_url;   // http://host:port/metrics
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;
+  // With control_plane_tls: its certificate and key, and the CA's (in Cluster's TLS folder).
+  TlsFiles tls;
   std::unique_ptr<ChildProcess> child;
   // Picks the process's ports (those the layout leaves to the launcher) and writes argv and the
   // addresses above. ports_picked: some were picked, so a start that finds one taken (the child
@@ -68,6 +71,13 @@ class Cluster {
   // This deployment's cluster token (fresh per Start, 256 random bits): every child gets it in
   // $TANDEM_CLUSTER_TOKEN, never on its command line. Tests use it to call workers directly.
   const std::string& cluster_token() const { return cluster_token_; }
+  // With the layout's control_plane_tls: the router's worker-registry port (mutual TLS), which
+  // the workers register with; otherwise its gRPC address.
+  const std::string& control_plane_address() const { return control_plane_address_; }
+  // With control_plane_tls: a certificate of this deployment's CA for a client that is none of
+  // its processes (tests calling workers directly; `tandem serve` prints the folder); empty
+  // otherwise. The folder (mode 700) is removed with the Cluster.
+  const TlsFiles& client_tls() const { return client_tls_; }
   const Process& router() const { return processes_[0]; }
   std::vector<Process*> workers();
   Process* Find(const std::string& name);
@@ -102,7 +112,10 @@ class Cluster {
                          absl::Time deadline, bool repick_taken_ports);
 
   std::string http_address_;
+  std::string control_plane_address_;
   std::string cluster_token_;
+  std::string tls_dir_;  // empty: TLS off
+  TlsFiles client_tls_;
   RestartOptions restart_;
   std::string log_dir_;
   std::vector<std::pair<std::string, int>> expected_;

@@ -65,6 +65,11 @@ absl::Status Validate(const Layout& l) {
     return absl::InvalidArgumentError("a layout needs both prefill and decode groups (or mixed)");
   }
   if (!prefill && !mixed) return absl::InvalidArgumentError("a layout needs at least one worker");
+  if (l.router_control_plane_port != 0 && !l.control_plane_tls) {
+    return absl::InvalidArgumentError(
+        "router: control_plane_port is the registry's mutual-TLS port; it needs "
+        "control_plane_tls: true");
+  }
   if (l.backend != "auto" && l.backend != "cpu" && l.backend != "cuda") {
     return absl::InvalidArgumentError("backend must be auto, cpu or cuda");
   }
@@ -169,17 +174,19 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
     const YAML::Node root = YAML::Load(yaml_text);
     if (root.IsNull()) return absl::InvalidArgumentError("layout: the file is empty");
     CheckKeys(root, "the layout",
-              {"model", "served_model_name", "backend", "host", "kv_transport", "router", "engine",
-               "groups"});
+              {"model", "served_model_name", "backend", "host", "kv_transport", "control_plane_tls",
+               "router", "engine", "groups"});
     Read(root, "model", &l.model);
     Read(root, "served_model_name", &l.served_model_name);
     Read(root, "backend", &l.backend);
     Read(root, "host", &l.host);
     Read(root, "kv_transport", &l.kv_transport);
+    Read(root, "control_plane_tls", &l.control_plane_tls);
     if (const YAML::Node r = root["router"]) {
-      CheckKeys(r, "router", {"port", "grpc_port", "args", "routing_policy"});
+      CheckKeys(r, "router", {"port", "grpc_port", "control_plane_port", "args", "routing_policy"});
       Read(r, "port", &l.router_port);
       Read(r, "grpc_port", &l.router_grpc_port);
+      Read(r, "control_plane_port", &l.router_control_plane_port);
       Read(r, "args", &l.router_args);
       Read(r, "routing_policy", &l.routing_policy);
     }

@@ -14,7 +14,11 @@
 //                                 # tcp, ipc (CUDA IPC, both on one GPU), nccl (NCCL, on two
 //                                 # GPUs) or auto (nccl to a pool on another GPU, else ipc where
 //                                 # the decode pool can be mapped, else tcp); ipc, nccl need cuda
+//   control_plane_tls: true       # mutual TLS between router and workers: a fresh deployment
+//                                 # CA and one certificate per process (deployment_ca.h); the
+//                                 # cluster token is checked as well
 //   router: {port: 8000, grpc_port: 0, args: [],  # 0: any free port
+//            control_plane_port: 0,  # the worker registry's mutual-TLS port (0: any free)
 //            routing_policy: ""}  # "": the router's (least-loaded) | round-robin | kv-aware
 //   engine: {page_size: 16, num_pages: 0, kv_memory_bytes: 0, gpu_memory_utilization: 0.9,
 //            max_num_seqs: 256, max_num_batched_tokens: 2048, max_model_len: 0,
@@ -74,8 +78,10 @@ struct Layout {
   std::string backend = "auto";
   std::string host = "127.0.0.1";
   std::string kv_transport = "auto";  // tcp | ipc | nccl | auto (prefill and decode workers)
+  bool control_plane_tls = true;
   int router_port = 8000;
   int router_grpc_port = 0;
+  int router_control_plane_port = 0;  // with control_plane_tls; 0: picked
   std::vector<std::string> router_args;
   std::string routing_policy;  // router --routing-policy; empty: the router's default
   EngineSpec engine;

@@ -2,9 +2,11 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/check.h"
 #include "engine/engine.h"
 #include "engine/model/make_model.h"
@@ -155,13 +157,29 @@ ReferenceResult Reference(const std::string& model_dir, const std::vector<int32_
   return result;
 }
 
-tandem::v1::LoadReport GetLoad(const launcher::Cluster& cluster, const std::string& worker_grpc) {
-  return GetLoad(worker_grpc, cluster.cluster_token());
+ControlPlaneTls ClientTls(const launcher::Cluster& cluster) {
+  const launcher::TlsFiles& f = cluster.client_tls();
+  if (f.ca.empty()) return {};
+  static absl::Mutex mu;
+  static auto* loaded = new std::map<std::string, ControlPlaneTls>;
+  absl::MutexLock l(&mu);
+  auto it = loaded->find(f.cert);
+  if (it == loaded->end()) {
+    absl::StatusOr<ControlPlaneTls> tls = LoadControlPlaneTls(f.ca, f.cert, f.key);
+    CHECK_OK(tls.status());
+    it = loaded->emplace(f.cert, *std::move(tls)).first;
+  }
+  return it->second;
 }
 
-tandem::v1::LoadReport GetLoad(const std::string& worker_grpc, const std::string& cluster_token) {
+tandem::v1::LoadReport GetLoad(const launcher::Cluster& cluster, const std::string& worker_grpc) {
+  return GetLoad(worker_grpc, cluster.cluster_token(), ClientTls(cluster));
+}
+
+tandem::v1::LoadReport GetLoad(const std::string& worker_grpc, const std::string& cluster_token,
+                               const ControlPlaneTls& tls) {
   auto stub = tandem::v1::Worker::NewStub(
-      ClusterChannel(worker_grpc, cluster_token, grpc::ChannelArguments()));
+      ClusterChannel(worker_grpc, cluster_token, grpc::ChannelArguments(), tls));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   tandem::v1::LoadReport load;

@@ -12,6 +12,7 @@
 
 #include "deploy/launcher/cluster.h"
 #include "engine/request.h"
+#include "rpc/control_plane_tls.h"
 #include "tandem/v1/generate.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -76,9 +77,13 @@ struct ReferenceResult {
 ReferenceResult Reference(const std::string& model_dir, const std::vector<int32_t>& prompt,
                           const SamplingParams& sampling);
 
-// A worker's load report, asked with the cluster's token (num_waiting -1 when unreachable).
+// The cluster's client certificate (Cluster::client_tls) loaded; disabled when TLS is off.
+ControlPlaneTls ClientTls(const launcher::Cluster& cluster);
+// A worker's load report, asked with the cluster's token and client certificate (num_waiting -1
+// when unreachable).
 tandem::v1::LoadReport GetLoad(const launcher::Cluster& cluster, const std::string& worker_grpc);
-tandem::v1::LoadReport GetLoad(const std::string& worker_grpc, const std::string& cluster_token);
+tandem::v1::LoadReport GetLoad(const std::string& worker_grpc, const std::string& cluster_token,
+                               const ControlPlaneTls& tls = {});
 // True when every running worker holds no reserved or owned pages and has nothing queued or
 // running, within `timeout`.
 bool WaitForIdle(launcher::Cluster& cluster, absl::Duration timeout, std::string* why = nullptr);

@@ -152,6 +152,20 @@ TEST(Layout, DefaultIsOnePrefillOneDecodeOnPort8000) {
   ASSERT_EQ(l.groups.size(), 2u);
   EXPECT_EQ(l.groups[0].role, "prefill");
   EXPECT_EQ(l.groups[1].role, "decode");
+  EXPECT_TRUE(l.control_plane_tls);  // mutual TLS unless the layout says otherwise
+}
+
+TEST(Layout, ControlPlaneTlsParses) {
+  absl::StatusOr<Layout> l = ParseLayout("groups: [{role: mixed}]");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_TRUE(l->control_plane_tls);
+  EXPECT_EQ(l->router_control_plane_port, 0);
+  l = ParseLayout("control_plane_tls: false\ngroups: [{role: mixed}]");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_FALSE(l->control_plane_tls);
+  l = ParseLayout("router: {control_plane_port: 8002}\ngroups: [{role: mixed}]");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->router_control_plane_port, 8002);
 }
 
 TEST(Layout, MistakesAreRefusedWithTheirField) {
@@ -201,6 +215,9 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
       {"engine: {speculative_config: {method: ngram, k: 2}}\ngroups: [{role: mixed}]",
        "unknown key 'k' in engine.speculative_config"},
       {"engine: 3\ngroups: [{role: mixed}]", "engine must be a mapping"},
+      {"control_plane_tls: maybe\ngroups: [{role: mixed}]", "layout:"},
+      {"control_plane_tls: false\nrouter: {control_plane_port: 8002}\ngroups: [{role: mixed}]",
+       "control_plane_port is the registry's mutual-TLS port"},
       {"", "empty"},
   };
   for (const Case& c : cases) {

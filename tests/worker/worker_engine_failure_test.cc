@@ -157,7 +157,7 @@ class InProcessWorker {
     hello.set_address(address_);
     WorkerService* svc = service_.get();
     router_client_ = std::make_unique<RouterClient>(RouterClient::Options{
-        router_address, /*cluster_token=*/"", hello, [svc] { return svc->Load(); },
+        router_address, /*cluster_token=*/"", /*tls=*/{}, hello, [svc] { return svc->Load(); },
         [svc] { return svc->draining(); }, [svc] { return svc->health(); }});
     router_client_->Start();
     svc->SetUnhealthyListener([r = router_client_.get()] { r->Wake(); });
