@@ -169,14 +169,15 @@ groups:
       [&](launcher::Layout&, launcher::ClusterOptions& options) {
         options.pick_port = [&](const std::string& host) -> absl::StatusOr<int> {
           const int n = picks++;
-          if (n == 0 || n == 4) return taken;
+          if (n == 0 || n == 6) return taken;
           return launcher::PickFreePort(host);
         };
       });
   ASSERT_NE(c, nullptr);
-  // Router: http (taken), grpc; again: http, grpc. prefill-0: grpc (taken), metrics; then
-  // decode-0: grpc, metrics, kv; prefill-0 again: grpc, metrics.
-  EXPECT_EQ(picks, 11);
+  // Router: http (taken), grpc, control plane (mutual TLS, on by default); again: http, grpc,
+  // control plane. prefill-0: grpc (taken), metrics; then decode-0: grpc, metrics, kv; prefill-0
+  // again: grpc, metrics.
+  EXPECT_EQ(picks, 13);
   EXPECT_EQ(c->router().launches, 2);
   launcher::Process* prefill = c->Find("prefill-0");
   launcher::Process* decode = c->Find("decode-0");
