@@ -7,8 +7,11 @@
 // and splits each row's 16-byte code vectors across all its threads (vector v of every row goes
 // to thread v % kThreads), so a warp load is 512 contiguous bytes and every thread keeps
 // kRows x kUnroll 16-byte loads in flight (L1-bypassing). Each vector (16 int8 / FP8 codes or 32
-// uint4 codes) lies inside one scale group (group_size % 32 == 0). Codes become exact fp32
-// values with one LOP3 each (DecodeChunk), not the byte permute or integer-to-float units.
+// uint4 codes) lies inside one scale group (group_size % 32 == 0). Codes become fp32 without
+// the slow integer-to-float unit:
+//   int8:  byte ^ 0x80 placed in the mantissa of 2^23 (one byte permute), minus 2^23 + 128;
+//   uint4: nibble placed in the mantissa of 2^23, minus 2^23 + zero point (both exact);
+//   FP8:   the hardware e4m3x2 -> half2 conversion, then half -> fp32 (exact).
 // A vector's dot products with the rows of a (read through L1, fp32) are scaled by its group's
 // scale once; fp32 accumulators acc[kRows][kM], reduced by warp shuffles and then across warps
 // in shared memory in a fixed order. With QuantGemmArgs::overlap_launch the kernel is launched
@@ -53,59 +56,26 @@ constexpr int WeightsPerVector() {
   return kCode == Code::kUint4 ? 32 : 16;
 }
 
-// Codes become fp32 with one full-rate LOP3 each (no byte permute, no integer-to-float unit):
-// a code field masked in place and OR-ed into the bits of 2^23 is the float 2^23 + code * 2^s,
-// where s is the field's bit offset (exact while the field stays below bit 23); subtracting
-// 2^23 + zero * 2^s leaves (code - zero) * 2^s exactly. Fields past bit 19 are shifted down
-// first (one shift for several codes). The 2^s of each position is undone on a's side
-// (AScale: exact powers of two, one multiply per element of a, shared by the block's rows).
-//   int8:  bytes 0 and 1 of a word, then of word >> 16: s = 0, 8, 0, 8; the XOR with 0x80 that
-//          maps two's complement to excess-128 is folded into the same LOP3 ((w & m) ^ c);
-//   uint4: nibbles 0-4 of a word, then 5-7 as nibbles 2-4 of word >> 12: s = 0, 4, ..., 16, 8,
-//          12, 16;
-//   FP8:   the hardware e4m3x2 -> half2 conversion, then half2 -> float2 (s = 0).
-// 2^-s of element e (0..7) of an 8-weight chunk (a's side of the code scaling).
-template <Code kCode>
-__device__ constexpr float AScale(int e) {
-  if constexpr (kCode == Code::kInt8) return e % 2 == 1 ? 1.0f / 256 : 1.0f;
-  if constexpr (kCode == Code::kUint4) {
-    return 1.0f / static_cast<float>(1 << (e < 5 ? 4 * e : 4 * (e - 3)));
-  }
-  return 1.0f;
-}
-// Bit offset of uint4 weight i (0..7) in its source word (the word, or word >> 12 for i >= 5).
-__device__ constexpr int Uint4Shift(int i) { return i < 5 ? 4 * i : 4 * (i - 3); }
-
-// The int8 code in bits s .. s + 7 of w (s = 0 or 8) times 2^s, exactly.
-__device__ __forceinline__ float Int8Field(uint32_t w, int s) {
-  return __uint_as_float((w & (0xffu << s)) ^ (0x4b000000u | (0x80u << s))) -
-         (kTwo23 + static_cast<float>(128u << s));
-}
-
 // The 8 codes of chunk c (0-based, 8 weights each) of one 16-byte vector as exact fp32 values
-// (code - zero) * 2^s (zero_bias[p] = 2^23 + zero * 16^p for uint4, p = 0..4; int8 and FP8
-// have no zero point).
+// code - zero (zero_bias = 2^23 + zero for uint4; int8 and FP8 have no zero point).
 template <Code kCode>
-__device__ __forceinline__ void DecodeChunk(const uint4& v, int c, const float (&zero_bias)[5],
-                                            float (&q)[8]) {
+__device__ __forceinline__ void DecodeChunk(const uint4& v, int c, float zero_bias, float (&q)[8]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
   if constexpr (kCode == Code::kUint4) {
     const uint32_t word = words[c];  // 8 nibbles, weight 2i in the low nibble of byte i
-    const uint32_t high = word >> 12;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t src = i < 5 ? word : high;
-      const int s = Uint4Shift(i);
-      q[i] = __uint_as_float((src & (0xfu << s)) | 0x4b000000u) - zero_bias[s / 4];
+      q[i] = __uint_as_float(((word >> (4 * i)) & 0xfu) | 0x4b000000u) - zero_bias;
     }
   } else if constexpr (kCode == Code::kInt8) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t word = words[2 * c + h], high = word >> 16;
-      q[4 * h + 0] = Int8Field(word, 0);
-      q[4 * h + 1] = Int8Field(word, 8);
-      q[4 * h + 2] = Int8Field(high, 0);
-      q[4 * h + 3] = Int8Field(high, 8);
+      const uint32_t word = words[2 * c + h] ^ 0x80808080u;  // two's complement -> excess-128
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        q[4 * h + b] =
+            __uint_as_float(__byte_perm(word, 0x4b000000u, 0x7540 + b)) - (kTwo23 + 128.0f);
+      }
     }
   } else {
 #pragma unroll
@@ -152,18 +122,16 @@ __device__ __forceinline__ void AccumulateVector(const Params& p, const uint4 (&
   constexpr int kW = WeightsPerVector<kCode>();
   const int k0 = v * kW;
   const int g = k0 / p.group_size;
-  float scale[kRows], zero_bias[kRows][5] = {};
+  float scale[kRows], zero_bias[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int64_t j = min(n0 + r, static_cast<int64_t>(p.n) - 1);  // rows past n: not stored
     scale[r] = __ldg(p.scales + j * p.num_groups + g);
+    zero_bias[r] = 0.0f;
     if constexpr (kCode == Code::kUint4) {
-      const float zero = p.zeros != nullptr
-                             ? static_cast<float>(__ldg(p.zeros + j * p.num_groups + g))
-                             : static_cast<float>(kSymmetricZero);
-#pragma unroll
-      for (int i = 0; i < 5; ++i)
-        zero_bias[r][i] = fmaf(zero, static_cast<float>(1 << (4 * i)), kTwo23);
+      zero_bias[r] =
+          kTwo23 + (p.zeros != nullptr ? static_cast<float>(__ldg(p.zeros + j * p.num_groups + g))
+                                       : static_cast<float>(kSymmetricZero));
     }
   }
   const TA* a = static_cast<const TA*>(p.a);
@@ -173,13 +141,7 @@ __device__ __forceinline__ void AccumulateVector(const Params& p, const uint4 (&
     float af[kM][8];
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
-      if (m < p.m) {
-        LoadA8<TA, kPdl>(a + static_cast<int64_t>(m) * p.k, k0 + 8 * c, af[m]);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          if (AScale<kCode>(e) != 1.0f) af[m][e] *= AScale<kCode>(e);
-        }
-      }
+      if (m < p.m) LoadA8<TA, kPdl>(a + static_cast<int64_t>(m) * p.k, k0 + 8 * c, af[m]);
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -276,17 +238,15 @@ absl::Status LaunchTile(const Params& p, bool pdl, cudaStream_t stream) {
 // Row tiles: four rows of one vector each per thread when a row has at most kThreads vectors
 // (int8 / FP8 k <= 4096: every thread already owns one vector of each row), two rows of up to
 // four vectors for longer rows, one row of four when n is too small to fill the GPU with blocks
-// of several rows. Wide tiles only for small m (acc[kRows][kM] and a's rows stay in registers).
+// of several rows (m <= 4 throughout: acc[kRows][kM] and a's rows stay in registers).
 constexpr int64_t kNumSms = 132;
 
 template <Code kCode, int kM, typename TA, typename TC>
 absl::Status LaunchRows(const Params& p, bool pdl, cudaStream_t stream) {
-  if constexpr (kM <= 4) {
-    if (p.vecs <= kThreads && p.n / 4 >= 2 * kNumSms) {
-      return LaunchTile<kCode, kM, 4, 1, TA, TC>(p, pdl, stream);
-    }
-    if (p.n / 2 >= 2 * kNumSms) return LaunchTile<kCode, kM, 2, 4, TA, TC>(p, pdl, stream);
+  if (p.vecs <= kThreads && p.n / 4 >= 2 * kNumSms) {
+    return LaunchTile<kCode, kM, 4, 1, TA, TC>(p, pdl, stream);
   }
+  if (p.n / 2 >= 2 * kNumSms) return LaunchTile<kCode, kM, 2, 4, TA, TC>(p, pdl, stream);
   return LaunchTile<kCode, kM, 1, 4, TA, TC>(p, pdl, stream);
 }
 
