@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
+#include "kernels/common/cublaslt_device.h"
 #include "kernels/gemm/gemm.h"
 
 namespace tandem {
@@ -30,30 +31,12 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// One per device, created once and kept for the process lifetime.
-struct LtDevice {
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  // (m, n, k, c_dtype, has_bias) -> plan.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool>, Plan> plans;  // guarded by mu
-  std::mutex mu;
-};
-
-std::mutex g_devices_mu;
-std::map<int, std::unique_ptr<LtDevice>> g_devices;  // guarded by g_devices_mu
+// (m, n, k, c_dtype, has_bias) -> plan, one cache per device (kernels/common/cublaslt_device.h).
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool>;
+using LtDevice = ::tandem::LtDevice<PlanKey, Plan>;
 
 absl::StatusOr<LtDevice*> DeviceContext() {
-  int device = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(g_devices_mu);
-  auto& slot = g_devices[device];
-  if (slot == nullptr) {
-    auto ctx = std::make_unique<LtDevice>();
-    CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&ctx->handle));
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->workspace, kWorkspaceBytes));
-    slot = std::move(ctx);
-  }
-  return slot.get();
+  return LtDeviceContext<PlanKey, Plan>(kWorkspaceBytes);
 }
 
 absl::Status MakePlan(LtDevice& dev, const GemmArgs& args, Plan& plan) {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
+#include "kernels/common/cublaslt_device.h"
 #include "kernels/quant_gemm/fp8_gemm_lt.h"
 #include "kernels/quant_gemm/fp8_gemm_lt_layout.h"
 
@@ -68,28 +69,10 @@ struct Plan {
 // (rows of the call, n, k, weight scale mode, D fp32 (the tail), bias, accumulate) -> plan.
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, bool, bool>;
 
-struct LtDevice {
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-  std::map<PlanKey, Plan> plans;  // guarded by mu
-  std::mutex mu;
-};
-
-std::mutex g_devices_mu;
-std::map<int, std::unique_ptr<LtDevice>> g_devices;  // guarded by g_devices_mu
+using LtDevice = ::tandem::LtDevice<PlanKey, Plan>;  // kernels/common/cublaslt_device.h
 
 absl::StatusOr<LtDevice*> DeviceContext() {
-  int device = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(g_devices_mu);
-  auto& slot = g_devices[device];
-  if (slot == nullptr) {
-    auto ctx = std::make_unique<LtDevice>();
-    CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&ctx->handle));
-    CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->workspace, kFp8LtWorkspaceBytes));
-    slot = std::move(ctx);
-  }
-  return slot.get();
+  return LtDeviceContext<PlanKey, Plan>(kFp8LtWorkspaceBytes);
 }
 
 // A planning-time cuBLASLt status: success, a refusal of this configuration (Unimplemented:
