@@ -18,7 +18,7 @@
 namespace tandem {
 
 template <typename Key, typename Plan>
-struct LtDevice {
+struct CublasLtDevice {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;  // workspace_bytes of LtDeviceContext
   std::map<Key, Plan> plans;  // guarded by mu
@@ -28,15 +28,16 @@ struct LtDevice {
 // The context of the calling thread's current device. Every call of one instantiation passes
 // the same workspace_bytes.
 template <typename Key, typename Plan>
-absl::StatusOr<LtDevice<Key, Plan>*> LtDeviceContext(size_t workspace_bytes) {
+absl::StatusOr<CublasLtDevice<Key, Plan>*> CublasLtDeviceContext(size_t workspace_bytes) {
   static std::mutex devices_mu;
-  static std::map<int, std::unique_ptr<LtDevice<Key, Plan>>> devices;  // guarded by devices_mu
+  static std::map<int, std::unique_ptr<CublasLtDevice<Key, Plan>>>
+      devices;  // guarded by devices_mu
   int device = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(devices_mu);
   auto& slot = devices[device];
   if (slot == nullptr) {
-    auto ctx = std::make_unique<LtDevice<Key, Plan>>();
+    auto ctx = std::make_unique<CublasLtDevice<Key, Plan>>();
     CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&ctx->handle));
     CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->workspace, workspace_bytes));
     slot = std::move(ctx);

@@ -33,10 +33,10 @@ struct Plan {
 
 // (m, n, k, c_dtype, has_bias) -> plan, one cache per device (kernels/common/cublaslt_device.h).
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool>;
-using LtDevice = ::tandem::LtDevice<PlanKey, Plan>;
+using LtDevice = CublasLtDevice<PlanKey, Plan>;
 
 absl::StatusOr<LtDevice*> DeviceContext() {
-  return LtDeviceContext<PlanKey, Plan>(kWorkspaceBytes);
+  return CublasLtDeviceContext<PlanKey, Plan>(kWorkspaceBytes);
 }
 
 absl::Status MakePlan(LtDevice& dev, const GemmArgs& args, Plan& plan) {

@@ -69,10 +69,10 @@ struct Plan {
 // (rows of the call, n, k, weight scale mode, D fp32 (the tail), bias, accumulate) -> plan.
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, bool, bool>;
 
-using LtDevice = ::tandem::LtDevice<PlanKey, Plan>;  // kernels/common/cublaslt_device.h
+using LtDevice = CublasLtDevice<PlanKey, Plan>;  // kernels/common/cublaslt_device.h
 
 absl::StatusOr<LtDevice*> DeviceContext() {
-  return LtDeviceContext<PlanKey, Plan>(kFp8LtWorkspaceBytes);
+  return CublasLtDeviceContext<PlanKey, Plan>(kFp8LtWorkspaceBytes);
 }
 
 // A planning-time cuBLASLt status: success, a refusal of this configuration (Unimplemented:
