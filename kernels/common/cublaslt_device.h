@@ -20,7 +20,7 @@ namespace tandem {
 template <typename Key, typename Plan>
 struct CublasLtDevice {
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;  // workspace_bytes of LtDeviceContext
+  void* workspace = nullptr;  // workspace_bytes of CublasLtDeviceContext
   std::map<Key, Plan> plans;  // guarded by mu
   std::mutex mu;
 };
