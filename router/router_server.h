@@ -28,7 +28,8 @@ struct RouterConfig {
   std::string model_dir;
   std::string served_model_name;
   int max_model_len = 0;
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";  // the HTTP listen address (and gRPC's unless grpc_host)
+  std::string grpc_host;            // the gRPC listen address; empty: `host`
   int http_port = 8000;  // 0: any free port
   int grpc_port = 8001;  // 0: any free port
   std::string api_key;
