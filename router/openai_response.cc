@@ -106,13 +106,13 @@ json CompletionLogprobsJson(const std::vector<TokenLogprobInfo>& tokens, int64_t
 }
 
 json EchoLogprobsJson(const std::string& first_token, const std::vector<TokenLogprobInfo>& prompt,
-                      int top) {
+                      int top, int64_t* text_offset) {
   std::vector<TokenLogprobInfo> shown = prompt;
   for (TokenLogprobInfo& t : shown) {
     if (t.top.size() > static_cast<size_t>(top)) t.top.resize(top);
   }
-  int64_t offset = static_cast<int64_t>(first_token.size());
-  json out = CompletionLogprobsJson(shown, &offset);
+  *text_offset = static_cast<int64_t>(first_token.size());
+  json out = CompletionLogprobsJson(shown, text_offset);
   out["tokens"].insert(out["tokens"].begin(), first_token);
   out["token_logprobs"].insert(out["token_logprobs"].begin(), nullptr);
   out["top_logprobs"].insert(out["top_logprobs"].begin(), nullptr);
@@ -224,9 +224,13 @@ json FullResponse(const ResponseMeta& meta, const std::vector<ChoiceResult>& cho
       choice["text"] = c.text;
       if (meta.logprobs) {
         int64_t offset = c.first_text_offset;
+        json all = json::object();
+        if (meta.echo_logprobs) {
+          all = EchoLogprobsJson(c.first_prompt_token, c.prompt_logprobs, meta.num_logprobs,
+                                 &offset);
+        }
         json generated = CompletionLogprobsJson(c.logprobs, &offset);
         if (meta.echo_logprobs) {
-          json all = EchoLogprobsJson(c.first_prompt_token, c.prompt_logprobs, meta.num_logprobs);
           AppendCompletionLogprobs(all, generated);
           generated = std::move(all);
         }

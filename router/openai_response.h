@@ -51,9 +51,12 @@ nlohmann::json ChatLogprobsJson(const std::vector<TokenLogprobInfo>& tokens);
 // The prompt's part of a completion's "logprobs" with echo (OpenAI's legacy format): the first
 // prompt token (`first_token`, its text) with a null logprob and null top_logprobs, then one
 // entry per `prompt` element (the prompt token after it) as CompletionLogprobsJson writes them,
-// with at most `top` alternatives; text offsets from 0.
+// with at most `top` alternatives. Text offsets run over the tokens' texts from 0; `*text_offset`
+// gets where the next (generated) token's starts (vLLM keeps one running offset over the prompt's
+// and the output's tokens).
 nlohmann::json EchoLogprobsJson(const std::string& first_token,
-                                const std::vector<TokenLogprobInfo>& prompt, int top);
+                                const std::vector<TokenLogprobInfo>& prompt, int top,
+                                int64_t* text_offset);
 // Appends `more`'s four arrays ("tokens", "token_logprobs", "top_logprobs", "text_offset") to
 // `into`'s.
 void AppendCompletionLogprobs(nlohmann::json& into, const nlohmann::json& more);

@@ -137,16 +137,19 @@ void OpenAiResponse::OnOutput(int s, const OutputDelta& delta) {
   if (seq.sent_first && delta.text.empty() && (!meta_.logprobs || delta.logprobs.empty())) return;
   const bool with_role = !seq.sent_first;
   std::string text = delta.text;
-  json logprobs = LogprobsJsonLocked(seq, delta.logprobs);
+  json echo_logprobs;
   if (!seq.sent_first) {
     text = layout_.echo[s / layout_.best_of] + text;
     if (meta_.echo_logprobs) {
       // The echoed prompt's tokens and logprobs lead the first chunk's (vLLM streams them so).
-      json all = EchoLogprobsJson(layout_.first_prompt_token[s / layout_.best_of],
-                                  seq.prompt_logprobs, meta_.num_logprobs);
-      AppendCompletionLogprobs(all, logprobs);
-      logprobs = std::move(all);
+      echo_logprobs = EchoLogprobsJson(layout_.first_prompt_token[s / layout_.best_of],
+                                       seq.prompt_logprobs, meta_.num_logprobs, &seq.text_offset);
     }
+  }
+  json logprobs = LogprobsJsonLocked(seq, delta.logprobs);
+  if (!echo_logprobs.is_null()) {
+    AppendCompletionLogprobs(echo_logprobs, logprobs);
+    logprobs = std::move(echo_logprobs);
   }
   seq.sent_first = true;
   json chunk = DeltaChunk(meta_, s, text, with_role, logprobs);

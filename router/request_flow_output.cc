@@ -135,7 +135,7 @@ void RequestFlow::FinishSequence(int sequence, FinishReason reason, bool router_
   // completes a stop string.
   const TextStream::Delta tail = seq.text.Finish();
   if (tail.stopped) reason = tandem::v1::FINISH_REASON_STOP;
-  if (!tail.text.empty()) seq.sink->OnOutput(OutputDelta{{}, tail.text, {}});
+  if (!tail.text.empty()) seq.sink->OnOutput(OutputDelta{{}, tail.text, {}, std::nullopt});
   const absl::Time now = deps_->options.clock->Now();
   timings_.set_queue_s(absl::ToDoubleSeconds(admitted_at_ - arrival_));
   timings_.set_e2e_s(absl::ToDoubleSeconds(now - arrival_));

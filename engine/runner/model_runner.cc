@@ -34,7 +34,10 @@ StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
     CHECK_LE(end, seq.num_tokens() + num_spec) << seq.id;
     CHECK(num_spec == 0 || end == seq.num_tokens() + num_spec) << seq.id;
     CHECK_LE(end, static_cast<int64_t>(seq.block_table.size()) * page_size) << seq.id;
-    if (prompt_rows != nullptr && seq.sampling.prompt_logprobs >= 0) {
+    // Once the first token went out (with the prompt logprobs), a recomputation after a
+    // preemption scores nothing again.
+    if (prompt_rows != nullptr && seq.sampling.prompt_logprobs >= 0 &&
+        seq.num_output_tokens() == 0) {
       const int first_row = static_cast<int>(in.token_ids.size());
       for (int pos = begin; pos < std::min(end, seq.num_prompt_tokens - 1); ++pos) {
         in.prompt_logprob_rows.push_back(first_row + pos - begin);
