@@ -167,7 +167,8 @@ void EngineImpl::PostProcess(const ScheduleDecision& decision,
     lp.logprob = result.output.prompt_token_logprobs[i];
     for (int k = 0; k < seq->sampling.prompt_logprobs; ++k) {
       const size_t at = i * kMaxTopLogprobs + k;
-      lp.top.emplace_back(result.output.prompt_top_tokens[at], result.output.prompt_top_logprobs[at]);
+      lp.top.emplace_back(result.output.prompt_top_tokens[at],
+                          result.output.prompt_top_logprobs[at]);
     }
     seq->prompt_logprobs.push_back(std::move(lp));
   }

@@ -226,8 +226,8 @@ json FullResponse(const ResponseMeta& meta, const std::vector<ChoiceResult>& cho
         int64_t offset = c.first_text_offset;
         json all = json::object();
         if (meta.echo_logprobs) {
-          all = EchoLogprobsJson(c.first_prompt_token, c.prompt_logprobs, meta.num_logprobs,
-                                 &offset);
+          all =
+              EchoLogprobsJson(c.first_prompt_token, c.prompt_logprobs, meta.num_logprobs, &offset);
         }
         json generated = CompletionLogprobsJson(c.logprobs, &offset);
         if (meta.echo_logprobs) {
@@ -245,10 +245,9 @@ json FullResponse(const ResponseMeta& meta, const std::vector<ChoiceResult>& cho
   }
   // vLLM's ChatCompletionResponse.prompt_logprobs: once for the response (one prompt).
   if (meta.kind == ApiKind::kChat && meta.prompt_logprobs >= 0) {
-    out["prompt_logprobs"] =
-        PromptLogprobsJson(choices.empty() ? std::vector<TokenLogprobInfo>{}
-                                           : choices[0].prompt_logprobs,
-                           meta.prompt_logprobs);
+    out["prompt_logprobs"] = PromptLogprobsJson(
+        choices.empty() ? std::vector<TokenLogprobInfo>{} : choices[0].prompt_logprobs,
+        meta.prompt_logprobs);
   }
   out["usage"] = UsageJson(usage);
   out["timings"] = TimingsJson(timings);

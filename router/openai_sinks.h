@@ -39,7 +39,7 @@ struct ChoiceLayout {
   // Per prompt, with echo + logprobs or prompt_logprobs: its first token's text (which has no
   // logprob: it has no context).
   std::vector<std::string> first_prompt_token;
-  bool rank_by_logprob = false;    // best_of > n: the sequences carry logprobs to rank them
+  bool rank_by_logprob = false;  // best_of > n: the sequences carry logprobs to rank them
   int num_sequences() const { return static_cast<int>(prompt_tokens.size()) * best_of; }
 };
 
@@ -71,7 +71,7 @@ class OpenAiResponse : public std::enable_shared_from_this<OpenAiResponse> {
     std::string text;
     std::vector<TokenLogprobInfo> logprobs;
     std::vector<TokenLogprobInfo> prompt_logprobs;  // OutputDelta::prompt_logprobs
-    int64_t text_offset = 0;  // completions: the next token's text_offset
+    int64_t text_offset = 0;                        // completions: the next token's text_offset
     bool sent_first = false;
     bool finished = false;
     FinishInfo info;

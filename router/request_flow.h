@@ -132,12 +132,11 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
   // `prompt_logprobs`: what the event carried (the first token's event of a request that asked:
   // one per prompt token after the first); kept for the request, and given to each sequence
   // with its first token.
-  void EmitTokens(
-      int sequence, const google::protobuf::RepeatedField<int32_t>& ids,
-      const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>& logprobs,
-      Actions& later,
-      const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>* prompt_logprobs =
-          nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EmitTokens(int sequence, const google::protobuf::RepeatedField<int32_t>& ids,
+                  const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>& logprobs,
+                  Actions& later,
+                  const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>*
+                      prompt_logprobs = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   TokenLogprob LogprobOf(int32_t id, float logprob) const;
   // Ends sequence `sequence` with `reason`; the flow ends with its last one. `router_ended`: the
   // router ended it (a stop string), so a worker streaming it is told to abort it.

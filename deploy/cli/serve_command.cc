@@ -1,8 +1,8 @@
-// tandem serve [--layout FILE] [--model DIR] [--port N] [--host ADDR]: brings up the router and the workers
-// of a layout (deploy/launcher/) as separate processes, waits until every worker is registered,
-// prints where to point a client, and on SIGTERM / Ctrl-C drains in-flight requests and stops
-// everything. With no arguments: the embedded default — 1 prefill + 1 decode worker on the CPU
-// backend with a generated tiny model (cached), OpenAI API on port 8000.
+// tandem serve [--layout FILE] [--model DIR] [--port N] [--host ADDR]: brings up the router and the
+// workers of a layout (deploy/launcher/) as separate processes, waits until every worker is
+// registered, prints where to point a client, and on SIGTERM / Ctrl-C drains in-flight requests and
+// stops everything. With no arguments: the embedded default — 1 prefill + 1 decode worker on the
+// CPU backend with a generated tiny model (cached), OpenAI API on port 8000.
 #include <signal.h>
 #include <unistd.h>
 
@@ -68,8 +68,7 @@ void PrintReady(launcher::Cluster& cluster, const std::string& model_name,
     std::cout << "  listening on   " << cluster.http_listen_address()
               << "  (every interface; the internal ports stay on the layout's host)\n";
   }
-  std::cout
-            << "  OpenAI API     http://" << http << "/v1  (model \"" << model_name << "\")\n"
+  std::cout << "  OpenAI API     http://" << http << "/v1  (model \"" << model_name << "\")\n"
             << "  gRPC API       " << cluster.router().grpc_address << "\n";
   if (!cluster.client_tls().ca.empty()) {
     std::cout << "  registry       " << cluster.control_plane_address()

@@ -20,7 +20,7 @@ enum BufferId : int {
   kAct,
   kGathered,
   kLogits,
-  kSampled,  // the sampler's output block (device_sampler.h)
+  kSampled,    // the sampler's output block (device_sampler.h)
   kPromptIn,   // prompt logprob rows | targets | top counts, int32 [3, P]
   kPromptOut,  // prompt logprobs: token [P] f32 | top tokens [P, K] i32 | top logprobs [P, K] f32
 };
@@ -294,15 +294,15 @@ absl::Status LlamaModel::PromptLogprobs(const DeviceStep& d, const PromptBlock& 
     GemmArgs head = Linear(b.gathered, lm_head_, b.logits, r, c.vocab_size, c.hidden_size);
     head.c_dtype = DType::kF32;
     RETURN_IF_ERROR(ops_->Gemm(head));
-    RETURN_IF_ERROR(ops_->Logprobs(LogprobsArgs{.logits = b.logits,
-                                                .tokens = targets + start,
-                                                .num_top = top + start,
-                                                .token_logprob = p.token_logprobs() + start,
-                                                .top_tokens = p.top_tokens() + start * kMaxTopLogprobs,
-                                                .top_logprobs =
-                                                    p.top_logprobs() + start * kMaxTopLogprobs,
-                                                .batch = r,
-                                                .vocab_size = c.vocab_size}));
+    RETURN_IF_ERROR(
+        ops_->Logprobs(LogprobsArgs{.logits = b.logits,
+                                    .tokens = targets + start,
+                                    .num_top = top + start,
+                                    .token_logprob = p.token_logprobs() + start,
+                                    .top_tokens = p.top_tokens() + start * kMaxTopLogprobs,
+                                    .top_logprobs = p.top_logprobs() + start * kMaxTopLogprobs,
+                                    .batch = r,
+                                    .vocab_size = c.vocab_size}));
   }
   return absl::OkStatus();
 }

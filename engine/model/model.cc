@@ -35,9 +35,8 @@ KvLayout Model::KvPoolLayout(int page_size) const {
   return layout;
 }
 
-absl::Status PromptLogprobsViaLogits(Model& model, const StepInputs& inputs,
-                                     const KvLayout& layout, void* kv_pool,
-                                     int64_t rows_per_call, StepOutput* out) {
+absl::Status PromptLogprobsViaLogits(Model& model, const StepInputs& inputs, const KvLayout& layout,
+                                     void* kv_pool, int64_t rows_per_call, StepOutput* out) {
   const int64_t p = static_cast<int64_t>(inputs.prompt_logprob_rows.size());
   if (p == 0) return absl::OkStatus();
   const int64_t vocab = model.config().vocab_size;

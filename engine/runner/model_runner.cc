@@ -10,8 +10,7 @@
 namespace tandem {
 
 StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
-                           const std::vector<int>& eos_token_ids,
-                           std::vector<int>* sampling_chunks,
+                           const std::vector<int>& eos_token_ids, std::vector<int>* sampling_chunks,
                            std::vector<PromptRow>* prompt_rows) {
   StepInputs in;
   in.num_seqs = static_cast<int>(decision.chunks.size());
@@ -77,9 +76,8 @@ bool ModelRunner::CanLaunch(const ScheduleDecision& decision) {
 
 absl::Status ModelRunner::Launch(const ScheduleDecision& decision) {
   CHECK(CanLaunch(decision));
-  const StepInputs inputs = BuildStepInputs(decision, kv_cache_->layout().page_size,
-                                            eos_token_ids_, &launched_chunks_,
-                                            &launched_prompt_rows_);
+  const StepInputs inputs = BuildStepInputs(decision, kv_cache_->layout().page_size, eos_token_ids_,
+                                            &launched_chunks_, &launched_prompt_rows_);
   return model_->Launch(inputs, kv_cache_->layout(), kv_cache_->pool());
 }
 

@@ -31,8 +31,7 @@ struct PromptRow {
   int position = 0;
 };
 StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
-                           const std::vector<int>& eos_token_ids,
-                           std::vector<int>* sampling_chunks,
+                           const std::vector<int>& eos_token_ids, std::vector<int>* sampling_chunks,
                            std::vector<PromptRow>* prompt_rows = nullptr);
 
 class ModelRunner {
@@ -42,9 +41,9 @@ class ModelRunner {
       : model_(model), kv_cache_(kv_cache), eos_token_ids_(std::move(eos_token_ids)) {}
 
   struct StepResult {
-    std::vector<int> sampling_chunks;  // indices into decision.chunks, one per sampled token
+    std::vector<int> sampling_chunks;    // indices into decision.chunks, one per sampled token
     std::vector<PromptRow> prompt_rows;  // one per output.prompt_token_logprobs entry
-    StepOutput output;                 // tokens (and logprobs) in sampling_chunks order
+    StepOutput output;                   // tokens (and logprobs) in sampling_chunks order
     // Steps with a verify chunk whose proposals were drawn (Sequence::spec_probs): the step's
     // inputs and the logits of every row ([rows, vocab], unprocessed), from which the lossless
     // rule computes the target's distributions (engine/spec/verify.h). Empty otherwise.

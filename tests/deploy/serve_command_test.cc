@@ -50,22 +50,32 @@ std::string NonLoopbackAddress() {
 }
 
 // The local addresses (hex, as /proc/net/tcp writes them: "0100007F" is 127.0.0.1) that listen
-// on `port`.
+// on `port`. gRPC listens on IPv6 sockets: /proc/net/tcp6 too, a v4-mapped address
+// (::ffff:a.b.c.d) read as its IPv4 part and "::" (every interface) as "::".
 std::vector<std::string> ListenAddresses(int port) {
   std::vector<std::string> out;
-  std::ifstream f("/proc/net/tcp");
-  std::string line;
-  std::getline(f, line);  // header
   char want[8];
   snprintf(want, sizeof(want), "%04X", port);
-  while (std::getline(f, line)) {
-    std::istringstream in(line);
-    std::string slot, local, remote, state;
-    in >> slot >> local >> remote >> state;
-    if (state != "0A") continue;  // TCP_LISTEN
-    const size_t colon = local.find(':');
-    if (colon != std::string::npos && local.substr(colon + 1) == want) {
-      out.push_back(local.substr(0, colon));
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream f(table);
+    std::string line;
+    std::getline(f, line);  // header
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string slot, local, remote, state;
+      in >> slot >> local >> remote >> state;
+      if (state != "0A") continue;  // TCP_LISTEN
+      const size_t colon = local.find(':');
+      if (colon == std::string::npos || local.substr(colon + 1) != want) continue;
+      std::string address = local.substr(0, colon);
+      if (address.size() == 32) {
+        if (address == std::string(32, '0')) {
+          address = "::";
+        } else if (address.substr(0, 24) == "0000000000000000FFFF0000") {
+          address = address.substr(24);
+        }
+      }
+      out.push_back(address);
     }
   }
   return out;
@@ -85,8 +95,8 @@ struct Served {
 // Starts `tandem serve` with `extra` flags and waits for its ready line.
 Served StartServe(const std::string& dir, std::vector<std::string> extra) {
   const std::string bin = std::string(std::getenv("TANDEM_BINARY_DIR")) + "/bin";
-  std::vector<std::string> argv = {bin + "/tandem", "serve", "--port", "0", "--log-dir",
-                                   dir + "/logs"};
+  std::vector<std::string> argv = {bin + "/tandem", "serve",      "--port", "0",
+                                   "--log-dir",     dir + "/logs"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   Served s;
   auto serve = launcher::ChildProcess::Start(argv, {{"TANDEM_CACHE_DIR", dir + "/cache"}},
@@ -130,14 +140,13 @@ TEST(ServeCommand, HostFlagListensOnEveryInterfaceInternalPortsStayLoopback) {
   int workers = 0;
   for (std::sregex_iterator it(s.out.begin(), s.out.end(), worker_re), end; it != end; ++it) {
     ++workers;
-    EXPECT_THAT(ListenAddresses(PortOf((*it)[2])), testing::ElementsAre("0100007F"))
-        << (*it)[1];
+    EXPECT_THAT(ListenAddresses(PortOf((*it)[2])), testing::ElementsAre("0100007F")) << (*it)[1];
   }
   EXPECT_EQ(workers, 2) << s.out;
   const std::string other = NonLoopbackAddress();
   if (!other.empty()) {
-    auto models = launcher::HttpGet(absl::StrCat(other, ":", http_port), "/v1/models",
-                                    absl::Seconds(5));
+    auto models =
+        launcher::HttpGet(absl::StrCat(other, ":", http_port), "/v1/models", absl::Seconds(5));
     ASSERT_TRUE(models.ok()) << other << ": " << models.status();
     EXPECT_EQ(models->status, 200) << models->body;
     EXPECT_FALSE(Connects(absl::StrCat(other, ":", PortOf(s.grpc)))) << "gRPC left loopback";
@@ -145,7 +154,8 @@ TEST(ServeCommand, HostFlagListensOnEveryInterfaceInternalPortsStayLoopback) {
     std::cout << "no non-loopback IPv4 address here: checked the bound address only\n";
   }
   s.process->Signal(SIGTERM);
-  EXPECT_EQ(s.process->Wait(absl::Seconds(30)), std::optional<int>(0)) << ReadFile(dir + "/serve.out");
+  EXPECT_EQ(s.process->Wait(absl::Seconds(30)), std::optional<int>(0))
+      << ReadFile(dir + "/serve.out");
 }
 
 // Bad --host values stop `tandem serve` before it starts anything, saying why (exit code 2).

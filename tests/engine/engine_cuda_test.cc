@@ -609,7 +609,9 @@ TEST(EngineCudaTest, PromptLogprobsAreTheModelsLogSoftmax) {
     ASSERT_TRUE(step.ok()) << step.status();
     for (const RequestOutput& out : *step) {
       EXPECT_NE(out.finish_reason, FinishReason::kError) << out.error;
-      if (out.id == "other") EXPECT_TRUE(out.prompt_logprobs.empty());
+      if (out.id == "other") {
+        EXPECT_TRUE(out.prompt_logprobs.empty());
+      }
       if (out.id == "plp" && !out.prompt_logprobs.empty()) {
         ++carriers;
         got = out.prompt_logprobs;

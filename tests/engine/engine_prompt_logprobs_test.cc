@@ -77,8 +77,10 @@ class PromptLogprobsTest : public ::testing::Test {
   }
 
   std::unique_ptr<Engine> Make(int num_pages, int budget, bool prefix_caching = true,
-                               int max_seqs = 256) {
+                               int max_seqs = 256, int tp = 1, int pp = 1) {
     EngineOptions o;
+    o.tensor_parallel = tp;
+    o.pipeline_parallel = pp;
     o.max_num_seqs = max_seqs;
     o.model_dir = dir_;
     o.page_size = 4;
@@ -159,6 +161,58 @@ TEST_F(PromptLogprobsTest, ChunkedPrefillInABatchMatchesTheModelsLogSoftmax) {
     for (const RequestOutput& o : out["c"]) EXPECT_TRUE(o.prompt_logprobs.empty());
     ExpectIdle(*engine);
   }
+}
+
+// A group of ranks (TP 2, and TP 2 x PP 2): only the sampling rank scores the prompt rows.
+TEST_F(PromptLogprobsTest, ParallelGroupsMatchTheModelsLogSoftmax) {
+  for (auto [tp, pp] : {std::pair{2, 1}, std::pair{2, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "TP " << tp << " PP " << pp);
+    std::unique_ptr<Engine> engine = Make(256, /*budget=*/16, true, 256, tp, pp);
+    ASSERT_NE(engine, nullptr);
+    const std::vector<int32_t> prompt = RandomPrompt(41, vocab_, 8);
+    EngineRequest r = Request("tp", prompt, 2);
+    r.sampling.prompt_logprobs = 3;
+    ASSERT_TRUE(engine->AddRequest(r).ok());
+    auto out = Run(*engine);
+    ExpectMatches(out["tp"], prompt, 3, "parallel");
+    ExpectIdle(*engine);
+  }
+}
+
+// Draft-model speculation at temperature 1 draws its proposals, so their verify steps are
+// sampled on the host (ModelRunner::Run): a prompt chunk in such a step is scored there too.
+TEST_F(PromptLogprobsTest, NextToADrawnVerifyStep) {
+  EngineOptions o;
+  o.model_dir = dir_;
+  o.page_size = 4;
+  o.num_pages = 512;
+  o.max_num_batched_tokens = 16;
+  o.speculative.method = SpecMethod::kDraft;
+  o.speculative.num_speculative_tokens = 3;
+  o.speculative.draft_model = dir_;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EngineRequest decoding = Request("decoding", RandomPrompt(9, vocab_, 30), 60, 1.0f);
+  decoding.sampling.ignore_eos = true;
+  ASSERT_TRUE((*engine)->AddRequest(decoding).ok());
+  std::map<std::string, std::vector<RequestOutput>> out;
+  for (int i = 0; i < 4; ++i) {  // it decodes (and speculates) before the next one arrives
+    absl::StatusOr<std::vector<RequestOutput>> step = (*engine)->Step();
+    ASSERT_TRUE(step.ok()) << step.status();
+    for (RequestOutput& r : *step) out[r.id].push_back(std::move(r));
+  }
+  ASSERT_FALSE(out["decoding"].empty());
+  const int64_t drafts = (*engine)->Stats().spec_decode_num_drafts;
+  EXPECT_GT(drafts, 0);
+  const std::vector<int32_t> prompt = RandomPrompt(37, vocab_, 31);
+  EngineRequest r = Request("plp", prompt, 2);
+  r.sampling.prompt_logprobs = 2;
+  ASSERT_TRUE((*engine)->AddRequest(r).ok());
+  for (auto& [id, outputs] : Run(**engine)) {
+    for (RequestOutput& x : outputs) out[id].push_back(std::move(x));
+  }
+  EXPECT_GT((*engine)->Stats().spec_decode_num_drafts, drafts) << "no verify beside the prompt";
+  ExpectMatches(out["plp"], prompt, 2, "beside a drawn verify step");
 }
 
 TEST_F(PromptLogprobsTest, OneTokenPromptHasNone) {
