@@ -71,6 +71,7 @@ void EngineImpl::Fork(Sequence* parent) {
     child->num_computed_tokens = shared * page_size;
     child->num_hashed_pages = std::min(parent->num_hashed_pages, shared);
     child->num_cached_tokens = parent->num_cached_tokens;
+    child->prompt_logprobs = parent->prompt_logprobs;  // complete: the prompt is computed
     child->fork_parent = nullptr;
     scheduler_.AddRunning(child);
     ++counters_.num_forked_sequences_total;

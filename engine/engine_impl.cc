@@ -291,7 +291,8 @@ absl::Status EngineImpl::AddRequest(EngineRequest request) {
   const std::vector<SiblingRequest> siblings = std::move(request.siblings);
   std::unique_ptr<Sequence> seq = NewSequence(std::move(request));
   counters_.num_prompt_tokens_total += seq->num_prompt_tokens;
-  seq->cache_prefix = options_.enable_prefix_caching;
+  // Prompt logprobs need every prompt row's logits: no cached prefix (as vLLM).
+  seq->cache_prefix = options_.enable_prefix_caching && seq->sampling.prompt_logprobs < 0;
   ExtendPageHashes(seq.get());
   scheduler_.AddWaiting(seq.get());
   Sequence* parent = seq.get();

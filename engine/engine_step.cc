@@ -122,7 +122,10 @@ RequestOutput EngineImpl::AppendToken(Sequence* seq, const StepOutput& output, s
 }
 
 bool EngineImpl::Emit(Sequence* seq, int32_t token, TokenLogprobs logprobs, RequestOutput* out) {
-  if (seq->num_output_tokens() == 0) out->num_cached_tokens = std::max(seq->num_cached_tokens, 0);
+  if (seq->num_output_tokens() == 0) {
+    out->num_cached_tokens = std::max(seq->num_cached_tokens, 0);
+    if (seq->sampling.prompt_logprobs >= 0) out->prompt_logprobs = std::move(seq->prompt_logprobs);
+  }
   seq->tokens.push_back(token);
   ExtendPageHashes(seq);
   // Before the stop check, which may finish the sequence and free its pages into the cache: a
@@ -153,6 +156,22 @@ void EngineImpl::PostProcess(const ScheduleDecision& decision,
                              const ModelRunner::StepResult& result,
                              std::vector<RequestOutput>* outputs) {
   CHECK_EQ(result.sampling_chunks.size(), result.output.tokens.size());
+  CHECK_EQ(result.prompt_rows.size(), result.output.prompt_token_logprobs.size());
+  // Prompt logprobs first: a chunk that completes the prompt may fork siblings (which copy
+  // them) and emit the first token (which carries them).
+  for (size_t i = 0; i < result.prompt_rows.size(); ++i) {
+    Sequence* seq = decision.chunks[result.prompt_rows[i].chunk].seq;
+    // A prompt recomputed after a preemption scores its positions again: kept once.
+    if (result.prompt_rows[i].position != static_cast<int>(seq->prompt_logprobs.size())) continue;
+    TokenLogprobs lp;
+    lp.logprob = result.output.prompt_token_logprobs[i];
+    for (int k = 0; k < seq->sampling.prompt_logprobs; ++k) {
+      const size_t at = i * kMaxTopLogprobs + k;
+      lp.top.emplace_back(result.output.prompt_top_tokens[at],
+                          result.output.prompt_top_logprobs[at]);
+    }
+    seq->prompt_logprobs.push_back(std::move(lp));
+  }
   for (const ScheduledChunk& chunk : decision.chunks) {
     // A verify chunk's computed tokens depend on how many proposals it accepts (VerifyChunk).
     if (chunk.num_spec_tokens > 0) continue;

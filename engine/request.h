@@ -35,6 +35,12 @@ struct SamplingParams {
   // -1: no logprobs; 0..kMaxTopLogprobs: each sampled token's logprob and that many of the most
   // likely alternatives (log-softmax of the logits after penalties and bias, before temperature).
   int logprobs = -1;
+  // -1: none; 0..kMaxTopLogprobs: vLLM's prompt_logprobs — for each prompt token after the
+  // first, its logprob given the tokens before it (log-softmax of the raw logits: no penalties,
+  // bias or temperature) and that many most likely alternatives. Such a request never reuses a
+  // cached prefix (a cached page has no logits; vLLM skips the cache too) and runs its prompt
+  // steps without a CUDA graph; other requests are not affected.
+  int prompt_logprobs = -1;
 };
 
 // Most logit_bias entries a request may carry.
@@ -87,6 +93,9 @@ struct RequestOutput {
   std::vector<int32_t> new_tokens;  // tokens sampled this step (usually 0 or 1)
   // One per new token when the request asked for logprobs (SamplingParams::logprobs >= 0).
   std::vector<TokenLogprobs> logprobs;
+  // SamplingParams::prompt_logprobs >= 0: on the output that carries the first token, one entry
+  // per prompt token after the first (prompt_tokens[1..]), in order.
+  std::vector<TokenLogprobs> prompt_logprobs;
   // Prompt tokens whose KV was found in a prefix cache instead of computed (0 without one);
   // reported on the output that carries the first token.
   int num_cached_tokens = 0;

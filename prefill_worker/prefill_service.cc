@@ -103,6 +103,11 @@ void PrefillService::OnOutput(Engine& engine, const RequestOutput& out, absl::Ti
                                                      ? out.prefill_finish_reason
                                                      : out.finish_reason));
     if (!out.logprobs.empty()) *first->mutable_logprobs() = LogprobsToProto(out.logprobs[0]);
+    // Prompt logprobs are computed here, where the prompt is: they reach the router with the
+    // first token.
+    for (const TokenLogprobs& lp : out.prompt_logprobs) {
+      *first->add_prompt_logprobs() = LogprobsToProto(lp);
+    }
     first->set_num_cached_tokens(out.num_cached_tokens);
     // The step that finished the prompt approximates prefill; earlier chunks count as queue.
     const double queue_s = absl::ToDoubleSeconds(step_start - r.arrival);

@@ -36,6 +36,10 @@ struct SamplingSpec {
   // -1: none; 0..20: per-token logprobs with that many top alternatives (completions
   // `logprobs`; chat `logprobs: true` + `top_logprobs`).
   int logprobs = -1;
+  // -1: none; 0..20: what the workers compute for the prompt (worker.proto
+  // SamplingParams.prompt_logprobs): the most alternatives either the `prompt_logprobs` field
+  // (GenerateSpec::prompt_logprobs) or echo with logprobs asks for.
+  int prompt_logprobs = -1;
 };
 
 struct GenerateSpec {
@@ -48,6 +52,9 @@ struct GenerateSpec {
   bool include_usage = false;           // stream_options.include_usage
   bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats
   bool echo = false;                    // completions: the prompt text precedes the output
+  // vLLM's `prompt_logprobs` field: -1 none; 0..20 alternatives per prompt position (the
+  // choice's "prompt_logprobs"; chat: the response's). Not with stream (as vLLM).
+  int prompt_logprobs = -1;
   // Choices: `n` of each prompt returned, `best_of` (>= n) generated; with best_of > n the n
   // with the highest cumulative logprob are returned (not streamed).
   int n = 1;

@@ -46,6 +46,10 @@ struct OutputDelta {
   // non-empty with no tokens when held-back text is flushed at the end).
   std::string text;
   std::vector<TokenLogprobInfo> logprobs;  // one per token id when the request asked for them
+  // On a sequence's first delta, when the request asked for prompt logprobs
+  // (SamplingSpec::prompt_logprobs): one per prompt token after the first, `sampled` being that
+  // prompt token, `top` its position's alternatives.
+  std::optional<std::vector<TokenLogprobInfo>> prompt_logprobs;
 };
 
 class GenerationSink {

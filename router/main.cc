@@ -23,7 +23,10 @@ int main(int argc, char** argv) {
                  "name in /v1/models and requests (default: the directory's base name)");
   app.add_option("--max-model-len", config.max_model_len,
                  "context length (default: config.json max_position_embeddings)");
-  app.add_option("--host", config.host, "HTTP and gRPC listen address");
+  app.add_option("--host", config.host,
+                 "HTTP listen address (OpenAI API, /metrics), and gRPC's unless --grpc-host");
+  app.add_option("--grpc-host", config.grpc_host,
+                 "gRPC listen address (Generation API, worker registry); default: --host");
   app.add_option("--port", config.http_port, "HTTP port (OpenAI API, /metrics)");
   app.add_option("--grpc-port", config.grpc_port, "gRPC port (Generation API, worker registry)");
   app.add_option("--api-key", config.api_key, "require 'Authorization: Bearer KEY' on /v1/*")
@@ -113,14 +116,15 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "tandem-router: " << server.status();
     return tandem::IsPortTaken(server.status()) ? tandem::kExitCannotListen : 1;
   }
+  const std::string& grpc_host = config.grpc_host.empty() ? config.host : config.grpc_host;
   if (config.control_plane_tls.enabled()) {
     LOG(INFO) << "tandem-router: OpenAI API on http://" << config.host << ":"
-              << (*server)->http_port() << "/v1, gRPC on " << config.host << ":"
-              << (*server)->grpc_port() << ", worker registry (mutual TLS) on " << config.host
-              << ":" << (*server)->control_plane_port() << ", metrics on /metrics";
+              << (*server)->http_port() << "/v1, gRPC on " << grpc_host << ":"
+              << (*server)->grpc_port() << ", worker registry (mutual TLS) on " << grpc_host << ":"
+              << (*server)->control_plane_port() << ", metrics on /metrics";
   } else {
     LOG(INFO) << "tandem-router: OpenAI API on http://" << config.host << ":"
-              << (*server)->http_port() << "/v1, gRPC and worker registry on " << config.host << ":"
+              << (*server)->http_port() << "/v1, gRPC and worker registry on " << grpc_host << ":"
               << (*server)->grpc_port() << ", metrics on /metrics";
   }
   int received = 0;

@@ -131,6 +131,9 @@ void OpenAiApi::HandleGenerate(const HttpRequest& request, std::shared_ptr<HttpR
   meta.include_usage = spec->stream && spec->include_usage;
   meta.continuous_usage = meta.include_usage && spec->continuous_usage_stats;
   meta.logprobs = spec->sampling.logprobs >= 0;
+  meta.num_logprobs = spec->sampling.logprobs;
+  meta.echo_logprobs = spec->echo && meta.logprobs;
+  meta.prompt_logprobs = spec->prompt_logprobs;
 
   // One spec per sequence: every prompt of the batch, best_of times.
   std::vector<std::vector<int32_t>> prompts;
@@ -146,6 +149,10 @@ void OpenAiApi::HandleGenerate(const HttpRequest& request, std::shared_ptr<HttpR
     layout.prompt_tokens.push_back(static_cast<int>(p.size()));
     layout.echo.push_back(spec->echo ? model_.tokenizer->Decode(p, /*skip_special_tokens=*/true)
                                      : std::string());
+    // A token's own text, special tokens kept (as RequestFlow::LogprobOf writes the others).
+    layout.first_prompt_token.push_back(
+        p.empty() ? std::string()
+                  : model_.tokenizer->Decode({p[0]}, /*skip_special_tokens=*/false));
   }
   // Ranking best_of sequences needs their logprobs, asked for or not (then not shown).
   if (layout.rank_by_logprob && spec->sampling.logprobs < 0) spec->sampling.logprobs = 0;

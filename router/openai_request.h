@@ -2,7 +2,7 @@
 // no threads). Every rejection is an absl::Status the front end maps to the OpenAI error envelope
 // (api_error.h): malformed JSON, invalid UTF-8, wrong types and missing fields → 400 naming the
 // field; unknown model → 404; out-of-range sampling options, unsupported features (tools,
-// response_format other than text, suffix, echo with logprobs, ...: sampling_options.h) and
+// response_format other than text, suffix, ...: sampling_options.h) and
 // prompts or max_tokens beyond the context → 400 with vLLM's wording ("This model's maximum
 // context length is N tokens..."). Fields neither OpenAI nor vLLM define are ignored (clients
 // send extension fields through `extra_body`).

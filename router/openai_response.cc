@@ -105,6 +105,53 @@ json CompletionLogprobsJson(const std::vector<TokenLogprobInfo>& tokens, int64_t
   return out;
 }
 
+json EchoLogprobsJson(const std::string& first_token, const std::vector<TokenLogprobInfo>& prompt,
+                      int top, int64_t* text_offset) {
+  std::vector<TokenLogprobInfo> shown = prompt;
+  for (TokenLogprobInfo& t : shown) {
+    if (t.top.size() > static_cast<size_t>(top)) t.top.resize(top);
+  }
+  *text_offset = static_cast<int64_t>(first_token.size());
+  json out = CompletionLogprobsJson(shown, text_offset);
+  out["tokens"].insert(out["tokens"].begin(), first_token);
+  out["token_logprobs"].insert(out["token_logprobs"].begin(), nullptr);
+  out["top_logprobs"].insert(out["top_logprobs"].begin(), nullptr);
+  out["text_offset"].insert(out["text_offset"].begin(), 0);
+  return out;
+}
+
+void AppendCompletionLogprobs(json& into, const json& more) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const json& v : more[key]) into[key].push_back(v);
+  }
+}
+
+json PromptLogprobsJson(const std::vector<TokenLogprobInfo>& prompt, int top) {
+  json out = json::array({nullptr});
+  for (const TokenLogprobInfo& t : prompt) {
+    json position = json::object();
+    json rank = nullptr;
+    for (size_t k = 0; k < t.top.size(); ++k) {
+      if (t.top[k].id == t.sampled.id) {
+        rank = static_cast<int>(k) + 1;
+        break;
+      }
+    }
+    // The prompt token first, then the alternatives (vLLM's order).
+    position[std::to_string(t.sampled.id)] = {
+        {"logprob", t.sampled.logprob}, {"rank", rank}, {"decoded_token", t.sampled.token}};
+    for (size_t k = 0; k < t.top.size() && k < static_cast<size_t>(top); ++k) {
+      const std::string key = std::to_string(t.top[k].id);
+      if (position.contains(key)) continue;
+      position[key] = {{"logprob", t.top[k].logprob},
+                       {"rank", static_cast<int>(k) + 1},
+                       {"decoded_token", t.top[k].token}};
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
 json ChatLogprobsJson(const std::vector<TokenLogprobInfo>& tokens) {
   json content = json::array();
   for (const TokenLogprobInfo& t : tokens) {
@@ -177,10 +224,30 @@ json FullResponse(const ResponseMeta& meta, const std::vector<ChoiceResult>& cho
       choice["text"] = c.text;
       if (meta.logprobs) {
         int64_t offset = c.first_text_offset;
-        choice["logprobs"] = CompletionLogprobsJson(c.logprobs, &offset);
+        json all = json::object();
+        if (meta.echo_logprobs) {
+          all =
+              EchoLogprobsJson(c.first_prompt_token, c.prompt_logprobs, meta.num_logprobs, &offset);
+        }
+        json generated = CompletionLogprobsJson(c.logprobs, &offset);
+        if (meta.echo_logprobs) {
+          AppendCompletionLogprobs(all, generated);
+          generated = std::move(all);
+        }
+        choice["logprobs"] = std::move(generated);
+      }
+      // vLLM's CompletionResponseChoice.prompt_logprobs: per choice.
+      if (meta.prompt_logprobs >= 0) {
+        choice["prompt_logprobs"] = PromptLogprobsJson(c.prompt_logprobs, meta.prompt_logprobs);
       }
     }
     out["choices"].push_back(std::move(choice));
+  }
+  // vLLM's ChatCompletionResponse.prompt_logprobs: once for the response (one prompt).
+  if (meta.kind == ApiKind::kChat && meta.prompt_logprobs >= 0) {
+    out["prompt_logprobs"] = PromptLogprobsJson(
+        choices.empty() ? std::vector<TokenLogprobInfo>{} : choices[0].prompt_logprobs,
+        meta.prompt_logprobs);
   }
   out["usage"] = UsageJson(usage);
   out["timings"] = TimingsJson(timings);

@@ -48,6 +48,25 @@ nlohmann::json CompletionLogprobsJson(const std::vector<TokenLogprobInfo>& token
 // Chat "logprobs": {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
 nlohmann::json ChatLogprobsJson(const std::vector<TokenLogprobInfo>& tokens);
 
+// The prompt's part of a completion's "logprobs" with echo (OpenAI's legacy format): the first
+// prompt token (`first_token`, its text) with a null logprob and null top_logprobs, then one
+// entry per `prompt` element (the prompt token after it) as CompletionLogprobsJson writes them,
+// with at most `top` alternatives. Text offsets run over the tokens' texts from 0; `*text_offset`
+// gets where the next (generated) token's starts (vLLM keeps one running offset over the prompt's
+// and the output's tokens).
+nlohmann::json EchoLogprobsJson(const std::string& first_token,
+                                const std::vector<TokenLogprobInfo>& prompt, int top,
+                                int64_t* text_offset);
+// Appends `more`'s four arrays ("tokens", "token_logprobs", "top_logprobs", "text_offset") to
+// `into`'s.
+void AppendCompletionLogprobs(nlohmann::json& into, const nlohmann::json& more);
+// vLLM's "prompt_logprobs" (vllm/entrypoints/openai/protocol.py: a list over the prompt's
+// positions of null — the first, which has no context — or {token id: {"logprob", "rank",
+// "decoded_token"}}): each position's prompt token and its `top` most likely alternatives.
+// "rank" is 1-based among the alternatives the worker computed; a prompt token outside them has
+// rank null (vLLM counts its rank over the whole vocabulary; the workers do not compute it).
+nlohmann::json PromptLogprobsJson(const std::vector<TokenLogprobInfo>& prompt, int top);
+
 // Identity shared by every chunk of one response.
 struct ResponseMeta {
   std::string id;  // "cmpl-..." / "chatcmpl-..."
@@ -57,6 +76,9 @@ struct ResponseMeta {
   bool include_usage = false;     // streaming: "usage": null on every chunk, then a usage chunk
   bool continuous_usage = false;  // streaming: every chunk carries the usage so far
   bool logprobs = false;          // the request asked for logprobs
+  int num_logprobs = -1;          // how many alternatives per token it asked for
+  bool echo_logprobs = false;     // completions: echo with logprobs (the prompt's come first)
+  int prompt_logprobs = -1;       // vLLM's prompt_logprobs field (-1: not asked)
 };
 
 // A streamed chunk of choice `index` carrying `text` (chat: a content delta; `with_role` adds
@@ -76,6 +98,10 @@ struct ChoiceResult {
   std::vector<TokenLogprobInfo> logprobs;
   int64_t first_text_offset = 0;  // completions: where the generated text starts (echo)
   FinishInfo info;
+  // ResponseMeta::echo_logprobs or prompt_logprobs: the prompt's first token's text and the
+  // logprobs of the others (OutputDelta::prompt_logprobs).
+  std::string first_prompt_token;
+  std::vector<TokenLogprobInfo> prompt_logprobs;
 };
 // A whole, non-streamed response.
 nlohmann::json FullResponse(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,

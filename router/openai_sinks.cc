@@ -125,6 +125,7 @@ void OpenAiResponse::OnOutput(int s, const OutputDelta& delta) {
   Sequence& seq = sequences_[s];
   // Completion tokens so far (continuous usage stats).
   seq.info.completion_tokens += static_cast<int>(delta.token_ids.size());
+  if (delta.prompt_logprobs.has_value()) seq.prompt_logprobs = *delta.prompt_logprobs;
   if (!layout_.stream) {
     seq.text += delta.text;
     seq.logprobs.insert(seq.logprobs.end(), delta.logprobs.begin(), delta.logprobs.end());
@@ -136,9 +137,22 @@ void OpenAiResponse::OnOutput(int s, const OutputDelta& delta) {
   if (seq.sent_first && delta.text.empty() && (!meta_.logprobs || delta.logprobs.empty())) return;
   const bool with_role = !seq.sent_first;
   std::string text = delta.text;
-  if (!seq.sent_first) text = layout_.echo[s / layout_.best_of] + text;
+  json echo_logprobs;
+  if (!seq.sent_first) {
+    text = layout_.echo[s / layout_.best_of] + text;
+    if (meta_.echo_logprobs) {
+      // The echoed prompt's tokens and logprobs lead the first chunk's (vLLM streams them so).
+      echo_logprobs = EchoLogprobsJson(layout_.first_prompt_token[s / layout_.best_of],
+                                       seq.prompt_logprobs, meta_.num_logprobs, &seq.text_offset);
+    }
+  }
+  json logprobs = LogprobsJsonLocked(seq, delta.logprobs);
+  if (!echo_logprobs.is_null()) {
+    AppendCompletionLogprobs(echo_logprobs, logprobs);
+    logprobs = std::move(echo_logprobs);
+  }
   seq.sent_first = true;
-  json chunk = DeltaChunk(meta_, s, text, with_role, LogprobsJsonLocked(seq, delta.logprobs));
+  json chunk = DeltaChunk(meta_, s, text, with_role, logprobs);
   if (meta_.continuous_usage) chunk["usage"] = UsageJson(UsageLocked());
   responder_->Write(SseEvent(chunk));
 }
@@ -194,6 +208,8 @@ void OpenAiResponse::SendWholeLocked() {
       c.text = std::move(seq.text);
       c.logprobs = std::move(seq.logprobs);
       c.first_text_offset = static_cast<int64_t>(layout_.echo[p].size());
+      if (!layout_.first_prompt_token.empty()) c.first_prompt_token = layout_.first_prompt_token[p];
+      c.prompt_logprobs = std::move(seq.prompt_logprobs);
       c.info = seq.info;
       choices.push_back(std::move(c));
     }

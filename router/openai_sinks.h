@@ -36,7 +36,10 @@ struct ChoiceLayout {
   int best_of = 1;                 // >= n; > n only when not streaming
   std::vector<int> prompt_tokens;  // per prompt
   std::vector<std::string> echo;   // per prompt: text before the output (empty: no echo)
-  bool rank_by_logprob = false;    // best_of > n: the sequences carry logprobs to rank them
+  // Per prompt, with echo + logprobs or prompt_logprobs: its first token's text (which has no
+  // logprob: it has no context).
+  std::vector<std::string> first_prompt_token;
+  bool rank_by_logprob = false;  // best_of > n: the sequences carry logprobs to rank them
   int num_sequences() const { return static_cast<int>(prompt_tokens.size()) * best_of; }
 };
 
@@ -67,7 +70,8 @@ class OpenAiResponse : public std::enable_shared_from_this<OpenAiResponse> {
   struct Sequence {
     std::string text;
     std::vector<TokenLogprobInfo> logprobs;
-    int64_t text_offset = 0;  // completions: the next token's text_offset
+    std::vector<TokenLogprobInfo> prompt_logprobs;  // OutputDelta::prompt_logprobs
+    int64_t text_offset = 0;                        // completions: the next token's text_offset
     bool sent_first = false;
     bool finished = false;
     FinishInfo info;

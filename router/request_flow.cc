@@ -240,7 +240,7 @@ void RequestFlow::OnPrefillEvent(const PrefillEvent& event) {
       ids.Add(first.token_id());
       google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs> logprobs;
       if (first.has_logprobs()) *logprobs.Add() = first.logprobs();
-      EmitTokens(0, ids, logprobs, later);
+      EmitTokens(0, ids, logprobs, later, &first.prompt_logprobs());
       if (phase_ != Phase::kDone &&
           first.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
         // Finished at prefill. Alone: no transfer, nothing held. With siblings: the transfer

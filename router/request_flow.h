@@ -129,9 +129,14 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
 
   // Output and endings (all under mu_; they append work for after the unlock to `later`).
   // `logprobs`: one per id, or empty when the request asked for none.
+  // `prompt_logprobs`: what the event carried (the first token's event of a request that asked:
+  // one per prompt token after the first); kept for the request, and given to each sequence
+  // with its first token.
   void EmitTokens(int sequence, const google::protobuf::RepeatedField<int32_t>& ids,
                   const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>& logprobs,
-                  Actions& later) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                  Actions& later,
+                  const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>*
+                      prompt_logprobs = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   TokenLogprob LogprobOf(int32_t id, float logprob) const;
   // Ends sequence `sequence` with `reason`; the flow ends with its last one. `router_ended`: the
   // router ended it (a stop string), so a worker streaming it is told to abort it.
@@ -176,6 +181,8 @@ class RequestFlow : public RequestHandle, public std::enable_shared_from_this<Re
   std::vector<std::unique_ptr<Sequence>> sequences_ ABSL_GUARDED_BY(mu_);
   int live_sequences_ ABSL_GUARDED_BY(mu_) = 0;
   int cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  // spec_.sampling.prompt_logprobs >= 0: the prompt's logprobs, once a worker sent them.
+  std::optional<std::vector<TokenLogprobInfo>> prompt_logprobs_ ABSL_GUARDED_BY(mu_);
   absl::Time admitted_at_ ABSL_GUARDED_BY(mu_);
   tandem::v1::PhaseTimings timings_ ABSL_GUARDED_BY(mu_);
 };

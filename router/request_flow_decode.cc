@@ -24,6 +24,8 @@ void RequestFlow::StartDecode(Actions& later) {
   request.set_request_id(worker_request_id_);
   request.mutable_prompt_tokens()->Add(spec_.prompt_tokens.begin(), spec_.prompt_tokens.end());
   *request.mutable_sampling() = ToProto(spec_.sampling);
+  // The prompt was computed by the prefill worker, which sent its logprobs with the first token.
+  request.mutable_sampling()->clear_prompt_logprobs();
   request.set_first_token(first_token_);
   AddSiblings(request.mutable_siblings());
   // Sequence 0 ended at its first token (or by a stop string in it): only the siblings decode.
@@ -84,7 +86,7 @@ void RequestFlow::OnTokenEvent(const TokenEvent& event) {
                                                "' failed the request: ", event.error_message())),
            later);
     } else if (sequences_[j]->sink != nullptr) {  // else: ended here (a stop string) already
-      EmitTokens(j, event.token_ids(), event.logprobs(), later);
+      EmitTokens(j, event.token_ids(), event.logprobs(), later, &event.prompt_logprobs());
       if (phase_ != Phase::kDone && sequences_[j]->sink != nullptr &&
           event.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
         // The last live sequence: the worker finished the request and freed its pages.

@@ -35,8 +35,40 @@ TokenLogprob RequestFlow::LogprobOf(int32_t id, float logprob) const {
 
 void RequestFlow::EmitTokens(
     int sequence, const google::protobuf::RepeatedField<int32_t>& all_ids,
-    const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>& logprobs, Actions& later) {
+    const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>& logprobs, Actions& later,
+    const google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>* prompt_logprobs) {
   if (all_ids.empty()) return;
+  const size_t want_prompt = spec_.prompt_tokens.empty() ? 0 : spec_.prompt_tokens.size() - 1;
+  if (spec_.sampling.prompt_logprobs >= 0 && prompt_logprobs != nullptr &&
+      !prompt_logprobs->empty() && !prompt_logprobs_.has_value()) {
+    if (static_cast<size_t>(prompt_logprobs->size()) != want_prompt) {
+      Fail(absl::InternalError(absl::StrCat("worker sent ", prompt_logprobs->size(),
+                                            " prompt logprobs for ", want_prompt,
+                                            " prompt tokens after the first")),
+           later);
+      return;
+    }
+    std::vector<TokenLogprobInfo> infos;
+    for (int i = 0; i < prompt_logprobs->size(); ++i) {
+      const tandem::v1::TokenLogprobs& lp = (*prompt_logprobs)[i];
+      TokenLogprobInfo info;
+      info.sampled = LogprobOf(spec_.prompt_tokens[i + 1], lp.logprob());
+      for (const tandem::v1::TopLogprob& top : lp.top()) {
+        info.top.push_back(LogprobOf(top.token_id(), top.logprob()));
+      }
+      infos.push_back(std::move(info));
+    }
+    prompt_logprobs_ = std::move(infos);
+  }
+  if (spec_.sampling.prompt_logprobs >= 0 && sequences_[sequence]->completion_tokens == 0 &&
+      !prompt_logprobs_.has_value()) {
+    if (want_prompt > 0) {
+      Fail(absl::InternalError("the worker sent the first token without the prompt logprobs"),
+           later);
+      return;
+    }
+    prompt_logprobs_.emplace();  // a one-token prompt: nothing to score
+  }
   if (spec_.sampling.logprobs >= 0 && logprobs.size() != all_ids.size()) {
     Fail(absl::InternalError(absl::StrCat("worker sent ", logprobs.size(), " logprobs for ",
                                           all_ids.size(), " tokens")),
@@ -48,6 +80,7 @@ void RequestFlow::EmitTokens(
   const TextStream::Delta delta = seq.text.Add(absl::MakeConstSpan(all_ids.data(), all_ids.size()));
   const absl::Span<const int32_t> ids(all_ids.data(), delta.num_tokens);
   const absl::Time now = deps_->options.clock->Now();
+  const bool first_delta = seq.completion_tokens == 0;
   if (seq.completion_tokens == 0) {
     seq.ttft_s = absl::ToDoubleSeconds(now - arrival_);
     seq.first_token_at = now;
@@ -62,6 +95,9 @@ void RequestFlow::EmitTokens(
   deps_->metrics->generation_tokens().Increment(ids.size());
   if (!ids.empty()) seq.last_token = ids.back();
   OutputDelta out;
+  if (spec_.sampling.prompt_logprobs >= 0 && first_delta) {
+    out.prompt_logprobs = prompt_logprobs_;  // with the sequence's first token
+  }
   out.token_ids.assign(ids.begin(), ids.end());
   out.text = delta.text;
   if (spec_.sampling.logprobs >= 0) {
@@ -99,7 +135,7 @@ void RequestFlow::FinishSequence(int sequence, FinishReason reason, bool router_
   // completes a stop string.
   const TextStream::Delta tail = seq.text.Finish();
   if (tail.stopped) reason = tandem::v1::FINISH_REASON_STOP;
-  if (!tail.text.empty()) seq.sink->OnOutput(OutputDelta{{}, tail.text, {}});
+  if (!tail.text.empty()) seq.sink->OnOutput(OutputDelta{{}, tail.text, {}, std::nullopt});
   const absl::Time now = deps_->options.clock->Now();
   timings_.set_queue_s(absl::ToDoubleSeconds(admitted_at_ - arrival_));
   timings_.set_e2e_s(absl::ToDoubleSeconds(now - arrival_));

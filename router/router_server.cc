@@ -57,11 +57,12 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // as the workers (run_worker.cc)
   ApplyControlPlaneServerArgs(builder);
-  builder.AddListeningPort(absl::StrCat(config.host, ":", config.grpc_port),
+  const std::string& grpc_host = config.grpc_host.empty() ? config.host : config.grpc_host;
+  builder.AddListeningPort(absl::StrCat(grpc_host, ":", config.grpc_port),
                            grpc::InsecureServerCredentials(), &s->grpc_port_);
   // One server, two ports: the registry's handlers tell them apart by the caller's certificate.
   if (tls) {
-    builder.AddListeningPort(absl::StrCat(config.host, ":", config.control_plane_port),
+    builder.AddListeningPort(absl::StrCat(grpc_host, ":", config.control_plane_port),
                              ControlPlaneServerCredentials(config.control_plane_tls),
                              &s->control_plane_port_);
   }
@@ -71,7 +72,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterCo
   if (s->grpc_server_ == nullptr || s->grpc_port_ == 0 || (tls && s->control_plane_port_ == 0)) {
     // gRPC does not say why: taken as a port in use (a launcher retries a few times only).
     return PortTakenError(
-        absl::StrCat("cannot listen for gRPC on ", config.host, ":", config.grpc_port,
+        absl::StrCat("cannot listen for gRPC on ", grpc_host, ":", config.grpc_port,
                      tls ? absl::StrCat(" and ", config.control_plane_port) : ""));
   }
 

@@ -28,9 +28,10 @@ struct RouterConfig {
   std::string model_dir;
   std::string served_model_name;
   int max_model_len = 0;
-  std::string host = "127.0.0.1";
-  int http_port = 8000;  // 0: any free port
-  int grpc_port = 8001;  // 0: any free port
+  std::string host = "127.0.0.1";  // the HTTP listen address (and gRPC's unless grpc_host)
+  std::string grpc_host;           // the gRPC listen address; empty: `host`
+  int http_port = 8000;            // 0: any free port
+  int grpc_port = 8001;            // 0: any free port
   std::string api_key;
   // Every call to the registry and to the workers carries it (base/cluster_token.h); empty:
   // the control plane is unauthenticated (tests only; the binary refuses to run so unless told).

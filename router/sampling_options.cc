@@ -31,11 +31,6 @@ absl::Status RejectUnsupported(const json& request, ApiKind kind) {
       return InvalidParam(key, absl::StrCat("'", key, "' is not supported"));
     }
   }
-  if (Present(request, "prompt_logprobs")) {
-    return InvalidParam("prompt_logprobs",
-                        "prompt_logprobs is not supported: logprobs are computed for sampled "
-                        "tokens only, not for prompt positions");
-  }
   if (kind == ApiKind::kChat && Present(request, "echo")) {
     ASSIGN_OR_RETURN(std::optional<bool> echo, GetBool(request, "echo"));
     if (echo.value_or(false)) {
@@ -134,9 +129,29 @@ absl::Status ParseLogitBias(const json& request, SamplingSpec* s) {
   return absl::OkStatus();
 }
 
+// vLLM's "prompt_logprobs" (completions and chat; vLLM's protocol.py checks: an int, not with
+// "stream", here within [0, 20] like "logprobs" — vLLM's -1, the whole vocabulary, is refused).
+absl::Status ParsePromptLogprobs(const json& request, GenerateSpec* spec) {
+  ASSIGN_OR_RETURN(std::optional<int64_t> n, GetInt(request, "prompt_logprobs"));
+  if (!n) return absl::OkStatus();
+  if (*n < 0 || *n > kMaxLogprobs) {
+    return InvalidParam("prompt_logprobs", absl::StrCat("prompt_logprobs must be in [0, ",
+                                                        kMaxLogprobs, "], got ", *n));
+  }
+  ASSIGN_OR_RETURN(std::optional<bool> stream, GetBool(request, "stream"));
+  if (stream.value_or(false)) {
+    return InvalidParam("prompt_logprobs",
+                        "prompt_logprobs are not available when stream is true (as vLLM)");
+  }
+  spec->prompt_logprobs = static_cast<int>(*n);
+  spec->sampling.prompt_logprobs = spec->prompt_logprobs;
+  return absl::OkStatus();
+}
+
 // Completions: "logprobs": int (top alternatives) and "echo". Chat: "logprobs": bool and
 // "top_logprobs": int.
 absl::Status ParseLogprobs(const json& request, ApiKind kind, GenerateSpec* spec) {
+  RETURN_IF_ERROR(ParsePromptLogprobs(request, spec));
   if (kind == ApiKind::kChat) {
     ASSIGN_OR_RETURN(std::optional<bool> logprobs, GetBool(request, "logprobs"));
     ASSIGN_OR_RETURN(std::optional<int64_t> top, GetInt(request, "top_logprobs"));
@@ -160,10 +175,11 @@ absl::Status ParseLogprobs(const json& request, ApiKind kind, GenerateSpec* spec
   }
   ASSIGN_OR_RETURN(std::optional<bool> echo, GetBool(request, "echo"));
   spec->echo = echo.value_or(false);
+  // echo with logprobs (OpenAI's legacy completions): the prompt's tokens and logprobs come
+  // first in "logprobs", so the workers score the prompt too, with as many alternatives.
   if (spec->echo && logprobs) {
-    return InvalidParam("echo",
-                        "echo with logprobs is not supported: logprobs are computed for sampled "
-                        "tokens only, not for the echoed prompt (send echo or logprobs)");
+    spec->sampling.prompt_logprobs =
+        std::max(spec->sampling.prompt_logprobs, static_cast<int>(*logprobs));
   }
   return absl::OkStatus();
 }

@@ -19,10 +19,11 @@ inline constexpr int kMaxSequencesPerRequest = 64;
 
 // Reads temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, ignore_eos,
 // skip_special_tokens, include_stop_str_in_output, presence / frequency / repetition penalties,
-// logit_bias, min_tokens, logprobs (chat: logprobs + top_logprobs), echo, n, best_of and
+// logit_bias, min_tokens, logprobs (chat: logprobs + top_logprobs), prompt_logprobs, echo (with
+// logprobs: the prompt scored too), n, best_of and
 // max_tokens (chat: max_completion_tokens wins over max_tokens), and rejects with a 400 the
 // OpenAI and vLLM fields tandem does not implement (tools, response_format other than text,
-// suffix, prompt logprobs, guided decoding, beam search, ...). `*max_tokens` is left unset when
+// suffix, guided decoding, beam search, ...). `*max_tokens` is left unset when
 // the request names none. Ranges that need the vocabulary or max_tokens are ValidateSampling's.
 absl::Status ParseSamplingOptions(const nlohmann::json& request, ApiKind kind, GenerateSpec* spec,
                                   std::optional<int64_t>* max_tokens);

@@ -20,6 +20,7 @@ tandem::v1::SamplingParams ToProto(const SamplingSpec& s) {
   p.set_presence_penalty(s.presence_penalty);
   for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
   if (s.logprobs >= 0) p.set_logprobs(s.logprobs);
+  if (s.prompt_logprobs >= 0) p.set_prompt_logprobs(s.prompt_logprobs);
   return p;
 }
 

@@ -23,6 +23,7 @@ SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p) {
   // Map order is unspecified: sorted, so that a request's bias rows do not depend on it.
   std::sort(s.logit_bias.begin(), s.logit_bias.end());
   s.logprobs = p.has_logprobs() ? p.logprobs() : -1;
+  s.prompt_logprobs = p.has_prompt_logprobs() ? p.prompt_logprobs() : -1;
   return s;
 }
 
@@ -70,6 +71,9 @@ tandem::v1::TokenEvent TokenEventFor(const RequestOutput& out) {
   tandem::v1::TokenEvent ev;
   ev.mutable_token_ids()->Assign(out.new_tokens.begin(), out.new_tokens.end());
   for (const TokenLogprobs& lp : out.logprobs) *ev.add_logprobs() = LogprobsToProto(lp);
+  for (const TokenLogprobs& lp : out.prompt_logprobs) {
+    *ev.add_prompt_logprobs() = LogprobsToProto(lp);
+  }
   ev.set_num_cached_tokens(out.num_cached_tokens);
   ev.set_finish_reason(FinishReasonToProto(out.finish_reason));
   if (out.finish_reason == FinishReason::kError) ev.set_error_message(out.error);

@@ -10,7 +10,7 @@
 namespace tandem {
 
 // Every field, logit_bias sorted by token id; repetition_penalty 0 (unset) reads as 1, logprobs
-// unset as -1. The engine validates the ranges (AddRequest).
+// and prompt_logprobs unset as -1. The engine validates the ranges (AddRequest).
 SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p);
 tandem::v1::TokenLogprobs LogprobsToProto(const TokenLogprobs& lp);
 std::vector<SiblingRequest> SiblingsFromProto(
@@ -20,7 +20,7 @@ std::vector<SiblingRequest> SiblingsFromProto(
 tandem::v1::FinishReason FinishReasonToProto(FinishReason r);
 // The TokenEvent a decode or mixed worker streams for one engine output: its tokens and, when
 // the output ends the request, its finish reason (and error message, for kError); its logprobs
-// and num_cached_tokens.
+// and num_cached_tokens; the prompt logprobs on the output that carries them.
 tandem::v1::TokenEvent TokenEventFor(const RequestOutput& out);
 
 }  // namespace tandem

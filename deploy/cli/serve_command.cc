@@ -1,8 +1,8 @@
-// tandem serve [--layout FILE] [--model DIR] [--port N]: brings up the router and the workers
-// of a layout (deploy/launcher/) as separate processes, waits until every worker is registered,
-// prints where to point a client, and on SIGTERM / Ctrl-C drains in-flight requests and stops
-// everything. With no arguments: the embedded default — 1 prefill + 1 decode worker on the CPU
-// backend with a generated tiny model (cached), OpenAI API on port 8000.
+// tandem serve [--layout FILE] [--model DIR] [--port N] [--host ADDR]: brings up the router and the
+// workers of a layout (deploy/launcher/) as separate processes, waits until every worker is
+// registered, prints where to point a client, and on SIGTERM / Ctrl-C drains in-flight requests and
+// stops everything. With no arguments: the embedded default — 1 prefill + 1 decode worker on the
+// CPU backend with a generated tiny model (cached), OpenAI API on port 8000.
 #include <signal.h>
 #include <unistd.h>
 
@@ -26,6 +26,7 @@ struct ServeFlags {
   std::string layout;
   std::string model;
   int port = -1;
+  std::string host;  // empty: the layout's router.host (default loopback)
   std::string log_dir;
   std::string cache_dir;
   int ready_timeout_s = 120;
@@ -62,8 +63,12 @@ std::string BinDir() {
 void PrintReady(launcher::Cluster& cluster, const std::string& model_name,
                 const std::string& log_dir) {
   const std::string http = cluster.http_address();
-  std::cout << "tandem serve: ready at http://" << http << "\n"
-            << "  OpenAI API     http://" << http << "/v1  (model \"" << model_name << "\")\n"
+  std::cout << "tandem serve: ready at http://" << http << "\n";
+  if (cluster.http_listen_address() != http) {
+    std::cout << "  listening on   " << cluster.http_listen_address()
+              << "  (every interface; the internal ports stay on the layout's host)\n";
+  }
+  std::cout << "  OpenAI API     http://" << http << "/v1  (model \"" << model_name << "\")\n"
             << "  gRPC API       " << cluster.router().grpc_address << "\n";
   if (!cluster.client_tls().ca.empty()) {
     std::cout << "  registry       " << cluster.control_plane_address()
@@ -114,6 +119,13 @@ int RunServe(const ServeFlags& f) {
     return 2;
   }
   if (f.port >= 0) layout->router_port = f.port;
+  if (!f.host.empty()) {
+    if (absl::Status st = launcher::CheckListenHost(f.host, "--host"); !st.ok()) {
+      std::cerr << "tandem serve: " << st.message() << std::endl;
+      return 2;
+    }
+    layout->router_host = f.host;
+  }
   std::string model = f.model.empty() ? layout->model : f.model;
   // auto: the CUDA backend when a model is given and a GPU is visible (the generated tiny model
   // is CPU-only: its head_dim is below what the CUDA kernels cover).
@@ -180,6 +192,10 @@ std::function<int()> AddServeCommand(CLI::App* sub) {
   sub->add_option("--layout", f->layout, "Layout YAML (deploy/layouts/); default: 1P + 1D CPU");
   sub->add_option("--model", f->model, "Hugging Face model directory (default: tiny, generated)");
   sub->add_option("--port", f->port, "OpenAI HTTP port (default: the layout's, 8000; 0: any)");
+  sub->add_option("--host", f->host,
+                  "OpenAI HTTP listen address (default: the layout's router.host, else "
+                  "127.0.0.1; 0.0.0.0: every interface, e.g. in a container). The internal "
+                  "ports stay on the layout's host");
   sub->add_option("--log-dir", f->log_dir, "Where each process's log goes (default: a temp dir)");
   sub->add_option("--cache-dir", f->cache_dir, "Where the generated tiny model is cached");
   sub->add_option("--ready-timeout-s", f->ready_timeout_s, "Wait this long for readiness");

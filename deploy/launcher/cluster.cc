@@ -177,7 +177,10 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
   }
   c->restart_ = options.restart;
   const std::string model = options.model_dir.empty() ? layout.model : options.model_dir;
-  const std::string host = layout.host;
+  const std::string host = layout.host;  // internal ports
+  if (absl::Status st = CheckListenHost(host, "host"); !st.ok()) return st;
+  const std::string http_host = RouterHttpHost(layout);  // the OpenAI API's
+  if (absl::Status st = CheckListenHost(http_host, "router.host"); !st.ok()) return st;
   const absl::Time deadline = Clock::Real()->Now() + options.ready_timeout;
   const std::function<absl::StatusOr<int>(const std::string&)> pick =
       options.pick_port ? options.pick_port : PickFreePort;
@@ -200,15 +203,16 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
   }
   router_flags.insert(router_flags.end(), layout.router_args.begin(), layout.router_args.end());
   Cluster* self = c.get();
-  router.assign_ports = [self, pick, host, model, fixed_http, fixed_grpc, fixed_control, tls,
-                         router_flags, bin = options.bin_dir](Process& p) -> absl::Status {
-    absl::StatusOr<int> http_port = fixed_http != 0 ? fixed_http : pick(host);
+  router.assign_ports = [self, pick, host, http_host, model, fixed_http, fixed_grpc, fixed_control,
+                         tls, router_flags, bin = options.bin_dir](Process& p) -> absl::Status {
+    absl::StatusOr<int> http_port = fixed_http != 0 ? fixed_http : pick(http_host);
     absl::StatusOr<int> grpc_port = fixed_grpc != 0 ? fixed_grpc : pick(host);
     absl::StatusOr<int> control_port = !tls || fixed_control != 0 ? fixed_control : pick(host);
     if (!http_port.ok()) return http_port.status();
     if (!grpc_port.ok()) return grpc_port.status();
     if (!control_port.ok()) return control_port.status();
-    self->http_address_ = absl::StrCat(host, ":", *http_port);
+    self->http_address_ = absl::StrCat(ConnectHost(http_host), ":", *http_port);
+    self->http_listen_address_ = absl::StrCat(http_host, ":", *http_port);
     p.grpc_address = absl::StrCat(host, ":", *grpc_port);
     self->control_plane_address_ = tls ? absl::StrCat(host, ":", *control_port) : p.grpc_address;
     p.metrics_url = absl::StrCat("http://", self->http_address_, "/metrics");
@@ -216,6 +220,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
               "--model-dir",
               model,
               "--host",
+              http_host,
+              "--grpc-host",
               host,
               "--port",
               std::to_string(*http_port),

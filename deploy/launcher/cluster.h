@@ -67,7 +67,10 @@ class Cluster {
                                                         const ClusterOptions& options);
   ~Cluster();  // kills whatever still runs
 
-  const std::string& http_address() const { return http_address_; }  // host:port
+  // Where a client on this machine reaches the router's HTTP API (host:port; 127.0.0.1 when it
+  // listens on 0.0.0.0), and the address it listens on.
+  const std::string& http_address() const { return http_address_; }
+  const std::string& http_listen_address() const { return http_listen_address_; }
   // This deployment's cluster token (fresh per Start, 256 random bits): every child gets it in
   // $TANDEM_CLUSTER_TOKEN, never on its command line. Tests use it to call workers directly.
   const std::string& cluster_token() const { return cluster_token_; }
@@ -113,6 +116,7 @@ class Cluster {
 
   std::string http_address_;
   std::string control_plane_address_;
+  std::string http_listen_address_;
   std::string cluster_token_;
   std::string tls_dir_;  // empty: TLS off
   TlsFiles client_tls_;

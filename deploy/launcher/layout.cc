@@ -1,5 +1,6 @@
 #include "deploy/launcher/layout.h"
 
+#include <arpa/inet.h>
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
@@ -43,6 +44,10 @@ GroupSpec ParseGroup(const YAML::Node& g) {
 }
 
 absl::Status Validate(const Layout& l) {
+  if (absl::Status st = CheckListenHost(l.host, "host"); !st.ok()) return st;
+  if (!l.router_host.empty()) {
+    if (absl::Status st = CheckListenHost(l.router_host, "router.host"); !st.ok()) return st;
+  }
   bool prefill = false, decode = false, mixed = false;
   for (const GroupSpec& g : l.groups) {
     if (g.role != "prefill" && g.role != "decode" && g.role != "mixed") {
@@ -146,6 +151,21 @@ absl::Status Validate(const Layout& l) {
 
 }  // namespace
 
+absl::Status CheckListenHost(const std::string& host, const std::string& what) {
+  in_addr addr{};
+  if (inet_pton(AF_INET, host.c_str(), &addr) == 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " '", host,
+                   "' is not an IPv4 address (want e.g. 127.0.0.1, or 0.0.0.0 for every "
+                   "interface; host names and IPv6 are not supported)"));
+}
+
+std::string RouterHttpHost(const Layout& l) {
+  return l.router_host.empty() ? l.host : l.router_host;
+}
+
+std::string ConnectHost(const std::string& host) { return host == "0.0.0.0" ? "127.0.0.1" : host; }
+
 absl::Status CheckParallelBackend(const Layout& l) {
   for (const GroupSpec& g : l.groups) {
     if ((g.tensor_parallel > 1 || g.pipeline_parallel > 1) && l.backend != "cpu") {
@@ -183,7 +203,9 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
     Read(root, "kv_transport", &l.kv_transport);
     Read(root, "control_plane_tls", &l.control_plane_tls);
     if (const YAML::Node r = root["router"]) {
-      CheckKeys(r, "router", {"port", "grpc_port", "control_plane_port", "args", "routing_policy"});
+      CheckKeys(r, "router",
+                {"host", "port", "grpc_port", "control_plane_port", "args", "routing_policy"});
+      Read(r, "host", &l.router_host);
       Read(r, "port", &l.router_port);
       Read(r, "grpc_port", &l.router_grpc_port);
       Read(r, "control_plane_port", &l.router_control_plane_port);

@@ -9,7 +9,7 @@
 //   served_model_name: ""         # default: the directory's name
 //   backend: auto                 # auto (cuda with a model and a visible GPU, else cpu),
 //                                 # cpu or cuda
-//   host: 127.0.0.1
+//   host: 127.0.0.1               # every internal port (router gRPC, workers, KV receivers)
 //   kv_transport: auto            # prefill -> decode KV data path, the workers' --kv-transport:
 //                                 # tcp, ipc (CUDA IPC, both on one GPU), nccl (NCCL, on two
 //                                 # GPUs) or auto (nccl to a pool on another GPU, else ipc where
@@ -18,6 +18,8 @@
 //                                 # CA and one certificate per process (deployment_ca.h); the
 //                                 # cluster token is checked as well
 //   router: {port: 8000, grpc_port: 0, args: [],  # 0: any free port
+//            host: "",            # the OpenAI HTTP listen address; "": `host` (loopback);
+//                                 # 0.0.0.0: every interface (a container); serve's --host
 //            control_plane_port: 0,  # the worker registry's mutual-TLS port (0: any free)
 //            routing_policy: ""}  # "": the router's (least-loaded) | round-robin | kv-aware
 //   engine: {page_size: 16, num_pages: 0, kv_memory_bytes: 0, gpu_memory_utilization: 0.9,
@@ -79,6 +81,7 @@ struct Layout {
   std::string host = "127.0.0.1";
   std::string kv_transport = "auto";  // tcp | ipc | nccl | auto (prefill and decode workers)
   bool control_plane_tls = true;
+  std::string router_host;  // the router's HTTP listen address; empty: `host`
   int router_port = 8000;
   int router_grpc_port = 0;
   int router_control_plane_port = 0;  // with control_plane_tls; 0: picked
@@ -94,6 +97,16 @@ Layout DefaultLayout();
 // decode group, ...).
 absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text);
 absl::StatusOr<Layout> LoadLayout(const std::string& path);
+// InvalidArgument unless `host` is an IPv4 address literal (0.0.0.0: every interface); `what`
+// names the setting in the message. Host names and IPv6 are not supported (the launcher and the
+// workers listen and connect over IPv4 only).
+absl::Status CheckListenHost(const std::string& host, const std::string& what);
+// The router's HTTP listen address: router_host, else host.
+std::string RouterHttpHost(const Layout& l);
+// An address a client on this machine connects to for a listener bound to `host`: 127.0.0.1
+// for 0.0.0.0, else `host`.
+std::string ConnectHost(const std::string& host);
+
 // Unimplemented when a group has tensor_parallel or pipeline_parallel > 1 and the backend is not
 // cpu (TP/PP run on the CPU backend only so far). ParseLayout checks it for an explicit `cuda`;
 // call it again once `auto` is resolved (`tandem serve` does; Cluster::Start too, where an

@@ -20,7 +20,9 @@ enum BufferId : int {
   kAct,
   kGathered,
   kLogits,
-  kSampled,  // the sampler's output block (device_sampler.h)
+  kSampled,    // the sampler's output block (device_sampler.h)
+  kPromptIn,   // prompt logprob rows | targets | top counts, int32 [3, P]
+  kPromptOut,  // prompt logprobs: token [P] f32 | top tokens [P, K] i32 | top logprobs [P, K] f32
 };
 
 absl::StatusOr<const void*> Adopt(Ops& ops, HostTensor t) {
@@ -242,6 +244,79 @@ absl::Status LlamaModel::Mlp(int l, int64_t t, const Activations& b, bool fused_
                                             .dtype = ops_->compute_dtype()}));
   return RowParallel(Linear(b.act, w.down_proj, b.residual, t, c.hidden_size, c.intermediate_size),
                      t);
+}
+
+absl::StatusOr<LlamaModel::PromptBlock> LlamaModel::GetPromptBlock(int64_t rows) {
+  const int64_t n = std::max<int64_t>(rows, 1);
+  ASSIGN_OR_RETURN(void* in, ops_->Buffer(kPromptIn, 3 * n * 4));
+  ASSIGN_OR_RETURN(void* out, ops_->Buffer(kPromptOut, PromptBlock::OutBytes(n)));
+  return PromptBlock{static_cast<int32_t*>(in), out, rows};
+}
+
+absl::StatusOr<LlamaModel::PromptBlock> LlamaModel::UploadPromptRows(const StepInputs& in) {
+  const int64_t p = static_cast<int64_t>(in.prompt_logprob_rows.size());
+  if (p == 0 || !tp_.samples) return PromptBlock{};
+  ASSIGN_OR_RETURN(PromptBlock block, GetPromptBlock(p));
+  std::vector<int32_t> host;
+  host.reserve(3 * p);
+  host.insert(host.end(), in.prompt_logprob_rows.begin(), in.prompt_logprob_rows.end());
+  host.insert(host.end(), in.prompt_logprob_targets.begin(), in.prompt_logprob_targets.end());
+  host.insert(host.end(), in.prompt_logprob_top.begin(), in.prompt_logprob_top.end());
+  RETURN_IF_ERROR(ops_->CopyToDevice(block.in, host.data(), 3 * p * 4));
+  return block;
+}
+
+absl::Status LlamaModel::PromptLogprobs(const DeviceStep& d, const PromptBlock& p) {
+  if (p.rows == 0) return absl::OkStatus();
+  const ModelConfig& c = config_;
+  // The logits buffers hold MaxRows rows (the sampler is done with them): the prompt rows go
+  // through them that many at a time.
+  const int64_t chunk = capacity_.max_seqs > 0 ? MaxRows(capacity_) : p.rows;
+  ASSIGN_OR_RETURN(const Activations b,
+                   GetActivations(d.num_tokens, std::max(d.num_rows, std::min(chunk, p.rows))));
+  // Logits() normalised every row into `hidden` when the step had logits rows; else it is done
+  // here.
+  if (d.num_rows == 0) {
+    RETURN_IF_ERROR(ops_->RmsNorm(Norm(b.residual, nullptr, norm_, b.hidden, d.num_tokens)));
+  }
+  const int32_t* rows = p.in;
+  const int32_t* targets = p.in + p.rows;
+  const int32_t* top = p.in + 2 * p.rows;
+  for (int64_t start = 0; start < p.rows; start += chunk) {
+    const int64_t r = std::min(chunk, p.rows - start);
+    RETURN_IF_ERROR(ops_->Embedding(EmbeddingArgs{.token_ids = rows + start,
+                                                  .table = b.hidden,
+                                                  .out = b.gathered,
+                                                  .num_tokens = r,
+                                                  .vocab_size = d.num_tokens,
+                                                  .hidden = c.hidden_size,
+                                                  .dtype = ops_->compute_dtype()}));
+    GemmArgs head = Linear(b.gathered, lm_head_, b.logits, r, c.vocab_size, c.hidden_size);
+    head.c_dtype = DType::kF32;
+    RETURN_IF_ERROR(ops_->Gemm(head));
+    RETURN_IF_ERROR(
+        ops_->Logprobs(LogprobsArgs{.logits = b.logits,
+                                    .tokens = targets + start,
+                                    .num_top = top + start,
+                                    .token_logprob = p.token_logprobs() + start,
+                                    .top_tokens = p.top_tokens() + start * kMaxTopLogprobs,
+                                    .top_logprobs = p.top_logprobs() + start * kMaxTopLogprobs,
+                                    .batch = r,
+                                    .vocab_size = c.vocab_size}));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::ReadPromptLogprobs(const PromptBlock& p, StepOutput* out) {
+  if (p.rows == 0) return absl::OkStatus();
+  std::vector<uint8_t> host(PromptBlock::OutBytes(p.rows));
+  RETURN_IF_ERROR(ops_->CopyToHost(host.data(), p.out, static_cast<int64_t>(host.size())));
+  const PromptBlock h{nullptr, host.data(), p.rows};
+  const int64_t k = kMaxTopLogprobs;
+  out->prompt_token_logprobs.assign(h.token_logprobs(), h.token_logprobs() + p.rows);
+  out->prompt_top_tokens.assign(h.top_tokens(), h.top_tokens() + p.rows * k);
+  out->prompt_top_logprobs.assign(h.top_logprobs(), h.top_logprobs() + p.rows * k);
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::Logits(const DeviceStep& d, const Activations& b) {

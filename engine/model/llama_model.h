@@ -122,12 +122,29 @@ class LlamaModel final : public Model {
     int seqs = 0;
     int64_t tokens = 0;
   };
+  // The prompt logprob rows of a step (StepInputs::prompt_logprob_rows) on the backend: `in`
+  // holds rows | targets | top counts ([3, rows] int32), `out` the results, laid out as
+  //   token_logprobs [rows] f32 | top_tokens [rows, kMaxTopLogprobs] i32 |
+  //   top_logprobs [rows, kMaxTopLogprobs] f32
+  struct PromptBlock {
+    int32_t* in = nullptr;
+    void* out = nullptr;
+    int64_t rows = 0;
+
+    static int64_t OutBytes(int64_t rows) { return rows * (1 + 2 * kMaxTopLogprobs) * 4; }
+    float* token_logprobs() const { return static_cast<float*>(out); }
+    int32_t* top_tokens() const { return reinterpret_cast<int32_t*>(token_logprobs() + rows); }
+    float* top_logprobs() const {
+      return reinterpret_cast<float*>(top_tokens() + rows * kMaxTopLogprobs);
+    }
+  };
   // A step launched and not yet collected: where its sampled block is and what to read back.
   struct Launched {
     SampledBlock out;
     int64_t rows = 0;  // real logits rows
     bool logprobs = false;
     bool graph_replayed = false;
+    PromptBlock prompt;  // rows 0: none
   };
 
   LlamaModel(const ModelConfig& config, std::unique_ptr<Ops> ops, Backend backend, GroupRank tp)
@@ -135,6 +152,15 @@ class LlamaModel final : public Model {
   absl::Status AdoptWeights(ModelWeights weights);
   absl::StatusOr<Activations> GetActivations(int64_t tokens, int64_t rows);
   absl::StatusOr<SampledBlock> GetSampledBlock(int64_t rows);
+  absl::StatusOr<PromptBlock> GetPromptBlock(int64_t rows);
+  // Prompt logprobs: the step's prompt rows copied to the backend (before its forward pass, so
+  // that the copy's synchronisation waits for nothing; rows 0 when it has none, or on a rank
+  // that does not sample); after the forward pass (and the sampler, whose logits buffers it
+  // reuses), the log-softmax of those rows' raw logits (Logprobs of the targets, with their top
+  // alternatives); and the results read back.
+  absl::StatusOr<PromptBlock> UploadPromptRows(const StepInputs& inputs);
+  absl::Status PromptLogprobs(const DeviceStep& step, const PromptBlock& prompt);
+  absl::Status ReadPromptLogprobs(const PromptBlock& prompt, StepOutput* out);
 
   // The forward pass over a step already on the device: returns its logits rows.
   absl::StatusOr<float*> Forward(const DeviceStep& step, const KvLayout& layout, void* kv_pool);

@@ -60,6 +60,9 @@ absl::Status LlamaModel::ReserveStep(const StepCapacity& capacity) {
   (void)unused;
   ASSIGN_OR_RETURN(SampledBlock block, GetSampledBlock(MaxRows(capacity)));
   (void)block;
+  // Prompt logprobs: at most one row per token of a step (a few hundred KiB).
+  ASSIGN_OR_RETURN(PromptBlock prompt, GetPromptBlock(capacity.max_tokens));
+  (void)prompt;
   RETURN_IF_ERROR(ops_->ReserveStep(capacity));
   ops_->Freeze();
   capacity_ = capacity;
@@ -122,9 +125,11 @@ absl::Status LlamaModel::Launch(const StepInputs& in, const KvLayout& layout, vo
     launched_ = Launched{};
     return absl::OkStatus();
   }
-  const Graph* graph = GraphFor(in, layout, kv_pool);
+  // A step with prompt logprob rows runs eagerly: the graphs compute the sampled rows only.
+  const bool prompt_rows = !in.prompt_logprob_rows.empty();
+  const Graph* graph = prompt_rows ? nullptr : GraphFor(in, layout, kv_pool);
   const StepInputs* step = &in;
-  if (graph == nullptr) {
+  if (graph == nullptr && !prompt_rows) {
     graph = VerifyGraphFor(in, layout, kv_pool);
     if (graph != nullptr) {
       padded_ = PadWithDummySequences(in, graph->seqs, graph->tokens, layout.page_size);
@@ -135,6 +140,7 @@ absl::Status LlamaModel::Launch(const StepInputs& in, const KvLayout& layout, vo
                    ops_->BeginStep(*step, layout, graph && !graph->verify ? graph->batch : 0));
   if (ops_->WantsEagerStep()) graph = nullptr;  // padded or not, the step runs the same ops
   ASSIGN_OR_RETURN(const SampledBlock out, GetSampledBlock(d.num_rows));
+  ASSIGN_OR_RETURN(const PromptBlock prompt, UploadPromptRows(in));
   if (graph != nullptr) {
     RETURN_IF_ERROR(ops_->Replay(graph->handle));
   } else {
@@ -144,9 +150,10 @@ absl::Status LlamaModel::Launch(const StepInputs& in, const KvLayout& layout, vo
       return absl::OkStatus();
     }
     RETURN_IF_ERROR(RunSampler(*ops_, d, logits, config_.vocab_size, out, /*every_stage=*/false));
+    RETURN_IF_ERROR(PromptLogprobs(d, prompt));
   }
   launched_ = Launched{out, static_cast<int64_t>(in.logits_rows.size()), in.AnyLogprobs(),
-                       graph != nullptr};
+                       graph != nullptr, prompt};
   return absl::OkStatus();
 }
 
@@ -154,9 +161,10 @@ absl::StatusOr<StepOutput> LlamaModel::Collect() {
   if (!launched_.has_value()) return absl::FailedPreconditionError("no launched step to collect");
   const Launched l = *launched_;
   launched_.reset();
-  if (l.rows == 0) return StepOutput{};
+  if (l.rows == 0 && l.prompt.rows == 0) return StepOutput{};
   const absl::Time wait_start = Clock::Real()->Now();
   ASSIGN_OR_RETURN(StepOutput result, ReadSampled(*ops_, l.out, l.rows, l.logprobs));
+  RETURN_IF_ERROR(ReadPromptLogprobs(l.prompt, &result));
   if (backend_ == Backend::kCuda) {
     result.device_wait_ns = absl::ToInt64Nanoseconds(Clock::Real()->Now() - wait_start);
   }
@@ -175,15 +183,19 @@ absl::StatusOr<StepOutput> LlamaModel::StepWithLayerHook(const StepInputs& in,
   }
   ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, 0));
   ASSIGN_OR_RETURN(const SampledBlock out, GetSampledBlock(d.num_rows));
+  ASSIGN_OR_RETURN(const PromptBlock prompt, UploadPromptRows(in));
   layer_hook_ = &hook;
   absl::StatusOr<float*> logits = Forward(d, layout, kv_pool);
   layer_hook_ = nullptr;
   RETURN_IF_ERROR(logits.status());
+  if (!tp_.samples) return StepOutput{};
   RETURN_IF_ERROR(RunSampler(*ops_, d, *logits, config_.vocab_size, out, /*every_stage=*/false));
+  RETURN_IF_ERROR(PromptLogprobs(d, prompt));
   const absl::Time wait_start = Clock::Real()->Now();
   ASSIGN_OR_RETURN(
       StepOutput result,
       ReadSampled(*ops_, out, static_cast<int64_t>(in.logits_rows.size()), in.AnyLogprobs()));
+  RETURN_IF_ERROR(ReadPromptLogprobs(prompt, &result));
   if (backend_ == Backend::kCuda) {
     result.device_wait_ns = absl::ToInt64Nanoseconds(Clock::Real()->Now() - wait_start);
   }

@@ -118,6 +118,13 @@ class Model {
 absl::StatusOr<StepOutput> SampleOnHost(const StepInputs& inputs, int64_t vocab_size,
                                         float* logits);
 
+// The prompt logprobs of inputs.prompt_logprob_rows (StepInputs) through ComputeLogits, at most
+// `rows_per_call` rows per call (each call runs the forward pass again and stores the same KV),
+// then the reference Logprobs into out->prompt_*: Model's default Step (a model that only
+// computes logits), and the engine's steps sampled on the host (drawn proposals to verify).
+absl::Status PromptLogprobsViaLogits(Model& model, const StepInputs& inputs, const KvLayout& layout,
+                                     void* kv_pool, int64_t rows_per_call, StepOutput* out);
+
 // True for a model (or sampler) error that means the backend can run nothing any more.
 inline bool IsBackendUnusable(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInternal;

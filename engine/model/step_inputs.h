@@ -64,6 +64,16 @@ struct StepInputs {
   std::vector<float> bias_values;
   std::vector<int32_t> bias_start;  // [rows + 1]
 
+  // --- prompt logprobs (SamplingParams::prompt_logprobs; empty unless a request asks) ---
+  // Row prompt_logprob_rows[i] (an index into [0, num_tokens): a prompt position p) scores the
+  // prompt token after it, prompt_logprob_targets[i] (the token at p + 1): its logprob under the
+  // log-softmax of row p's raw logits (no penalties, bias or temperature: vLLM's prompt
+  // logprobs) and the row's prompt_logprob_top[i] in [0, kMaxTopLogprobs] most likely tokens.
+  // Ascending rows; independent of logits_rows (a row may be in both).
+  std::vector<int32_t> prompt_logprob_rows;
+  std::vector<int32_t> prompt_logprob_targets;
+  std::vector<int32_t> prompt_logprob_top;
+
   // The CUDA backend runs the attention of the leading sequences with exactly one new token
   // (decodes) with the decode kernel and the rest with the prefill kernel; set, every sequence
   // goes through the prefill kernel (a verify graph's steps: engine/model/step_padding.h).
@@ -92,6 +102,11 @@ struct StepOutput {
   std::vector<float> token_logprobs;  // [rows]
   std::vector<int32_t> top_tokens;    // [rows, kMaxTopLogprobs]; row r's first num_logprobs
   std::vector<float> top_logprobs;    // [rows, kMaxTopLogprobs]
+  // Per prompt_logprob_rows entry (empty when the step has none): the target's logprob and the
+  // top alternatives, best first, laid out as token_logprobs / top_tokens / top_logprobs.
+  std::vector<float> prompt_token_logprobs;  // [prompt rows]
+  std::vector<int32_t> prompt_top_tokens;    // [prompt rows, kMaxTopLogprobs]
+  std::vector<float> prompt_top_logprobs;    // [prompt rows, kMaxTopLogprobs]
   // How long the host blocked waiting for the backend to finish the step (its device time not
   // overlapped with host work; 0 on the CPU backend, which computes synchronously).
   int64_t device_wait_ns = 0;

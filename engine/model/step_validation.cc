@@ -155,7 +155,26 @@ absl::Status ValidateSampling(const StepInputs& in, const ModelConfig& config) {
   for (float v : in.bias_values) {
     if (std::isnan(v) || v == INFINITY) return Bad("a bias is NaN or +inf");
   }
-  return absl::OkStatus();
+  return ValidatePromptLogprobRows(in, config);
+}
+
+absl::Status ValidatePromptLogprobRows(const StepInputs& in, const ModelConfig& config) {
+  const size_t n = in.prompt_logprob_rows.size();
+  if (in.prompt_logprob_targets.size() != n || in.prompt_logprob_top.size() != n) {
+    return Bad("prompt_logprob_rows, _targets and _top differ in length");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t row = in.prompt_logprob_rows[i];
+    if (row < 0 || row >= in.num_tokens || (i > 0 && row <= in.prompt_logprob_rows[i - 1])) {
+      return Bad(absl::StrCat("prompt logprob row ", row, " is outside [0, ", in.num_tokens,
+                              ") or not ascending"));
+    }
+    if (in.prompt_logprob_top[i] < 0 || in.prompt_logprob_top[i] > kMaxTopLogprobs) {
+      return Bad(absl::StrCat("prompt logprob row ", row, ": top ", in.prompt_logprob_top[i],
+                              " outside [0, ", kMaxTopLogprobs, "]"));
+    }
+  }
+  return CheckIds(in.prompt_logprob_targets, config.vocab_size, "prompt logprob target");
 }
 
 absl::Status ValidateStep(const StepInputs& in, const ModelConfig& config, const KvLayout& layout) {

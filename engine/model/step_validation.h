@@ -21,6 +21,10 @@ absl::Status ValidateStep(const StepInputs& in, const ModelConfig& config, const
 // (temperature >= 0, top_p in (0, 1], min_p in [0, 1], repetition_penalty > 0, finite
 // penalties, num_logprobs in [-1, kMaxTopLogprobs]), history and bias lists that are prefix sums
 // over their arrays with token ids in the vocabulary, and bias values that are finite or -inf.
+// Then the prompt logprob rows (ValidatePromptLogprobRows).
 absl::Status ValidateSampling(const StepInputs& in, const ModelConfig& config);
+// prompt_logprob_rows ascending in [0, num_tokens), targets in the vocabulary, top in
+// [0, kMaxTopLogprobs], the three of one length.
+absl::Status ValidatePromptLogprobRows(const StepInputs& in, const ModelConfig& config);
 
 }  // namespace tandem

@@ -10,8 +10,8 @@
 namespace tandem {
 
 StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
-                           const std::vector<int>& eos_token_ids,
-                           std::vector<int>* sampling_chunks) {
+                           const std::vector<int>& eos_token_ids, std::vector<int>* sampling_chunks,
+                           std::vector<PromptRow>* prompt_rows) {
   StepInputs in;
   in.num_seqs = static_cast<int>(decision.chunks.size());
   in.query_start.push_back(0);
@@ -23,6 +23,7 @@ StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
   }
   in.block_tables.assign(static_cast<size_t>(in.num_seqs) * in.max_pages_per_seq, 0);
   sampling_chunks->clear();
+  if (prompt_rows != nullptr) prompt_rows->clear();
   for (int c = 0; c < in.num_seqs; ++c) {
     const Sequence& seq = *decision.chunks[c].seq;
     const int begin = seq.num_computed_tokens;
@@ -32,6 +33,18 @@ StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
     CHECK_LE(end, seq.num_tokens() + num_spec) << seq.id;
     CHECK(num_spec == 0 || end == seq.num_tokens() + num_spec) << seq.id;
     CHECK_LE(end, static_cast<int64_t>(seq.block_table.size()) * page_size) << seq.id;
+    // Once the first token went out (with the prompt logprobs), a recomputation after a
+    // preemption scores nothing again.
+    if (prompt_rows != nullptr && seq.sampling.prompt_logprobs >= 0 &&
+        seq.num_output_tokens() == 0) {
+      const int first_row = static_cast<int>(in.token_ids.size());
+      for (int pos = begin; pos < std::min(end, seq.num_prompt_tokens - 1); ++pos) {
+        in.prompt_logprob_rows.push_back(first_row + pos - begin);
+        in.prompt_logprob_targets.push_back(seq.tokens[pos + 1]);
+        in.prompt_logprob_top.push_back(seq.sampling.prompt_logprobs);
+        prompt_rows->push_back(PromptRow{c, pos});
+      }
+    }
     for (int pos = begin; pos < end; ++pos) {
       in.token_ids.push_back(pos < seq.num_tokens() ? seq.tokens[pos]
                                                     : seq.spec_tokens[pos - seq.num_tokens()]);
@@ -63,8 +76,8 @@ bool ModelRunner::CanLaunch(const ScheduleDecision& decision) {
 
 absl::Status ModelRunner::Launch(const ScheduleDecision& decision) {
   CHECK(CanLaunch(decision));
-  const StepInputs inputs =
-      BuildStepInputs(decision, kv_cache_->layout().page_size, eos_token_ids_, &launched_chunks_);
+  const StepInputs inputs = BuildStepInputs(decision, kv_cache_->layout().page_size, eos_token_ids_,
+                                            &launched_chunks_, &launched_prompt_rows_);
   return model_->Launch(inputs, kv_cache_->layout(), kv_cache_->pool());
 }
 
@@ -72,6 +85,8 @@ absl::StatusOr<ModelRunner::StepResult> ModelRunner::Collect() {
   StepResult result;
   result.sampling_chunks = std::move(launched_chunks_);
   launched_chunks_.clear();
+  result.prompt_rows = std::move(launched_prompt_rows_);
+  launched_prompt_rows_.clear();
   ASSIGN_OR_RETURN(result.output, model_->Collect());
   return result;
 }
@@ -80,7 +95,7 @@ absl::StatusOr<ModelRunner::StepResult> ModelRunner::Run(const ScheduleDecision&
                                                          const LayerStoredHook* layer_hook) {
   StepResult result;
   const StepInputs inputs = BuildStepInputs(decision, kv_cache_->layout().page_size, eos_token_ids_,
-                                            &result.sampling_chunks);
+                                            &result.sampling_chunks, &result.prompt_rows);
   if (CanLaunch(decision)) {
     if (layer_hook != nullptr) {
       ASSIGN_OR_RETURN(result.output, model_->StepWithLayerHook(inputs, kv_cache_->layout(),
@@ -102,6 +117,11 @@ absl::StatusOr<ModelRunner::StepResult> ModelRunner::Run(const ScheduleDecision&
     (*layer_hook)(l, nullptr);
   }
   ASSIGN_OR_RETURN(result.output, SampleOnHost(inputs, vocab, scratch.data()));
+  // Prompt rows in the same step (rare: a prompt chunk next to a drawn verify chunk): a pass
+  // over the forward per batch of rows, as many rows as the step has sequences (within the
+  // model's logits rows).
+  RETURN_IF_ERROR(PromptLogprobsViaLogits(*model_, inputs, kv_cache_->layout(), kv_cache_->pool(),
+                                          inputs.num_seqs, &result.output));
   result.inputs = inputs;
   return result;
 }

@@ -22,9 +22,17 @@ namespace tandem {
 // *sampling_chunks gets its index. A verify chunk (num_spec_tokens = m > 0) samples all its
 // 1 + m rows, row i as if proposals 0 .. i-1 had been emitted; *sampling_chunks gets its index
 // 1 + m times.
+// With `prompt_rows` (the target model's steps; a draft model's pass none): a chunk of a request
+// with prompt_logprobs >= 0 scores each of its prompt positions p < num_prompt_tokens - 1
+// (StepInputs::prompt_logprob_rows, target tokens[p + 1]), and *prompt_rows gets its
+// {chunk index, p}, one per prompt row.
+struct PromptRow {
+  int chunk = 0;
+  int position = 0;
+};
 StepInputs BuildStepInputs(const ScheduleDecision& decision, int page_size,
-                           const std::vector<int>& eos_token_ids,
-                           std::vector<int>* sampling_chunks);
+                           const std::vector<int>& eos_token_ids, std::vector<int>* sampling_chunks,
+                           std::vector<PromptRow>* prompt_rows = nullptr);
 
 class ModelRunner {
  public:
@@ -33,8 +41,9 @@ class ModelRunner {
       : model_(model), kv_cache_(kv_cache), eos_token_ids_(std::move(eos_token_ids)) {}
 
   struct StepResult {
-    std::vector<int> sampling_chunks;  // indices into decision.chunks, one per sampled token
-    StepOutput output;                 // tokens (and logprobs) in sampling_chunks order
+    std::vector<int> sampling_chunks;    // indices into decision.chunks, one per sampled token
+    std::vector<PromptRow> prompt_rows;  // one per output.prompt_token_logprobs entry
+    StepOutput output;                   // tokens (and logprobs) in sampling_chunks order
     // Steps with a verify chunk whose proposals were drawn (Sequence::spec_probs): the step's
     // inputs and the logits of every row ([rows, vocab], unprocessed), from which the lossless
     // rule computes the target's distributions (engine/spec/verify.h). Empty otherwise.
@@ -58,6 +67,7 @@ class ModelRunner {
   KvCache* kv_cache_;
   std::vector<int> eos_token_ids_;
   std::vector<int> launched_chunks_;  // the launched step's sampling_chunks
+  std::vector<PromptRow> launched_prompt_rows_;
 };
 
 }  // namespace tandem

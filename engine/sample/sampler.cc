@@ -30,6 +30,9 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (p.logprobs < -1 || p.logprobs > kMaxTopLogprobs) {
     return bad("logprobs must be in [0, %d], got %d", kMaxTopLogprobs, p.logprobs);
   }
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > kMaxTopLogprobs) {
+    return bad("prompt_logprobs must be in [0, %d], got %d", kMaxTopLogprobs, p.prompt_logprobs);
+  }
   if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
     return bad("logit_bias has %d entries; at most %d", p.logit_bias.size(), kMaxLogitBias);
   }

@@ -43,6 +43,10 @@ struct Sequence {
   std::vector<int32_t> spec_tokens;
   std::vector<std::vector<float>> spec_probs;
 
+  // SamplingParams::prompt_logprobs: the entries of prompt tokens 1 .. computed so far (entry i
+  // scores tokens[i + 1]); moved into the output that carries the first token.
+  std::vector<TokenLogprobs> prompt_logprobs;
+
   // Prefix caching (engine/kv/block_allocator.h). A sequence that caches looks its prefix up
   // when it is admitted from the waiting queue and hashes its pages as they fill.
   bool cache_prefix = false;

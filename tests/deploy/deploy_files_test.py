@@ -314,6 +314,10 @@ def check_container(args):
                     found = subprocess.run(["grep", "-rqE", rf"add_executable\({t}( |$)",
                                             "--include=CMakeLists.txt", ROOT]).returncode == 0
                     f.expect(found, f"CMake target {t} not found")
+    # `docker run -p` reaches only a listener on the container's interfaces, not its loopback.
+    cmd = [l for l in lines if l.startswith("CMD ")]
+    f.expect(cmd == ['CMD ["serve", "--host", "0.0.0.0"]'],
+             f"default command {cmd}: want serve --host 0.0.0.0 (reachable through -p)")
     copy_from = [l for l in lines if l.startswith("COPY --from=build")]
     f.expect(copy_from == ["COPY --from=build /opt/tandem /opt/tandem"],
              f"runtime copies {copy_from}")

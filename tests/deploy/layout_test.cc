@@ -168,6 +168,24 @@ TEST(Layout, ControlPlaneTlsParses) {
   EXPECT_EQ(l->router_control_plane_port, 8002);
 }
 
+// router.host is the OpenAI API's listen address only: the internal ports keep `host`.
+TEST(Layout, RouterHostIsTheHttpListenAddressOnly) {
+  absl::StatusOr<Layout> l = ParseLayout("router: {host: 0.0.0.0}\ngroups: [{role: mixed}]");
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->router_host, "0.0.0.0");
+  EXPECT_EQ(l->host, "127.0.0.1");
+  EXPECT_EQ(RouterHttpHost(*l), "0.0.0.0");
+  EXPECT_EQ(ConnectHost(RouterHttpHost(*l)), "127.0.0.1");
+  absl::StatusOr<Layout> d = ParseLayout("host: 127.0.0.2\ngroups: [{role: mixed}]");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(RouterHttpHost(*d), "127.0.0.2");  // unset: the layout's host (loopback by default)
+  EXPECT_EQ(ConnectHost("127.0.0.2"), "127.0.0.2");
+  EXPECT_EQ(RouterHttpHost(DefaultLayout()), "127.0.0.1");
+  EXPECT_TRUE(CheckListenHost("10.1.2.3", "--host").ok());
+  EXPECT_THAT(CheckListenHost("example.com", "--host").message(),
+              testing::HasSubstr("--host 'example.com' is not an IPv4 address"));
+}
+
 TEST(Layout, MistakesAreRefusedWithTheirField) {
   struct Case {
     const char* yaml;
@@ -218,6 +236,13 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
       {"control_plane_tls: maybe\ngroups: [{role: mixed}]", "layout:"},
       {"control_plane_tls: false\nrouter: {control_plane_port: 8002}\ngroups: [{role: mixed}]",
        "control_plane_port is the registry's mutual-TLS port"},
+      // Listen addresses: IPv4 literals only, said so.
+      {"host: localhost\ngroups: [{role: mixed}]", "host 'localhost' is not an IPv4 address"},
+      {"host: ''\ngroups: [{role: mixed}]", "host '' is not an IPv4 address"},
+      {"router: {host: 0.0.0.256}\ngroups: [{role: mixed}]",
+       "router.host '0.0.0.256' is not an IPv4 address"},
+      {"router: {host: '::'}\ngroups: [{role: mixed}]", "host names and IPv6 are not supported"},
+      {"router: {host: [0.0.0.0]}\ngroups: [{role: mixed}]", "layout:"},
       {"", "empty"},
   };
   for (const Case& c : cases) {

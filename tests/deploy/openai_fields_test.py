@@ -6,7 +6,9 @@ the 400 / 404 error envelope for what it rejects.
 The served model is make-model's tiny-llama3 preset at seed 1234, the checkpoint whose
 transformers outputs are committed in tests/engine/model/testdata/hf_golden.json (float32 logits
 of the prompt's last position and the greedy continuation). Logprobs are checked against the
-log-softmax of those transformers logits, within LOGPROB_TOL.
+log-softmax of those transformers logits, within LOGPROB_TOL. Prompt logprobs (vLLM's
+`prompt_logprobs`, and echo + logprobs) run on two more `tandem serve`s, 1P1D and mixed, whose
+step budget is below the prompt (chunked prefill): prompt_logprob_checks.
 
 Exits 77 (skipped) where the `openai` package is not installed.
 """
@@ -65,11 +67,16 @@ def post(base, path, body):
         return json.loads(r.read())
 
 
-def start_serve(tandem, model_dir, work):
+def start_serve(tandem, model_dir, work, layout=None):
     out_path = os.path.join(work, "serve.out")
     out = open(out_path, "w")
+    extra = []
+    if layout is not None:
+        path = os.path.join(work, "layout.yaml")
+        open(path, "w").write(layout)
+        extra = ["--layout", path]
     proc = subprocess.Popen([tandem, "serve", "--model", model_dir, "--port", "0", "--log-dir",
-                             os.path.join(work, "logs"), "--drain-timeout-s", "5"],
+                             os.path.join(work, "logs"), "--drain-timeout-s", "5"] + extra,
                             stdout=out, stderr=subprocess.STDOUT)
     deadline = time.time() + 90
     while time.time() < deadline and proc.poll() is None:
@@ -191,17 +198,7 @@ def run_checks(client, base, model, golden):
         model=model, prompt="Hello world", max_tokens=3, temperature=0, echo=True, stream=True)
         if ch.choices)
     check(echoed == c.choices[0].text, "streamed echo")
-    expect_error(400, lambda: client.completions.create(model=model, prompt="x", echo=True,
-                                                        logprobs=1), "echo + logprobs", "echo",
-                 "logprobs are computed for sampled tokens only")
-    # Prompt logprobs are not computed: a 400 naming the field, never a 200 without them.
-    expect_error(400, lambda: client.completions.create(
-        model=model, prompt="x", max_tokens=2, extra_body={"prompt_logprobs": 1}),
-        "completions prompt_logprobs", "prompt_logprobs", "not for prompt positions")
-    expect_error(400, lambda: client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
-        extra_body={"prompt_logprobs": 0}), "chat prompt_logprobs", "prompt_logprobs",
-        "not for prompt positions")
+    # echo + logprobs and prompt_logprobs: prompt_logprob_checks (several layouts).
     expect_error(400, lambda: client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
         extra_body={"echo": True}), "chat echo", "echo", "not supported on /v1/chat/completions")
@@ -264,6 +261,118 @@ def run_checks(client, base, model, golden):
     check(ok.choices[0].finish_reason is not None, "response_format text and user are accepted")
 
 
+def prompt_logprobs_of(choice_or_response):
+    # vLLM's extension field: the client keeps it as an extra attribute.
+    return (choice_or_response.model_extra or {}).get("prompt_logprobs")
+
+
+def prompt_logprob_checks(client, model, golden, layout):
+    """Prompt logprobs (vLLM's `prompt_logprobs`, and echo + logprobs) on one layout, whose
+    step budget is below the prompts' lengths (chunked prefill). References: transformers'
+    log-softmax (the golden's last prompt position) and the engine's own decode-time logprobs of
+    the greedy continuation, fed back as a prompt."""
+    case = golden["cases"][1]
+    prompt, greedy = case["prompt"], case["greedy_tokens"]
+    want = log_softmax(case["last_logits"])
+    want_sorted = sorted(want, reverse=True)
+    k = 20
+    gen = client.completions.create(model=model, prompt=prompt, max_tokens=k, temperature=0,
+                                    logprobs=5, extra_body={"ignore_eos": True})
+    gen_lp = gen.choices[0].logprobs.token_logprobs
+    full = prompt + greedy[:k]
+    c = client.completions.create(model=model, prompt=full, max_tokens=1, temperature=0,
+                                  extra_body={"prompt_logprobs": 5})
+    plp = prompt_logprobs_of(c.choices[0])
+    check(isinstance(plp, list) and len(plp) == len(full) and plp[0] is None and
+          all(isinstance(e, dict) and str(full[i]) in e for i, e in enumerate(plp) if i > 0),
+          f"{layout}: prompt_logprobs: null, then one entry per prompt token, keyed by its id")
+    at = plp[len(prompt)]
+    check(abs(at[str(greedy[0])]["logprob"] - want[greedy[0]]) < LOGPROB_TOL and
+          at[str(greedy[0])]["rank"] == 1,
+          f"{layout}: prompt logprob after the {len(prompt)}-token prefix = transformers' "
+          f"log-softmax ({at[str(greedy[0])]['logprob']:.6f} vs {want[greedy[0]]:.6f}), rank 1")
+    top5 = sorted((v["logprob"] for v in at.values()), reverse=True)[:5]
+    check(len(at) == 5 and all(abs(a - b) < LOGPROB_TOL for a, b in zip(top5, want_sorted)),
+          f"{layout}: its 5 alternatives = transformers' top 5")
+    check(all(abs(plp[len(prompt) + i][str(greedy[i])]["logprob"] - gen_lp[i]) < 1e-4
+              for i in range(k)),
+          f"{layout}: prompt logprobs of a greedy continuation = its logprobs when generated "
+          f"({k} positions)")
+    check(all(1 <= len(e) <= 6 and all(v["logprob"] <= 0 and isinstance(v["decoded_token"], str)
+                                       for v in e.values()) and
+              sorted(v["rank"] for v in e.values() if v["rank"] is not None)[:5] == [1, 2, 3, 4, 5]
+              for e in plp[1:]),
+          f"{layout}: every entry: the prompt token and ranks 1-5, logprobs <= 0")
+    # No prefix-cache reuse for a request that asks for prompt logprobs: same values again,
+    # though the cache holds the prompt (two plain requests put it there and hit it).
+    client.completions.create(model=model, prompt=full, max_tokens=1)
+    warm = client.completions.create(model=model, prompt=full, max_tokens=1)
+    check(warm.usage.prompt_tokens_details.cached_tokens > 0,
+          f"{layout}: the prefix cache holds the prompt "
+          f"({warm.usage.prompt_tokens_details.cached_tokens} cached tokens)")
+    again = client.completions.create(model=model, prompt=full, max_tokens=1, temperature=0,
+                                      extra_body={"prompt_logprobs": 5})
+    check(prompt_logprobs_of(again.choices[0]) == plp and
+          again.usage.prompt_tokens_details.cached_tokens == 0,
+          f"{layout}: a repeated prompt is computed again (0 cached tokens), same logprobs")
+    two = client.completions.create(model=model, prompt=full, max_tokens=2, temperature=1.0,
+                                    n=2, seed=5, extra_body={"prompt_logprobs": 5})
+    check(len(two.choices) == 2 and all(prompt_logprobs_of(ch) == plp for ch in two.choices),
+          f"{layout}: n=2: both choices carry the prompt logprobs")
+    zero = client.completions.create(model=model, prompt=full, max_tokens=1,
+                                     extra_body={"prompt_logprobs": 0})
+    check(all(list(e) == [str(full[i + 1])] for i, e in enumerate(prompt_logprobs_of(
+        zero.choices[0])[1:])), f"{layout}: prompt_logprobs 0: the prompt token only")
+    # echo + logprobs (OpenAI's legacy format): the prompt's tokens lead the logprobs.
+    e = client.completions.create(model=model, prompt=prompt, max_tokens=3, temperature=0,
+                                  echo=True, logprobs=2, extra_body={"ignore_eos": True})
+    lp = e.choices[0].logprobs
+    n = len(prompt)
+    check(len(lp.tokens) == n + 3 and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+          and all(abs(lp.token_logprobs[i] - plp[i][str(full[i])]["logprob"]) < 1e-4
+                  for i in range(1, n))
+          and all(abs(lp.token_logprobs[n + i] - gen_lp[i]) < 1e-4 for i in range(3))
+          and all(len(t) <= 3 for t in lp.top_logprobs[1:])
+          and lp.text_offset == sorted(lp.text_offset),
+          f"{layout}: echo + logprobs: {n} prompt tokens (the first with null) then 3 generated")
+    streamed = [ch.choices[0].logprobs for ch in client.completions.create(
+        model=model, prompt=prompt, max_tokens=3, temperature=0, echo=True, logprobs=2,
+        stream=True, extra_body={"ignore_eos": True}) if ch.choices and ch.choices[0].logprobs]
+    s_lp = [x for l in streamed for x in l.token_logprobs]
+    check(len(s_lp) == n + 3 and s_lp[0] is None and
+          all(abs(a - b) < 1e-6 for a, b in zip(s_lp[1:], lp.token_logprobs[1:])),
+          f"{layout}: streamed echo + logprobs = non-streamed")
+    messages = [{"role": "user", "content": "Say hi"}]
+    chat = client.chat.completions.create(model=model, messages=messages, max_tokens=2,
+                                          extra_body={"prompt_logprobs": 1})
+    cp = prompt_logprobs_of(chat)
+    check(isinstance(cp, list) and len(cp) == chat.usage.prompt_tokens and cp[0] is None and
+          all(1 <= len(x) <= 2 for x in cp[1:]),
+          f"{layout}: chat: prompt_logprobs on the response, one per prompt token")
+    for bad, says in ((-1, "prompt_logprobs must be in [0, 20], got -1"),
+                      (21, "prompt_logprobs must be in [0, 20], got 21"),
+                      ("3", "prompt_logprobs")):
+        expect_error(400, lambda: client.completions.create(
+            model=model, prompt="x", max_tokens=2, extra_body={"prompt_logprobs": bad}),
+            f"{layout}: prompt_logprobs {bad!r}", "prompt_logprobs", says)
+    expect_error(400, lambda: client.completions.create(
+        model=model, prompt="x", max_tokens=2, stream=True, extra_body={"prompt_logprobs": 1}),
+        f"{layout}: prompt_logprobs streamed", "prompt_logprobs", "not available when stream")
+    expect_error(400, lambda: client.chat.completions.create(
+        model=model, messages=messages, max_tokens=2, extra_body={"prompt_logprobs": 99}),
+        f"{layout}: chat prompt_logprobs 99", "prompt_logprobs", "must be in [0, 20]")
+
+
+# Layouts for the prompt-logprob checks: a step budget of 16 tokens against prompts of 13 + 20
+# tokens (chunked prefill), prefill on its own worker (the logprobs come with the first token)
+# and on a mixed one.
+PROMPT_LOGPROB_LAYOUTS = {
+    "1P1D": "engine: {max_num_batched_tokens: 16}\n"
+            "groups: [{role: prefill}, {role: decode}]\n",
+    "mixed": "engine: {max_num_batched_tokens: 16}\ngroups: [{role: mixed}]\n",
+}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tandem", required=True)
@@ -282,18 +391,25 @@ def main():
     config = json.load(open(config_path))
     config["torch_dtype"] = "float32"
     json.dump(config, open(config_path, "w"))
-    proc, base = start_serve(args.tandem, model_dir, work)
-    try:
-        client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0,
-                               timeout=30)
-        model = client.models.list().data[0].id
-        run_checks(client, base, model, golden)
-    except Exception:
-        print(open(os.path.join(work, "serve.out")).read())
-        raise
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    runs = [(None, None)] + list(PROMPT_LOGPROB_LAYOUTS.items())
+    for name, layout in runs:
+        run_dir = os.path.join(work, name or "default")
+        os.makedirs(run_dir)
+        proc, base = start_serve(args.tandem, model_dir, run_dir, layout)
+        try:
+            client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0,
+                                   timeout=30)
+            model = client.models.list().data[0].id
+            if name is None:
+                run_checks(client, base, model, golden)
+            else:
+                prompt_logprob_checks(client, model, golden, name)
+        except Exception:
+            print(open(os.path.join(run_dir, "serve.out")).read())
+            raise
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
     print("all checks passed")
 
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "router/api_error.h"
+#include "router/openai_response.h"
 #include "tests/router/byte_tokenizer.h"
 
 namespace tandem::router {
@@ -125,6 +126,45 @@ TEST_F(OpenAiRequestTest, OutOfRangeSampling) {
   ExpectBad(Completion(R"({"prompt": "x", "presence_penalty": 3})"), "[-2, 2]");
 }
 
+// vLLM's prompt_logprobs (completions and chat) and echo + logprobs: what the workers are asked
+// to compute (SamplingSpec::prompt_logprobs, the larger of the two asks) and what is shown.
+TEST_F(OpenAiRequestTest, PromptLogprobsAndEchoWithLogprobs) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  absl::StatusOr<GenerateSpec> s = Completion(R"({"prompt": "x", "prompt_logprobs": 3})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->prompt_logprobs, 3);
+  EXPECT_EQ(s->sampling.prompt_logprobs, 3);
+  EXPECT_EQ(s->sampling.logprobs, -1);
+  s = Completion(R"({"prompt": "x", "echo": true, "logprobs": 4})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->prompt_logprobs, -1);  // not shown as the vLLM field
+  EXPECT_EQ(s->sampling.prompt_logprobs, 4);
+  s = Completion(R"({"prompt": "x", "echo": true, "logprobs": 2, "prompt_logprobs": 0})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->prompt_logprobs, 0);
+  EXPECT_EQ(s->sampling.prompt_logprobs, 2);
+  s = Completion(R"({"prompt": "x", "echo": true})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->sampling.prompt_logprobs, -1);  // echo alone scores nothing
+  s = Completion(R"({"prompt": "x", "echo": true, "logprobs": 1, "stream": true})");
+  ASSERT_TRUE(s.ok()) << s.status();  // streamed echo + logprobs: the first chunk carries them
+  s = Chat("{" + msgs + R"(, "prompt_logprobs": 20})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->sampling.prompt_logprobs, 20);
+  ExpectBad(Completion(R"({"prompt": "x", "prompt_logprobs": -1})"),
+            "prompt_logprobs must be in [0, 20], got -1", "prompt_logprobs");
+  ExpectBad(Completion(R"({"prompt": "x", "prompt_logprobs": 21})"),
+            "prompt_logprobs must be in [0, 20], got 21", "prompt_logprobs");
+  ExpectBad(Completion(R"({"prompt": "x", "prompt_logprobs": "2"})"), "prompt_logprobs",
+            "prompt_logprobs");
+  ExpectBad(Completion(R"({"prompt": "x", "prompt_logprobs": 1.5})"), "prompt_logprobs",
+            "prompt_logprobs");
+  ExpectBad(Completion(R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})"),
+            "not available when stream is true", "prompt_logprobs");
+  ExpectBad(Chat("{" + msgs + R"(, "prompt_logprobs": 0, "stream": true})"),
+            "not available when stream is true", "prompt_logprobs");
+}
+
 TEST_F(OpenAiRequestTest, UnsupportedFeaturesAre400) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
   ExpectBad(Chat("{" + msgs + R"(, "tools": [{"type": "function"}]})"), "not supported", "tools");
@@ -140,19 +180,11 @@ TEST_F(OpenAiRequestTest, UnsupportedFeaturesAre400) {
   EXPECT_TRUE(Chat("{" + msgs + R"(, "response_format": {"type": "text"}})").ok());
   ExpectBad(Chat("{" + msgs + R"(, "best_of": 2})"), "best_of", "best_of");
   ExpectBad(Completion(R"({"prompt": "x", "suffix": "y"})"), "suffix", "suffix");
-  ExpectBad(Completion(R"({"prompt": "x", "echo": true, "logprobs": 1})"),
-            "logprobs are computed for sampled tokens only", "echo");
-  ExpectBad(Completion(R"({"prompt": "x", "echo": true, "logprobs": 0})"),
-            "echo with logprobs is not supported", "echo");
   EXPECT_TRUE(Completion(R"({"prompt": "x", "echo": true, "logprobs": null})").ok());
   ExpectBad(Chat("{" + msgs + R"(, "echo": true})"), "not supported on /v1/chat/completions",
             "echo");
   EXPECT_TRUE(Chat("{" + msgs + R"(, "echo": false})").ok());
-  ExpectBad(Chat("{" + msgs + R"(, "prompt_logprobs": 0})"), "not for prompt positions",
-            "prompt_logprobs");
   ExpectBad(Completion(R"({"prompt": "x", "guided_json": {}})"), "not supported", "guided_json");
-  ExpectBad(Completion(R"({"prompt": "x", "prompt_logprobs": 1})"),
-            "prompt_logprobs is not supported", "prompt_logprobs");
   EXPECT_TRUE(Completion(R"({"prompt": "x", "prompt_logprobs": null})").ok());
   ExpectBad(Completion(R"({"prompt": "x", "use_beam_search": true})"), "beam search");
   ExpectBad(Completion(R"({"prompt": "x", "n": 2, "best_of": 3, "stream": true})"),
@@ -270,6 +302,39 @@ TEST(Utf8Test, Validity) {
   EXPECT_FALSE(IsValidUtf8("\xF0\x9F\x98"));      // truncated
   EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // > U+10FFFF
   EXPECT_FALSE(IsValidUtf8("\xFF"));
+}
+
+// vLLM's prompt_logprobs shape: null first, then {id: {logprob, rank, decoded_token}} with the
+// prompt token first; rank null for a prompt token outside the alternatives; at most `top`
+// alternatives shown. Echo's legacy part: the first token with nulls, then the others.
+TEST(OpenAiResponseTest, PromptLogprobsFormats) {
+  std::vector<TokenLogprobInfo> prompt(2);
+  prompt[0].sampled = {7, "b", -0.5f};
+  prompt[0].top = {{7, "b", -0.5f}, {9, "c", -1.5f}, {3, "d", -2.0f}};
+  prompt[1].sampled = {4, "e", -6.0f};
+  prompt[1].top = {{8, "f", -0.1f}, {2, "g", -3.0f}, {5, "h", -4.0f}};
+  const nlohmann::json j = PromptLogprobsJson(prompt, 2);
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_TRUE(j[0].is_null());
+  EXPECT_EQ(j[1].size(), 2u);  // the prompt token is also the top one
+  EXPECT_EQ(j[1]["7"]["rank"], 1);
+  EXPECT_EQ(j[1]["7"]["decoded_token"], "b");
+  EXPECT_EQ(j[1]["9"]["rank"], 2);
+  EXPECT_FLOAT_EQ(j[1]["9"]["logprob"].get<float>(), -1.5f);
+  EXPECT_EQ(j[2].size(), 3u);
+  EXPECT_TRUE(j[2]["4"]["rank"].is_null());
+  EXPECT_FLOAT_EQ(j[2]["4"]["logprob"].get<float>(), -6.0f);
+  EXPECT_EQ(j[2]["8"]["rank"], 1);
+  EXPECT_FALSE(j[2].contains("5"));  // the third alternative: beyond top = 2
+  int64_t offset = -1;
+  const nlohmann::json e = EchoLogprobsJson("a", prompt, 1, &offset);
+  EXPECT_EQ(e["tokens"], nlohmann::json({"a", "b", "e"}));
+  EXPECT_TRUE(e["token_logprobs"][0].is_null());
+  EXPECT_TRUE(e["top_logprobs"][0].is_null());
+  EXPECT_FLOAT_EQ(e["token_logprobs"][2].get<float>(), -6.0f);
+  EXPECT_EQ(e["top_logprobs"][2].size(), 2u);  // "f" and the prompt token "e"
+  EXPECT_EQ(e["text_offset"], nlohmann::json({0, 1, 2}));
+  EXPECT_EQ(offset, 3);
 }
 
 }  // namespace
