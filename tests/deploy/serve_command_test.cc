@@ -136,6 +136,10 @@ TEST(ServeCommand, HostFlagListensOnEveryInterfaceInternalPortsStayLoopback) {
   const int http_port = PortOf(s.http);
   EXPECT_THAT(ListenAddresses(http_port), testing::ElementsAre("00000000")) << s.out;
   EXPECT_THAT(ListenAddresses(PortOf(s.grpc)), testing::ElementsAre("0100007F")) << s.out;
+  std::smatch registry;  // the worker registry's mutual-TLS port
+  ASSERT_TRUE(std::regex_search(s.out, registry, std::regex("registry +([0-9.]+:[0-9]+)")))
+      << s.out;
+  EXPECT_THAT(ListenAddresses(PortOf(registry[1])), testing::ElementsAre("0100007F")) << s.out;
   const std::regex worker_re("\\(([a-z]+-[0-9]+), grpc ([0-9.]+:[0-9]+)");
   int workers = 0;
   for (std::sregex_iterator it(s.out.begin(), s.out.end(), worker_re), end; it != end; ++it) {
