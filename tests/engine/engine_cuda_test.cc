@@ -620,9 +620,12 @@ TEST(EngineCudaTest, PromptLogprobsAreTheModelsLogSoftmax) {
   }
   ASSERT_EQ(carriers, 1);
   ASSERT_EQ(got.size(), static_cast<size_t>(kLen - 1));
-  // bf16 activations: chunked and unchunked prefill round differently; logprobs of this model
-  // are O(10), measured differences are expected at 1e-2.
-  constexpr double kTol = 0.05;
+  // bf16 activations: chunked prefill (KV read back from the pool, other GEMM shapes) and the
+  // one-pass logits round differently. Two bf16 paths of this model differ by up to ~1.3% of
+  // max |logit| (~0.16 here: SmallPresetsMatchTheCpuBackend's bound), and a log-softmax value
+  // moves by at most twice the largest logit difference. H200 run 23: worst 0.121 (a first
+  // guess of 0.05 failed there). A wrong position or row moves values by O(1).
+  constexpr double kTol = 0.3;
   double worst = 0;
   for (int i = 0; i + 1 < kLen; ++i) {
     const double d = std::abs(got[i].logprob - want[i][prompt[i + 1]]);
