@@ -1,9 +1,9 @@
 #include "comm/nccl_kv_transport.h"
 
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "base/logging.h"
 #include "base/secure_random.h"
 #include "base/status_macros.h"
@@ -80,12 +80,13 @@ absl::StatusOr<std::unique_ptr<NcclKvTransport::SendLease>> NcclKvTransport::Lea
   }
   absl::MutexLock l(&p->mu);
   auto free = [&p]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu) { return !p->busy; };
-  while (!p->mu.AwaitWithDeadline(absl::Condition(&free),
-                                  std::min(deadline, absl::Now() + kLeaseCheckInterval))) {
+  while (!Clock::Real()->AwaitWithDeadline(
+      &p->mu, absl::Condition(&free),
+      std::min(deadline, Clock::Real()->Now() + kLeaseCheckInterval))) {
     if (cancelled && cancelled()) {
       return absl::CancelledError("KV transfer given up while waiting for its NCCL pair");
     }
-    if (absl::Now() >= deadline) {
+    if (Clock::Real()->Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("another KV transfer to ", peer, " held the NCCL pair until the deadline"));
     }
@@ -209,7 +210,7 @@ absl::Status NcclPoll(const std::function<absl::StatusOr<bool>()>& done,
   while (true) {
     ASSIGN_OR_RETURN(bool finished, done());
     if (finished) return absl::OkStatus();
-    if (absl::Now() >= deadline) {
+    if (Clock::Real()->Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(what,
                                                       " did not complete before the KV "
                                                       "transfer's deadline"));
@@ -217,7 +218,7 @@ absl::Status NcclPoll(const std::function<absl::StatusOr<bool>()>& done,
     if (between) {
       RETURN_IF_ERROR(between());
     } else {
-      std::this_thread::sleep_for(absl::ToChronoMicroseconds(kNcclPollInterval));
+      Clock::Real()->SleepFor(kNcclPollInterval);
     }
   }
 }

@@ -1,7 +1,6 @@
 #include "comm/tcp_kv_sender.h"
 
 #include <optional>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -249,7 +248,7 @@ class TcpKvSendOp : public KvSendOp {
   // closed the connection: Unavailable); once it came, just sleeps.
   absl::Status WatchPeer(std::optional<absl::Status>* verdict) {
     if (verdict->has_value()) {
-      std::this_thread::sleep_for(absl::ToChronoMicroseconds(kNcclPollInterval));
+      Clock::Real()->SleepFor(kNcclPollInterval);
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(bool readable, PollReadable(socket_, kNcclPollInterval));

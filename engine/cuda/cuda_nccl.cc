@@ -4,12 +4,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "base/clock.h"
 #include "base/cuda_check.h"
 #include "base/logging.h"
 #include "comm/nccl_api.h"
@@ -146,9 +144,9 @@ class CudaNccl final : public NcclApi {
   }
   void DestroyStream(Stream stream) override {
     auto s = static_cast<cudaStream_t>(stream);
-    const absl::Time bound = absl::Now() + kStreamDrainBound;
-    while (cudaStreamQuery(s) == cudaErrorNotReady && absl::Now() < bound) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    const absl::Time bound = Clock::Real()->Now() + kStreamDrainBound;
+    while (cudaStreamQuery(s) == cudaErrorNotReady && Clock::Real()->Now() < bound) {
+      Clock::Real()->SleepFor(absl::Microseconds(100));
     }
     (void)cudaGetLastError();
     if (cudaStreamDestroy(s) != cudaSuccess) {
