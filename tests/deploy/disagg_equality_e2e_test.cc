@@ -23,7 +23,6 @@
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "engine/cuda/cuda_device.h"
-#include "engine/model/make_model.h"
 #include "gtest/gtest.h"
 #include "tests/deploy/e2e_harness.h"
 
@@ -83,20 +82,7 @@ std::vector<int> PromptLengths() {
   return n;
 }
 
-const std::string& ModelDir() {
-  if (!kGpu) return TinyModelDir();
-  static const std::string* dir = [] {
-    char tmpl[] = "/tmp/tandem-equality-model-XXXXXX";
-    CHECK(mkdtemp(tmpl) != nullptr);
-    auto* d = new std::string(std::string(tmpl) + "/small-qwen3");
-    MakeModelOptions options;
-    options.preset = "small-qwen3";
-    options.out_dir = *d;
-    CHECK_OK(MakeModel(options).status());
-    return d;
-  }();
-  return *dir;
-}
+const std::string& ModelDir() { return kGpu ? SmallQwen3ModelDir() : TinyModelDir(); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);

@@ -30,17 +30,24 @@ std::string BinDir() {
   return absl::StrCat(b ? b : ".", "/bin");
 }
 
+std::string* MakePresetDir(const std::string& preset) {
+  auto* d = new std::string(MakeTempDir("tandem-e2e-model-") + "/" + preset);
+  MakeModelOptions options;
+  options.preset = preset;
+  options.out_dir = *d;
+  CHECK_OK(MakeModel(options).status());
+  return d;
+}
+
 }  // namespace
 
 const std::string& TinyModelDir() {
-  static const std::string* dir = [] {
-    auto* d = new std::string(MakeTempDir("tandem-e2e-model-") + "/tiny");
-    MakeModelOptions options;
-    options.preset = "tiny";
-    options.out_dir = *d;
-    CHECK_OK(MakeModel(options).status());
-    return d;
-  }();
+  static const std::string* dir = MakePresetDir("tiny");
+  return *dir;
+}
+
+const std::string& SmallQwen3ModelDir() {
+  static const std::string* dir = MakePresetDir("small-qwen3");
   return *dir;
 }
 

@@ -20,6 +20,9 @@ namespace tandem::e2e {
 
 // The tiny model, generated once per test process into a temp dir.
 const std::string& TinyModelDir();
+// The small-qwen3 preset (the GPU variants' model: its transfers are long enough to fault),
+// generated the same way.
+const std::string& SmallQwen3ModelDir();
 
 // Starts a cluster of `layout_yaml` (groups etc.; model, ports and logs are filled in) with
 // every process's log under a fresh temp dir. Fails the test (returns null) if not ready.

@@ -30,7 +30,6 @@
 #include "absl/strings/str_format.h"
 #include "base/check.h"
 #include "engine/cuda/cuda_device.h"
-#include "engine/model/make_model.h"
 #include "gtest/gtest.h"
 #include "tests/deploy/fault_clients.h"
 
@@ -88,20 +87,7 @@ groups:
 )";
 #endif
 
-const std::string& ModelDir() {
-  if (!kGpu) return TinyModelDir();
-  static const std::string* dir = [] {
-    char tmpl[] = "/tmp/tandem-fault-model-XXXXXX";
-    CHECK(mkdtemp(tmpl) != nullptr);
-    auto* d = new std::string(std::string(tmpl) + "/small-qwen3");
-    MakeModelOptions options;
-    options.preset = "small-qwen3";
-    options.out_dir = *d;
-    CHECK_OK(MakeModel(options).status());
-    return d;
-  }();
-  return *dir;
-}
+const std::string& ModelDir() { return kGpu ? SmallQwen3ModelDir() : TinyModelDir(); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
