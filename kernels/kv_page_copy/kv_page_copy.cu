@@ -12,6 +12,9 @@ namespace tandem {
 namespace {
 
 constexpr int kThreads = 256;
+// 16-byte vectors each thread loads before it stores any: a block moves kThreads * kVecs * 16 =
+// 32 KiB of a page per pass with every load in flight at once (a 64 KiB page is 2 blocks).
+constexpr int kVecs = 8;
 
 __global__ void __launch_bounds__(kThreads)
     KvPageCopyKernel(const __grid_constant__ KvPageCopyArgs a) {
@@ -21,9 +24,20 @@ __global__ void __launch_bounds__(kThreads)
                                                     int64_t{a.src_pages[page]} * a.page_bytes);
   uint4* dst = reinterpret_cast<uint4*>(static_cast<char*>(a.dst_layer) +
                                         int64_t{a.dst_pages[page]} * a.page_bytes);
-  for (int64_t v = int64_t{blockIdx.y} * kThreads + threadIdx.x; v < vecs;
-       v += int64_t{gridDim.y} * kThreads) {
-    dst[v] = src[v];
+  constexpr int64_t kChunk = int64_t{kThreads} * kVecs;
+  for (int64_t base = int64_t{blockIdx.y} * kChunk + threadIdx.x; base < vecs;
+       base += int64_t{gridDim.y} * kChunk) {
+    uint4 v[kVecs];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int64_t i = base + int64_t{j} * kThreads;
+      if (i < vecs) v[j] = __ldcs(src + i);  // streamed once: evict-first in L2
+    }
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int64_t i = base + int64_t{j} * kThreads;
+      if (i < vecs) __stcs(dst + i, v[j]);
+    }
   }
 }
 
@@ -37,9 +51,11 @@ absl::Status KvPageCopy(const KvPageCopyArgs& a, cudaStream_t stream) {
   }
   if (a.num_pages == 0 || a.page_bytes == 0) return absl::OkStatus();
   const int64_t vecs = a.page_bytes / 16;
-  // Enough slices per page that a small batch still fills the GPU (4 vectors per thread min).
-  const int slices = static_cast<int>(
-      std::min<int64_t>(std::max<int64_t>(1, (vecs + 4 * kThreads - 1) / (4 * kThreads)), 65535));
+  // One block per kThreads * kVecs vectors of a page (a 64 KiB page: 2 blocks), so a layer of
+  // 512 such pages is ~1 wave of 1024 blocks with every block's loads in flight at once.
+  const int64_t chunk = int64_t{kThreads} * kVecs;
+  const int slices =
+      static_cast<int>(std::min<int64_t>(std::max<int64_t>(1, (vecs + chunk - 1) / chunk), 65535));
   KvPageCopyKernel<<<dim3(a.num_pages, slices), kThreads, 0, stream>>>(a);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

@@ -20,6 +20,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,7 +52,7 @@ constexpr int kPages = kTokens / kPageSize;  // 512 pages per layer
 // Page copies of a layer's 512 pages per layer of the stand-in compute (a few ms per layer on
 // an H200, the order of a layer of an 8k-token Qwen3-8B prefill).
 constexpr int kComputeCopies = 192;
-constexpr int kReceiverPages = 1650;
+constexpr int kReceiverPages = 2720;
 
 KvLayout Qwen3Layout(int num_pages) {
   KvLayout l;
@@ -81,13 +82,16 @@ std::vector<int32_t> SrcPages() {
   std::iota(p.begin(), p.end(), 3);  // pages 3 .. 514 of a 520-page pool
   return p;
 }
-// The three transfers, into disjoint receiver pages of a kReceiverPages pool: contiguous
-// 40 .. 551, scattered a shuffle of 560 .. 1071, layerwise a shuffle of 1100 .. 1611.
-constexpr const char* kCases[] = {"contiguous", "scattered", "layerwise"};
+// The five transfers, into disjoint receiver pages of a kReceiverPages pool: contiguous
+// 40 .. 551, then three scattered ones (each a shuffle of its own 512 pages: 560 .., 1100 ..,
+// 1640 ..; three, so the bench has a median) and the layer-wise one (2180 ..).
+constexpr const char* kCases[] = {"contiguous", "scattered", "scattered_2", "scattered_3",
+                                  "layerwise"};
+constexpr int kNumCases = 5;
 std::vector<int32_t> DstPages(int c) {
   std::vector<int32_t> p(kPages);
-  std::iota(p.begin(), p.end(), c == 0 ? 40 : c == 1 ? 560 : 1100);
-  if (c > 0) std::shuffle(p.begin(), p.end(), std::mt19937(c == 1 ? 11 : 13));
+  std::iota(p.begin(), p.end(), 40 + 540 * c);
+  if (c > 0) std::shuffle(p.begin(), p.end(), std::mt19937(9 + 2 * c));
   return p;
 }
 
@@ -116,19 +120,69 @@ TEST(CudaKvIpcChild, Send) {
   ASSERT_TRUE(ipc.ok()) << ipc.status();
   TcpKvSender sender({}, "", KvTransportKind::kIpc, std::shared_ptr<KvIpcDevice>(*std::move(ipc)));
   const std::vector<int32_t> src = SrcPages();
-  for (const char* id : {"contiguous", "scattered"}) {
+  for (int c = 0; c + 1 < kNumCases; ++c) {
+    const char* id = kCases[c];
     const absl::Time start = absl::Now();
     auto op = sender.Begin(peer, id, layout, kPages, absl::Seconds(60));
     ASSERT_TRUE(op.ok()) << op.status();
+    const absl::Time granted = absl::Now();
     for (int l = 0; l < layout.num_layers; ++l) {
       ASSERT_TRUE((*op)->SendLayer(l, (*pool)->data(), src, 0).ok());
     }
+    const absl::Time enqueued = absl::Now();
     auto stats = (*op)->Finish();
     ASSERT_TRUE(stats.ok()) << stats.status();
     const double s = absl::ToDoubleSeconds(absl::Now() - start);
-    std::printf("BENCH cuda_ipc %s: %d tokens, %d layers, %.3f GB in %.3f ms = %.1f GB/s\n", id,
-                kTokens, layout.num_layers, stats->bytes / 1e9, s * 1e3, stats->bytes / s / 1e9);
+    std::printf(
+        "BENCH cuda_ipc %s: %d tokens, %d layers, %.3f GB in %.3f ms = %.1f GB/s (Begin %.3f ms, "
+        "enqueue %.3f ms, Finish %.3f ms)\n",
+        id, kTokens, layout.num_layers, stats->bytes / 1e9, s * 1e3, stats->bytes / s / 1e9,
+        absl::ToDoubleMilliseconds(granted - start), absl::ToDoubleMilliseconds(enqueued - granted),
+        absl::ToDoubleMilliseconds(absl::Now() - enqueued));
     std::fflush(stdout);
+  }
+
+  // The copy kernel alone, in this process (no IPC mapping, no transport): the 36 layers of
+  // 512 pages into a shuffle of the same pages of a second pool, timed by events, median of 5.
+  {
+    std::vector<char> dst_host;
+    auto dst = DevicePool(layout, 4, &dst_host);
+    ASSERT_TRUE(dst.ok()) << dst.status();
+    std::vector<int32_t> shuffled = src;
+    std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(5));
+    KvPageCopyArgs a;
+    a.page_bytes = layout.PageBytes();
+    a.num_pages = kPages;
+    std::copy(src.begin(), src.end(), a.src_pages);
+    std::copy(shuffled.begin(), shuffled.end(), a.dst_pages);
+    const int64_t elem = DTypeSize(layout.dtype);
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
+    ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
+    std::vector<float> ms;
+    for (int round = 0; round < 6; ++round) {
+      ASSERT_EQ(cudaEventRecord(e0, nullptr), cudaSuccess);
+      for (int l = 0; l < layout.num_layers; ++l) {
+        a.dst_layer = static_cast<char*>((*dst)->data()) + layout.PageOffset(l, 0) * elem;
+        a.src_layer = static_cast<const char*>((*pool)->data()) + layout.PageOffset(l, 0) * elem;
+        ASSERT_TRUE(KvPageCopy(a, nullptr).ok());
+      }
+      ASSERT_EQ(cudaEventRecord(e1, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+      float t = 0;
+      ASSERT_EQ(cudaEventElapsedTime(&t, e0, e1), cudaSuccess);
+      if (round > 0) ms.push_back(t);  // round 0 warms up
+    }
+    std::sort(ms.begin(), ms.end());
+    const double bytes = static_cast<double>(layout.PageBytes()) * kPages * layout.num_layers;
+    std::printf(
+        "BENCH kv_page_copy local: %d layers x %d pages, %.3f GB in %.3f ms (median of %zu) = "
+        "%.1f GB/s of pages (reads + writes %.1f GB/s)\n",
+        layout.num_layers, kPages, bytes / 1e9, ms[ms.size() / 2], ms.size(),
+        bytes / (ms[ms.size() / 2] * 1e-3) / 1e9, 2 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9);
+    std::fflush(stdout);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
   }
 
   // Layer-wise: `scratch` holds other bytes (seed 3) until the compute stream stores each layer
@@ -142,7 +196,7 @@ TEST(CudaKvIpcChild, Send) {
   for (cudaEvent_t& e : events) ASSERT_EQ(cudaEventCreate(&e), cudaSuccess);
   cudaEvent_t compute_start = nullptr;
   ASSERT_EQ(cudaEventCreate(&compute_start), cudaSuccess);
-  auto op = sender.Begin(peer, "layerwise", layout, kPages, absl::Seconds(60));
+  auto op = sender.Begin(peer, kCases[kNumCases - 1], layout, kPages, absl::Seconds(60));
   ASSERT_TRUE(op.ok()) << op.status();
   ASSERT_TRUE((*op)->OrdersAfterEvents());
   const int64_t elem = DTypeSize(layout.dtype);
@@ -202,7 +256,7 @@ TEST(CudaKvIpc, TwoProcessesOnOneGpuLandEveryByteExactly) {
       Clock::Real(), [](void* d, const void* s, int64_t n) { return CopyDeviceMemory(d, s, n); });
   ASSERT_TRUE(receiver.ok()) << receiver.status();
   (*receiver)->SetIpcExport(*handle);
-  for (int c = 0; c < 3; ++c) {
+  for (int c = 0; c < kNumCases; ++c) {
     ASSERT_TRUE((*receiver)->Expect(kCases[c], DstPages(c), absl::Now() + absl::Seconds(120)).ok());
   }
 
@@ -223,8 +277,9 @@ TEST(CudaKvIpc, TwoProcessesOnOneGpuLandEveryByteExactly) {
   ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << "prefill child failed";
   {
     absl::MutexLock l(&done.mu);
-    auto two = [&done]() ABSL_SHARED_LOCKS_REQUIRED(done.mu) { return done.got.size() == 3; };
-    ASSERT_TRUE(done.mu.AwaitWithTimeout(absl::Condition(&two), absl::Seconds(30)));
+    auto all = [&done]()
+                   ABSL_SHARED_LOCKS_REQUIRED(done.mu) { return done.got.size() == kNumCases; };
+    ASSERT_TRUE(done.mu.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(30)));
     for (const auto& [id, st] : done.got) EXPECT_TRUE(st.ok()) << id << ": " << st;
   }
 
@@ -236,7 +291,7 @@ TEST(CudaKvIpc, TwoProcessesOnOneGpuLandEveryByteExactly) {
   std::vector<char> want = before;
   const int64_t elem = DTypeSize(layout.dtype);
   const std::vector<int32_t> src_pages = SrcPages();
-  for (int c = 0; c < 3; ++c) {
+  for (int c = 0; c < kNumCases; ++c) {
     const std::vector<int32_t> dst_pages = DstPages(c);
     for (int l = 0; l < layout.num_layers; ++l) {
       for (int i = 0; i < kPages; ++i) {
