@@ -1,14 +1,14 @@
 // End to end on loopback with real processes: prefill and decode groups of different
 // tensor_parallel (and pipeline_parallel) sizes, the prompts' KV pushed over the TCP transport
-// and landed through the KV head map (comm/kv_head_map.h). For tiny presets of every
-// architecture (GQA, one KV head replicated at TP 2, fp32 pages), 2 prefill workers of TP 2 with
-// a decode worker of TP 1, and 1 prefill worker of TP 1 with a decode worker of TP 2, give the
-// greedy tokens of the colocated (mixed, TP 1) layout, prompt by prompt, for prompts of one
-// token, a partial page, exactly one page, one page and a token, and several pages. One preset
-// also runs prefill TP 2 x PP 2 into decode TP 1 x PP 3 and TP 1 x PP 3 into TP 2 x PP 2
-// (uneven layer splits). Each decode
-// worker must have received the prompts' KV (its prompt-token counter) and logged that the
-// pages went through the map.
+// and landed through the KV head map (comm/kv_head_map.h). For every tiny preset that splits at
+// TP 2 (every architecture; GQA, MHA, one KV head replicated at TP 2, fp32 pages), 2 prefill
+// workers of TP 2 with a decode worker of TP 1, and 1 prefill worker of TP 1 with a decode
+// worker of TP 2, give the greedy tokens of the colocated (mixed, TP 1) layout, prompt by
+// prompt, for prompts of one token, a partial page, exactly one page, one page and a token, and
+// several pages. One preset also runs prefill TP 2 x PP 2 into decode TP 1 x PP 3 and TP 1 x
+// PP 3 into TP 2 x PP 2 (uneven layer splits). Each decode worker must have received the
+// prompts' KV (its prompt-token counter) and logged that the pages went through the map.
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/presets.h"
+#include "engine/model/tensor_shard.h"
 #include "gtest/gtest.h"
 #include "tests/deploy/e2e_harness.h"
 
@@ -173,6 +175,19 @@ TEST(MixedParallelE2E, Qwen2Fp32AndPipelineStages) {
 }
 // QK-norm, head_dim 32 != hidden / heads.
 TEST(MixedParallelE2E, Qwen3) { RunPreset("tiny-qwen3", kTpCases); }
+// Every other tiny preset whose shapes split at TP 2 (tied embeddings, MHA, f16 weights, ...).
+TEST(MixedParallelE2E, EveryOtherTinyPresetThatSplits) {
+  const std::vector<std::string> named = {"tiny",         "tiny-llama3", "tiny-llama31",
+                                          "tiny-mistral", "tiny-qwen2",  "tiny-qwen3"};
+  int ran = 0;
+  for (const ModelPreset& p : ModelPresets()) {
+    if (!p.tiny || std::find(named.begin(), named.end(), p.name) != named.end()) continue;
+    if (!CheckTensorParallel(p.config, 2).ok()) continue;  // e.g. 3 KV heads
+    RunPreset(p.name, kTpCases);
+    ++ran;
+  }
+  EXPECT_GE(ran, 3);
+}
 
 }  // namespace
 }  // namespace tandem::e2e
