@@ -6,8 +6,10 @@
 //
 // Addressing: the sender never learns the receiver's page ids. It sends pages by their index in
 // the request's page list (index i = tokens [i * page_size, (i + 1) * page_size) of the prompt);
-// the receiver maps index i to the i-th page it reserved. Both sides must share one KvLayout
-// (kernels/common/kv_layout.h) except for num_pages; a mismatch is refused at the handshake.
+// the receiver maps index i to the i-th page it reserved. Both sides share one KvLayout
+// (kernels/common/kv_layout.h) except for num_pages, or, with the host transport, hold the same
+// model's KV in groups of other TP / PP sizes (their stacked pools: comm/kv_head_map.h, mapped
+// by the receiver); anything else is refused at the handshake.
 //
 // Granularity: one call per layer and page range, so a sender can push layer l while layer l + 1
 // still computes (layer-wise overlap). Page (layer, p) is one contiguous run of PageBytes().

@@ -88,6 +88,10 @@ std::string EncodeHello(const Hello& hello) {
   out += hello.cluster_token;
   PutU32(&out, static_cast<uint32_t>(hello.ipc));
   PutU32(&out, static_cast<uint32_t>(hello.nccl));
+  PutU32(&out, static_cast<uint32_t>(hello.group.tensor_parallel));
+  PutU32(&out, static_cast<uint32_t>(hello.group.pipeline_parallel));
+  PutU32(&out, static_cast<uint32_t>(hello.group.total_kv_heads));
+  PutU32(&out, static_cast<uint32_t>(hello.group.num_layers));
   return out;
 }
 
@@ -98,7 +102,8 @@ absl::StatusOr<Hello> DecodeHello(const std::string& body) {
   if (!r.ok() || magic != kMagic) return absl::InvalidArgumentError("not a tandem KV transfer");
   if (version != kVersion) {
     return absl::FailedPreconditionError(
-        absl::StrCat("KV wire version ", version, " but this receiver speaks ", kVersion));
+        absl::StrCat("KV wire version ", version, " but this receiver speaks ", kVersion,
+                     " (prefill and decode workers of different builds: run one build on both)"));
   }
   Hello h;
   h.layout.num_layers = r.I32();
@@ -111,6 +116,13 @@ absl::StatusOr<Hello> DecodeHello(const std::string& body) {
   h.cluster_token = r.Str();
   const uint32_t ipc = r.U32();
   const uint32_t nccl = r.U32();
+  h.group.tensor_parallel = r.I32();
+  h.group.pipeline_parallel = r.I32();
+  h.group.total_kv_heads = r.I32();
+  h.group.num_layers = r.I32();
+  h.group.page_size = h.layout.page_size;
+  h.group.head_dim = h.layout.head_dim;
+  h.group.dtype = h.layout.dtype;
   if (!r.ok() || h.num_pages < 0) return absl::InvalidArgumentError("truncated KV hello");
   if (ipc > static_cast<uint32_t>(IpcMode::kPreferred) ||
       nccl > static_cast<uint32_t>(NcclMode::kPreferred)) {
@@ -120,6 +132,19 @@ absl::StatusOr<Hello> DecodeHello(const std::string& body) {
   h.ipc = static_cast<IpcMode>(ipc);
   h.nccl = static_cast<NcclMode>(nccl);
   return h;
+}
+
+absl::Status CheckHelloGroup(const Hello& h) {
+  if (absl::Status st = CheckKvGroupShape(h.group); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("KV hello: ", st.message()));
+  }
+  if (!SamePageShape(h.group.PoolLayout(0), h.layout)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV hello: a ", h.group.SizesString(), " group of ", h.group.total_kv_heads,
+        " KV heads and ", h.group.num_layers, " layers has no pool of ", h.layout.num_layers,
+        " stacked layers of ", h.layout.num_kv_heads, " KV heads"));
+  }
+  return absl::OkStatus();
 }
 
 std::string EncodeStatus(const absl::Status& status) {
@@ -190,6 +215,8 @@ std::string EncodeIpcPool(const IpcPool& pool) {
   PutU32(&out, pool.nccl ? 1 : 0);
   PutU32(&out, static_cast<uint32_t>(pool.device_id.size()));
   out += pool.device_id;
+  PutU32(&out, static_cast<uint32_t>(pool.declined.size()));
+  out += pool.declined;
   return out;
 }
 
@@ -210,6 +237,7 @@ absl::StatusOr<IpcPool> DecodeIpcPool(const std::string& body) {
   }
   pool.nccl = r.U32() != 0;
   pool.device_id = r.Str();
+  pool.declined = r.Str();
   if (!r.ok()) return absl::InvalidArgumentError("truncated KV ipc pool");
   return pool;
 }

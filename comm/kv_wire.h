@@ -1,7 +1,7 @@
 // Wire format of the host (TCP) KV transport. One TCP connection carries one transfer:
 //
 //   sender                                   receiver
-//   kHello{version, layout, num_pages, id, token} →
+//   kHello{version, layout, num_pages, id, token, data paths, group} →
 //                                          ← kStatus{code, message}       (handshake verdict)
 //   kPages{layer, first_index, count} + count * PageBytes() raw page bytes →   (repeated)
 //   kDone                                  →
@@ -34,6 +34,15 @@
 //   kAbort{reason} may replace any sender frame; either side may close at any time, which the
 //   other reads as Unavailable.
 //
+// Groups of different TP / PP (version 6): the hello's group (its TP and PP sizes, the model's
+// KV heads and layers) tells the receiver how the sender's stacked pool is laid out
+// (comm/kv_head_map.h); kPages then carries the sender's pages (its stacked layers, its page
+// shape) and the receiver lands each through the head map into its own ranks' pages. Groups
+// of one shape skip the map (each page lands as it came). IPC and NCCL move pages unchanged:
+// between groups of different shapes the receiver offers neither (kIpcPool's `declined` says
+// why; the sender logs it and sends kPages), and refuses a hello that requires one
+// (FailedPrecondition).
+//
 // Every frame is an 8-byte header {uint32 type, uint32 body_length} and a body; the page bytes
 // of kPages follow its 12-byte body (their length is implied by count and the layout). Integers
 // are little-endian fixed width (both ends are little-endian hosts; checked at compile time).
@@ -45,14 +54,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "comm/kv_head_map.h"
 #include "comm/socket_io.h"
 #include "kernels/common/kv_layout.h"
 
 namespace tandem::kv_wire {
 
 inline constexpr uint32_t kMagic = 0x31564B54;  // "TKV1"
-// 2: the hello carries the cluster token; 3: CUDA IPC; 4: one IPC grant per transfer; 5: NCCL.
-inline constexpr uint32_t kVersion = 5;
+// 2: the hello carries the cluster token; 3: CUDA IPC; 4: one IPC grant per transfer; 5: NCCL;
+// 6: the hello carries the sender's group (TP, PP, KV heads, layers), pages map between groups.
+// A receiver refuses any other version (FailedPrecondition, naming both).
+inline constexpr uint32_t kVersion = 6;
 inline constexpr uint32_t kMaxBodyBytes = 1 << 20;  // bodies are small; page bytes are separate
 
 enum class FrameType : uint32_t {
@@ -89,6 +101,9 @@ struct Hello {
   std::string cluster_token;
   IpcMode ipc = IpcMode::kNone;
   NcclMode nccl = NcclMode::kNone;
+  // Version 6: the sender's group. Its page shape and dtype are the layout's (DecodeHello fills
+  // them from it); CheckHelloGroup refuses a group whose PoolLayout contradicts the layout.
+  KvGroupShape group;
 };
 
 // The receiver's answer to an IPC hello: its exported pool (empty: none) and where the
@@ -101,6 +116,9 @@ struct IpcPool {
   // that holds its pool (empty: unknown), so that a sender can tell "same GPU" from "another".
   bool nccl = false;
   std::string device_id;
+  // Version 6: why the receiver offers neither IPC nor NCCL to this sender though it asked
+  // (empty: not declined; e.g. groups of different TP / PP: pages must go through the head map).
+  std::string declined;
 };
 
 // kNcclUse / kNcclInit: the pair's communicator, named by the sender's key (one per sender
@@ -137,7 +155,11 @@ absl::Status WriteFrame(const Socket& s, FrameType type, const std::string& body
 absl::StatusOr<Frame> ReadFrame(const Socket& s, absl::Time deadline);
 
 std::string EncodeHello(const Hello& hello);
+// FailedPrecondition for another wire version; InvalidArgument for a corrupt (short) hello.
 absl::StatusOr<Hello> DecodeHello(const std::string& body);
+// InvalidArgument unless the hello's group is one a TP / PP group has and its stacked pool has
+// the hello's page shape (the receiver checks it after the cluster token).
+absl::Status CheckHelloGroup(const Hello& hello);
 
 // A Status travels as {uint32 code, message}.
 std::string EncodeStatus(const absl::Status& status);

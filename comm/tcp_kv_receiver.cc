@@ -55,7 +55,8 @@ TcpKvReceiver::TcpKvReceiver(Socket listener, std::string address, void* pool,
       layout_(layout),
       done_(std::move(done)),
       clock_(clock),
-      cluster_token_(std::move(cluster_token)) {
+      cluster_token_(std::move(cluster_token)),
+      group_(KvGroupShape::Single(layout)) {
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   reaper_thread_ = std::thread([this] { ReaperLoop(); });
 }
@@ -194,6 +195,19 @@ void TcpKvReceiver::AcceptLoop() {
   }
 }
 
+absl::Status TcpKvReceiver::SetGroupShape(const KvGroupShape& group) {
+  if (absl::Status st = CheckKvGroupShape(group); !st.ok()) return st;
+  if (!kv_wire::SamePageShape(group.PoolLayout(layout_.num_pages), layout_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV receiver: a ", group.SizesString(), " group of ", group.total_kv_heads,
+                     " KV heads and ", group.num_layers, " layers has no pool of ",
+                     layout_.num_layers, " stacked layers of ", layout_.num_kv_heads, " KV heads"));
+  }
+  absl::MutexLock l(&mu_);
+  group_ = group;
+  return absl::OkStatus();
+}
+
 void TcpKvReceiver::SetIpcExport(std::string handle) {
   absl::MutexLock l(&mu_);
   ipc_handle_ = std::move(handle);
@@ -238,10 +252,8 @@ void TcpKvReceiver::ReaperLoop() {
 }
 
 void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
-  int sender_pages = 0;
-  bool ipc = false;
-  bool nccl = false;
-  absl::StatusOr<std::shared_ptr<Transfer>> claimed = Claim(*socket, &sender_pages, &ipc, &nccl);
+  Incoming in;
+  absl::StatusOr<std::shared_ptr<Transfer>> claimed = Claim(*socket, &in);
   if (!claimed.ok()) {
     if (absl::IsUnauthenticated(claimed.status())) {
       LOG(WARNING) << "KV receiver refused a connection without the cluster token";
@@ -251,7 +263,7 @@ void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
     return;
   }
   std::shared_ptr<Transfer> t = std::move(*claimed);
-  absl::Status outcome = ReceivePages(*socket, *t, sender_pages, ipc, nccl);
+  absl::Status outcome = ReceivePages(*socket, *t, in);
   bool was_live;
   {
     absl::MutexLock l(&t->mu);
@@ -267,10 +279,40 @@ void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
                             Clock::Real()->Now() + absl::Milliseconds(200));
 }
 
+absl::Status TcpKvReceiver::CheckGroups(const kv_wire::Hello& hello, Incoming* in,
+                                        std::string* declined) const {
+  RETURN_IF_ERROR(kv_wire::CheckHelloGroup(hello));
+  in->src_group = hello.group;
+  in->dst_group = group_;
+  in->src_layout = hello.group.PoolLayout(0);
+  if (hello.group == group_) return absl::OkStatus();
+  if (absl::Status st = CheckMappable(hello.group, group_); !st.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the prefill group (", hello.group.SizesString(), ") and this decode group (",
+                     group_.SizesString(), ") hold other KV: ", st.message()));
+  }
+  const std::string sizes =
+      absl::StrCat("prefill ", hello.group.SizesString(), ", decode ", group_.SizesString());
+  if (hello.ipc == kv_wire::IpcMode::kRequired || hello.nccl == kv_wire::NcclMode::kRequired) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kv_transport ", hello.ipc == kv_wire::IpcMode::kRequired ? "ipc" : "nccl",
+                     " moves KV pages unchanged, but the groups' sizes differ (", sizes,
+                     "): their pages map only over tcp; use kv_transport tcp or auto"));
+  }
+  *declined = absl::StrCat("the groups' sizes differ (", sizes, "): pages go through the head map");
+  if (!logged_map_.exchange(true)) {
+    LOG(INFO) << "KV receiver: pages from a prefill group of other sizes (" << sizes
+              << ") land through the KV head map";
+  }
+  in->plans.resize(static_cast<size_t>(in->src_layout.num_layers));
+  for (int l = 0; l < in->src_layout.num_layers; ++l) {
+    ASSIGN_OR_RETURN(in->plans[static_cast<size_t>(l)], PlanHeadCopies(hello.group, group_, l));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(const Socket& socket,
-                                                                              int* sender_pages,
-                                                                              bool* ipc,
-                                                                              bool* nccl) {
+                                                                              Incoming* in) {
   const absl::Time deadline = Clock::Real()->Now() + kHandshakeTimeout;
   ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
   absl::StatusOr<kv_wire::Hello> hello =
@@ -280,6 +322,7 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
   std::shared_ptr<Transfer> t;
   kv_wire::IpcPool ipc_pool;
   std::shared_ptr<NcclKvTransport> nccl_transport;
+  std::string declined;  // why IPC / NCCL are not offered
   absl::Status verdict = hello.status();
   if (verdict.ok() && !cluster_token_.empty() &&
       !TokenMatches(cluster_token_, hello->cluster_token)) {
@@ -297,8 +340,8 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
           absl::StrCat("decode worker expects no KV transfer '", hello->transfer_id, "'"));
     } else if (it->second->claimed) {
       verdict = absl::AlreadyExistsError("a sender is already connected for this transfer");
-    } else if (!kv_wire::SamePageShape(hello->layout, layout_)) {
-      verdict = absl::FailedPreconditionError("KV page layouts of prefill and decode differ");
+    } else if (absl::Status groups = CheckGroups(*hello, in, &declined); !groups.ok()) {
+      verdict = groups;
     } else if (hello->num_pages > static_cast<int>(it->second->pages.size())) {
       verdict = absl::FailedPreconditionError(absl::StrCat("sender has ", hello->num_pages,
                                                            " pages but decode reserved ",
@@ -314,10 +357,13 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
     } else {
       t = it->second;
       t->claimed = true;
-      if (hello->ipc != kv_wire::IpcMode::kNone) ipc_pool.handle = ipc_handle_;
-      if (hello->nccl != kv_wire::NcclMode::kNone) nccl_transport = nccl_;
+      if (declined.empty()) {  // IPC and NCCL move pages unchanged: groups of one shape only
+        if (hello->ipc != kv_wire::IpcMode::kNone) ipc_pool.handle = ipc_handle_;
+        if (hello->nccl != kv_wire::NcclMode::kNone) nccl_transport = nccl_;
+      }
+      ipc_pool.declined = declined;
       t->start = clock_->Now();
-      *sender_pages = hello->num_pages;
+      in->sender_pages = hello->num_pages;
     }
   }
   RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kStatus,
@@ -339,28 +385,31 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
   if (hello->ipc != kv_wire::IpcMode::kNone || hello->nccl != kv_wire::NcclMode::kNone) {
     ipc_pool.num_pages = layout_.num_pages;
     ipc_pool.page_ids = t->pages;
-    *ipc = !ipc_pool.handle.empty();
-    *nccl = nccl_transport != nullptr;
-    ipc_pool.nccl = *nccl;
-    if (*nccl) ipc_pool.device_id = nccl_transport->device_id();
+    in->ipc = !ipc_pool.handle.empty();
+    in->nccl = nccl_transport != nullptr;
+    ipc_pool.nccl = in->nccl;
+    if (in->nccl) ipc_pool.device_id = nccl_transport->device_id();
     RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kIpcPool,
                                         kv_wire::EncodeIpcPool(ipc_pool), deadline));
   }
   return t;
 }
 
-absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, int sender_pages,
-                                         bool ipc, bool nccl) {
+absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, const Incoming& in) {
   NcclRecv nr;
-  const absl::Status outcome = ReceiveFrames(socket, t, sender_pages, ipc, nccl ? &nr : nullptr);
-  if (nccl) EndNccl(t, nr, outcome);
+  const absl::Status outcome = ReceiveFrames(socket, t, in, in.nccl ? &nr : nullptr);
+  if (in.nccl) EndNccl(t, nr, outcome);
   return outcome;
 }
 
-absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, int sender_pages,
-                                          bool ipc, NcclRecv* nccl) {
-  std::vector<char> staging(static_cast<size_t>(layout_.PageBytes()));
-  std::vector<bool> received(static_cast<size_t>(layout_.num_layers) * sender_pages, false);
+absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, const Incoming& in,
+                                          NcclRecv* nccl) {
+  // Pages and layers are the sender's (its stacked pool; this pool's when the groups have one
+  // shape, which IPC and NCCL require).
+  const int sender_pages = in.sender_pages;
+  const bool ipc = in.ipc;
+  std::vector<char> staging(static_cast<size_t>(in.src_layout.PageBytes()));
+  std::vector<bool> received(static_cast<size_t>(in.src_layout.num_layers) * sender_pages, false);
   int64_t num_received = 0;
   bool granted = false;  // the IPC grant was asked (once per transfer)
   // Reads may run a little past the deadline (the transfer's, carried over to real time); the
@@ -398,7 +447,7 @@ absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, int
     }
     if (nccl != nullptr && frame.type == kv_wire::FrameType::kNcclLayer) {
       ASSIGN_OR_RETURN(kv_wire::NcclLayer layer, kv_wire::DecodeNcclLayer(frame.body));
-      if (!InTransfer({layer.layer, layer.first_index, layer.count}, sender_pages)) {
+      if (!InTransfer({layer.layer, layer.first_index, layer.count}, in)) {
         return absl::InvalidArgumentError("KV nccl layer outside the transfer");
       }
       RETURN_IF_ERROR(NcclLayer(t, layer, *nccl, deadline));
@@ -427,7 +476,7 @@ absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, int
       ASSIGN_OR_RETURN(std::vector<kv_wire::PagesHeader> ranges, HoldIpcGrant(socket, t, deadline));
       int64_t pages = 0;
       for (const kv_wire::PagesHeader& r : ranges) {
-        if (!InTransfer(r, sender_pages)) {
+        if (!InTransfer(r, in)) {
           return absl::InvalidArgumentError("KV IPC range outside the transfer");
         }
         for (int i = 0; i < r.count; ++i) {
@@ -442,13 +491,13 @@ absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, int
       t.stats.pages += pages;
       continue;
     }
-    if (!InTransfer(h, sender_pages)) {
+    if (!InTransfer(h, in)) {
       return absl::InvalidArgumentError("KV pages frame outside the transfer");
     }
     for (int i = 0; i < h.count; ++i) {
       RETURN_IF_ERROR(ReadAll(socket, staging.data(), staging.size(), deadline));
       const int index = h.first_index + i;
-      RETURN_IF_ERROR(WritePage(t, h.layer, index, staging));
+      RETURN_IF_ERROR(WritePage(t, in, h.layer, index, staging));
       const size_t bit = static_cast<size_t>(h.layer) * sender_pages + index;
       if (!received[bit]) ++num_received;
       received[bit] = true;
@@ -590,9 +639,9 @@ void TcpKvReceiver::SetNccl(std::shared_ptr<NcclKvTransport> nccl) {
   nccl_ = std::move(nccl);
 }
 
-bool TcpKvReceiver::InTransfer(const kv_wire::PagesHeader& h, int sender_pages) const {
-  return h.layer >= 0 && h.layer < layout_.num_layers && h.first_index >= 0 && h.count >= 0 &&
-         int64_t{h.first_index} + h.count <= sender_pages;
+bool TcpKvReceiver::InTransfer(const kv_wire::PagesHeader& h, const Incoming& in) {
+  return h.layer >= 0 && h.layer < in.src_layout.num_layers && h.first_index >= 0 && h.count >= 0 &&
+         int64_t{h.first_index} + h.count <= in.sender_pages;
 }
 
 absl::StatusOr<std::vector<kv_wire::PagesHeader>> TcpKvReceiver::HoldIpcGrant(const Socket& socket,
@@ -623,17 +672,25 @@ absl::StatusOr<std::vector<kv_wire::PagesHeader>> TcpKvReceiver::HoldIpcGrant(co
   return kv_wire::DecodeIpcWritten(frame->body);
 }
 
-absl::Status TcpKvReceiver::WritePage(Transfer& t, int layer, int index,
+absl::Status TcpKvReceiver::WritePage(Transfer& t, const Incoming& in, int layer, int index,
                                       const std::vector<char>& staging) {
   absl::MutexLock l(&t.mu);
   if (!t.live) return absl::CancelledError("cancelled");
-  const int64_t offset = layout_.PageOffset(layer, t.pages[index]) * DTypeSize(layout_.dtype);
-  if (write_pool_) {
+  auto copy = [&](int64_t offset, const char* src, int64_t bytes) -> absl::Status {
     // A device pool: a failed copy fails the transfer (decode's done() and the sender's verdict).
-    RETURN_IF_ERROR(
-        write_pool_(pool_ + offset, staging.data(), static_cast<int64_t>(staging.size())));
+    if (write_pool_) return write_pool_(pool_ + offset, src, bytes);
+    std::memcpy(pool_ + offset, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  };
+  if (in.plans.empty()) {  // groups of one shape: the page as it came
+    RETURN_IF_ERROR(copy(layout_.PageOffset(layer, t.pages[index]) * DTypeSize(layout_.dtype),
+                         staging.data(), static_cast<int64_t>(staging.size())));
   } else {
-    std::memcpy(pool_ + offset, staging.data(), staging.size());
+    for (const ByteRun& r :
+         HeadCopyRuns(in.src_group, in.dst_group, in.plans[static_cast<size_t>(layer)], layout_,
+                      t.pages[index])) {
+      RETURN_IF_ERROR(copy(r.dst_offset, staging.data() + r.src_offset, r.bytes));
+    }
   }
   t.stats.bytes += static_cast<int64_t>(staging.size());
   t.stats.pages += 1;

@@ -7,6 +7,14 @@
 // enqueues ncclRecvs into the pages, which stay lent likewise until they completed or the
 // communicator was aborted.
 //
+// Groups of different TP / PP (kv_wire.h version 6): the receiver knows its own group
+// (SetGroupShape; by default one rank whose pool is the layout) and the sender's (its hello);
+// pages of groups of one shape land as they come, others through comm/kv_head_map.h: each
+// sender page is staged and its head runs copied into this pool's pages (the pages of source
+// ranks whose replicated heads a lower rank gives are read and dropped). Groups whose KV is not
+// the same model's (layers, KV heads, page shape) are refused at the handshake
+// (FailedPrecondition), as is CUDA IPC or NCCL required between groups of different shapes.
+//
 // Time: transfer deadlines (Expect) and the transfer durations are on the Clock given at
 // Create; the socket reads and writes under them are bounded in real time (socket_io.h).
 //
@@ -14,6 +22,7 @@
 // All public methods are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,6 +35,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "base/clock.h"
+#include "comm/kv_head_map.h"
 #include "comm/kv_transport.h"
 #include "comm/kv_wire.h"
 #include "comm/nccl_kv_transport.h"
@@ -52,6 +62,10 @@ class TcpKvReceiver : public KvReceiver {
   // NCCL (comm/nccl_kv_transport.h): senders that ask for it may send the pages by NCCL from
   // another GPU. Call once, before the first Expect.
   void SetNccl(std::shared_ptr<NcclKvTransport> nccl);
+  // This receiver's group: its TP and PP sizes and the model's KV heads and layers; its
+  // PoolLayout must have the layout's page shape (else InvalidArgument, nothing changed). Call
+  // once, before the first Expect. Unset: KvGroupShape::Single(layout).
+  absl::Status SetGroupShape(const KvGroupShape& group);
 
   std::string address() const override { return address_; }
   absl::Status Expect(const std::string& transfer_id, std::vector<int32_t> pages,
@@ -62,6 +76,18 @@ class TcpKvReceiver : public KvReceiver {
 
  private:
   struct Transfer;
+  // What the handshake learnt of the sender (Claim).
+  struct Incoming {
+    int sender_pages = 0;
+    bool ipc = false;     // the sender writes the pages by CUDA IPC
+    bool nccl = false;    // the sender may send them by NCCL
+    KvLayout src_layout;  // the sender's pool layout (num_pages not known)
+    // Groups of different shapes: the head map's plan of each source stacked layer; empty:
+    // pages land as they come (the groups have one shape).
+    std::vector<std::vector<HeadCopy>> plans;
+    KvGroupShape src_group;
+    KvGroupShape dst_group;  // this receiver's, when the hello came
+  };
   // The NCCL side of one transfer (its connection thread's).
   struct NcclRecv {
     std::shared_ptr<NcclKvTransport::RecvComm> comm;  // lent to this transfer
@@ -74,16 +100,16 @@ class TcpKvReceiver : public KvReceiver {
   void AcceptLoop();
   void ReaperLoop();
   void ServeConnection(int conn_id, Socket* socket);
-  // Handshake: finds and claims the transfer the sender names; sends the verdict.
-  // `ipc` gets whether the sender writes the pages by CUDA IPC.
-  // `nccl` gets whether the sender may send them by NCCL.
-  absl::StatusOr<std::shared_ptr<Transfer>> Claim(const Socket& socket, int* sender_pages,
-                                                  bool* ipc, bool* nccl);
+  // Handshake: finds and claims the transfer the sender names; sends the verdict; fills `in`.
+  absl::StatusOr<std::shared_ptr<Transfer>> Claim(const Socket& socket, Incoming* in);
+  // The hello's verdict on the two groups (OK, InvalidArgument for a group that contradicts the
+  // hello's layout, or FailedPrecondition); fills in->plans and
+  // `*declined` (why IPC / NCCL are not offered) for groups of different shapes.
+  absl::Status CheckGroups(const kv_wire::Hello& hello, Incoming* in, std::string* declined) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Receives page frames until kDone / kAbort / an error; returns the transfer's outcome.
-  absl::Status ReceivePages(const Socket& socket, Transfer& t, int sender_pages, bool ipc,
-                            bool nccl);
-  absl::Status ReceiveFrames(const Socket& socket, Transfer& t, int sender_pages, bool ipc,
-                             NcclRecv* nccl);
+  absl::Status ReceivePages(const Socket& socket, Transfer& t, const Incoming& in);
+  absl::Status ReceiveFrames(const Socket& socket, Transfer& t, const Incoming& in, NcclRecv* nccl);
   // kNcclUse / kNcclInit: the pair's communicator, lent to this transfer.
   absl::Status NcclComm(const Socket& socket, const kv_wire::Frame& frame, NcclRecv& nr,
                         absl::Time deadline);
@@ -104,10 +130,13 @@ class TcpKvReceiver : public KvReceiver {
                                                                  absl::Time deadline);
   // Ends the grant: runs what a Cancel or the deadline left for then (the pages are free).
   void EndIpcGrant(Transfer& t);
-  bool InTransfer(const kv_wire::PagesHeader& h, int sender_pages) const;
-  // Copies one page into the pool unless the transfer was cancelled or completed meanwhile
-  // (then Cancelled); the pool copy's error if it fails.
-  absl::Status WritePage(Transfer& t, int layer, int index, const std::vector<char>& staging);
+  // Whether a range of (sender) layer and page indices is within the transfer.
+  static bool InTransfer(const kv_wire::PagesHeader& h, const Incoming& in);
+  // Copies one sender page (of sender stacked layer `layer`) into the pool, as it is or through
+  // the head map, unless the transfer was cancelled or completed meanwhile (then Cancelled);
+  // the pool copy's error if it fails.
+  absl::Status WritePage(Transfer& t, const Incoming& in, int layer, int index,
+                         const std::vector<char>& staging);
   // Ends a live transfer: removes it and reports `status` (no-op if already ended).
   void Complete(const std::shared_ptr<Transfer>& t, const absl::Status& status);
   void JoinFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -124,6 +153,8 @@ class TcpKvReceiver : public KvReceiver {
   mutable absl::Mutex mu_;
   std::string ipc_handle_ ABSL_GUARDED_BY(mu_);                 // empty: no pool exported
   std::shared_ptr<NcclKvTransport> nccl_ ABSL_GUARDED_BY(mu_);  // null: no NCCL
+  KvGroupShape group_ ABSL_GUARDED_BY(mu_);                     // SetGroupShape
+  mutable std::atomic<bool> logged_map_{false};  // the head map's first use was logged
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);
   uint64_t num_expected_ ABSL_GUARDED_BY(mu_) = 0;  // Expect calls so far (wakes the reaper)

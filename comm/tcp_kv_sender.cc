@@ -391,12 +391,28 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
         "kv_transport nccl: this prefill worker has no NCCL transport (a host pool, or a build "
         "without NCCL); use kv_transport tcp or auto");
   }
+  KvGroupShape group = KvGroupShape::Single(layout);
+  bool set = false;
+  {
+    absl::MutexLock l(&group_mu_);
+    if (group_.has_value()) group = *group_, set = true;
+  }
+  if (set && !kv_wire::SamePageShape(group.PoolLayout(layout.num_pages), layout)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV sender: the layout (", layout.num_layers, " stacked layers of ", layout.num_kv_heads,
+        " KV heads) is not the pool of its ", group.SizesString(), " group"));
+  }
   if (cancelled && cancelled()) return absl::CancelledError("KV transfer given up before it began");
   const absl::Time deadline = Clock::Real()->Now() + timeout;
   const CancelCheck cancel_check = cancelled;
   // The socket carries the cancel check: every wait below and in the op observes it.
   ASSIGN_OR_RETURN(Socket socket, Connect(peer, deadline, std::move(cancelled)));
-  kv_wire::Hello hello{layout, num_pages, transfer_id, cluster_token_};
+  kv_wire::Hello hello;
+  hello.layout = layout;
+  hello.num_pages = num_pages;
+  hello.transfer_id = transfer_id;
+  hello.cluster_token = cluster_token_;
+  hello.group = group;
   if (ipc_ != nullptr && (kind_ == KvTransportKind::kIpc || kind_ == KvTransportKind::kAuto)) {
     hello.ipc =
         kind_ == KvTransportKind::kIpc ? kv_wire::IpcMode::kRequired : kv_wire::IpcMode::kPreferred;
@@ -466,8 +482,16 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
                    << " is impossible, using TCP: " << mapped.status();
     }
   }
-  LogPath(peer, "tcp", "");
+  // A receiver that declined IPC / NCCL (groups of different sizes) says why.
+  LogPath(peer, "tcp", pool->declined);
   return std::unique_ptr<KvSendOp>(std::move(op));
+}
+
+absl::Status TcpKvSender::SetGroupShape(const KvGroupShape& group) {
+  if (absl::Status st = CheckKvGroupShape(group); !st.ok()) return st;
+  absl::MutexLock l(&group_mu_);
+  group_ = group;
+  return absl::OkStatus();
 }
 
 void TcpKvSender::LogPath(const std::string& peer, const std::string& path,

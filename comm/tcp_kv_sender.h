@@ -3,17 +3,21 @@
 // with CUDA IPC (comm/kv_ipc.h), device to device into the receiver's mapped pool while the
 // socket carries only the grants (kv_wire.h), or, with NCCL (comm/nccl_kv_transport.h), by
 // ncclSend to the receiver's GPU while the socket carries one small frame per layer.
+// The hello names this sender's group (SetGroupShape; kv_wire.h version 6) so that a decode
+// group of other TP / PP sizes maps the pages (the sender sends its pages as they are).
 // Thread-safe: Begin may be called from any thread; each KvSendOp is driven by one thread.
 // Time is real (Clock::Real()): its deadlines bound socket I/O and its durations measure it.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "comm/kv_head_map.h"
 #include "comm/kv_ipc.h"
 #include "comm/kv_transport.h"
 #include "comm/nccl_kv_transport.h"
@@ -37,6 +41,11 @@ class TcpKvSender : public KvSender {
         ipc_(std::move(ipc)),
         nccl_(std::move(nccl)) {}
 
+  // This sender's group (its TP and PP sizes, the model's KV heads and layers), named in every
+  // hello; Begin refuses a layout that is not its PoolLayout (InvalidArgument). Call before the
+  // first Begin. Unset: each transfer's layout is one rank's pool (KvGroupShape::Single).
+  absl::Status SetGroupShape(const KvGroupShape& group);
+
   absl::StatusOr<std::unique_ptr<KvSendOp>> Begin(const std::string& peer,
                                                   const std::string& transfer_id,
                                                   const KvLayout& layout, int num_pages,
@@ -57,6 +66,8 @@ class TcpKvSender : public KvSender {
   const std::shared_ptr<KvIpcDevice> ipc_;
   const std::shared_ptr<NcclKvTransport> nccl_;
   std::atomic<bool> logged_fallback_{false};
+  absl::Mutex group_mu_;
+  std::optional<KvGroupShape> group_ ABSL_GUARDED_BY(group_mu_);
   // The data path last used to each peer: a change is logged (the choice per pair).
   absl::Mutex path_mu_;
   absl::flat_hash_map<std::string, std::string> path_of_peer_ ABSL_GUARDED_BY(path_mu_);

@@ -7,6 +7,7 @@
 #include "base/logging.h"
 #include "comm/tcp_kv_receiver.h"
 #include "rpc/peer_fault.h"
+#include "worker/kv_group_shape.h"
 #include "worker/kv_ipc_setup.h"
 #include "worker/kv_pool_copy.h"
 #include "worker/proto_convert.h"
@@ -29,6 +30,10 @@ absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(const Worke
       },
       env.clock, PoolCopyFor(env.engine), env.options->cluster_token);
   if (!receiver.ok()) return receiver.status();
+  // Prefill groups of other TP / PP sizes: their pages land through the head map.
+  absl::StatusOr<KvGroupShape> group = KvGroupShapeFor(env.options->engine, *env.engine);
+  if (!group.ok()) return group.status();
+  if (absl::Status st = (*receiver)->SetGroupShape(*group); !st.ok()) return st;
   // CUDA IPC: the pool is exported once; senders that ask for IPC get the handle.
   absl::StatusOr<std::shared_ptr<KvIpcDevice>> ipc = KvIpcFor(*env.options, *env.engine);
   if (!ipc.ok()) return ipc.status();

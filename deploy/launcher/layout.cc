@@ -91,26 +91,27 @@ absl::Status Validate(const Layout& l) {
     return absl::InvalidArgumentError(
         "kv_transport nccl needs the KV pools on GPUs (backend cuda or auto); use tcp or auto");
   }
-  // Every prefill group may push its KV to every decode group: a page must mean the same bytes on
-  // both sides. Pages of different TP differ in shape (the transport would refuse the pair);
-  // pages of different PP have the same shape but other layers (nothing would notice).
-  const GroupSpec* first_disagg = nullptr;
-  for (const GroupSpec& g : l.groups) {
-    if (g.role == "mixed") continue;
-    if (first_disagg == nullptr) {
-      first_disagg = &g;
-      continue;
-    }
-    if (g.tensor_parallel != first_disagg->tensor_parallel ||
-        g.pipeline_parallel != first_disagg->pipeline_parallel) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "groups: prefill and decode groups must have the same tensor_parallel and "
-          "pipeline_parallel (",
-          first_disagg->role, ": TP ", first_disagg->tensor_parallel, " PP ",
-          first_disagg->pipeline_parallel, ", ", g.role, ": TP ", g.tensor_parallel, " PP ",
-          g.pipeline_parallel,
-          "): their KV pages differ, and transfers between groups of different sizes are not "
-          "built yet"));
+  // Every prefill group may push its KV to every decode group. Groups of different
+  // tensor_parallel / pipeline_parallel stack their ranks' pages differently: the TCP transport
+  // maps them (comm/kv_head_map.h), CUDA IPC and NCCL copy pages unchanged and cannot.
+  if (l.kv_transport == "ipc" || l.kv_transport == "nccl") {
+    const GroupSpec* first_disagg = nullptr;
+    for (const GroupSpec& g : l.groups) {
+      if (g.role == "mixed") continue;
+      if (first_disagg == nullptr) {
+        first_disagg = &g;
+        continue;
+      }
+      if (g.tensor_parallel != first_disagg->tensor_parallel ||
+          g.pipeline_parallel != first_disagg->pipeline_parallel) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "kv_transport ", l.kv_transport,
+            " copies KV pages unchanged: prefill and decode groups must then have the same "
+            "tensor_parallel and pipeline_parallel (",
+            first_disagg->role, ": TP ", first_disagg->tensor_parallel, " PP ",
+            first_disagg->pipeline_parallel, ", ", g.role, ": TP ", g.tensor_parallel, " PP ",
+            g.pipeline_parallel, "); groups of different sizes need kv_transport tcp or auto"));
+      }
     }
   }
   // An explicit cuda backend is refused here; auto is resolved by `tandem serve`, which checks

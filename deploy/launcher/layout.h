@@ -2,8 +2,10 @@
 // One router plus worker groups; each group is `count` identical worker processes of one role.
 // tensor_parallel / pipeline_parallel become each worker's --tensor-parallel-size /
 // --pipeline-parallel-size: one engine of TP x PP ranks (threads) per worker, on the CPU backend
-// only so far (refused with cuda); prefill and decode groups must have the same sizes (their KV
-// pages must match). Mixed groups may be sized freely. GPU lists set CUDA_VISIBLE_DEVICES.
+// only so far (refused with cuda). Prefill and decode groups may differ in sizes: the TCP KV
+// transport maps their pages (comm/kv_head_map.h); kv_transport ipc / nccl copy pages unchanged
+// and need equal sizes (refused otherwise; auto then uses tcp). Every group's TP must split the
+// model (checked as each worker loads it). GPU lists set CUDA_VISIBLE_DEVICES.
 //
 //   model: /models/llama          # HF directory; empty: generate the tiny model (CPU)
 //   served_model_name: ""         # default: the directory's name

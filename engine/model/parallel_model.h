@@ -22,9 +22,8 @@
 // which is exactly the KvLayout of num_layers = TP · L and num_kv_heads = the rank's heads
 // (KvPoolLayout). A page id names the same page of every rank, the allocator and prefix cache
 // need nothing else, and a KV transfer between groups of the same TP and PP moves every rank's
-// page bytes; groups of different TP have different page shapes and the transport refuses the
-// pair (comm/kv_wire.h SamePageShape). Different PP with the same TP is NOT detected (the same
-// shape, other bytes): not to be paired until the transfer maps layers (issue [parallel]).
+// page bytes; between groups of different TP or PP the TCP transport maps pages by layers and
+// KV-head ranges (comm/kv_head_map.h mirrors this stacking: keep the two in step).
 //
 // Failures: a step's inputs are validated once before any rank starts (a bad batch is
 // InvalidArgument, the group stays usable). A rank that fails after that aborts every

@@ -1,10 +1,12 @@
-// comm/kv_head_map.h: pages of a TP group mapped onto another TP's pages, bytes exact.
+// comm/kv_head_map.h: pages of a TP x PP group mapped onto another's pages, bytes exact; the
+// stacked-layer order agrees with the engine's stage split (engine/model/tensor_shard.h).
 #include "comm/kv_head_map.h"
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "engine/model/tensor_shard.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -19,22 +21,28 @@ int32_t Value(int layer, int kv, int head, int64_t slot, int d) {
 
 // A group's pool holding `tokens` tokens in pages `ids` (page i of the sequence is ids[i]);
 // every other element is `garbage` (the unused tail of the last page too). `swap_ranks`
-// exchanges ranks 0 and 1's contents (a wrong head range, which the mapping must not hide).
+// exchanges TP ranks 0 and 1's contents (a wrong head range, which the mapping must not hide);
+// `swap_layers` model layers 0 and num_layers - 1 (a wrong stage order).
 std::vector<int32_t> FillPool(const KvGroupShape& g, int num_pages, const std::vector<int>& ids,
-                              int tokens, int32_t garbage, bool swap_ranks = false) {
+                              int tokens, int32_t garbage, bool swap_ranks = false,
+                              bool swap_layers = false) {
   const KvLayout l = g.PoolLayout(num_pages);
   std::vector<int32_t> pool(static_cast<size_t>(l.PoolBytes() / 4), garbage);
   for (int r = 0; r < g.tensor_parallel; ++r) {
     const int data_rank = swap_ranks && r < 2 ? 1 - r : r;
     for (int layer = 0; layer < g.num_layers; ++layer) {
-      const int stacked = r * g.num_layers + layer;
+      const int stacked = g.StackedLayer(r, layer);
+      const int data_layer = !swap_layers                ? layer
+                             : layer == 0                ? g.num_layers - 1
+                             : layer == g.num_layers - 1 ? 0
+                                                         : layer;
       for (int t = 0; t < tokens; ++t) {
         const int64_t slot = int64_t{ids[t / g.page_size]} * g.page_size + t % g.page_size;
         for (int kv = 0; kv < 2; ++kv) {
           for (int h = 0; h < l.num_kv_heads; ++h) {
             for (int d = 0; d < g.head_dim; ++d) {
               pool[l.PageOffset(stacked, 0) + l.SlotOffset(slot, kv, h) + d] =
-                  Value(layer, kv, g.FirstKvHead(data_rank) + h, t, d);
+                  Value(data_layer, kv, g.FirstKvHead(data_rank) + h, t, d);
             }
           }
         }
@@ -46,6 +54,7 @@ std::vector<int32_t> FillPool(const KvGroupShape& g, int num_pages, const std::v
 
 struct Case {
   int heads, src_tp, dst_tp;
+  int src_pp = 1, dst_pp = 1;
 };
 
 class KvHeadMapTest : public ::testing::TestWithParam<Case> {};
@@ -90,7 +99,7 @@ int64_t Mismatches(const KvGroupShape& dst, const std::vector<int32_t>& pool, in
           for (int h = 0; h < l.num_kv_heads; ++h) {
             for (int d = 0; d < dst.head_dim; ++d) {
               const int32_t got =
-                  pool[l.PageOffset(r * dst.num_layers + layer, 0) + l.SlotOffset(slot, kv, h) + d];
+                  pool[l.PageOffset(dst.StackedLayer(r, layer), 0) + l.SlotOffset(slot, kv, h) + d];
               if (got != Value(layer, kv, dst.FirstKvHead(r) + h, t, d)) ++bad;
             }
           }
@@ -104,9 +113,10 @@ int64_t Mismatches(const KvGroupShape& dst, const std::vector<int32_t>& pool, in
 TEST_P(KvHeadMapTest, BytesExactWithPartialLastPage) {
   const Case c = GetParam();
   KvGroupShape src{c.src_tp,        c.heads,        /*num_layers=*/3,
-                   /*page_size=*/4, /*head_dim=*/5, DType::kI32};
+                   /*page_size=*/4, /*head_dim=*/5, DType::kI32,      c.src_pp};
   KvGroupShape dst = src;
   dst.tensor_parallel = c.dst_tp;
+  dst.pipeline_parallel = c.dst_pp;
   ASSERT_TRUE(CheckMappable(src, dst).ok());
   const int tokens = 13;  // 4 pages, the last holding 1 token
   const std::vector<int> src_ids = {5, 0, 3, 2};
@@ -136,14 +146,96 @@ TEST_P(KvHeadMapTest, BytesExactWithPartialLastPage) {
     const std::vector<int32_t> wrong = Map(src, dst, swapped, 6, src_ids, 7, dst_ids, &writes);
     EXPECT_GT(Mismatches(dst, wrong, 7, dst_ids, tokens), 0);
   }
+  // A wrong layer order (the first and last model layers exchanged) is seen.
+  const std::vector<int32_t> relayered = FillPool(src, 6, src_ids, tokens, -3, false, true);
+  const std::vector<int32_t> wrong = Map(src, dst, relayered, 6, src_ids, 7, dst_ids, &writes);
+  EXPECT_GT(Mismatches(dst, wrong, 7, dst_ids, tokens), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, KvHeadMapTest,
-                         ::testing::Values(Case{4, 2, 1}, Case{4, 1, 2}, Case{4, 2, 2},
-                                           Case{4, 4, 2}, Case{4, 2, 4}, Case{1, 2, 1},
-                                           Case{1, 1, 2}, Case{2, 4, 1}, Case{2, 1, 4},
-                                           Case{2, 4, 2}, Case{2, 2, 4}, Case{3, 3, 1},
-                                           Case{3, 1, 3}, Case{3, 6, 1}, Case{3, 1, 6}));
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, KvHeadMapTest,
+    ::testing::Values(Case{4, 2, 1}, Case{4, 1, 2}, Case{4, 2, 2}, Case{4, 4, 2}, Case{4, 2, 4},
+                      Case{1, 2, 1}, Case{1, 1, 2}, Case{2, 4, 1}, Case{2, 1, 4}, Case{2, 4, 2},
+                      Case{2, 2, 4}, Case{3, 3, 1}, Case{3, 1, 3}, Case{3, 6, 1}, Case{3, 1, 6},
+                      // Pipeline stages (3 layers: uneven splits).
+                      Case{4, 2, 1, 2, 1}, Case{4, 1, 2, 1, 2}, Case{4, 2, 2, 2, 1},
+                      Case{4, 2, 2, 1, 3}, Case{2, 1, 1, 3, 2}, Case{1, 2, 1, 3, 1},
+                      Case{1, 1, 2, 1, 2}, Case{2, 4, 2, 2, 3}));
+
+// The stacked order: stage by stage, within a stage TP rank by rank (parallel_model.h), as the
+// engine splits layers (StageOf).
+TEST(KvHeadMap, StackedLayersFollowTheEnginesStages) {
+  for (int layers = 1; layers <= 7; ++layers) {
+    for (int pp = 1; pp <= layers; ++pp) {
+      for (int tp : {1, 2, 3}) {
+        const KvGroupShape g{tp, 6, layers, 4, 8, DType::kBF16, pp};
+        ASSERT_TRUE(CheckKvGroupShape(g).ok());
+        std::vector<int> seen(static_cast<size_t>(tp * layers), 0);
+        int next = 0;  // the stacked layer the engine gives the next (stage, rank, layer)
+        for (int s = 0; s < pp; ++s) {
+          const StageLayers st = StageOf(layers, pp, s);
+          EXPECT_EQ(g.StageFirstLayer(s), st.first);
+          EXPECT_EQ(g.StageNumLayers(s), st.count);
+          for (int r = 0; r < tp; ++r) {
+            for (int l = st.first; l < st.first + st.count; ++l, ++next) {
+              EXPECT_EQ(g.StageOfLayer(l), s);
+              const int stacked = g.StackedLayer(r, l);
+              EXPECT_EQ(stacked, next) << "layers " << layers << " pp " << pp << " tp " << tp;
+              int back_rank = -1, back_layer = -1;
+              g.Locate(stacked, &back_rank, &back_layer);
+              EXPECT_EQ(back_rank, r);
+              EXPECT_EQ(back_layer, l);
+              ++seen[static_cast<size_t>(stacked)];
+            }
+          }
+        }
+        for (int n : seen) EXPECT_EQ(n, 1);
+      }
+    }
+  }
+}
+
+// Groups of one shape: each page to itself, one whole-page run. Same TP, other PP: whole pages
+// to other stacked layers (no head split).
+TEST(KvHeadMap, SameShapeIsTheIdentityAndSameTpMovesWholePages) {
+  const KvGroupShape a{2, 4, 3, 4, 5, DType::kBF16, 1};
+  const KvLayout la = a.PoolLayout(8);
+  for (int l = 0; l < la.num_layers; ++l) {
+    absl::StatusOr<std::vector<HeadCopy>> p = PlanHeadCopies(a, a, l);
+    ASSERT_TRUE(p.ok());
+    ASSERT_EQ(p->size(), 1u);
+    EXPECT_EQ((*p)[0].dst_layer, l);
+    const std::vector<ByteRun> runs = HeadCopyRuns(a, a, *p, la, 3);
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].bytes, la.PageBytes());
+    EXPECT_EQ(runs[0].src_offset, 0);
+    EXPECT_EQ(runs[0].dst_offset, la.PageOffset(l, 3) * 2);
+  }
+  KvGroupShape b = a;
+  b.pipeline_parallel = 3;                    // stacked: [r0 l0][r1 l0][r0 l1][r1 l1][r0 l2][r1 l2]
+  const int want_dst[] = {0, 2, 4, 1, 3, 5};  // of a's [r0 l0][r0 l1][r0 l2][r1 l0] ...
+  for (int l = 0; l < la.num_layers; ++l) {
+    absl::StatusOr<std::vector<HeadCopy>> p = PlanHeadCopies(a, b, l);
+    ASSERT_TRUE(p.ok());
+    ASSERT_EQ(p->size(), 1u);
+    EXPECT_EQ((*p)[0].dst_layer, want_dst[l]) << l;
+    EXPECT_EQ(HeadCopyRuns(a, b, *p, b.PoolLayout(8), 0).size(), 1u);
+  }
+  // TP 2 -> 1: each source page gives half a destination page, K and V apart.
+  KvGroupShape one = a;
+  one.tensor_parallel = 1;
+  absl::StatusOr<std::vector<HeadCopy>> p = PlanHeadCopies(a, one, 3);  // rank 1, layer 0
+  ASSERT_TRUE(p.ok());
+  const KvLayout lo = one.PoolLayout(8);
+  const std::vector<ByteRun> runs = HeadCopyRuns(a, one, *p, lo, 2);
+  ASSERT_EQ(runs.size(), 2u);
+  const int64_t head_bytes = 4 * 5 * 2;
+  EXPECT_EQ(runs[0].bytes, 2 * head_bytes);
+  EXPECT_EQ(runs[0].src_offset, 0);
+  EXPECT_EQ(runs[0].dst_offset, lo.PageOffset(0, 2) * 2 + 2 * head_bytes);  // K heads 2, 3
+  EXPECT_EQ(runs[1].src_offset, 2 * head_bytes);                            // the rank's V
+  EXPECT_EQ(runs[1].dst_offset, lo.PageOffset(0, 2) * 2 + 6 * head_bytes);  // V heads 2, 3
+}
 
 TEST(KvHeadMap, RefusesOtherModelsAndBadShapes) {
   const KvGroupShape a{2, 4, 3, 4, 5, DType::kBF16};
@@ -167,6 +259,13 @@ TEST(KvHeadMap, RefusesOtherModelsAndBadShapes) {
   EXPECT_EQ(CheckMappable(a, c).code(), absl::StatusCode::kInvalidArgument);
   c = b;
   c.head_dim = 0;
+  EXPECT_EQ(CheckMappable(a, c).code(), absl::StatusCode::kInvalidArgument);
+  c = b;
+  c.pipeline_parallel = 2;  // other stages: mappable
+  EXPECT_TRUE(CheckMappable(a, c).ok());
+  c.pipeline_parallel = 4;  // more stages than layers
+  EXPECT_EQ(CheckMappable(a, c).code(), absl::StatusCode::kInvalidArgument);
+  c.pipeline_parallel = 0;
   EXPECT_EQ(CheckMappable(a, c).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(PlanHeadCopies(a, b, -1).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(PlanHeadCopies(a, b, 6).status().code(), absl::StatusCode::kInvalidArgument);

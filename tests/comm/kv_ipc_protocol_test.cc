@@ -275,6 +275,61 @@ TEST_F(KvIpcProtocolTest, AutoFallsBackToTcpWhenThePeerCannotBeMappedOrExportsNo
   }
 }
 
+// Groups of different TP (comm/kv_head_map.h): IPC copies pages unchanged, so the receiver
+// offers no pool to such a sender and auto sends the pages over TCP through the head map (every
+// head where the TP 1 pool wants it); ipc is refused at Begin on both sides.
+TEST_F(KvIpcProtocolTest, GroupsOfDifferentSizesGoOverTcpUnderAutoAndAreRefusedUnderIpc) {
+  const KvGroupShape two{2, 2, 3, 4, 8, DType::kBF16};  // this model at TP 2: a head per rank
+  const KvLayout two_layout = two.PoolLayout(8);
+  std::vector<char> pool(static_cast<size_t>(two_layout.PoolBytes()));
+  std::mt19937 rng(11);
+  for (char& b : pool) b = static_cast<char>(rng());
+  Export();
+  Expect();
+  TcpKvSender sender = Sender(KvTransportKind::kAuto);
+  ASSERT_TRUE(sender.SetGroupShape(two).ok());
+  auto op = sender.Begin(receiver_->address(), "t", two_layout, 5, absl::Seconds(10));
+  ASSERT_TRUE(op.ok()) << op.status();
+  for (int l = 0; l < two_layout.num_layers; ++l) {
+    ASSERT_TRUE((*op)->SendLayer(l, pool.data(), src_pages_, 0).ok());
+  }
+  ASSERT_TRUE((*op)->Finish().ok());
+  ASSERT_TRUE(outcomes_.Wait().ok());
+  EXPECT_EQ(Copies(), 0);  // all over the socket
+  {
+    absl::MutexLock l(&outcomes_.mu);
+    EXPECT_EQ(outcomes_.stats.path, "tcp");
+  }
+  // Decode layer l, head h is the TP 2 pool's stacked layer h * 3 + l (rank h), its one head.
+  const int64_t head = 4 * 8 * 2;
+  for (int l = 0; l < 3; ++l) {
+    for (size_t i = 0; i < src_pages_.size(); ++i) {
+      for (int kv = 0; kv < 2; ++kv) {
+        for (int h = 0; h < 2; ++h) {
+          const char* want =
+              pool.data() + two_layout.PageOffset(h * 3 + l, src_pages_[i]) * 2 + kv * head;
+          const char* got =
+              dst_pool_.data() + dst_layout_.PageOffset(l, dst_pages_[i]) * 2 + (kv * 2 + h) * head;
+          EXPECT_EQ(std::memcmp(want, got, head), 0) << l << " " << i << " " << kv << " " << h;
+        }
+      }
+    }
+  }
+  SetUp();
+  Export();
+  Expect();
+  TcpKvSender ipc = Sender(KvTransportKind::kIpc);
+  ASSERT_TRUE(ipc.SetGroupShape(two).ok());
+  auto refused = ipc.Begin(receiver_->address(), "t", two_layout, 5, absl::Seconds(10));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("kv_transport ipc moves KV pages unchanged"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(outcomes_.Wait()));
+  EXPECT_EQ(Copies(), 0);
+}
+
 // Each layer's copy is enqueued after its event and SendLayerAfterEvent returns at once: no layer
 // waits for its event or for a round trip (one grant for the transfer); the copies run after
 // their events, so the bytes stored after the enqueue (as the compute stream stores them) are

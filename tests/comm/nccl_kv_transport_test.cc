@@ -515,7 +515,11 @@ TEST_F(NcclKvTransportTest, PrefillDeathMidTransferFailsTheReceiverAndFreesItsPa
   {
     auto s = Connect(d.receiver->address(), deadline);
     ASSERT_TRUE(s.ok());
-    kv_wire::Hello hello{d.layout, 2, "a", ""};
+    kv_wire::Hello hello;
+    hello.layout = d.layout;
+    hello.num_pages = 2;
+    hello.transfer_id = "a";
+    hello.group = KvGroupShape::Single(d.layout);
     hello.nccl = kv_wire::NcclMode::kRequired;
     ASSERT_TRUE(
         kv_wire::WriteFrame(*s, kv_wire::FrameType::kHello, kv_wire::EncodeHello(hello), deadline)

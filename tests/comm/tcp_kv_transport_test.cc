@@ -171,7 +171,11 @@ TEST_F(TcpKvTransportTest, SenderProcessDeathIsUnavailable) {
   {
     auto s = Connect(receiver_->address(), deadline);
     ASSERT_TRUE(s.ok());
-    kv_wire::Hello hello{src_layout_, 2, "r1", ""};
+    kv_wire::Hello hello;
+    hello.layout = src_layout_;
+    hello.num_pages = 2;
+    hello.transfer_id = "r1";
+    hello.group = KvGroupShape::Single(src_layout_);
     ASSERT_TRUE(
         kv_wire::WriteFrame(*s, kv_wire::FrameType::kHello, kv_wire::EncodeHello(hello), deadline)
             .ok());

@@ -51,6 +51,15 @@ const std::string& SmallQwen3ModelDir() {
   return *dir;
 }
 
+const std::string& PresetModelDir(const std::string& preset) {
+  static absl::Mutex mu;
+  static auto* dirs = new std::map<std::string, std::string*>();
+  absl::MutexLock l(&mu);
+  std::string*& dir = (*dirs)[preset];
+  if (dir == nullptr) dir = MakePresetDir(preset);
+  return *dir;
+}
+
 absl::StatusOr<std::unique_ptr<launcher::Cluster>> TryStartCluster(
     const std::string& layout_yaml,
     const std::function<void(launcher::Layout&, launcher::ClusterOptions&)>& adjust) {

@@ -23,6 +23,8 @@ const std::string& TinyModelDir();
 // The small-qwen3 preset (the GPU variants' model: its transfers are long enough to fault),
 // generated the same way.
 const std::string& SmallQwen3ModelDir();
+// Any make-model preset (engine/model/presets.h), generated the same way once per process.
+const std::string& PresetModelDir(const std::string& preset);
 
 // Starts a cluster of `layout_yaml` (groups etc.; model, ports and logs are filled in) with
 // every process's log under a fresh temp dir. Fails the test (returns null) if not ready.

@@ -32,7 +32,7 @@ TEST(Layout, ShippedLayoutsParse) {
     }
     ++parsed;
   }
-  EXPECT_GE(parsed, 9);  // the nine layouts of this tree at least: the directory was found
+  EXPECT_GE(parsed, 10);  // the ten layouts of this tree at least: the directory was found
   absl::StatusOr<Layout> l = LoadLayout(SourceDir() + "/deploy/layouts/2p2d.yaml");
   ASSERT_TRUE(l.ok());
   ASSERT_EQ(l->groups.size(), 2u);
@@ -303,7 +303,9 @@ TEST(Layout, TensorAndPipelineParallelRefusedOnCuda) {
   }
 }
 
-TEST(Layout, PrefillAndDecodeGroupsOfDifferentSizesRefused) {
+// Groups of different sizes: the TCP transport maps their pages (tcp, or auto, which falls
+// back to tcp for such a pair); ipc and nccl copy pages unchanged and are refused.
+TEST(Layout, PrefillAndDecodeGroupsOfDifferentSizes) {
   for (const char* groups : {
            "[{role: prefill, tensor_parallel: 2}, {role: decode}]",
            "[{role: prefill}, {role: decode, tensor_parallel: 2}]",
@@ -313,21 +315,39 @@ TEST(Layout, PrefillAndDecodeGroupsOfDifferentSizesRefused) {
            " tensor_parallel: 2}]",
            // Different PP: the same page shape, other layers in it.
            "[{role: prefill, pipeline_parallel: 2}, {role: decode}]",
+           "[{role: prefill, tensor_parallel: 2, pipeline_parallel: 2}, {role: decode}]",
        }) {
-    const std::string yaml = absl::StrCat("backend: cpu\ngroups: ", groups);
-    absl::StatusOr<Layout> l = ParseLayout(yaml);
-    ASSERT_FALSE(l.ok()) << yaml;
-    EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument) << yaml;
-    EXPECT_NE(l.status().message().find("prefill and decode groups must have the same "
-                                        "tensor_parallel and pipeline_parallel"),
-              std::string::npos)
-        << yaml << " -> " << l.status();
-    EXPECT_NE(l.status().message().find("KV pages differ"), std::string::npos) << l.status();
+    for (const char* transport : {"tcp", "auto"}) {
+      const std::string yaml =
+          absl::StrCat("backend: cpu\nkv_transport: ", transport, "\ngroups: ", groups);
+      absl::StatusOr<Layout> l = ParseLayout(yaml);
+      EXPECT_TRUE(l.ok()) << yaml << " -> " << l.status();
+    }
+    for (const char* transport : {"ipc", "nccl"}) {
+      const std::string yaml =
+          absl::StrCat("backend: auto\nkv_transport: ", transport, "\ngroups: ", groups);
+      absl::StatusOr<Layout> l = ParseLayout(yaml);
+      ASSERT_FALSE(l.ok()) << yaml;
+      EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument) << yaml;
+      EXPECT_NE(l.status().message().find(absl::StrCat(
+                    "kv_transport ", transport,
+                    " copies KV pages unchanged: prefill and decode groups must then have the "
+                    "same tensor_parallel and pipeline_parallel")),
+                std::string::npos)
+          << yaml << " -> " << l.status();
+      EXPECT_NE(l.status().message().find("need kv_transport tcp or auto"), std::string::npos)
+          << l.status();
+    }
   }
+  // Equal sizes pass the transport check (ipc then fails on the parallel backend check).
+  absl::StatusOr<Layout> same = ParseLayout(
+      "backend: auto\nkv_transport: ipc\ngroups: [{role: prefill, tensor_parallel: 2}, {role: "
+      "decode, tensor_parallel: 2}]");
+  EXPECT_TRUE(same.ok()) << same.status();
   // Mixed groups transfer nothing: they may be sized apart from the disaggregated ones.
   absl::StatusOr<Layout> l = ParseLayout(
-      "backend: cpu\ngroups: [{role: prefill, tensor_parallel: 2}, {role: decode,"
-      " tensor_parallel: 2}, {role: mixed}]");
+      "backend: auto\nkv_transport: nccl\ngroups: [{role: prefill, tensor_parallel: 2}, {role: "
+      "decode, tensor_parallel: 2}, {role: mixed}]");
   EXPECT_TRUE(l.ok()) << l.status();
 }
 
