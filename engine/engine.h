@@ -166,6 +166,11 @@ class Engine {
   // returns; HasWork() stays true while a step is launched. Between two Step() calls the caller
   // may call anything on the engine as before: a launched step's sequences change only inside
   // Step() (Abort() takes effect at the next Step(), after the launched step is collected).
+  // With pipeline micro-batches (pipeline_parallel > 1, pipeline_micro_batches) up to that
+  // many steps of disjoint sequences are in flight: a Step() collects the oldest only when the
+  // pipeline is full or nothing else can be scheduled, so the outputs of a step come back up to
+  // that many Step() calls after it was launched, in order per request; an abort of a request
+  // in flight takes effect once its step is collected.
   virtual absl::StatusOr<std::vector<RequestOutput>> Step() = 0;
   virtual bool HasWork() const = 0;
 

@@ -129,11 +129,11 @@ class EngineImpl : public Engine {
   // disjoint sequences (Sequence::in_flight; the scheduler skips those).
   bool async_steps_ = false;
   int max_in_flight_ = 1;
-  std::deque<ScheduleDecision> launched_;  // launched, not yet collected; oldest first
-  int max_launched_ = 0;                   // the most ever in flight (EngineStats)
-  KvPushListener* push_listener_ = nullptr;   // SetKvPushListener; null: no layer-wise push
-  absl::Status broken_;                       // OK until the backend became unusable (Break)
-  EngineStats counters_;                      // the *_total fields; gauges are computed in Stats()
+  std::deque<ScheduleDecision> launched_;    // launched, not yet collected; oldest first
+  int max_launched_ = 0;                     // the most ever in flight (EngineStats)
+  KvPushListener* push_listener_ = nullptr;  // SetKvPushListener; null: no layer-wise push
+  absl::Status broken_;                      // OK until the backend became unusable (Break)
+  EngineStats counters_;                     // the *_total fields; gauges are computed in Stats()
 };
 
 }  // namespace tandem

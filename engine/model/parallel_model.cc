@@ -178,8 +178,8 @@ absl::Status ParallelModel::Launch(const StepInputs& in, const KvLayout& layout,
     }
     absl::Status s = GroupStatus();  // a fault in an earlier micro-batch: nothing to wait for
     if (s.ok()) {
-      absl::StatusOr<StepOutput> o =
-          ranks_[r].model->Step(f.inputs, RankLayout(f.layout, r), RankPool(f.kv_pool, f.layout, r));
+      absl::StatusOr<StepOutput> o = ranks_[r].model->Step(f.inputs, RankLayout(f.layout, r),
+                                                           RankPool(f.kv_pool, f.layout, r));
       if (o.ok() && r == sampling_rank()) f.out = *std::move(o);
       s = o.status();
     }

@@ -45,9 +45,7 @@ void RankThreads::Loop(int rank) {
   int64_t next = 0;  // the next ticket this rank runs
   absl::MutexLock lock(&mu_);
   for (;;) {
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stop_ || next < next_ticket_;
-    };
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || next < next_ticket_; };
     mu_.Await(absl::Condition(&ready));
     // Every job queued before the stop runs: the other ranks may be waiting for this one.
     if (next == next_ticket_) return;

@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/model/make_model.h"
 #include "engine/model/parallel_model.h"
+#include "engine/model/rank_threads.h"
 #include "gtest/gtest.h"
 #include "tests/engine/engine_test_util.h"
 
@@ -224,8 +225,7 @@ TEST(PipelineTest, FaultWithTwoMicroBatchesInFlightBreaksTheEngineCleanly) {
   };
   for (const Case& c : {Case{{1, 2}, -1, 1, 2}, Case{{1, 2}, -1, 1, 5}, Case{{2, 2}, 1, 1, 3}}) {
     SCOPED_TRACE(c.layout.Name() + ", fault at call " + std::to_string(c.calls));
-    const ParallelConfig parallel{.tensor_parallel = c.layout.tp,
-                                  .pipeline_parallel = c.layout.pp};
+    const ParallelConfig parallel{.tensor_parallel = c.layout.tp, .pipeline_parallel = c.layout.pp};
     absl::StatusOr<ParallelGroups> groups = ParallelGroups::Create(parallel);
     ASSERT_TRUE(groups.ok());
     ThreadCommGroup& faulty = c.stage < 0 ? *groups->world : *groups->stages[c.stage];
@@ -263,6 +263,48 @@ TEST(PipelineTest, FaultWithTwoMicroBatchesInFlightBreaksTheEngineCleanly) {
     EXPECT_EQ(e.AddRequest(Request("new", {1, 2}, 3)).code(),
               absl::StatusCode::kFailedPrecondition);
   }
+}
+
+// RankThreads runs each rank's jobs in submission order, each rank at its own pace (rank 1 runs
+// job 1 while rank 0 still holds job 0), returns each rank's status per job, and runs every job
+// queued before it goes.
+TEST(PipelineTest, RankThreadsQueueJobsPerRank) {
+  absl::Mutex mu;
+  std::vector<std::vector<int>> order(3);  // guarded by mu: [rank] the jobs it ran
+  bool rank1_on_job1 = false;              // guarded by mu
+  bool held = false;
+  int ran_after = 0;  // guarded by mu
+  {
+    RankThreads threads(3);
+    auto job = [&](int id) {
+      return [&, id](int rank) -> absl::Status {
+        absl::MutexLock lock(&mu);
+        order[rank].push_back(id);
+        if (rank == 1 && id == 1) rank1_on_job1 = true;
+        if (rank == 0 && id == 0) {
+          auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return rank1_on_job1; };
+          held = Clock::Real()->AwaitWithTimeout(&mu, absl::Condition(&ready), absl::Seconds(60));
+        }
+        if (id == 3) ++ran_after;
+        return rank == 2 && id == 1 ? absl::InternalError("rank 2 failed job 1") : absl::OkStatus();
+      };
+    };
+    const int64_t t0 = threads.Submit(job(0));
+    const int64_t t1 = threads.Submit(job(1));
+    const int64_t t2 = threads.Submit(job(2));
+    const std::vector<absl::Status> r1 = threads.Wait(t1);  // out of order is fine
+    EXPECT_TRUE(r1[0].ok());
+    EXPECT_TRUE(r1[1].ok());
+    EXPECT_EQ(r1[2].message(), "rank 2 failed job 1");
+    for (int64_t t : {t0, t2}) {
+      for (const absl::Status& s : threads.Wait(t)) EXPECT_TRUE(s.ok());
+    }
+    EXPECT_TRUE(held);
+    for (const absl::Status& s : threads.Run(job(4))) EXPECT_TRUE(s.ok());
+    threads.Submit(job(3));  // never waited for
+  }
+  EXPECT_EQ(ran_after, 3);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(order[r], (std::vector<int>{0, 1, 2, 4, 3})) << r;
 }
 
 }  // namespace

@@ -234,8 +234,8 @@ TEST(SchedulerPrefixCacheTest, PreemptionCountsOnlyUnsharedPagesAsFreed) {
 // nor preempted, however the pages run short; once collected it runs again.
 TEST_F(SchedulerTest, InFlightSequenceIsNeverScheduledNorPreempted) {
   Init(/*num_pages=*/5, /*budget=*/64);
-  Sequence* old = Add(8);     // 2 pages
-  Sequence* young = Add(7);   // 2 pages
+  Sequence* old = Add(8);    // 2 pages
+  Sequence* young = Add(7);  // 2 pages
   ScheduleDecision d = Step();
   ASSERT_EQ(d.chunks.size(), 2u);
   // Both decode; `young` is in flight. Its next token is unknown: only `old` may run.
