@@ -56,7 +56,28 @@ struct ParallelModel::Flight {
   int64_t micro_batch = 0;
   int64_t ticket = 0;
   StepOutput out;
+  std::vector<int32_t> read_pages;     // sorted: every page of its sequences' KV
+  std::vector<int32_t> written_pages;  // sorted: the pages of its new tokens' slots
 };
+
+namespace {
+
+std::vector<int32_t> SortedUnique(std::vector<int32_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+// A page in both sorted lists, or -1.
+int32_t CommonPage(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    if (a[i] == b[j]) return a[i];
+    a[i] < b[j] ? ++i : ++j;
+  }
+  return -1;
+}
+
+}  // namespace
 
 ParallelModel::~ParallelModel() {
   // The ranks may still be running launched steps over the KV pool and the flights.
@@ -163,7 +184,30 @@ absl::Status ParallelModel::Launch(const StepInputs& in, const KvLayout& layout,
   if (absl::Status s = GroupStatus(); !s.ok()) {
     return absl::InternalError(absl::StrCat("parallel group is down: ", s.message()));
   }
+  // Steps in flight together must not touch each other's writes (Model::Launch): disjoint
+  // sequences. Checked here so that a scheduling bug fails a batch instead of mixing KV.
+  std::vector<int32_t> read, written;
+  for (int s = 0; s < in.num_seqs; ++s) {
+    const int pages =
+        std::min(in.max_pages_per_seq, (in.seq_lens[s] + layout.page_size - 1) / layout.page_size);
+    for (int i = 0; i < pages; ++i) read.push_back(in.block_tables[s * in.max_pages_per_seq + i]);
+  }
+  for (int32_t slot : in.slot_mapping) written.push_back(slot / layout.page_size);
+  read = SortedUnique(std::move(read));
+  written = SortedUnique(std::move(written));
+  for (const std::shared_ptr<Flight>& f : launched_) {
+    int32_t page = CommonPage(written, f->read_pages);
+    if (page < 0) page = CommonPage(read, f->written_pages);
+    if (page >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step inputs: KV page ", page, " is also used by micro-batch ", f->micro_batch,
+          ", still in flight, and one of the two writes it (steps in flight together must be of "
+          "disjoint sequences)"));
+    }
+  }
   auto flight = std::make_shared<Flight>();
+  flight->read_pages = std::move(read);
+  flight->written_pages = std::move(written);
   flight->inputs = in;
   flight->layout = layout;
   flight->kv_pool = kv_pool;

@@ -163,6 +163,64 @@ TEST(PipelineTest, MicroBatchesGivePp1Tokens) {
   }
 }
 
+// One sequence's prefill of 3 tokens into page `page` (page size 4), sampled greedily.
+StepInputs OnePage(int32_t page) {
+  StepInputs in;
+  in.num_seqs = 1;
+  in.num_tokens = 3;
+  in.token_ids = {1, 2, 3};
+  in.positions = {0, 1, 2};
+  in.slot_mapping = {page * 4, page * 4 + 1, page * 4 + 2};
+  in.query_start = {0, 3};
+  in.seq_lens = {3};
+  in.max_pages_per_seq = 1;
+  in.block_tables = {page};
+  in.logits_rows = {2};
+  SamplingRow greedy;
+  greedy.temperature = 0.0f;
+  in.sampling = {greedy};
+  in.history_start = {0, 0};
+  in.num_prompt_history = {0};
+  in.bias_start = {0, 0};
+  return in;
+}
+
+// The model's own guard: a launch whose pages a step in flight reads or writes is refused
+// (InvalidArgument, nothing queued), at most MaxStepsInFlight are in flight, and Collect returns
+// them oldest first, each what Step gives.
+TEST(PipelineTest, ParallelModelRefusesStepsInFlightThatSharePages) {
+  const std::string dir = MakeTiny("tiny-llama3");
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      LoadModel(dir, Backend::kCpu, ParallelConfig{.pipeline_parallel = 2});
+  ASSERT_TRUE(model.ok()) << model.status();
+  Model& m = **model;
+  ASSERT_TRUE(m.SupportsAsyncSteps());
+  ASSERT_EQ(m.MaxStepsInFlight(), 2);
+  KvLayout layout = m.KvPoolLayout(4);
+  layout.num_pages = 8;
+  std::vector<float> pool(static_cast<size_t>(layout.PoolBytes()) / sizeof(float) + 1);
+  absl::StatusOr<StepOutput> want2 = m.Step(OnePage(2), layout, pool.data());
+  ASSERT_TRUE(want2.ok()) << want2.status();
+  EXPECT_EQ(m.Collect().status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(m.Launch(OnePage(2), layout, pool.data()).ok());
+  const absl::Status shared = m.Launch(OnePage(2), layout, pool.data());
+  EXPECT_EQ(shared.code(), absl::StatusCode::kInvalidArgument) << shared;
+  EXPECT_NE(shared.message().find("disjoint"), std::string::npos) << shared;
+  ASSERT_TRUE(m.Launch(OnePage(3), layout, pool.data()).ok());
+  EXPECT_EQ(m.Launch(OnePage(5), layout, pool.data()).code(),
+            absl::StatusCode::kFailedPrecondition);  // two in flight already
+  absl::StatusOr<StepOutput> a = m.Collect();
+  absl::StatusOr<StepOutput> b = m.Collect();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->tokens, want2->tokens);
+  EXPECT_EQ(b->tokens, want2->tokens);  // the same prompt in another page
+  // Once collected, the page is free to use again.
+  ASSERT_TRUE(m.Launch(OnePage(2), layout, pool.data()).ok());
+  absl::StatusOr<StepOutput> c = m.Collect();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tokens, want2->tokens);
+}
+
 // PP 2 over groups whose stage hook holds stage 1 at the start of micro-batch 0 until stage 0
 // has started micro-batch 1 (or `wait` passed). Returns the most stages seen busy at once.
 int BusyStages(const std::string& dir, int micro_batches, absl::Duration wait, bool* overlapped) {
