@@ -3,9 +3,9 @@
 // all-reduces the residual stream after o_proj and down_proj) and pipeline parallelism (stage s
 // holds a contiguous range of layers, StageOf; the residual stream goes from each stage's TP
 // rank r to the next stage's rank r). The engine sees one Model; inside, each step runs on one
-// thread per rank in lockstep (rank_threads.h) over in-process communicators
-// (comm/group/thread_communicator.h): one per stage for its TP ranks, one group-wide for the
-// stage-to-stage transfers. CPU backend only for now. Rank numbering: stage s, TP rank r is
+// thread per rank, each rank running the queued steps in order (rank_threads.h), over in-process
+// communicators (comm/group/thread_communicator.h): one per stage for its TP ranks, one group-wide
+// for the stage-to-stage transfers. CPU backend only for now. Rank numbering: stage s, TP rank r is
 // rank s · TP + r.
 //
 // Sampling: TP rank 0 of the last stage alone computes the final norm, the lm_head (loaded on
