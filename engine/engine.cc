@@ -11,7 +11,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                    LoadModel(options.model_dir, options.backend,
                              ParallelConfig{.tensor_parallel = options.tensor_parallel,
-                                            .pipeline_parallel = options.pipeline_parallel},
+                                            .pipeline_parallel = options.pipeline_parallel,
+                                            .micro_batches = options.pipeline_micro_batches},
                              options.quantization));
   std::vector<int> eos_token_ids = model->config().eos_token_ids;
   if (eos_token_ids.empty()) {

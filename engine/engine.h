@@ -33,6 +33,11 @@ struct EngineOptions {
   int tensor_parallel = 1;
   // Pipeline stages (contiguous layer ranges), each of tensor_parallel ranks; CPU only as well.
   int pipeline_parallel = 1;
+  // With pipeline_parallel > 1: batches (micro-batches of disjoint sequences) in flight at once,
+  // so that stage s runs one while stage s + 1 runs the one before (vLLM's batch queue); 0:
+  // pipeline_parallel; 1: one at a time, the stages one after another. Needs async_scheduling
+  // (the engine runs one batch at a time without it, and with speculative decoding).
+  int pipeline_micro_batches = 0;
   int page_size = 16;  // tokens per KV page
   int num_pages = 0;   // 0: derive from kv_memory_bytes
   // KV pool bytes. 0: the CPU backend takes 256 MiB; the CUDA backend sizes the pool so the
@@ -105,6 +110,10 @@ struct EngineStats {
   int64_t num_graph_steps_total = 0;  // steps that replayed a CUDA graph
   int64_t num_async_steps_total = 0;  // steps launched before their predecessor's outputs
                                       // were returned (async scheduling)
+  // Batches launched and not yet collected (a gauge: at most 1 with async scheduling, up to
+  // pipeline_micro_batches with pipeline parallelism), and the most seen so far.
+  int num_batches_in_flight = 0;
+  int max_batches_in_flight = 0;
   // Speculative decoding (vLLM's spec_decode_* counters): sequence-steps that verified at least
   // one proposal, proposals verified, proposals accepted, and tokens those steps emitted
   // (accepted + the target's own token, less what a stop cut off). Acceptance rate =
@@ -157,6 +166,11 @@ class Engine {
   // returns; HasWork() stays true while a step is launched. Between two Step() calls the caller
   // may call anything on the engine as before: a launched step's sequences change only inside
   // Step() (Abort() takes effect at the next Step(), after the launched step is collected).
+  // With pipeline micro-batches (pipeline_parallel > 1, pipeline_micro_batches) up to that
+  // many steps of disjoint sequences are in flight: a Step() collects the oldest only when the
+  // pipeline is full or nothing else can be scheduled, so the outputs of a step come back up to
+  // that many Step() calls after it was launched, in order per request; an abort of a request
+  // in flight takes effect once its step is collected.
   virtual absl::StatusOr<std::vector<RequestOutput>> Step() = 0;
   virtual bool HasWork() const = 0;
 

@@ -125,6 +125,8 @@ EngineStats EngineImpl::Stats() const {
   stats.num_preemptions_total = scheduler_.num_preemptions();
   stats.prefix_cache_queries_total = scheduler_.num_prefix_cache_queries();
   stats.prefix_cache_hits_total = scheduler_.num_prefix_cache_hits();
+  stats.num_batches_in_flight = static_cast<int>(launched_.size());
+  stats.max_batches_in_flight = max_launched_;
   if (proposer_ != nullptr) {
     stats.num_draft_pages_total = proposer_->num_pages_total();
     stats.num_draft_pages_free = proposer_->num_pages_free();

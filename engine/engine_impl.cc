@@ -217,11 +217,20 @@ EngineImpl::EngineImpl(const EngineOptions& options, int max_model_len,
       stop_checker_(std::move(eos_token_ids)),
       proposer_(std::move(proposer)) {
   async_steps_ = options.async_scheduling && model_->SupportsAsyncSteps() && proposer_ == nullptr;
+  if (async_steps_) max_in_flight_ = std::max(1, model_->MaxStepsInFlight());
 }
 
 EngineImpl::~EngineImpl() {
-  // The device may still be running a launched step over the KV pool, which goes first.
-  if (launched_.has_value()) runner_.Collect().IgnoreError();
+  // The device may still be running launched steps over the KV pool, which goes first.
+  DrainLaunched();
+}
+
+void EngineImpl::DrainLaunched() {
+  while (!launched_.empty()) {
+    for (const ScheduledChunk& chunk : launched_.front().chunks) chunk.seq->in_flight = false;
+    launched_.pop_front();
+    runner_.Collect().IgnoreError();
+  }
 }
 
 absl::Status EngineImpl::ValidateRequestBody(const EngineRequest& request) const {
@@ -315,7 +324,7 @@ absl::Status EngineImpl::Abort(const std::string& id) {
 
 bool EngineImpl::HasWork() const {
   return scheduler_.num_running() > 0 || scheduler_.num_waiting() > 0 || num_abort_requested_ > 0 ||
-         launched_.has_value();
+         !launched_.empty();
 }
 
 void EngineImpl::CountStep(const ModelRunner::StepResult& result) {
@@ -324,8 +333,9 @@ void EngineImpl::CountStep(const ModelRunner::StepResult& result) {
 }
 
 absl::Status EngineImpl::CollectLaunched(std::vector<RequestOutput>* outputs) {
-  const ScheduleDecision decision = std::move(*launched_);
-  launched_.reset();
+  const ScheduleDecision decision = std::move(launched_.front());
+  launched_.pop_front();
+  for (const ScheduledChunk& chunk : decision.chunks) chunk.seq->in_flight = false;
   absl::StatusOr<ModelRunner::StepResult> result = runner_.Collect();
   if (!result.ok()) {
     if (IsBackendUnusable(result.status())) return Break(result.status());
@@ -344,7 +354,7 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::Step() {
   // outputs overlaps the launched step); without, the caller's time adds to it.
   const absl::Time start = Clock::Real()->Now();
   const int64_t steps_before = counters_.num_steps_total;
-  const bool collects = launched_.has_value();
+  const bool collects = !launched_.empty();
   absl::StatusOr<std::vector<RequestOutput>> outputs = StepOnce();
   if (collects || counters_.num_steps_total != steps_before) {
     counters_.step_time_ns_total += absl::ToInt64Nanoseconds(Clock::Real()->Now() - start);
@@ -354,7 +364,11 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::Step() {
 
 absl::StatusOr<std::vector<RequestOutput>> EngineImpl::StepOnce() {
   std::vector<RequestOutput> outputs;
-  if (launched_.has_value()) RETURN_IF_ERROR(CollectLaunched(&outputs));
+  // A full pipeline gives back its oldest step first (with one step in flight: the one the
+  // previous Step() launched).
+  if (static_cast<int>(launched_.size()) >= max_in_flight_) {
+    RETURN_IF_ERROR(CollectLaunched(&outputs));
+  }
   for (RequestOutput& out : FinishAborted()) outputs.push_back(std::move(out));
   if (proposer_ != nullptr) {
     const absl::Status proposed = Propose();
@@ -365,6 +379,12 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::StepOnce() {
     }
   }
   ScheduleDecision decision = scheduler_.Schedule();
+  if (decision.empty() && !launched_.empty()) {
+    // Every runnable sequence is in flight: wait for the oldest step, then schedule again.
+    RETURN_IF_ERROR(CollectLaunched(&outputs));
+    for (RequestOutput& out : FinishAborted()) outputs.push_back(std::move(out));
+    decision = scheduler_.Schedule();
+  }
   if (decision.empty()) return outputs;
   ++counters_.num_steps_total;
 
@@ -372,17 +392,22 @@ absl::StatusOr<std::vector<RequestOutput>> EngineImpl::StepOnce() {
   // (engine/kv_push.h): it runs whole, never launched.
   const bool pushes = AnnouncePushes(decision);
   if (async_steps_ && !pushes && ModelRunner::CanLaunch(decision)) {
-    // Returns this step's predecessor's outputs while the device runs it (engine.h).
+    // Returns its predecessors' outputs while the device runs it (engine.h).
     const absl::Status launched = runner_.Launch(decision);
     if (!launched.ok()) {
       if (IsBackendUnusable(launched)) return Break(launched);
       FailBatch(decision, launched, &outputs);
       return outputs;
     }
-    launched_ = std::move(decision);
+    for (const ScheduledChunk& chunk : decision.chunks) chunk.seq->in_flight = true;
+    launched_.push_back(std::move(decision));
+    max_launched_ = std::max(max_launched_, static_cast<int>(launched_.size()));
     ++counters_.num_async_steps_total;
     return outputs;
   }
+  // A synchronous step runs after the launched ones (disjoint sequences): those come back
+  // first, so that their outputs stay ahead of it.
+  while (!launched_.empty()) RETURN_IF_ERROR(CollectLaunched(&outputs));
   LayerStoredHook layer_hook;
   if (pushes) {
     layer_hook = [this](int layer, void* event) { push_listener_->OnLayerStored(layer, event); };

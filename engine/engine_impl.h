@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,9 +66,12 @@ class EngineImpl : public Engine {
 
   // Step's parts.
   std::vector<RequestOutput> FinishAborted();
-  // The launched step (async scheduling): waits for it and post-processes it into `outputs`.
+  // The oldest launched step (async scheduling): waits for it and post-processes it into
+  // `outputs`.
   // Returns the error that broke the engine, if it did.
   absl::Status CollectLaunched(std::vector<RequestOutput>* outputs);
+  // Collects every launched step, discarding what they computed (the engine broke or goes).
+  void DrainLaunched();
   // Step() but its timing.
   absl::StatusOr<std::vector<RequestOutput>> StepOnce();
   // The device counters of a collected step.
@@ -119,12 +123,17 @@ class EngineImpl : public Engine {
   absl::flat_hash_map<std::string, std::unique_ptr<Sequence>> sequences_;
   int64_t next_arrival_ = 0;
   int num_abort_requested_ = 0;
-  // Async scheduling: steps are launched (Step) and collected by the next Step().
+  // Async scheduling: steps are launched (Step) and collected by a later Step(): the next one,
+  // or, with pipeline micro-batches (Model::MaxStepsInFlight > 1), the one that finds
+  // max_in_flight_ steps in flight (or nothing else to schedule). Steps in flight together hold
+  // disjoint sequences (Sequence::in_flight; the scheduler skips those).
   bool async_steps_ = false;
-  std::optional<ScheduleDecision> launched_;  // the launched, not yet collected, step
-  KvPushListener* push_listener_ = nullptr;   // SetKvPushListener; null: no layer-wise push
-  absl::Status broken_;                       // OK until the backend became unusable (Break)
-  EngineStats counters_;                      // the *_total fields; gauges are computed in Stats()
+  int max_in_flight_ = 1;
+  std::deque<ScheduleDecision> launched_;    // launched, not yet collected; oldest first
+  int max_launched_ = 0;                     // the most ever in flight (EngineStats)
+  KvPushListener* push_listener_ = nullptr;  // SetKvPushListener; null: no layer-wise push
+  absl::Status broken_;                      // OK until the backend became unusable (Break)
+  EngineStats counters_;                     // the *_total fields; gauges are computed in Stats()
 };
 
 }  // namespace tandem

@@ -63,7 +63,8 @@ std::vector<RequestOutput> EngineImpl::FinishAborted() {
   if (num_abort_requested_ == 0) return outputs;
   std::vector<Sequence*> aborted;
   for (auto& [id, seq] : sequences_) {
-    if (seq->abort_requested) aborted.push_back(seq.get());
+    // One in a launched step ends once that step is collected (its pages are in use).
+    if (seq->abort_requested && !seq->in_flight) aborted.push_back(seq.get());
   }
   for (Sequence* seq : aborted) {
     RequestOutput out;
@@ -216,6 +217,9 @@ absl::Status EngineImpl::Break(const absl::Status& error) {
   LOG(ERROR) << "the backend is unusable; ending all " << sequences_.size()
              << " requests and refusing new ones: " << error;
   broken_ = error;
+  // Steps still in flight write into pages about to be freed: they end first (a group whose
+  // rank failed fails them all quickly, its communicators aborted).
+  DrainLaunched();
   std::vector<Sequence*> all;
   all.reserve(sequences_.size());
   for (auto& [id, seq] : sequences_) all.push_back(seq.get());

@@ -38,6 +38,11 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
                  "Pipeline stages (layer ranges) of --tensor-parallel-size ranks each (cpu only)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--pipeline-micro-batches", o.pipeline_micro_batches,
+                 "Batches in flight with --pipeline-parallel-size > 1 so that the stages overlap "
+                 "(0: one per stage; 1: the stages run one after another)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--quantization", o.quantization,
                  "Quantize an unquantized checkpoint's linear layers at load time: fp8, int8 or "
                  "int4 (a quantized checkpoint is read in its own format)")

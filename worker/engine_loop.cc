@@ -1,5 +1,6 @@
 #include "worker/engine_loop.h"
 
+#include <deque>
 #include <utility>
 
 #include "base/logging.h"
@@ -66,11 +67,11 @@ void EngineLoop::RunTasks() {
 
 void EngineLoop::Run() {
   absl::Time next_tick = clock_->Now() + tick_;
-  // Async scheduling (engine.h): a Step() returns the outputs of the step the previous Step()
-  // launched, which began when that call did.
+  // Async scheduling (engine.h): a Step() returns the outputs of the oldest step still in
+  // flight, launched by an earlier Step() (the previous one, or with pipeline micro-batches up to
+  // that many before), which began when that call did.
   int64_t async_steps_seen = engine_->Stats().num_async_steps_total;
-  absl::Time launched_start = absl::InfinitePast();
-  bool launched = false;
+  std::deque<absl::Time> launch_starts;  // of the steps in flight, oldest first
   while (true) {
     {
       absl::MutexLock l(&mu_);
@@ -91,7 +92,7 @@ void EngineLoop::Run() {
     const absl::Time call_start = clock_->Now();
     if (engine_->HasWork()) {
       stepped = true;
-      const absl::Time step_start = launched ? launched_start : call_start;
+      const absl::Time step_start = launch_starts.empty() ? call_start : launch_starts.front();
       absl::StatusOr<std::vector<RequestOutput>> outputs = engine_->Step();
       if (!outputs.ok()) {
         LOG(ERROR) << "engine step failed: " << outputs.status();
@@ -105,9 +106,13 @@ void EngineLoop::Run() {
     }
     EngineStats stats = engine_->Stats();
     if (stepped) {
-      launched = stats.num_async_steps_total > async_steps_seen;
-      async_steps_seen = stats.num_async_steps_total;
-      launched_start = call_start;
+      for (; async_steps_seen < stats.num_async_steps_total; ++async_steps_seen) {
+        launch_starts.push_back(call_start);
+      }
+      // The steps collected were the oldest.
+      while (launch_starts.size() > static_cast<size_t>(stats.num_batches_in_flight)) {
+        launch_starts.pop_front();
+      }
     }
     std::shared_ptr<const std::vector<uint64_t>> hashes;
     const uint64_t version = engine_->prefix_cache_version();

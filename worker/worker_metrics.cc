@@ -99,6 +99,9 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
                           .Register(r);
   m->running_ = gauge("tandem:num_requests_running", "Requests in this engine's running batch");
   m->waiting_ = gauge("tandem:num_requests_waiting", "Requests queued in this engine");
+  m->batches_in_flight_ =
+      gauge("tandem:num_batches_in_flight",
+            "Batches launched and not yet collected (pipeline micro-batches, async scheduling)");
   m->kv_usage_ = gauge("tandem:kv_cache_usage_perc",
                        "Fraction of this engine's KV pages held by requests or reserved (cached "
                        "pages are evictable: not counted)");
@@ -175,6 +178,7 @@ void WorkerMetrics::UpdateEngine(const EngineStats& stats, int num_live_requests
                                  int64_t output_handling_ns_total) {
   running_->Set(stats.num_running);
   waiting_->Set(stats.num_waiting);
+  batches_in_flight_->Set(stats.num_batches_in_flight);
   live_->Set(num_live_requests);
   const double total = stats.num_pages_total > 0 ? stats.num_pages_total : 1;
   kv_usage_->Set(1.0 - (stats.num_pages_free + stats.num_pages_cached) / total);

@@ -84,6 +84,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>* kv_transport_ = nullptr;
   prometheus::Gauge* running_ = nullptr;
   prometheus::Gauge* waiting_ = nullptr;
+  prometheus::Gauge* batches_in_flight_ = nullptr;
   prometheus::Gauge* live_ = nullptr;
   prometheus::Gauge* kv_usage_ = nullptr;
   prometheus::Counter* preemptions_ = nullptr;

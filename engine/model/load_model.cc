@@ -54,6 +54,10 @@ absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
       groups.world->size() != tp * pp) {
     return absl::InvalidArgumentError("parallel groups do not match the parallel config");
   }
+  if (parallel.micro_batches < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline micro_batches ", parallel.micro_batches, " must be >= 0"));
+  }
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
   RETURN_IF_ERROR(CheckTensorParallel(config, tp));
   RETURN_IF_ERROR(CheckPipelineParallel(config, pp));
@@ -106,6 +110,10 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend
     return absl::InvalidArgumentError(absl::StrCat("tensor_parallel ", parallel.tensor_parallel,
                                                    " and pipeline_parallel ",
                                                    parallel.pipeline_parallel, " must be >= 1"));
+  }
+  if (parallel.micro_batches < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline micro_batches ", parallel.micro_batches, " must be >= 0"));
   }
   if (parallel.tensor_parallel > 1 || parallel.pipeline_parallel > 1) {
     if (backend == Backend::kCuda) {

@@ -42,6 +42,10 @@ struct ParallelConfig {
   int tensor_parallel = 1;
   // Stages the layers are split over, each of tensor_parallel ranks; CPU only.
   int pipeline_parallel = 1;
+  // With pipeline_parallel > 1: steps (micro-batches, of disjoint sequences) in flight at once,
+  // so the stages overlap (parallel_model.h); 0: pipeline_parallel; 1: one at a time (the
+  // stages run one after another).
+  int micro_batches = 0;
 };
 
 class Model {
@@ -73,13 +77,18 @@ class Model {
                                           void* kv_pool);
   // Step in two halves, so that the host can prepare the next step while the device runs this
   // one (the engine's async scheduling): Launch queues the step of `inputs` and returns without
-  // waiting for the device; Collect waits for it and returns what Step would have. At most one
-  // launched step is not yet collected, and until it is, nothing may change the KV pages it
-  // reads or writes (those of its sequences) nor launch another step. Launch errors are Step's;
-  // Collect fails with FailedPrecondition when nothing was launched. By default (backends that
-  // compute on the host: SupportsAsyncSteps() false, nothing would overlap) Launch runs the
-  // whole step and Collect hands its output over.
+  // waiting for the device; Collect waits for the oldest launched step and returns what Step
+  // would have. At most MaxStepsInFlight() launched steps are not yet collected; until a step
+  // is, nothing may change the KV pages it reads or writes (those of its sequences), and steps
+  // in flight together are of disjoint sequences (no step writes a page another one reads or
+  // writes). Launch errors are Step's (a failed Launch queues nothing); Collect fails with
+  // FailedPrecondition when nothing was launched. By default (backends that compute on the
+  // host: SupportsAsyncSteps() false, nothing would overlap) Launch runs the whole step and
+  // Collect hands its output over.
   virtual bool SupportsAsyncSteps() const { return false; }
+  // More than 1: a pipeline of stages that overlap consecutive steps (ParallelModel with
+  // pipeline_parallel > 1: one micro-batch per stage); the engine keeps that many in flight.
+  virtual int MaxStepsInFlight() const { return 1; }
   virtual absl::Status Launch(const StepInputs& inputs, const KvLayout& layout, void* kv_pool);
   virtual absl::StatusOr<StepOutput> Collect();
   // Step, calling `hook` once per layer in order as that layer's KV is stored (never from a

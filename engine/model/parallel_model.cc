@@ -1,5 +1,8 @@
 #include "engine/model/parallel_model.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "base/status_macros.h"
@@ -33,7 +36,9 @@ ParallelModel::ParallelModel(const ModelConfig& config, const ParallelConfig& pa
       parallel_(parallel),
       groups_(std::move(groups)),
       ranks_(std::move(ranks)),
+      stage_busy_(parallel.pipeline_parallel, -1),
       threads_(static_cast<int>(ranks_.size())) {
+  CHECK_GE(parallel.micro_batches, 0);
   CHECK_EQ(static_cast<int>(ranks_.size()), parallel.tensor_parallel * parallel.pipeline_parallel);
   int64_t layer = 0;
   for (const Rank& r : ranks_) {
@@ -43,7 +48,68 @@ ParallelModel::ParallelModel(const ModelConfig& config, const ParallelConfig& pa
   CHECK_EQ(layer, int64_t{config.num_layers} * parallel.tensor_parallel);
 }
 
-ParallelModel::~ParallelModel() = default;
+// A launched step: what its ranks read until it is collected, and what the sampling rank wrote.
+struct ParallelModel::Flight {
+  StepInputs inputs;
+  KvLayout layout;
+  void* kv_pool = nullptr;
+  int64_t micro_batch = 0;
+  int64_t ticket = 0;
+  StepOutput out;
+  std::vector<int32_t> read_pages;     // sorted: every page of its sequences' KV
+  std::vector<int32_t> written_pages;  // sorted: the pages of its new tokens' slots
+};
+
+namespace {
+
+std::vector<int32_t> SortedUnique(std::vector<int32_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+// A page in both sorted lists, or -1.
+int32_t CommonPage(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    if (a[i] == b[j]) return a[i];
+    a[i] < b[j] ? ++i : ++j;
+  }
+  return -1;
+}
+
+}  // namespace
+
+ParallelModel::~ParallelModel() {
+  // The ranks may still be running launched steps over the KV pool and the flights.
+  while (!launched_.empty()) {
+    threads_.Wait(launched_.front()->ticket);
+    launched_.pop_front();
+  }
+}
+
+int ParallelModel::MaxStepsInFlight() const {
+  if (parallel_.pipeline_parallel == 1) return 1;
+  return parallel_.micro_batches > 0 ? parallel_.micro_batches : parallel_.pipeline_parallel;
+}
+
+int ParallelModel::MaxBusyStages() const {
+  absl::MutexLock lock(&stage_mu_);
+  return max_busy_stages_;
+}
+
+void ParallelModel::MarkStage(int stage, int64_t micro_batch) {
+  absl::MutexLock lock(&stage_mu_);
+  stage_busy_[stage] = micro_batch;
+  // Stages on distinct micro-batches: a stage waiting to receive the micro-batch its
+  // predecessor still computes does not count.
+  std::vector<int64_t> distinct;
+  for (int64_t mb : stage_busy_) {
+    if (mb >= 0 && std::find(distinct.begin(), distinct.end(), mb) == distinct.end()) {
+      distinct.push_back(mb);
+    }
+  }
+  max_busy_stages_ = std::max(max_busy_stages_, static_cast<int>(distinct.size()));
+}
 
 KvLayout ParallelModel::KvPoolLayout(int page_size) const {
   KvLayout layout = Model::KvPoolLayout(page_size);
@@ -89,12 +155,15 @@ absl::Status ParallelModel::RunRanks(const std::function<absl::Status(int)>& fn)
   if (absl::Status s = GroupStatus(); !s.ok()) {
     return absl::InternalError(absl::StrCat("parallel group is down: ", s.message()));
   }
-  const std::vector<absl::Status> results = threads_.Run([&](int r) {
+  return RanksStatus(threads_.Run([&](int r) {
     absl::Status s = fn(r);
     // Peers may be waiting for this rank in a collective or a receive: abort them now.
     if (!s.ok()) AbortAll(s);
     return s;
-  });
+  }));
+}
+
+absl::Status ParallelModel::RanksStatus(const std::vector<absl::Status>& results) const {
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
     if (results[r].ok()) continue;
     absl::Status cause = GroupStatus();
@@ -103,6 +172,76 @@ absl::Status ParallelModel::RunRanks(const std::function<absl::Status(int)>& fn)
         absl::StrCat("parallel rank failed (the group is down): ", cause.ToString()));
   }
   return absl::OkStatus();
+}
+
+absl::Status ParallelModel::Launch(const StepInputs& in, const KvLayout& layout, void* kv_pool) {
+  if (static_cast<int>(launched_.size()) >= MaxStepsInFlight()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "launch with ", launched_.size(), " steps in flight (at most ", MaxStepsInFlight(), ")"));
+  }
+  RETURN_IF_ERROR(Validate(in, layout));
+  RETURN_IF_ERROR(ValidateSampling(in, config_));
+  if (absl::Status s = GroupStatus(); !s.ok()) {
+    return absl::InternalError(absl::StrCat("parallel group is down: ", s.message()));
+  }
+  // Steps in flight together must not touch each other's writes (Model::Launch): disjoint
+  // sequences. Checked here so that a scheduling bug fails a batch instead of mixing KV.
+  std::vector<int32_t> read, written;
+  for (int s = 0; s < in.num_seqs; ++s) {
+    const int pages =
+        std::min(in.max_pages_per_seq, (in.seq_lens[s] + layout.page_size - 1) / layout.page_size);
+    for (int i = 0; i < pages; ++i) read.push_back(in.block_tables[s * in.max_pages_per_seq + i]);
+  }
+  for (int32_t slot : in.slot_mapping) written.push_back(slot / layout.page_size);
+  read = SortedUnique(std::move(read));
+  written = SortedUnique(std::move(written));
+  for (const std::shared_ptr<Flight>& f : launched_) {
+    int32_t page = CommonPage(written, f->read_pages);
+    if (page < 0) page = CommonPage(read, f->written_pages);
+    if (page >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step inputs: KV page ", page, " is also used by micro-batch ", f->micro_batch,
+          ", still in flight, and one of the two writes it (steps in flight together must be of "
+          "disjoint sequences)"));
+    }
+  }
+  auto flight = std::make_shared<Flight>();
+  flight->read_pages = std::move(read);
+  flight->written_pages = std::move(written);
+  flight->inputs = in;
+  flight->layout = layout;
+  flight->kv_pool = kv_pool;
+  flight->micro_batch = next_micro_batch_++;
+  flight->ticket = threads_.Submit([this, flight](int r) -> absl::Status {
+    Flight& f = *flight;
+    const int stage = r / parallel_.tensor_parallel;
+    const bool stage_lead = r % parallel_.tensor_parallel == 0;
+    if (stage_lead) {
+      MarkStage(stage, f.micro_batch);
+      if (stage_hook_) stage_hook_(stage, f.micro_batch);
+    }
+    absl::Status s = GroupStatus();  // a fault in an earlier micro-batch: nothing to wait for
+    if (s.ok()) {
+      absl::StatusOr<StepOutput> o = ranks_[r].model->Step(f.inputs, RankLayout(f.layout, r),
+                                                           RankPool(f.kv_pool, f.layout, r));
+      if (o.ok() && r == sampling_rank()) f.out = *std::move(o);
+      s = o.status();
+    }
+    if (stage_lead) MarkStage(stage, -1);
+    // Peers may be waiting for this rank in a collective or a receive: abort them now.
+    if (!s.ok()) AbortAll(s);
+    return s;
+  });
+  launched_.push_back(std::move(flight));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutput> ParallelModel::Collect() {
+  if (launched_.empty()) return absl::FailedPreconditionError("no launched step to collect");
+  std::shared_ptr<Flight> flight = std::move(launched_.front());
+  launched_.pop_front();
+  RETURN_IF_ERROR(RanksStatus(threads_.Wait(flight->ticket)));
+  return std::move(flight->out);
 }
 
 absl::StatusOr<StepOutput> ParallelModel::Step(const StepInputs& in, const KvLayout& layout,

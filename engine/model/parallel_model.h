@@ -3,17 +3,23 @@
 // all-reduces the residual stream after o_proj and down_proj) and pipeline parallelism (stage s
 // holds a contiguous range of layers, StageOf; the residual stream goes from each stage's TP
 // rank r to the next stage's rank r). The engine sees one Model; inside, each step runs on one
-// thread per rank in lockstep (rank_threads.h) over in-process communicators
-// (comm/group/thread_communicator.h): one per stage for its TP ranks, one group-wide for the
-// stage-to-stage transfers. CPU backend only for now. Rank numbering: stage s, TP rank r is
+// thread per rank, each rank running the queued steps in order (rank_threads.h), over in-process
+// communicators (comm/group/thread_communicator.h): one per stage for its TP ranks, one group-wide
+// for the stage-to-stage transfers. CPU backend only for now. Rank numbering: stage s, TP rank r is
 // rank s · TP + r.
 //
 // Sampling: TP rank 0 of the last stage alone computes the final norm, the lm_head (loaded on
 // that rank only) and the tokens; the other ranks stop after their last layer. Embeddings are
 // on every rank of the first stage.
 //
-// Stages run one after another within a step (no micro-batches in flight yet): PP splits the
-// weights and KV over more ranks, it does not overlap them.
+// Micro-batches in flight (PP > 1): Launch queues a step on every rank (RankThreads::Submit)
+// and returns; up to MaxStepsInFlight() (ParallelConfig::micro_batches, default PP) launched
+// steps are queued at once, each rank running them in launch order, so stage s runs micro-batch
+// k + 1 while stage s + 1 runs micro-batch k (the residual stream of each goes through the
+// group-wide communicator's per-pair FIFO mailboxes, so the transfers of consecutive
+// micro-batches cannot cross). Collect returns the oldest. The engine only puts disjoint
+// sequences into steps in flight together (engine/engine_impl.h); a synchronous Step or
+// ComputeLogits queues behind them. TP alone (PP 1) runs every step synchronously.
 //
 // KV pool: each rank has its own pool of its stage's layers and its KV heads (its slice, or the
 // one head it shares with TP / Hkv - 1 other ranks when TP > Hkv), with the same page ids. The
@@ -29,11 +35,14 @@
 // InvalidArgument, the group stays usable). A rank that fails after that aborts every
 // communicator of the group, so no peer waits in a collective or a receive; the step then
 // returns Internal (the backend is unusable: the engine ends every request) and so does every
-// later step.
+// later step. A fault with several micro-batches in flight fails every one of them (their
+// ranks find the communicators aborted): each Collect returns Internal.
 //
 // Thread-compatible: one engine loop calls it.
 #pragma once
 
+#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,13 +85,26 @@ class ParallelModel final : public Model {
   KvLayout KvPoolLayout(int page_size) const override;
   absl::StatusOr<StepOutput> Step(const StepInputs& inputs, const KvLayout& layout,
                                   void* kv_pool) override;
+  bool SupportsAsyncSteps() const override { return parallel_.pipeline_parallel > 1; }
+  int MaxStepsInFlight() const override;
+  absl::Status Launch(const StepInputs& inputs, const KvLayout& layout, void* kv_pool) override;
+  absl::StatusOr<StepOutput> Collect() override;
   absl::Status ComputeLogits(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
                              float* logits) override;
   absl::Status ReserveStep(const StepCapacity& capacity) override;
   absl::Status Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
                        void* kv_pool) override;
 
+  // Test hooks. `hook` is called on TP rank 0 of each stage as it starts its part of a launched
+  // step (micro-batch ids count launches from 0), after the stage is marked busy; a test may
+  // block in it to hold a stage. Set before the first step.
+  using StageHook = std::function<void(int stage, int64_t micro_batch)>;
+  void SetStageStartHookForTesting(StageHook hook) { stage_hook_ = std::move(hook); }
+  // The most stages seen running distinct micro-batches (launched steps) at the same time.
+  int MaxBusyStages() const;
+
  private:
+  struct Flight;  // a launched step
   // Checks the group's layout and the inputs (InvalidArgument).
   absl::Status Validate(const StepInputs& inputs, const KvLayout& layout) const;
   // Rank r's layout and pool within the group's.
@@ -96,6 +118,9 @@ class ParallelModel final : public Model {
   absl::Status RunRanks(const std::function<absl::Status(int)>& fn);
   absl::Status GroupStatus() const;
   void AbortAll(const absl::Status& reason);
+  // The group-wide error of failed ranks' `results` (OK when all succeeded).
+  absl::Status RanksStatus(const std::vector<absl::Status>& results) const;
+  void MarkStage(int stage, int64_t micro_batch);  // -1: idle
 
   ModelConfig config_;        // the whole model's
   ModelConfig shard_config_;  // one TP rank's heads (ShardConfig)
@@ -103,7 +128,13 @@ class ParallelModel final : public Model {
   ParallelGroups groups_;
   std::vector<Rank> ranks_;
   std::vector<int64_t> first_layer_;  // [rank]: where its pool starts, in the stacked layout
-  RankThreads threads_;               // last: joined first
+  std::deque<std::shared_ptr<Flight>> launched_;  // oldest first
+  int64_t next_micro_batch_ = 0;
+  StageHook stage_hook_;
+  mutable absl::Mutex stage_mu_;
+  std::vector<int64_t> stage_busy_ ABSL_GUARDED_BY(stage_mu_);  // [stage]: micro-batch, or -1
+  int max_busy_stages_ ABSL_GUARDED_BY(stage_mu_) = 0;
+  RankThreads threads_;  // last: joined first
 };
 
 // Builds the `parallel` layout of the checkpoint in `dir` on the CPU backend over `groups`

@@ -76,17 +76,20 @@ bool ModelRunner::CanLaunch(const ScheduleDecision& decision) {
 
 absl::Status ModelRunner::Launch(const ScheduleDecision& decision) {
   CHECK(CanLaunch(decision));
+  Launched launched;
   const StepInputs inputs = BuildStepInputs(decision, kv_cache_->layout().page_size, eos_token_ids_,
-                                            &launched_chunks_, &launched_prompt_rows_);
-  return model_->Launch(inputs, kv_cache_->layout(), kv_cache_->pool());
+                                            &launched.sampling_chunks, &launched.prompt_rows);
+  RETURN_IF_ERROR(model_->Launch(inputs, kv_cache_->layout(), kv_cache_->pool()));
+  launched_.push_back(std::move(launched));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ModelRunner::StepResult> ModelRunner::Collect() {
+  if (launched_.empty()) return absl::FailedPreconditionError("no launched step to collect");
   StepResult result;
-  result.sampling_chunks = std::move(launched_chunks_);
-  launched_chunks_.clear();
-  result.prompt_rows = std::move(launched_prompt_rows_);
-  launched_prompt_rows_.clear();
+  result.sampling_chunks = std::move(launched_.front().sampling_chunks);
+  result.prompt_rows = std::move(launched_.front().prompt_rows);
+  launched_.pop_front();
   ASSIGN_OR_RETURN(result.output, model_->Collect());
   return result;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -57,7 +58,8 @@ class ModelRunner {
                                  const LayerStoredHook* layer_hook = nullptr);
 
   // Run in two halves (Model::Launch / Collect), for a decision that CanLaunch: Launch queues
-  // the step, Collect waits for it. Between the two, `decision`'s sequences must not change.
+  // the step, Collect waits for the oldest launched one (up to Model::MaxStepsInFlight in
+  // flight). Between the two, `decision`'s sequences must not change.
   static bool CanLaunch(const ScheduleDecision& decision);  // no drawn proposals to verify
   absl::Status Launch(const ScheduleDecision& decision);
   absl::StatusOr<StepResult> Collect();
@@ -66,8 +68,11 @@ class ModelRunner {
   Model* model_;
   KvCache* kv_cache_;
   std::vector<int> eos_token_ids_;
-  std::vector<int> launched_chunks_;  // the launched step's sampling_chunks
-  std::vector<PromptRow> launched_prompt_rows_;
+  struct Launched {
+    std::vector<int> sampling_chunks;
+    std::vector<PromptRow> prompt_rows;
+  };
+  std::deque<Launched> launched_;  // the launched steps', oldest first
 };
 
 }  // namespace tandem

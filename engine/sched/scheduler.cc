@@ -71,7 +71,17 @@ void Scheduler::Preempt(Sequence* seq) {
 }
 
 ScheduleDecision Scheduler::Schedule() {
-  ScheduleDecision decision = policy_->Schedule(running_, waiting_, allocator_->num_available());
+  // Sequences in a step still in flight are not the policy's to schedule or preempt.
+  std::vector<Sequence*> ready;
+  const std::vector<Sequence*>* running = &running_;
+  if (std::any_of(running_.begin(), running_.end(), [](Sequence* s) { return s->in_flight; })) {
+    for (Sequence* seq : running_) {
+      if (!seq->in_flight) ready.push_back(seq);
+    }
+    running = &ready;
+  }
+  ScheduleDecision decision = policy_->Schedule(*running, waiting_, allocator_->num_available());
+  for (const ScheduledChunk& chunk : decision.chunks) CHECK(!chunk.seq->in_flight) << chunk.seq->id;
   // Youngest first, so the oldest preempted sequence ends up at the very front.
   for (Sequence* seq : decision.preempted) Preempt(seq);
   for (const ScheduledChunk& chunk : decision.chunks) {

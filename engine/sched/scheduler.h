@@ -35,6 +35,8 @@ class Scheduler {
   // Decides this step's batch and applies it: preempted sequences lose their pages and return
   // to the front of the waiting queue; scheduled ones get their new pages and run. A prefix hit
   // is acquired before any page is allocated, so this step's allocations cannot evict it.
+  // Running sequences in flight (Sequence::in_flight: in a launched step not yet collected) are
+  // left out: neither scheduled nor preempted.
   ScheduleDecision Schedule();
 
   const SchedulerConfig& config() const { return config_; }

@@ -34,6 +34,9 @@ struct Sequence {
   bool keep_kv_when_finished = false;  // EngineRequest::keep_kv_when_finished
   uint64_t seed = 0;                   // sampling.seed, or derived from the id
   bool abort_requested = false;
+  // In a launched step not yet collected (async scheduling, pipeline micro-batches): its next
+  // token is not known yet, so the scheduler neither schedules nor preempts it.
+  bool in_flight = false;
   // Its final prefill chunk was announced to the KV push listener (engine/kv_push.h): its
   // pages are freed only after the listener's BeforeFree.
   bool kv_push_announced = false;

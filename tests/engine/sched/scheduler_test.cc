@@ -230,4 +230,31 @@ TEST(SchedulerPrefixCacheTest, PreemptionCountsOnlyUnsharedPagesAsFreed) {
 }
 
 }  // namespace
+// A sequence in a launched step not yet collected (pipeline micro-batches) is neither scheduled
+// nor preempted, however the pages run short; once collected it runs again.
+TEST_F(SchedulerTest, InFlightSequenceIsNeverScheduledNorPreempted) {
+  Init(/*num_pages=*/5, /*budget=*/64);
+  Sequence* old = Add(8);    // 2 pages
+  Sequence* young = Add(7);  // 2 pages
+  ScheduleDecision d = Step();
+  ASSERT_EQ(d.chunks.size(), 2u);
+  // Both decode; `young` is in flight. Its next token is unknown: only `old` may run.
+  young->in_flight = true;
+  for (int i = 0; i < 12; ++i) {
+    d = Step();
+    for (const ScheduledChunk& c : d.chunks) EXPECT_NE(c.seq, young) << "step " << i;
+    for (const Sequence* p : d.preempted) EXPECT_NE(p, young) << "step " << i;
+    EXPECT_EQ(young->status, SequenceStatus::kRunning);
+  }
+  // `old` grew until the pages ran out: it preempted itself rather than the in-flight one.
+  EXPECT_EQ(old->status, SequenceStatus::kWaiting);
+  EXPECT_EQ(young->block_table.size(), 2u);
+  // Nothing else is runnable while `young` is in flight and holds its pages.
+  young->in_flight = false;
+  d = Step();
+  ASSERT_FALSE(d.chunks.empty());
+  EXPECT_EQ(d.chunks[0].seq, young);
+  RemoveAll();
+}
+
 }  // namespace tandem
