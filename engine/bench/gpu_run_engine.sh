@@ -5,7 +5,7 @@
 # same checkpoints; full logs in one archive under $OUT, the short tables last.
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]).
 # Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|faults|bench|quant|abnorm|abactq|profile|trace|ncu|served|served1p1d|peer|spec|hf|prefix|sweep|all]...
-# (default: all, which leaves out faults, prefix and sweep; PRESETS="llama3-8b qwen3-8b" by
+# (default: all, which leaves out faults, prefix, sweep and abactq; PRESETS="llama3-8b qwen3-8b" by
 # default, "qwen3-8b" when only sweep and faults are asked for). `hf` runs the engine test against
 # transformers on the preset itself (8B shapes); `tests` runs it on the small presets with
 # TANDEM_REF_PYTHON set by the caller. TANDEM_STAGE=DIR runs the binaries of DIR/bin and

@@ -16,10 +16,10 @@
 //
 // Covered (RmsNormQuantCovers, no device needed): bf16, hidden % 8 == 0 and hidden <= 8192 (the
 // fast RMSNorm kernel's rows held in registers), contiguous rows (no strides), 16-byte aligned
-// input / out / residual / weight, a 256-byte aligned scratch of at least Fp8LtLayout(...).bytes (n = 0:
-// the codes and scales only), act_quant kFp8PerToken or kFp8PerTokenGroup with
-// act_group_size 128. Anything else is InvalidArgument before any launch: the caller then runs
-// RmsNorm and the FP8 GEMM's own quantizer.
+// input / out / residual / weight, a 256-byte aligned scratch of at least Fp8LtLayout(...).bytes (n
+// = 0: the codes and scales only), act_quant kFp8PerToken or kFp8PerTokenGroup with act_group_size
+// 128. Anything else is InvalidArgument before any launch: the caller then runs RmsNorm and the FP8
+// GEMM's own quantizer.
 #pragma once
 
 #include <cstdint>

@@ -42,10 +42,9 @@ absl::Status RmsNormQuantCovers(const RmsNormQuantArgs& a) {
   const int64_t out_stride = n.out_stride > 0 ? n.out_stride : n.hidden;
   if (n.dtype != DType::kBF16 || n.hidden <= 0 || n.hidden % 8 != 0 || n.hidden > kMaxHidden ||
       n.num_rows < 0 || in_stride != n.hidden || out_stride != n.hidden) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RmsNormQuant: needs contiguous bf16 rows of hidden % 8 == 0 and <= ",
-                     kMaxHidden,
-                     " (got hidden ", n.hidden, ", ", std::string(DTypeName(n.dtype)), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RmsNormQuant: needs contiguous bf16 rows of hidden % 8 == 0 and <= ", kMaxHidden,
+        " (got hidden ", n.hidden, ", ", std::string(DTypeName(n.dtype)), ")"));
   }
   if (n.num_rows > (int64_t{1} << 31) - 8) {
     return absl::InvalidArgumentError(absl::StrCat("RmsNormQuant: ", n.num_rows, " rows"));
