@@ -510,15 +510,15 @@ TEST(EngineCudaTest, QuantizedGraphStepsEqualEagerSteps) {
 TEST(EngineCudaTest, FusedActivationQuantizationIsBitwiseTheUnfusedPath) {
   SKIP_WITHOUT_GPU();
   ASSERT_EQ(setenv("TANDEM_FP8_LT", "require", 1), 0);
-  struct Model_ {
+  struct FusedCase {
     const char* preset;
     Quant quant;
   };
-  for (const Model_& m : {Model_{"small-llama3", {.scheme = "fp8-channel"}},
-                          Model_{"small-llama3", {.scheme = "fp8-block"}},
-                          Model_{"small-qwen2", {.scheme = "fp8-block"}},
-                          Model_{"small-qwen2", {.scheme = "fp8-channel"}},
-                          Model_{"small-qwen3", {.load_time = "fp8"}}}) {
+  for (const FusedCase& m : {FusedCase{"small-llama3", {.scheme = "fp8-channel"}},
+                             FusedCase{"small-llama3", {.scheme = "fp8-block"}},
+                             FusedCase{"small-qwen2", {.scheme = "fp8-block"}},
+                             FusedCase{"small-qwen2", {.scheme = "fp8-channel"}},
+                             FusedCase{"small-qwen3", {.load_time = "fp8"}}}) {
     SCOPED_TRACE(std::string(m.preset) + " " + m.quant.Name());
     const std::string dir = Make(m.preset, 7, m.quant.scheme);
     std::vector<SeqResult> runs[2];
@@ -537,7 +537,8 @@ TEST(EngineCudaTest, FusedActivationQuantizationIsBitwiseTheUnfusedPath) {
       ASSERT_EQ(off.size(), on.size());
       EXPECT_EQ(std::memcmp(off.data(), on.data(), off.size() * sizeof(float)), 0)
           << "prompt " << i << ": logits differ with the fusion on";
-      EXPECT_EQ(runs[0][i].tokens, runs[1][i].tokens) << "prompt " << i;
+      ASSERT_EQ(runs[0][i].tokens, runs[1][i].tokens) << "prompt " << i;
+      ASSERT_EQ(runs[0][i].token_logits.size(), runs[1][i].token_logits.size());
       EXPECT_EQ(std::memcmp(runs[0][i].token_logits.data(), runs[1][i].token_logits.data(),
                             runs[0][i].token_logits.size() * sizeof(float)),
                 0)
