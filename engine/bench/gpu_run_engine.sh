@@ -327,14 +327,14 @@ for preset in $PRESETS; do
     # the norm + the FP8 GEMM's own quantizer (=0), on the FP8 checkpoint layouts of
     # ABACTQ_QUANTS (default fp8-block; make-model fp8-channel and fp8-block, one per call fits
     # the 10 minutes): decode at batch 64 and 256 (context 1024, graphs) and one 8k prefill,
-    # interleaved twice so the run-to-run spread shows beside the difference.
+    # interleaved twice (ABACTQ_ROUNDS="1 2") so the run-to-run spread shows beside the difference.
     for q in ${ABACTQ_QUANTS:-fp8-block}; do
       mq=$MODELS/$preset-$q
       if [ ! -f "$mq/config.json" ]; then
         $S/bin/tandem make-model --preset "$preset" --quantization "$q" --out "$mq" \
           >"$LOGS/make_${preset}_$q.log" 2>&1
       fi
-      for round in 1 2; do
+      for round in ${ABACTQ_ROUNDS:-1 2}; do
         for fused in 1 0; do
           log=$LOGS/abactq_${preset}_${q}_fused${fused}_r$round.log
           TANDEM_FUSED_ACT_QUANT=$fused timeout 240 $S/bin/tandem bench --model "$mq" \
