@@ -249,8 +249,8 @@ sweep_reports() {
 
 for preset in $PRESETS; do
   m=$MODELS/$preset
-  # `quant` alone makes its own (quantized) checkpoints, the tests their small ones.
-  if [ ! -f "$m/config.json" ] && ! only_named quant faults tests attn_tc; then
+  # `quant` and `abactq` alone make their own (quantized) checkpoints, the tests their small ones.
+  if [ ! -f "$m/config.json" ] && ! only_named quant abactq faults tests attn_tc; then
     /usr/bin/time -f "make-model $preset: %e s" $S/bin/tandem make-model --preset "$preset" \
       --out "$m" >"$LOGS/make_$preset.log" 2>&1
     note "$(tail -1 "$LOGS/make_$preset.log")"
