@@ -4,8 +4,8 @@
 # Qwen3-8B) with an op profile of decode steps, and the transformers + torch.compile peer on the
 # same checkpoints; full logs in one archive under $OUT, the short tables last.
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]).
-# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|faults|bench|quant|abnorm|profile|trace|ncu|served|served1p1d|peer|spec|hf|prefix|sweep|all]...
-# (default: all, which leaves out faults, prefix and sweep; PRESETS="llama3-8b qwen3-8b" by
+# Usage there: engine/bench/gpu_run_engine.sh [attn_tc|tests|faults|bench|quant|abnorm|abactq|profile|trace|ncu|served|served1p1d|peer|spec|hf|prefix|sweep|all]...
+# (default: all, which leaves out faults, prefix, sweep and abactq; PRESETS="llama3-8b qwen3-8b" by
 # default, "qwen3-8b" when only sweep and faults are asked for). `hf` runs the engine test against
 # transformers on the preset itself (8B shapes); `tests` runs it on the small presets with
 # TANDEM_REF_PYTHON set by the caller. TANDEM_STAGE=DIR runs the binaries of DIR/bin and
@@ -249,8 +249,8 @@ sweep_reports() {
 
 for preset in $PRESETS; do
   m=$MODELS/$preset
-  # `quant` alone makes its own (quantized) checkpoints, the tests their small ones.
-  if [ ! -f "$m/config.json" ] && ! only_named quant faults tests attn_tc; then
+  # `quant` and `abactq` alone make their own (quantized) checkpoints, the tests their small ones.
+  if [ ! -f "$m/config.json" ] && ! only_named quant abactq faults tests attn_tc; then
     /usr/bin/time -f "make-model $preset: %e s" $S/bin/tandem make-model --preset "$preset" \
       --out "$m" >"$LOGS/make_$preset.log" 2>&1
     note "$(tail -1 "$LOGS/make_$preset.log")"
@@ -320,6 +320,30 @@ for preset in $PRESETS; do
           >"$LOGS/abnorm_${preset}_fused${fused}_r$round.log" 2>&1
         note "abnorm $preset fused=$fused round $round: $(grep -E '^latency ' "$LOGS/abnorm_${preset}_fused${fused}_r$round.log" | head -1)"
       done
+    done
+  fi
+  if named abactq; then
+    # The RMSNorm fused with the FP8 activation quantization (TANDEM_FUSED_ACT_QUANT=1) against
+    # the norm + the FP8 GEMM's own quantizer (=0), on the FP8 checkpoint layouts of
+    # ABACTQ_QUANTS (default fp8-block; make-model fp8-channel and fp8-block, one per call fits
+    # the 10 minutes): decode at batch 64 and 256 (context 1024, graphs) and one 8k prefill,
+    # interleaved twice (ABACTQ_ROUNDS="1 2") so the run-to-run spread shows beside the difference.
+    for q in ${ABACTQ_QUANTS:-fp8-block}; do
+      mq=$MODELS/$preset-$q
+      if [ ! -f "$mq/config.json" ]; then
+        $S/bin/tandem make-model --preset "$preset" --quantization "$q" --out "$mq" \
+          >"$LOGS/make_${preset}_$q.log" 2>&1
+      fi
+      for round in ${ABACTQ_ROUNDS:-1 2}; do
+        for fused in 1 0; do
+          log=$LOGS/abactq_${preset}_${q}_fused${fused}_r$round.log
+          TANDEM_FUSED_ACT_QUANT=$fused timeout 240 $S/bin/tandem bench --model "$mq" \
+            --scenarios decode,prefill --batch-sizes 64,256 --contexts 1024 --decode-tokens 48 \
+            --prefill-lens 8192 --json "${log%.log}.json" >"$log" 2>&1
+          note "abactq $preset $q fused=$fused round $round exit=$?: $(grep -E '^(decode|prefill) ' "$log" | tr '\n' ' ')"
+        done
+      done
+      rm -rf "$mq"
     done
   fi
   if want profile; then

@@ -11,7 +11,8 @@ stage=.gpu-eng
 bins=(tandem tandem-router tandem-decode-worker tandem-prefill-worker tandem-loadgen attention_bench kb_bench)
 tests=(engine_cuda_test kernels_kb_gpu_test logits_gpu_test attention_gpu_test
        attention_prefill_gpu_test quant_gemm_gpu_test fp8_gemm_lt_gpu_test cuda_kv_ipc_test
-       kv_page_copy_gpu_test disagg_equality_gpu_test fault_transfer_gpu_test)
+       kv_page_copy_gpu_test disagg_equality_gpu_test fault_transfer_gpu_test
+       rmsnorm_quant_gpu_test engine_cuda_ops_fused_act_quant_test)
 [ -f "$dir/build.ninja" ] || cmake -S . -B "$dir" -G Ninja -DTANDEM_CUDA=ON
 cmake --build "$dir" --target "${bins[@]}" "${tests[@]}" -j"$(nproc)"
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/tests"

@@ -83,6 +83,8 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create() {
   if (const char* fuse = std::getenv("TANDEM_FUSED_NORM"); fuse != nullptr) {
     ops->fuse_norm_ = std::string_view(fuse) == "1";
   }
+  ASSIGN_OR_RETURN(ops->fused_act_quant_,
+                   ParseFusedActQuant(std::getenv("TANDEM_FUSED_ACT_QUANT")));
   if (const char* lt = std::getenv("TANDEM_FP8_LT"); lt != nullptr) {
     ops->fp8_lt_enabled_ = std::string_view(lt) != "0";
     ops->fp8_lt_required_ = std::string_view(lt) == "require";
@@ -277,6 +279,17 @@ absl::Status CudaOps::Gemm(const GemmArgs& a) {
   if (!quant_.empty()) {
     if (auto it = quant_.find(a.w); it != quant_.end()) return QuantGemm(a, it->second);
   }
+  if (a.a_norm_weight != nullptr && !GemmFusesNorm(a.m) &&
+      fused_act_quant_ != FusedActQuant::kOff) {
+    // A bf16 weight in a step whose norms run inside the GEMMs for the FP8 ones.
+    if (fused_act_quant_ == FusedActQuant::kRequire) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("TANDEM_FUSED_ACT_QUANT=require: the bf16 GEMM [", a.n, ", ", a.k,
+                       "] was given the norm"));
+    }
+    ASSIGN_OR_RETURN(const GemmArgs plain, NormIntoScratch(a));
+    return Gemm(plain);
+  }
   return Timed(
       [&] {
         return absl::StrCat("gemm m=", a.m, " n=", a.n, " k=", a.k,
@@ -285,7 +298,8 @@ absl::Status CudaOps::Gemm(const GemmArgs& a) {
       [&] { return ::tandem::Gemm(a, stream_); });
 }
 absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
-  if (a.m < 0 || a.n != w.n || a.k != w.k || a.a_norm_weight != nullptr ||
+  if (a.m < 0 || a.n != w.n || a.k != w.k ||
+      (a.a_norm_weight != nullptr && fused_act_quant_ == FusedActQuant::kOff) ||
       a.a_dtype != DType::kBF16 || a.c_dtype != DType::kBF16) {
     return absl::InternalError(absl::StrCat("quantized GEMM: bf16 [", a.n, ", ", a.k,
                                             "] without a fused norm asked of a [", w.n, ", ", w.k,
@@ -295,6 +309,15 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
   if (!fp8_lt_.empty()) {
     ASSIGN_OR_RETURN(const bool done, TryFp8Lt(a, w));
     if (done) return absl::OkStatus();
+  }
+  if (a.a_norm_weight != nullptr) {  // not fused: the norm on its own, then the usual paths
+    if (fused_act_quant_ == FusedActQuant::kRequire) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("TANDEM_FUSED_ACT_QUANT=require: the quantized GEMM [", a.n, ", ", a.k,
+                       "] at m=", a.m, " cannot take the fused RMSNorm + FP8 quantization"));
+    }
+    ASSIGN_OR_RETURN(const GemmArgs plain, NormIntoScratch(a));
+    return QuantGemm(plain, w);
   }
   QuantGemmArgs q = WithActivations(w, a);
   if (q.act_quant != ActQuant::kNone) {
@@ -335,6 +358,25 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
                             a.accumulate ? " +=" : "");
       },
       [&] { return ::tandem::Gemm(dense, stream_); });
+}
+
+absl::StatusOr<GemmArgs> CudaOps::NormIntoScratch(const GemmArgs& a) {
+  if (act_scratch_ == nullptr || a.m > act_scratch_rows_ || a.k > quant_max_act_k_ ||
+      a.a_dtype != DType::kBF16) {
+    return absl::InternalError(absl::StrCat("GEMM with a fused norm: ", a.m, " x ", a.k,
+                                            " bf16 activations beyond the scratch reserved"));
+  }
+  RETURN_IF_ERROR(RmsNorm(RmsNormArgs{.input = a.a,
+                                      .weight = a.a_norm_weight,
+                                      .out = act_scratch_,
+                                      .num_rows = a.m,
+                                      .hidden = a.k,
+                                      .eps = a.a_norm_eps,
+                                      .dtype = a.a_dtype}));
+  GemmArgs plain = a;
+  plain.a = act_scratch_;
+  plain.a_norm_weight = nullptr;
+  return plain;
 }
 
 absl::Status CudaOps::RopeKvStore(const RopeKvStoreArgs& a) {

@@ -22,6 +22,7 @@
 
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
+#include "engine/cuda/fused_act_quant.h"
 #include "engine/model/ops.h"
 #include "kernels/paged_attention/attention_plan.h"
 #include "kernels/quant_gemm/fp8_gemm_lt.h"
@@ -82,9 +83,18 @@ class CudaOps final : public Ops {
   // graph-replayed step (kernels/gemm/WORKLOG.md, step 8): the one-block norm kernel is where the
   // next GEMM prefetches its first weights on idle SMs. Kept as an A/B switch, like
   // TANDEM_OP_PROFILE.
-  // Never with quantized weights (the quantized paths take no a_norm_weight).
+  // Never with quantized weights on that switch (the skinny quantized kernel takes no
+  // a_norm_weight).
+  // TANDEM_FUSED_ACT_QUANT=1 (fused_act_quant.h; 0 off, the default until measured faster,
+  // "require" for tests): steps of more than kQuantSkinnyMaxM tokens on FP8 W8A8 weights run the
+  // norm inside the QKV and gate-up GEMMs, as one RMSNorm + e4m3 quantization kernel writing the
+  // cuBLASLt FP8 GEMM's scratch (kernels/rmsnorm/rmsnorm_quant.h) instead of RmsNorm + the
+  // GEMM's own quantizer; a GEMM given the norm on another path runs it into the activation
+  // scratch first (the same numbers).
   bool FusesNormIntoGemm(int64_t rows) const override {
-    return fuse_norm_ && quant_.empty() && GemmFusesNorm(rows);
+    return (fuse_norm_ && quant_.empty() && GemmFusesNorm(rows)) ||
+           FusesNormForFp8Activations(fused_act_quant_, !fp8_lt_.empty(), act_scratch_ != nullptr,
+                                      rows);
   }
   absl::Status RopeKvStore(const RopeKvStoreArgs& args) override;
   absl::Status PagedAttention(const PagedAttentionArgs& args) override;
@@ -141,7 +151,12 @@ class CudaOps final : public Ops {
   // take the other paths).
   absl::Status AdoptFp8Lt(const QuantizedWeight& host, const QuantGemmArgs& device);
   absl::Status ReserveFp8Lt(int64_t max_tokens);
+  // With args.a_norm_weight: the fused RMSNorm + quantization (rmsnorm_quant.h) fills the scratch
+  // (false when it does not cover the norm: the caller runs NormIntoScratch first).
   absl::StatusOr<bool> TryFp8Lt(const GemmArgs& args, const QuantGemmArgs& w);
+  // A GEMM given a_norm_weight on a path that does not fuse it: the RMSNorm of args.a into the
+  // activation scratch (the bf16 values RmsNorm writes), and args pointing at it without the norm.
+  absl::StatusOr<GemmArgs> NormIntoScratch(const GemmArgs& args);
 
   // Op profile: with TANDEM_OP_PROFILE=N, every N-th step runs op by op with a CUDA event pair
   // around each op, and its table (per op and shape: count, total time, share of the step) is
@@ -152,6 +167,7 @@ class CudaOps final : public Ops {
   void LogProfile();
 
   bool fuse_norm_ = false;
+  FusedActQuant fused_act_quant_ = kFusedActQuantDefault;
   int profile_every_ = 0;
   int64_t num_steps_ = 0;
   bool profiling_ = false;

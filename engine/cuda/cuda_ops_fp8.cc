@@ -1,15 +1,17 @@
 // CudaOps' FP8 W8A8 GEMMs through cuBLASLt (kernels/quant_gemm/fp8_gemm_lt.h): the weights the
 // path covers get their scales packed and uploaded at adoption, one scratch (e4m3 activations,
 // their scales, the block modes' tail) is reserved with the step buffers, and QuantGemm hands
-// the GEMMs UseFp8Lt picks to TryFp8Lt. A refusal (Unimplemented: a configuration cuBLASLt has
-// no algorithm for) falls back to the other paths, logged once per weight (TANDEM_FP8_LT=require:
-// returned as the error).
+// the GEMMs UseFp8Lt picks to TryFp8Lt (with a_norm_weight: the fused RMSNorm + quantization
+// kernel fills the scratch, fused_act_quant.h). A refusal (Unimplemented: a configuration cuBLASLt
+// has no algorithm for) falls back to the other paths, logged once per weight
+// (TANDEM_FP8_LT=require: returned as the error).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
 #include "engine/cuda/cuda_ops.h"
+#include "kernels/rmsnorm/rmsnorm_quant.h"
 
 namespace tandem {
 
@@ -58,12 +60,29 @@ absl::StatusOr<bool> CudaOps::TryFp8Lt(const GemmArgs& a, const QuantGemmArgs& w
     return absl::InternalError(absl::StrCat("FP8 GEMM: ", a.m, " x ", a.k,
                                             " beyond the scratch reserved (ReserveStep first)"));
   }
+  const bool norm = a.a_norm_weight != nullptr;
+  // The norm fused with the quantization: a is the residual stream, nothing bf16 is written.
+  const RmsNormQuantArgs nq{.norm = RmsNormArgs{.input = a.a,
+                                                .weight = a.a_norm_weight,
+                                                .num_rows = a.m,
+                                                .hidden = a.k,
+                                                .eps = a.a_norm_eps,
+                                                .dtype = a.a_dtype},
+                            .act_quant = w.act_quant,
+                            .act_group_size = w.act_group_size,
+                            .scratch = fp8_lt_scratch_,
+                            .scratch_bytes = fp8_lt_scratch_bytes_};
+  if (norm && !RmsNormQuantCovers(nq).ok()) return false;  // the caller normalises first
   const absl::Status st = Timed(
       [&] {
         return absl::StrCat("qgemm fp8 cublaslt m=", a.m, " n=", a.n, " k=", a.k,
-                            a.accumulate ? " +=" : "");
+                            norm ? " +norm" : "", a.accumulate ? " +=" : "");
       },
-      [&] { return Fp8GemmLt(q, it->second, fp8_lt_scratch_, fp8_lt_scratch_bytes_, stream_); });
+      [&] {
+        if (!norm) return Fp8GemmLt(q, it->second, fp8_lt_scratch_, fp8_lt_scratch_bytes_, stream_);
+        return Fp8GemmLtWith(q, it->second, fp8_lt_scratch_, fp8_lt_scratch_bytes_, stream_,
+                             [&] { return RmsNormQuant(nq, stream_); });
+      });
   if (st.ok()) return true;
   if (fp8_lt_required_ || (!absl::IsUnimplemented(st) && !absl::IsInvalidArgument(st))) return st;
   if (fp8_lt_refused_.insert(w.w).second) {

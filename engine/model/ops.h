@@ -144,7 +144,9 @@ class Ops {
   virtual absl::Status RmsNorm(const RmsNormArgs& args) = 0;
   virtual absl::Status Gemm(const GemmArgs& args) = 0;
   // Whether Gemm() takes GemmArgs::a_norm_weight (the RMSNorm fused into the GEMM) for `rows`
-  // activation rows; the model then runs no separate RmsNorm before QKV and gate-up.
+  // activation rows; the model then runs no separate RmsNorm before QKV and gate-up. CUDA: the
+  // batch-1 skinny GEMM (TANDEM_FUSED_NORM=1), and FP8 W8A8 steps of more than 4 tokens
+  // (TANDEM_FUSED_ACT_QUANT=1: the norm and the e4m3 quantization as one kernel).
   virtual bool FusesNormIntoGemm(int64_t rows) const { return false; }
   virtual absl::Status RopeKvStore(const RopeKvStoreArgs& args) = 0;
   // Over the sequences of the last BeginStep (its plan).

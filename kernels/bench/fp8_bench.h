@@ -13,4 +13,11 @@ namespace tandem::bench {
 
 void BenchFp8Gemm(const Ceilings& c);
 
+// kb_bench's "fp8norm" section (not in "all"): the norm in front of QKV (4096 -> 6144) and
+// gate-up (4096 -> 28672) at M = 8 .. 8192, both layouts: RmsNorm then Fp8GemmLt (the norm's bf16
+// output quantized by the GEMM: fp8norm.<layout>.unfused_gemm) against RmsNormQuant writing the
+// codes straight into the GEMM's scratch, then the matmul (Fp8GemmLtWith: .fused_gemm); and the
+// activation side alone (.norm_then_quant, .norm_quant_fused) in TB/s of the bytes each moves.
+void BenchFp8NormGemm(const Ceilings& c);
+
 }  // namespace tandem::bench

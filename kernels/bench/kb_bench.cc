@@ -492,5 +492,6 @@ int main(int argc, char** argv) {
   if (only == "all" || only == "logits") BenchLogits(c);
   if (only == "all" || only == "quant") BenchQuantGemm(c);
   if (only == "fp8") BenchFp8Gemm(c);
+  if (only == "fp8norm") BenchFp8NormGemm(c);
   return 0;
 }

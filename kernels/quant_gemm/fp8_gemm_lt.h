@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common/stream.h"
@@ -107,5 +108,15 @@ absl::Status Fp8LtMatmul(const QuantGemmArgs& args, const Fp8LtWeight& w, void* 
 // the codes and scales come from `w`.
 absl::Status Fp8GemmLt(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
                        int64_t scratch_bytes, cudaStream_t stream);
+// Fp8GemmLt with the activations' quantization done by `quantize` instead of
+// Fp8LtQuantizeActivations: called once the plans are found (an Unimplemented refusal calls
+// nothing and launches nothing), it must enqueue on `stream` what fills the scratch's codes and
+// scales for args.m rows of args.k in this call's layout (fp8_gemm_lt_layout.h), pad rows
+// included; the matmuls follow. args.a is not read (but still checked for alignment): the fused
+// RMSNorm + quantization of kernels/rmsnorm/rmsnorm_quant.h writes the scratch from the norm's
+// input.
+absl::Status Fp8GemmLtWith(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
+                           int64_t scratch_bytes, cudaStream_t stream,
+                           absl::FunctionRef<absl::Status()> quantize);
 
 }  // namespace tandem

@@ -250,9 +250,11 @@ absl::Status Enqueue(LtDevice& dev, Plan& plan, const void* w, const void* w_sca
   return absl::OkStatus();
 }
 
-// Plans for both calls (under dev.mu), then (with `launch`) the matmuls and the tail kernel.
+// Plans for both calls (under dev.mu), then `quantize` (the activations into the scratch), the
+// matmuls and the tail kernel.
 absl::Status Run(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
-                 int64_t scratch_bytes, cudaStream_t stream, bool quantize_first) {
+                 int64_t scratch_bytes, cudaStream_t stream,
+                 absl::FunctionRef<absl::Status()> quantize) {
   RETURN_IF_ERROR(CheckCall(args, w, scratch, scratch_bytes));
   if (args.m <= 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(LtDevice * dev, DeviceContext());
@@ -286,9 +288,7 @@ absl::Status Run(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
   if (split) {
     ASSIGN_OR_RETURN(tail, GetPlan(*dev, calls.tail, calls.modes, w.scales, tail_scales, nullptr));
   }
-  if (quantize_first) {
-    RETURN_IF_ERROR(Fp8LtQuantizeActivations(args, scratch, scratch_bytes, stream));
-  }
+  RETURN_IF_ERROR(quantize());
   if (main != nullptr) {
     RETURN_IF_ERROR(Enqueue(*dev, *main, w.w, w.scales, codes, a_scales, args.bias, args.c,
                             args.accumulate, stream));
@@ -396,12 +396,19 @@ absl::Status Fp8LtInitDevice() { return DeviceContext().status(); }
 
 absl::Status Fp8LtMatmul(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
                          int64_t scratch_bytes, cudaStream_t stream) {
-  return Run(args, w, scratch, scratch_bytes, stream, /*quantize_first=*/false);
+  return Run(args, w, scratch, scratch_bytes, stream, [] { return absl::OkStatus(); });
 }
 
 absl::Status Fp8GemmLt(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
                        int64_t scratch_bytes, cudaStream_t stream) {
-  return Run(args, w, scratch, scratch_bytes, stream, /*quantize_first=*/true);
+  return Run(args, w, scratch, scratch_bytes, stream,
+             [&] { return Fp8LtQuantizeActivations(args, scratch, scratch_bytes, stream); });
+}
+
+absl::Status Fp8GemmLtWith(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
+                           int64_t scratch_bytes, cudaStream_t stream,
+                           absl::FunctionRef<absl::Status()> quantize) {
+  return Run(args, w, scratch, scratch_bytes, stream, quantize);
 }
 
 }  // namespace tandem

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -494,6 +495,79 @@ TEST(EngineCudaTest, QuantizedGraphStepsEqualEagerSteps) {
     std::cout << scheme << " graphs vs eager: " << agreed << " of " << total
               << " tokens identical\n";
   }
+}
+
+// TANDEM_FUSED_ACT_QUANT (engine/cuda/fused_act_quant.h): the norms before QKV and gate-up run
+// inside the FP8 GEMMs as one RMSNorm + e4m3 quantization kernel. Its codes and scales are
+// bit-exact with RmsNorm followed by the FP8 GEMM's own quantizer, so on FP8 checkpoints (per
+// channel and 128x128 blocks; QKV bias on small-qwen2, QK-norm on small-qwen3) every prompt's
+// logits are bitwise those of the unfused path and the greedy tokens the same. "require" (with
+// TANDEM_FP8_LT=require) makes a norm it should have fused and did not an error, so the fused
+// kernel provably ran: six prompts, chunks of 512, so the prefill steps (m = 517 + ..., m % 4 != 0
+// too) and the decode steps of 5-6 sequences (above the skinny kernel's 4) fuse; steps of <= 4
+// tokens keep the norm on its own. Then the engine with CUDA graphs (decode batches captured
+// with the fused kernel) against the unfused engine.
+TEST(EngineCudaTest, FusedActivationQuantizationIsBitwiseTheUnfusedPath) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("TANDEM_FP8_LT", "require", 1), 0);
+  struct FusedCase {
+    const char* preset;
+    Quant quant;
+  };
+  for (const FusedCase& m : {FusedCase{"small-llama3", {.scheme = "fp8-channel"}},
+                             FusedCase{"small-llama3", {.scheme = "fp8-block"}},
+                             FusedCase{"small-qwen2", {.scheme = "fp8-block"}},
+                             FusedCase{"small-qwen2", {.scheme = "fp8-channel"}},
+                             FusedCase{"small-qwen3", {.load_time = "fp8"}}}) {
+    SCOPED_TRACE(std::string(m.preset) + " " + m.quant.Name());
+    const std::string dir = Make(m.preset, 7, m.quant.scheme);
+    std::vector<SeqResult> runs[2];
+    for (int fused : {0, 1}) {
+      ASSERT_EQ(setenv("TANDEM_FUSED_ACT_QUANT", fused ? "require" : "0", 1), 0);
+      absl::StatusOr<std::unique_ptr<Model>> model =
+          LoadModel(dir, Backend::kCuda, m.quant.load_time);
+      ASSERT_TRUE(model.ok()) << model.status();
+      const auto prompts = RandomPrompts({517, 90, 13, 45, 7, 1}, (*model)->config().vocab_size, 5);
+      runs[fused] = GenerateGreedy(**model, prompts, 16, 16, 512, DType::kBF16);
+    }
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      const std::vector<float>& off = runs[0][i].prompt_logits;
+      const std::vector<float>& on = runs[1][i].prompt_logits;
+      ASSERT_EQ(off.size(), on.size());
+      EXPECT_EQ(std::memcmp(off.data(), on.data(), off.size() * sizeof(float)), 0)
+          << "prompt " << i << ": logits differ with the fusion on";
+      ASSERT_EQ(runs[0][i].tokens, runs[1][i].tokens) << "prompt " << i;
+      ASSERT_EQ(runs[0][i].token_logits.size(), runs[1][i].token_logits.size());
+      EXPECT_EQ(std::memcmp(runs[0][i].token_logits.data(), runs[1][i].token_logits.data(),
+                            runs[0][i].token_logits.size() * sizeof(float)),
+                0)
+          << "prompt " << i << ": decode logits differ with the fusion on";
+    }
+    std::cout << m.preset << " " << m.quant.Name()
+              << ": fused activation quantization bitwise equal to the unfused path\n";
+  }
+  // The engine with graphs, fused ("1") and not: the same tokens (up to near ties, should the
+  // two engines batch differently) and graph replays on the fused side.
+  const std::string dir = Make("small-llama3", 7, "fp8-block");
+  std::map<std::string, Generated> got[2];
+  for (int fused : {0, 1}) {
+    ASSERT_EQ(setenv("TANDEM_FUSED_ACT_QUANT", fused ? "1" : "0", 1), 0);
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(CudaOptions(dir));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const auto requests = MixedRequests(24, (*engine)->model_config().vocab_size, 4);
+    got[fused] = RunRequests(**engine, requests, true);
+    EXPECT_GT((*engine)->Stats().num_graph_steps_total, 0) << "no step replayed a graph";
+  }
+  int agreed = 0, total = 0;
+  for (const auto& [id, off] : got[0]) {
+    agreed += ExpectSameUpToNearTie(off.tokens, off.margins, got[1].at(id).tokens, kNearTie, id);
+    total += static_cast<int>(off.tokens.size());
+  }
+  std::cout << "fp8-block engine with graphs, fused vs unfused: " << agreed << " of " << total
+            << " tokens identical\n";
+  ASSERT_EQ(unsetenv("TANDEM_FUSED_ACT_QUANT"), 0);
+  ASSERT_EQ(unsetenv("TANDEM_FP8_LT"), 0);
 }
 
 TEST(EngineCudaTest, LogprobsAreTheModelsLogSoftmax) {
