@@ -300,11 +300,12 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
     } else if (!kv_wire::SamePageShape(hello->layout, layout_)) {
       const auto shape = [](const KvLayout& l) {
         return absl::StrCat(l.num_layers, " layers, page ", l.page_size, ", ", l.num_kv_heads,
-                            " kv heads, head_dim ", l.head_dim, ", ", std::string(DTypeName(l.dtype)));
+                            " kv heads, head_dim ", l.head_dim, ", ",
+                            std::string(DTypeName(l.dtype)));
       };
-      verdict = absl::FailedPreconditionError(
-          absl::StrCat("KV page layouts of prefill and decode differ (sender: ",
-                       shape(hello->layout), "; receiver: ", shape(layout_), ")"));
+      verdict = absl::FailedPreconditionError(absl::StrCat(
+          "KV page layouts of prefill and decode differ (sender: ", shape(hello->layout),
+          "; receiver: ", shape(layout_), ")"));
     } else if (hello->num_pages > static_cast<int>(it->second->pages.size())) {
       verdict = absl::FailedPreconditionError(absl::StrCat("sender has ", hello->num_pages,
                                                            " pages but decode reserved ",

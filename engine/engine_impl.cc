@@ -103,10 +103,9 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
   KvLayout layout = model->KvPoolLayout(options.page_size);
   ASSIGN_OR_RETURN(layout.dtype, KvCacheDtype(options.kv_cache_dtype, layout.dtype));
   if (!model->SupportsKvDtype(layout.dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("kv_cache_dtype %s: this model on the %s backend cannot run a %s KV cache",
-                        options.kv_cache_dtype, BackendName(model->backend()),
-                        KvCacheDtypeName(layout.dtype)));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kv_cache_dtype %s: this model on the %s backend cannot run a %s KV cache",
+        options.kv_cache_dtype, BackendName(model->backend()), KvCacheDtypeName(layout.dtype)));
   }
   const StepCapacity capacity = CapacityFor(options, model->config(), max_model_len,
                                             spec.enabled() ? spec.num_speculative_tokens : 0);
@@ -124,9 +123,9 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
     draft_layout = draft->KvPoolLayout(options.page_size);
     ASSIGN_OR_RETURN(draft_layout.dtype, KvCacheDtype(options.kv_cache_dtype, draft_layout.dtype));
     if (!draft->SupportsKvDtype(draft_layout.dtype)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "kv_cache_dtype %s: the draft model cannot run a %s KV cache", options.kv_cache_dtype,
-          KvCacheDtypeName(draft_layout.dtype)));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("kv_cache_dtype %s: the draft model cannot run a %s KV cache",
+                          options.kv_cache_dtype, KvCacheDtypeName(draft_layout.dtype)));
     }
   }
   ASSIGN_OR_RETURN(const int64_t kv_bytes, KvPoolBytes(options, memory));

@@ -218,12 +218,11 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(r, "routing_policy", &l.routing_policy);
     }
     if (const YAML::Node e = root["engine"]) {
-      CheckKeys(
-          e, "engine",
-          {"page_size", "num_pages", "kv_memory_bytes", "max_num_seqs", "max_num_batched_tokens",
-           "gpu_memory_utilization", "max_model_len", "cuda_graph_sizes", "enforce_eager",
-           "enable_prefix_caching", "async_scheduling", "quantization", "kv_cache_dtype",
-           "speculative_config"});
+      CheckKeys(e, "engine",
+                {"page_size", "num_pages", "kv_memory_bytes", "max_num_seqs",
+                 "max_num_batched_tokens", "gpu_memory_utilization", "max_model_len",
+                 "cuda_graph_sizes", "enforce_eager", "enable_prefix_caching", "async_scheduling",
+                 "quantization", "kv_cache_dtype", "speculative_config"});
       Read(e, "page_size", &l.engine.page_size);
       Read(e, "num_pages", &l.engine.num_pages);
       Read(e, "kv_memory_bytes", &l.engine.kv_memory_bytes);

@@ -294,9 +294,8 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
       "graph_us=%.2f graph_TBps=%.3f items=%d merges=%d graph_plain_us=%.2f "
       "rope_pair_us=%.2f rope_pair_plain_us=%.2f\n",
       fp8 ? "fp8" : "bf16", batch, len, page_size, per_slot ? per_slot : "default", us,
-      bytes / us * 1e-6,
-      bytes / us * 1e-6 / copy_tbs, graph_us, bytes / graph_us * 1e-6, plan.num_items(),
-      plan.num_merges(), graph_plain_us, pair_us, pair_plain_us);
+      bytes / us * 1e-6, bytes / us * 1e-6 / copy_tbs, graph_us, bytes / graph_us * 1e-6,
+      plan.num_items(), plan.num_merges(), graph_plain_us, pair_us, pair_plain_us);
   for (void* p : {kv, q, out}) CK(cudaFree(p));
   for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
 }

@@ -33,8 +33,7 @@ constexpr int Fp8StageBytes() {
 __device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, bool valid) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const int bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(addr), "l"(gmem),
-               "r"(bytes));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(addr), "l"(gmem), "r"(bytes));
 }
 
 // Copies keys [key0, key0 + kKeys) of K and V of view.kv_head (rows >= key_end zero-filled, so
@@ -62,8 +61,8 @@ __device__ __forceinline__ void LoadKvTileFp8(const KvView& view, const Fp8Pages
       const int page_idx = pow2 ? key >> view.page_shift : key / view.page_size;
       const int in_page = pow2 ? key & (view.page_size - 1) : key - page_idx * view.page_size;
       const int64_t page = view.table[page_idx];
-      src = kv + page * geo.page_bytes +
-            (int64_t{view.kv_head} * view.page_size + in_page) * D + col;
+      src =
+          kv + page * geo.page_bytes + (int64_t{view.kv_head} * view.page_size + in_page) * D + col;
     }
     CpAsync16(stage + row * D + col, src, valid);
     CpAsync16(stage + kKeys * D + row * D + col, valid ? src + v_codes : kv, valid);
@@ -89,8 +88,7 @@ __device__ __forceinline__ void LoadKvTileFp8(const KvView& view, const Fp8Pages
 // [0, kRows) of stride D + kRowPad), spread over kThreads threads starting at `tid`.
 template <int D, int kKeys, int kRows, int kThreads>
 __device__ __forceinline__ void DequantizeTileFp8(const uint8_t* stage, int row0,
-                                                  __nv_bfloat16* k_s, __nv_bfloat16* v_s,
-                                                  int tid) {
+                                                  __nv_bfloat16* k_s, __nv_bfloat16* v_s, int tid) {
   constexpr int kChunksPerRow = D / 16;
   const float* scales = reinterpret_cast<const float*>(stage + 2 * kKeys * D);
   for (int c = tid; c < 2 * kRows * kChunksPerRow; c += kThreads) {

@@ -249,9 +249,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     for (int s = 0; s < kDecodeStages - 1; ++s) {
       if (s < tiles) {
         if constexpr (kFp8) {
-          LoadKvTileFp8<D, kDecodeKeys, kDecodeWarps * 32>(view, geo, it.key_begin + s * kDecodeKeys,
-                                                           it.key_end, base8 + s * kStage8,
-                                                           threadIdx.x);
+          LoadKvTileFp8<D, kDecodeKeys, kDecodeWarps * 32>(
+              view, geo, it.key_begin + s * kDecodeKeys, it.key_end, base8 + s * kStage8,
+              threadIdx.x);
         } else {
           LoadDecodeTile<D, kSplit>(view, entries[s], it.key_begin + s * kDecodeKeys, it.key_end,
                                     base + s * 2 * kTile, policy);
@@ -328,14 +328,14 @@ absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan
                                 cudaStream_t stream) {
   constexpr int kSmem = DecodeSmemBytes<D, kFp8>();
   static std::atomic<int> cache[kMaxDevices];
-  ASSIGN_OR_RETURN(const int per_sm, BlocksPerSm(DecodeKernel<D, kSplit, kFp8>, kDecodeWarps * 32,
-                                                 kSmem, cache));
+  ASSIGN_OR_RETURN(const int per_sm,
+                   BlocksPerSm(DecodeKernel<D, kSplit, kFp8>, kDecodeWarps * 32, kSmem, cache));
   const Fp8Pages geo = Fp8Geometry(a);
-  CUDA_RETURN_IF_ERROR(LaunchMaybePdl(
-      DecodeKernel<D, kSplit, kFp8>, dim3(static_cast<unsigned>(NumSms() * per_sm)),
-      dim3(kDecodeWarps * 32), kSmem, stream, /*pdl=*/kSplit && a.overlap_launch, a, plan.items(),
-      plan.merges(), plan.counts(), plan.merge_counters(), plan.partial_out(), plan.partial_lse(),
-      plan.capacity().max_items, geo));
+  CUDA_RETURN_IF_ERROR(
+      LaunchMaybePdl(DecodeKernel<D, kSplit, kFp8>, dim3(static_cast<unsigned>(NumSms() * per_sm)),
+                     dim3(kDecodeWarps * 32), kSmem, stream, /*pdl=*/kSplit && a.overlap_launch, a,
+                     plan.items(), plan.merges(), plan.counts(), plan.merge_counters(),
+                     plan.partial_out(), plan.partial_lse(), plan.capacity().max_items, geo));
   return absl::OkStatus();
 }
 

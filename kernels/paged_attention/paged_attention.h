@@ -29,9 +29,9 @@ struct PagedAttentionArgs {
   int head_dim = 0;
   int page_size = 0;
   int max_pages_per_seq = 0;
-  int64_t q_stride = 0;           // elements between tokens of q; 0 means num_q_heads * head_dim
-  float scale = 0.0f;             // softmax scale, usually 1/sqrt(head_dim)
-  DType dtype = DType::kBF16;     // q and out: kF32 or kBF16
+  int64_t q_stride = 0;        // elements between tokens of q; 0 means num_q_heads * head_dim
+  float scale = 0.0f;          // softmax scale, usually 1/sqrt(head_dim)
+  DType dtype = DType::kBF16;  // q and out: kF32 or kBF16
   // cache: kF32, kBF16 or kF8E4M3 (codes + per-token scales, kernels/common/kv_layout.h)
   DType kv_dtype = DType::kBF16;
   // Programmatic dependent launch (PDL, sm_90) of the CUDA decode kernel (PagedAttentionDecode,

@@ -102,8 +102,8 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 2)
                                                    base8 + ((i + 1) % 2) * kStage8, threadIdx.x);
         } else {
           __nv_bfloat16* buf = base + ((i + 1) % 2) * 2 * kTile;
-          attention::LoadKvTile<D, kPrefillKeys, kThreads>(view, key, it.key_end, buf,
-                                                           buf + kTile, threadIdx.x);
+          attention::LoadKvTile<D, kPrefillKeys, kThreads>(view, key, it.key_end, buf, buf + kTile,
+                                                           threadIdx.x);
         }
       }
       attention::CpAsyncCommit();
@@ -144,10 +144,9 @@ template <int D, bool kFp8>
 absl::Status LaunchPrefill(const PagedAttentionArgs& a, const AttentionPlan& plan,
                            cudaStream_t stream) {
   constexpr int kBf16Tile = 2 * TileElems<D, kPrefillKeys>() * sizeof(__nv_bfloat16);
-  constexpr int kSmem =
-      kPrefillRows * (D + kRowPad) * sizeof(__nv_bfloat16) +
-      (kFp8 ? kPrefillStages * Fp8StageBytes<D, kPrefillKeys>() + kBf16Tile
-            : kPrefillStages * kBf16Tile);
+  constexpr int kSmem = kPrefillRows * (D + kRowPad) * sizeof(__nv_bfloat16) +
+                        (kFp8 ? kPrefillStages * Fp8StageBytes<D, kPrefillKeys>() + kBf16Tile
+                              : kPrefillStages * kBf16Tile);
   static std::atomic<int> cache[kMaxDevices];
   ASSIGN_OR_RETURN(const int per_sm,
                    BlocksPerSm(PrefillKernel<D, kFp8>, kPrefillWarps * 32, kSmem, cache));

@@ -14,8 +14,8 @@
 #include "base/thread_pool.h"
 #include "kernels/common/host_elem.h"
 #include "kernels/common/kv_layout.h"
-#include "kernels/quant_gemm/fp8_e4m3.h"
 #include "kernels/paged_attention/paged_attention.h"
+#include "kernels/quant_gemm/fp8_e4m3.h"
 
 namespace tandem {
 namespace {

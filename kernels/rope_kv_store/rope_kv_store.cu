@@ -124,10 +124,10 @@ __device__ __forceinline__ void RotatePair(const RopeKvStoreArgs& a, int64_t t, 
     if (amax > 0.0f) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const uint32_t cl = __nv_cvt_float_to_fp8(__fdiv_rn(lo[j], scale), __NV_SATFINITE,
-                                                  __NV_E4M3);
-        const uint32_t ch = __nv_cvt_float_to_fp8(__fdiv_rn(hi[j], scale), __NV_SATFINITE,
-                                                  __NV_E4M3);
+        const uint32_t cl =
+            __nv_cvt_float_to_fp8(__fdiv_rn(lo[j], scale), __NV_SATFINITE, __NV_E4M3);
+        const uint32_t ch =
+            __nv_cvt_float_to_fp8(__fdiv_rn(hi[j], scale), __NV_SATFINITE, __NV_E4M3);
         w[j / 4] |= cl << (8 * (j % 4));
         w[2 + j / 4] |= ch << (8 * (j % 4));
       }
@@ -212,8 +212,8 @@ __global__ void __launch_bounds__(kThreads, 4)
 #pragma unroll
       for (int j = 0; j < kPairsPerThread; ++j) {
         const int q = q0 + j * kThreads + threadIdx.x;
-        RotatePair<D, kFp8>(a, t, q, q < pairs, lo[j], hi[j], slot, cos_s[buf], sin_s[buf],
-                            norm_w, fp8);
+        RotatePair<D, kFp8>(a, t, q, q < pairs, lo[j], hi[j], slot, cos_s[buf], sin_s[buf], norm_w,
+                            fp8);
       }
     }
     if (next < a.num_tokens) Angles<D>(a, next_position, cos_s[buf ^ 1], sin_s[buf ^ 1]);

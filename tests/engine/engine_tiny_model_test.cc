@@ -1,8 +1,8 @@
 // The engine over real generated checkpoints (tandem make-model presets, written at test time):
 // the Llama-family CPU forward pass, bf16 paged KV (and fp8: a "<preset>/fp8" parameter runs
-// the same tests with --kv-cache-dtype fp8, tokens compared between fp8 engines). Batching invariance with chunked prefill and
-// preemption, the disaggregated prefill → page copy → decode path, and which checkpoint files
-// the engine needs (no tokenizer unless the config names no EOS).
+// the same tests with --kv-cache-dtype fp8, tokens compared between fp8 engines). Batching
+// invariance with chunked prefill and preemption, the disaggregated prefill → page copy → decode
+// path, and which checkpoint files the engine needs (no tokenizer unless the config names no EOS).
 #include <cstdio>
 #include <cstring>
 #include <fstream>

@@ -25,8 +25,12 @@ TEST(KvLayoutFp8, PageBytesHoldCodesScalesAndPadding) {
   };
   for (const Shape s : {Shape{16, 8, 128}, Shape{1, 1, 64}, Shape{7, 3, 64}, Shape{5, 1, 2},
                         Shape{32, 2, 256}, Shape{3, 1, 1}}) {
-    KvLayout l{.num_layers = 3, .num_pages = 5, .page_size = s.page_size,
-               .num_kv_heads = s.heads, .head_dim = s.dim, .dtype = DType::kF8E4M3};
+    KvLayout l{.num_layers = 3,
+               .num_pages = 5,
+               .page_size = s.page_size,
+               .num_kv_heads = s.heads,
+               .head_dim = s.dim,
+               .dtype = DType::kF8E4M3};
     const int64_t codes = int64_t{2} * s.heads * s.page_size * s.dim;
     const int64_t scales = int64_t{2} * s.heads * s.page_size * 4;
     SCOPED_TRACE(testing::Message() << s.page_size << " " << s.heads << " " << s.dim);
@@ -67,8 +71,12 @@ TEST(KvLayoutFp8, PageBytesHoldCodesScalesAndPadding) {
   b.dtype = DType::kF32;
   EXPECT_EQ(b.PageBytes(), 4 * 2 * 3 * 7 * 64);
   // fp8 pages of a typical shape take (D + 4) / (2 D) of bf16's bytes: ~1.94x the pages.
-  KvLayout f{.num_layers = 1, .num_pages = 1, .page_size = 16, .num_kv_heads = 8,
-             .head_dim = 128, .dtype = DType::kF8E4M3};
+  KvLayout f{.num_layers = 1,
+             .num_pages = 1,
+             .page_size = 16,
+             .num_kv_heads = 8,
+             .head_dim = 128,
+             .dtype = DType::kF8E4M3};
   KvLayout g = f;
   g.dtype = DType::kBF16;
   EXPECT_EQ(f.PageBytes(), 16 * 8 * 2 * 132);
@@ -186,8 +194,8 @@ void RunStore(const StoreCase& c, uint32_t seed) {
           subnormal_codes += (codes[d] & 0x78) == 0 && (codes[d] & 7) != 0;
           // Dequantized error: half an e4m3 step (relative 2^-4, absolute 2^-10 * scale).
           const float back = Fp8E4M3ToF32(codes[d]) * scale;
-          ASSERT_LE(std::fabs(back - x[d]), std::max(std::fabs(x[d]) / 16.0f, scale / 1024.0f) *
-                                                1.0001f);
+          ASSERT_LE(std::fabs(back - x[d]),
+                    std::max(std::fabs(x[d]) / 16.0f, scale / 1024.0f) * 1.0001f);
         }
       }
     }

@@ -26,8 +26,9 @@ using Path = testing::AttentionPath;
 // become NaN codes with a NaN scale.
 std::vector<uint8_t> ToFp8(const AttentionBatch& b, KvLayout* layout) {
   const int64_t page_elems = int64_t{2} * b.num_kv_heads * b.page_size * b.head_dim;
-  *layout = KvLayout{1, static_cast<int>(b.kv.size() / page_elems), b.page_size, b.num_kv_heads,
-                     b.head_dim, DType::kF8E4M3};
+  *layout = KvLayout{1,           static_cast<int>(b.kv.size() / page_elems),
+                     b.page_size, b.num_kv_heads,
+                     b.head_dim,  DType::kF8E4M3};
   std::vector<uint8_t> out(layout->LayerBytes(), 0);
   KvLayout bf = *layout;
   bf.dtype = DType::kBF16;

@@ -138,8 +138,8 @@ void CheckFp8(int num_tokens, int nq, int nkv, int d, int page_size, bool qk_nor
     const int64_t t = static_cast<int64_t>(i) / (int64_t{heads} * d);
     const int h = static_cast<int>(i / d % heads);
     float v = uni(rng);
-    if (t % 9 == 4 && h >= nq + nkv) v = 0.0f;        // all-zero V rows: scale 0
-    if (t % 9 == 5 && i % d == 3) v = 300.0f;         // outliers: subnormal codes elsewhere
+    if (t % 9 == 4 && h >= nq + nkv) v = 0.0f;  // all-zero V rows: scale 0
+    if (t % 9 == 5 && i % d == 3) v = 300.0f;   // outliers: subnormal codes elsewhere
     qkv[i] = F32ToBf16(v);
   }
   std::vector<uint16_t> wq(d), wk(d);
@@ -210,8 +210,8 @@ TEST(RopeKvStoreGpuTest, Fp8CacheBitExact) {
   TANDEM_SKIP_WITHOUT_GPU();
   CheckFp8(1, 32, 8, 128, 16, false, 11);
   CheckFp8(500, 32, 8, 128, 16, false, 12);
-  CheckFp8(77, 8, 8, 64, 7, true, 13);     // page 7: pages padded to 16 bytes
-  CheckFp8(40, 16, 1, 256, 1, true, 14);   // page 1, head_dim 256 (16 lanes per head)
+  CheckFp8(77, 8, 8, 64, 7, true, 13);    // page 7: pages padded to 16 bytes
+  CheckFp8(40, 16, 1, 256, 1, true, 14);  // page 1, head_dim 256 (16 lanes per head)
   CheckFp8(130, 28, 4, 128, 64, true, 15);
 }
 

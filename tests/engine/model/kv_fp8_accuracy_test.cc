@@ -58,9 +58,10 @@ TEST(KvFp8Accuracy, EachArchitectureAgainstBf16Kv) {
   // dequantize) gives KL of order 1 and chance agreement (1/vocab).
   constexpr double kMaxKl = 0.035;
   constexpr double kMinTop1 = 0.75;
-  std::printf("\n| preset (random weights, seed 7) | KL(bf16 KV || fp8 KV) nats | top-1 | "
-              "greedy tokens agreeing (of %d x %d) |\n| --- | --- | --- | --- |\n",
-              kPrompts, kNewTokens);
+  std::printf(
+      "\n| preset (random weights, seed 7) | KL(bf16 KV || fp8 KV) nats | top-1 | "
+      "greedy tokens agreeing (of %d x %d) |\n| --- | --- | --- | --- |\n",
+      kPrompts, kNewTokens);
   for (const std::string preset :
        {"tiny-llama3", "tiny-llama2", "tiny-mistral", "tiny-qwen2", "tiny-qwen3-untied"}) {
     MakeModelOptions o;
