@@ -84,6 +84,54 @@ __device__ __forceinline__ void LoadKvTileFp8(const KvView& view, const Fp8Pages
   }
 }
 
+// LoadKvTileFp8 for power-of-two pages of >= 4 tokens (decode_tile_copy.cuh's fast path, same
+// contract): `entries` holds the tile's block-table entries one per lane (TileTableEntries), so
+// a chunk's page is one shuffle and its address one 32 x 32 -> 64-bit multiply-add. Every thread
+// of the kThreads must call it (the shuffles); threadIdx.x < kThreads.
+template <int D, int kKeys, int kThreads>
+__device__ __forceinline__ void CopyTileFp8TablePerLane(const KvView& view, const Fp8Pages& geo,
+                                                        int32_t entries, int key0, int key_end,
+                                                        uint8_t* stage) {
+  constexpr int kChunksPerRow = D / 16;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static_assert(kThreads % kChunksPerRow == 0 && kKeys % kRowsPerPass == 0, "even split");
+  static_assert(kThreads >= kKeys, "one scale row per thread");
+  const int shift = view.page_shift;
+  const int mask = (1 << shift) - 1;
+  const auto page_bytes = static_cast<uint32_t>(geo.page_bytes);
+  const uint32_t v_codes = (static_cast<uint32_t>(view.num_kv_heads) << shift) * D;
+  const uint32_t v_scales = (static_cast<uint32_t>(view.num_kv_heads) << shift) * 4;
+  const auto* kv = reinterpret_cast<const uint8_t*>(view.kv);
+  const int r0 = threadIdx.x / kChunksPerRow;
+  const int col = (threadIdx.x % kChunksPerRow) * 16;
+  const int first_row = (key0 & mask) + r0;      // rows counted from the tile's first page
+  const int row_end = key_end - (key0 & ~mask);  // rows below it hold keys
+  const uint8_t* head = kv + (static_cast<uint32_t>(view.kv_head) << shift) * D + col;
+#pragma unroll
+  for (int i = 0; i < kKeys / kRowsPerPass; ++i) {
+    const int row = first_row + i * kRowsPerPass;
+    const uint32_t page = __shfl_sync(0xffffffffu, entries, row >> shift);
+    const uint8_t* src = head + (uint64_t{page} * page_bytes + (row & mask) * D);
+    const bool valid = row < row_end;
+    const int dst = (r0 + i * kRowsPerPass) * D + col;
+    CpAsync16(stage + dst, src, valid);
+    CpAsync16(stage + kKeys * D + dst, src + v_codes, valid);
+  }
+  // Scales: thread t < kKeys copies tile row t's K and V scale (all lanes shuffle).
+  const int t = threadIdx.x % kKeys;
+  const int srow = (key0 & mask) + t;
+  const uint32_t page = __shfl_sync(0xffffffffu, entries, srow >> shift);
+  if (threadIdx.x < kKeys) {
+    const uint8_t* src =
+        kv + (uint64_t{page} * page_bytes + geo.scale_start +
+              ((static_cast<uint32_t>(view.kv_head) << shift) + (srow & mask)) * 4);
+    const bool valid = srow < row_end;
+    float* scales = reinterpret_cast<float*>(stage + 2 * kKeys * D);
+    CpAsync4(scales + t, src, valid);
+    CpAsync4(scales + kKeys + t, src + v_scales, valid);
+  }
+}
+
 // Dequantizes rows [row0, row0 + kRows) of K and V of `stage` into k_s / v_s (bf16, rows
 // [0, kRows) of stride D + kRowPad), spread over kThreads threads starting at `tid`.
 template <int D, int kKeys, int kRows, int kThreads>

@@ -9,7 +9,8 @@
 // split of a range combines the splits (attention_combine.cuh).
 //
 // FP8 cache (kF8E4M3): the pipeline stages hold the tiles' e4m3 codes and per-token scales
-// (fp8_tile.cuh, plain 16-byte copies: no block-table-per-lane fast path and no L2 hint yet);
+// (fp8_tile.cuh: 16-byte copies, the block-table-per-lane fast path for pages of >= 4 tokens, no
+// L2 hint yet);
 // each warp dequantizes its quarter of a tile into a bf16 tile in shared memory and runs the
 // same ProcessTile.
 #include <cuda_bf16.h>
@@ -156,6 +157,18 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
 // with the evict-first L2 policy `policy`, else as plain copies (copies carrying an
 // evict-normal policy measured ~10% slower than plain ones at batch 32-256: WORKLOG.md step 5).
 // `entries`: TileTableEntries of the tile where TablePerLane(view), else unused.
+template <int D>
+__device__ __forceinline__ void LoadDecodeTileFp8(const KvView& view, const Fp8Pages& geo,
+                                                  int32_t entries, int key0, int key_end,
+                                                  uint8_t* stage) {
+  constexpr int kThreads = kDecodeWarps * 32;
+  if (attention::TablePerLane(view)) {
+    CopyTileFp8TablePerLane<D, kDecodeKeys, kThreads>(view, geo, entries, key0, key_end, stage);
+  } else {
+    LoadKvTileFp8<D, kDecodeKeys, kThreads>(view, geo, key0, key_end, stage, threadIdx.x);
+  }
+}
+
 template <int D, bool kEvictFirst>
 __device__ __forceinline__ void LoadDecodeTile(const KvView& view, int32_t entries, int key0,
                                                int key_end, __nv_bfloat16* buf, uint64_t policy) {
@@ -249,9 +262,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     for (int s = 0; s < kDecodeStages - 1; ++s) {
       if (s < tiles) {
         if constexpr (kFp8) {
-          LoadKvTileFp8<D, kDecodeKeys, kDecodeWarps * 32>(
-              view, geo, it.key_begin + s * kDecodeKeys, it.key_end, base8 + s * kStage8,
-              threadIdx.x);
+          LoadDecodeTileFp8<D>(view, geo, entries[s], it.key_begin + s * kDecodeKeys, it.key_end,
+                               base8 + s * kStage8);
         } else {
           LoadDecodeTile<D, kSplit>(view, entries[s], it.key_begin + s * kDecodeKeys, it.key_end,
                                     base + s * 2 * kTile, policy);
@@ -275,9 +287,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
       const int next = i + kDecodeStages - 1;
       if (next < tiles) {
         if constexpr (kFp8) {
-          LoadKvTileFp8<D, kDecodeKeys, kDecodeWarps * 32>(
-              view, geo, it.key_begin + next * kDecodeKeys, it.key_end,
-              base8 + (next % kDecodeStages) * kStage8, threadIdx.x);
+          LoadDecodeTileFp8<D>(view, geo, next_entries, it.key_begin + next * kDecodeKeys,
+                               it.key_end, base8 + (next % kDecodeStages) * kStage8);
         } else {
           LoadDecodeTile<D, kSplit>(view, next_entries, it.key_begin + next * kDecodeKeys,
                                     it.key_end, base + (next % kDecodeStages) * 2 * kTile, policy);
