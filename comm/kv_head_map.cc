@@ -106,6 +106,13 @@ absl::Status CheckMappable(const KvGroupShape& src, const KvGroupShape& dst) {
         src.page_size, " vs ", dst.page_size, ", head_dim ", src.head_dim, " vs ", dst.head_dim,
         ", dtype ", static_cast<int>(src.dtype), " vs ", static_cast<int>(dst.dtype), ")"));
   }
+  // An FP8 page holds its codes, then its scales (kv_layout.h): the per-head runs of
+  // HeadCopyRuns would cut through them. Whole pages (same TP, other PP) map fine.
+  if (src.dtype == DType::kF8E4M3 && src.tensor_parallel != dst.tensor_parallel) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "FP8 KV pages between groups of different tensor_parallel (", src.tensor_parallel, " vs ",
+        dst.tensor_parallel, ") are not mapped: use the same TP, or --kv-cache-dtype bf16"));
+  }
   return absl::OkStatus();
 }
 

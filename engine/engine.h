@@ -56,6 +56,11 @@ struct EngineOptions {
   // checkpoint (engine/model/quant_config.h); a quantized checkpoint is read in its own format.
   // Applies to the target model, not a draft.
   std::string quantization = "";
+  // vLLM's --kv-cache-dtype: "auto" (the model's: bf16, or fp32 for an fp32 model), "bf16" or
+  // "fp8" (e4m3 codes with one fp32 scale per token and KV head: kernels/common/kv_layout.h;
+  // about 1.9x the pages of bf16 in the same memory). Target and draft pools alike; a model or
+  // backend that cannot run the dtype is refused at Create (never a silent fallback).
+  std::string kv_cache_dtype = "auto";
   // Automatic prefix caching (vLLM's --enable-prefix-caching, on by default): full pages of a
   // request's tokens stay cached after it ends, keyed by their chained hash (base/page_hash.h),
   // and a new request reuses its longest cached prefix. Requests added with AddRequest use it;

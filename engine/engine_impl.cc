@@ -101,6 +101,12 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
   const absl::Time start = Clock::Real()->Now();
   ASSIGN_OR_RETURN(const int max_model_len, ResolveMaxModelLen(options, model->config()));
   KvLayout layout = model->KvPoolLayout(options.page_size);
+  ASSIGN_OR_RETURN(layout.dtype, KvCacheDtype(options.kv_cache_dtype, layout.dtype));
+  if (!model->SupportsKvDtype(layout.dtype)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kv_cache_dtype %s: this model on the %s backend cannot run a %s KV cache",
+        options.kv_cache_dtype, BackendName(model->backend()), KvCacheDtypeName(layout.dtype)));
+  }
   const StepCapacity capacity = CapacityFor(options, model->config(), max_model_len,
                                             spec.enabled() ? spec.num_speculative_tokens : 0);
   RETURN_IF_ERROR(model->ReserveStep(capacity));
@@ -115,6 +121,12 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
     ASSIGN_OR_RETURN(const DeviceMemoryInfo draft_memory, draft->MemoryInfo());
     memory.own_bytes += draft_memory.own_bytes;
     draft_layout = draft->KvPoolLayout(options.page_size);
+    ASSIGN_OR_RETURN(draft_layout.dtype, KvCacheDtype(options.kv_cache_dtype, draft_layout.dtype));
+    if (!draft->SupportsKvDtype(draft_layout.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("kv_cache_dtype %s: the draft model cannot run a %s KV cache",
+                          options.kv_cache_dtype, KvCacheDtypeName(draft_layout.dtype)));
+    }
   }
   ASSIGN_OR_RETURN(const int64_t kv_bytes, KvPoolBytes(options, memory));
   if (options.num_pages > 0) {
@@ -141,7 +153,7 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
                      KvCache::Create(layout, std::make_unique<DeviceKvMemory>(std::move(pool))));
   }
   LOG(INFO) << "KV cache: " << layout.num_pages << " pages of " << layout.page_size << " tokens, "
-            << (layout.PoolBytes() >> 20) << " MiB";
+            << KvCacheDtypeName(layout.dtype) << ", " << (layout.PoolBytes() >> 20) << " MiB";
   const absl::Time capture_start = Clock::Real()->Now();
   // With speculation, verify steps (1 + k tokens per sequence) get graphs of their own.
   const ModelPrepareOptions prepare{

@@ -1,6 +1,7 @@
 #include "engine/kv_budget.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_format.h"
 #include "base/logging.h"
@@ -31,6 +32,27 @@ absl::StatusOr<int64_t> KvPoolBytes(const EngineOptions& o, const DeviceMemoryIn
                         m.total_bytes >> 20, m.free_bytes >> 20));
   }
   return kv;
+}
+
+absl::StatusOr<DType> KvCacheDtype(std::string_view kv_cache_dtype, DType model_default) {
+  if (kv_cache_dtype == "auto") return model_default;
+  if (kv_cache_dtype == "bf16") return DType::kBF16;
+  if (kv_cache_dtype == "fp8") return DType::kF8E4M3;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "kv_cache_dtype must be auto, bf16 or fp8, got '%s'", std::string(kv_cache_dtype)));
+}
+
+std::string_view KvCacheDtypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF32:
+      return "fp32";
+    case DType::kF8E4M3:
+      return "fp8";
+    default:
+      return DTypeName(dtype);
+  }
 }
 
 }  // namespace tandem

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
@@ -25,5 +26,11 @@ inline constexpr int64_t kDefaultCpuKvBytes = int64_t{256} << 20;
 // InvalidArgument for a utilization outside (0, 1]; ResourceExhausted, with the numbers, when
 // that leaves no room.
 absl::StatusOr<int64_t> KvPoolBytes(const EngineOptions& options, const DeviceMemoryInfo& memory);
+
+// The KV pool dtype EngineOptions::kv_cache_dtype names: "auto" -> `model_default`, "bf16",
+// "fp8" (kF8E4M3); anything else is InvalidArgument.
+absl::StatusOr<DType> KvCacheDtype(std::string_view kv_cache_dtype, DType model_default);
+// The --kv-cache-dtype spelling of a pool dtype: "bf16", "fp32", "fp8".
+std::string_view KvCacheDtypeName(DType dtype);
 
 }  // namespace tandem

@@ -47,6 +47,11 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
                  "Quantize an unquantized checkpoint's linear layers at load time: fp8, int8 or "
                  "int4 (a quantized checkpoint is read in its own format)")
       ->check(CLI::IsMember({"fp8", "int8", "int4"}));
+  app.add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                 "KV cache dtype: auto (the model's), bf16 or fp8 (e4m3 with a scale per token "
+                 "and KV head; ~1.9x the pages)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8"}))
+      ->capture_default_str();
   SpeculativeConfig& s = o.speculative;
   app.add_option("--speculative-method", f->speculative_method,
                  "Speculative decoding: none, ngram (prompt lookup) or draft (a draft model)")

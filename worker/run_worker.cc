@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/listen_error.h"
 #include "base/logging.h"
+#include "engine/kv_budget.h"
 #include "rpc/cluster_auth.h"
 #include "worker/router_client.h"
 
@@ -115,6 +116,8 @@ int RunWorker(int argc, char** argv, WorkerRole default_role, const ServiceFacto
     }
     metrics = *std::move(m);
     if (o.role != WorkerRole::kMixed) metrics->SetKvTransport(KvTransportKindName(o.kv_transport));
+    const KvLayout& kv = (*engine)->kv_layout();
+    metrics->SetKvCache(std::string(KvCacheDtypeName(kv.dtype)), kv.page_size, kv.num_pages);
   }
   Clock* const clock = Clock::Real();  // a process runs on real time
   WorkerEnv env{&o, metrics.get(), engine->get(), clock};

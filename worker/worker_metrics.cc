@@ -97,6 +97,11 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
                           .Help("The configured KV transport (--kv-transport), as a label")
                           .Labels(labels)
                           .Register(r);
+  m->kv_cache_ = &BuildGauge()
+                      .Name("tandem_worker_kv_cache_info")
+                      .Help("KV pool pages, labelled with their dtype (--kv-cache-dtype) and size")
+                      .Labels(labels)
+                      .Register(r);
   m->running_ = gauge("tandem:num_requests_running", "Requests in this engine's running batch");
   m->waiting_ = gauge("tandem:num_requests_waiting", "Requests queued in this engine");
   m->batches_in_flight_ =
@@ -162,6 +167,11 @@ void WorkerMetrics::ObserveKvTransfer(double s, int64_t bytes, const std::string
   kv_transfer_bytes_->Observe(static_cast<double>(bytes));
   kv_paths_->Add({{"path", path}}).Increment();
 }
+void WorkerMetrics::SetKvCache(const std::string& kv_cache_dtype, int page_size, int num_pages) {
+  kv_cache_->Add({{"kv_cache_dtype", kv_cache_dtype}, {"page_size", std::to_string(page_size)}})
+      .Set(num_pages);
+}
+
 void WorkerMetrics::SetKvTransport(const std::string& kind) {
   kv_transport_->Add({{"kv_transport", kind}}).Set(1);
 }

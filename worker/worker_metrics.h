@@ -56,6 +56,9 @@ class WorkerMetrics {
   // The configured KV transport (--kv-transport: tcp, ipc, nccl or auto), exported as
   // tandem_worker_kv_transport_info{kv_transport} = 1.
   void SetKvTransport(const std::string& kind);
+  // The KV pool (--kv-cache-dtype; pages of page_size tokens), exported as
+  // tandem_worker_kv_cache_info{kv_cache_dtype, page_size} = num_pages.
+  void SetKvCache(const std::string& kv_cache_dtype, int page_size, int num_pages);
   void CountKvTransferFailure(const std::string& reason);
   void ObserveFirstDecodeStep(double seconds);
   void ObserveRequestDuration(double seconds);
@@ -82,6 +85,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Counter>* kv_failures_ = nullptr;
   prometheus::Family<prometheus::Counter>* kv_paths_ = nullptr;
   prometheus::Family<prometheus::Gauge>* kv_transport_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* kv_cache_ = nullptr;
   prometheus::Gauge* running_ = nullptr;
   prometheus::Gauge* waiting_ = nullptr;
   prometheus::Gauge* batches_in_flight_ = nullptr;

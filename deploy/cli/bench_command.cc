@@ -33,6 +33,7 @@
 #include "deploy/cli/bench_model_math.h"
 #include "deploy/cli/commands.h"
 #include "engine/engine.h"
+#include "engine/kv_budget.h"
 #include "engine/model/quant_config.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine_flags.h"
@@ -360,6 +361,7 @@ int RunBench(BenchOptions& o) {
   }
   const double startup_s = absl::ToDoubleSeconds(Clock::Real()->Now() - start);
   const ModelConfig config = (*engine)->model_config();
+  const KvLayout kv = (*engine)->kv_layout();
   absl::StatusOr<std::pair<double, std::string>> linear = LinearBytes(o, config);
   if (!linear.ok()) {
     std::cerr << "bench: " << linear.status() << "\n";
@@ -370,6 +372,8 @@ int RunBench(BenchOptions& o) {
                  {"backend", BackendName(o.engine.engine.backend)},
                  {"startup_s", startup_s},
                  {"enforce_eager", o.engine.engine.enforce_eager},
+                 {"kv_cache_dtype", std::string(KvCacheDtypeName(kv.dtype))},
+                 {"kv_pages", kv.num_pages},
                  {"enable_prefix_caching", o.engine.engine.enable_prefix_caching},
                  {"async_scheduling", o.engine.engine.async_scheduling},
                  {"speculative_method", SpecMethodName(o.engine.engine.speculative.method)},
@@ -379,9 +383,9 @@ int RunBench(BenchOptions& o) {
                  {"linear_bytes_per_weight", linear->first}};
   std::cout << absl::StrFormat(
       "bench: %s on %s, start-up %.1f s, weights %s (%.3f bytes per projection weight in the "
-      "floors)\n",
+      "floors), KV cache %s: %d pages of %d tokens\n",
       config.model_type, BackendName(o.engine.engine.backend), startup_s, linear->second,
-      linear->first);
+      linear->first, KvCacheDtypeName(kv.dtype), kv.num_pages, kv.page_size);
   for (absl::string_view s : absl::StrSplit(o.scenarios, ',', absl::SkipEmpty())) {
     absl::StatusOr<json> r = absl::InvalidArgumentError(absl::StrCat("unknown scenario ", s));
     if (s == "latency") r = bench.Latency();

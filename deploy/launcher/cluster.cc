@@ -54,6 +54,7 @@ std::vector<std::string> EngineFlags(const Layout& l) {
   if (!e.enable_prefix_caching) flags.push_back("--no-enable-prefix-caching");
   if (!e.async_scheduling) flags.push_back("--no-async-scheduling");
   if (!e.quantization.empty()) flags.insert(flags.end(), {"--quantization", e.quantization});
+  if (e.kv_cache_dtype != "auto") flags.insert(flags.end(), {"--kv-cache-dtype", e.kv_cache_dtype});
   if (e.speculative_method != "none") {
     flags.insert(flags.end(), {"--speculative-method", e.speculative_method,
                                "--num-speculative-tokens", std::to_string(e.num_speculative_tokens),

@@ -135,6 +135,11 @@ absl::Status Validate(const Layout& l) {
       }
     }
   }
+  const std::string& kv = l.engine.kv_cache_dtype;
+  if (kv != "auto" && kv != "bf16" && kv != "fp8") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: kv_cache_dtype '", kv, "' (want auto, bf16 or fp8)"));
+  }
   const std::string& method = l.engine.speculative_method;
   if (method != "none" && method != "ngram" && method != "draft") {
     return absl::InvalidArgumentError(
@@ -214,11 +219,11 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(r, "routing_policy", &l.routing_policy);
     }
     if (const YAML::Node e = root["engine"]) {
-      CheckKeys(
-          e, "engine",
-          {"page_size", "num_pages", "kv_memory_bytes", "max_num_seqs", "max_num_batched_tokens",
-           "gpu_memory_utilization", "max_model_len", "cuda_graph_sizes", "enforce_eager",
-           "enable_prefix_caching", "async_scheduling", "quantization", "speculative_config"});
+      CheckKeys(e, "engine",
+                {"page_size", "num_pages", "kv_memory_bytes", "max_num_seqs",
+                 "max_num_batched_tokens", "gpu_memory_utilization", "max_model_len",
+                 "cuda_graph_sizes", "enforce_eager", "enable_prefix_caching", "async_scheduling",
+                 "quantization", "kv_cache_dtype", "speculative_config"});
       Read(e, "page_size", &l.engine.page_size);
       Read(e, "num_pages", &l.engine.num_pages);
       Read(e, "kv_memory_bytes", &l.engine.kv_memory_bytes);
@@ -231,6 +236,7 @@ absl::StatusOr<Layout> ParseLayout(const std::string& yaml_text) {
       Read(e, "enable_prefix_caching", &l.engine.enable_prefix_caching);
       Read(e, "async_scheduling", &l.engine.async_scheduling);
       Read(e, "quantization", &l.engine.quantization);
+      Read(e, "kv_cache_dtype", &l.engine.kv_cache_dtype);
       if (const YAML::Node s = e["speculative_config"]) {
         CheckKeys(s, "engine.speculative_config",
                   {"method", "num_speculative_tokens", "model", "prompt_lookup_min",

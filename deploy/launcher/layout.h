@@ -30,6 +30,8 @@
 //            enable_prefix_caching: true, async_scheduling: true,
 //            quantization: "",     # --quantization: "" | fp8 | int8 | int4 (load time, on an
 //                                  # unquantized checkpoint; not with TP / PP > 1)
+//            kv_cache_dtype: auto, # --kv-cache-dtype: auto | bf16 | fp8 (every group alike:
+//                                  # prefill and decode pages must match)
 //            speculative_config: {method: ngram, num_speculative_tokens: 4,   # vLLM's fields
 //                                 prompt_lookup_min: 1, prompt_lookup_max: 3, model: /draft}}
 //   groups:
@@ -68,6 +70,7 @@ struct EngineSpec {
   bool enable_prefix_caching = true;
   bool async_scheduling = true;
   std::string quantization;  // the workers' --quantization; empty: none (or the checkpoint's)
+  std::string kv_cache_dtype = "auto";  // the workers' --kv-cache-dtype
   // speculative_config (decode and mixed workers; prefill workers do not speculate).
   std::string speculative_method = "none";  // none | ngram | draft
   int num_speculative_tokens = 0;

@@ -65,6 +65,11 @@ class LlamaModel final : public Model {
 
   const ModelConfig& config() const override { return config_; }
   Backend backend() const override { return backend_; }
+  // CPU: fp32, bf16 and fp8 pools; CUDA: bf16 and fp8 (the kernels' cache dtypes).
+  bool SupportsKvDtype(DType dtype) const override {
+    return dtype == DType::kBF16 || dtype == DType::kF8E4M3 ||
+           (dtype == DType::kF32 && backend_ == Backend::kCpu);
+  }
   absl::StatusOr<StepOutput> Step(const StepInputs& inputs, const KvLayout& layout,
                                   void* kv_pool) override;
   // On CUDA a launched step is queued on the backend's stream (Model::Launch); Collect reads the

@@ -59,6 +59,9 @@ class Model {
   // pages for an fp32 model and bf16 otherwise. A tensor-parallel group stacks its ranks'
   // pools as more layers of fewer heads (parallel_model.h).
   virtual KvLayout KvPoolLayout(int page_size) const;
+  // Whether Step can run a pool of `dtype` pages (EngineOptions::kv_cache_dtype). The default:
+  // only KvPoolLayout's own dtype.
+  virtual bool SupportsKvDtype(DType dtype) const { return dtype == KvPoolLayout(1).dtype; }
 
   // Runs the decoder on `inputs` (storing each new token's K/V at its slot of `kv_pool`, laid out
   // as `layout`: kernels/common/kv_layout.h) and samples each logits row with inputs.sampling.

@@ -83,6 +83,9 @@ class ParallelModel final : public Model {
   const ModelConfig& config() const override { return config_; }
   Backend backend() const override { return Backend::kCpu; }
   KvLayout KvPoolLayout(int page_size) const override;
+  bool SupportsKvDtype(DType dtype) const override {
+    return ranks_.front().model->SupportsKvDtype(dtype);
+  }
   absl::StatusOr<StepOutput> Step(const StepInputs& inputs, const KvLayout& layout,
                                   void* kv_pool) override;
   bool SupportsAsyncSteps() const override { return parallel_.pipeline_parallel > 1; }

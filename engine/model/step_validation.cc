@@ -19,7 +19,7 @@ absl::Status CheckLayout(const ModelConfig& c, const KvLayout& l) {
                             ", head_dim ", l.head_dim, ") does not match the model (", c.num_layers,
                             ", ", c.num_kv_heads, ", ", c.head_dim, ")"));
   }
-  if (l.dtype != DType::kF32 && l.dtype != DType::kBF16) {
+  if (l.dtype != DType::kF32 && l.dtype != DType::kBF16 && l.dtype != DType::kF8E4M3) {
     return Bad(absl::StrCat("KV dtype ", std::string(DTypeName(l.dtype)), " is not supported"));
   }
   if (l.page_size <= 0 || l.num_pages <= 0) return Bad("KV layout has no pages");

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/common/kv_layout.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/rope_kv_store/rope_kv_store.h"
 
@@ -119,10 +120,19 @@ double GemmTflops() {
   return 2.0 * n * n * double{n} / us * 1e-6;
 }
 
-// Decode: batch of `batch` sequences of `len` keys, one new token each.
-void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPlan& plan) {
+// Decode: batch of `batch` sequences of `len` keys, one new token each. kv_dtype kF8E4M3: an fp8
+// cache (codes + per-token scales); TBps then counts the fp8 page bytes read (codes + scales).
+void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPlan& plan,
+                 DType kv_dtype = DType::kBF16) {
   const int pages_per_seq = (len + page_size - 1) / page_size;
-  const int64_t page_bytes = int64_t{2} * kNkv * page_size * kD * 2;
+  const KvLayout page_layout{.num_layers = 1,
+                             .num_pages = 1,
+                             .page_size = page_size,
+                             .num_kv_heads = kNkv,
+                             .head_dim = kD,
+                             .dtype = kv_dtype};
+  const bool fp8 = page_layout.fp8();
+  const int64_t page_bytes = page_layout.PageBytes();
   const int64_t set_bytes = int64_t{batch} * pages_per_seq * page_bytes;
   // TANDEM_BENCH_SETS (diagnostic): rotate over that many sets instead (1: K/V reread from L2).
   const char* sets_env = std::getenv("TANDEM_BENCH_SETS");
@@ -134,7 +144,12 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   CK(cudaMalloc(&kv, num_pages * page_bytes));
   CK(cudaMalloc(&q, int64_t{batch} * kNq * kD * 2));
   CK(cudaMalloc(&out, int64_t{batch} * kNq * kD * 2));
-  FillRandomBf16(kv, num_pages * page_bytes / 2, 4);
+  if (fp8) {
+    // Codes 0x38 (1.0) and scales of bytes 0x38383838 (4.4e-5): finite values throughout.
+    CK(cudaMemset(kv, 0x38, num_pages * page_bytes));
+  } else {
+    FillRandomBf16(kv, num_pages * page_bytes / 2, 4);
+  }
   FillRandomBf16(q, int64_t{batch} * kNq * kD, 5);
   // The block tables name a random permutation of the pool's pages (as an engine's allocator
   // after a while). TANDEM_BENCH_CONTIGUOUS_PAGES=1 (diagnostic): pages in pool order instead.
@@ -168,6 +183,7 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   a.page_size = page_size;
   a.max_pages_per_seq = pages_per_seq;
   a.scale = 1.0f / std::sqrt(float{kD});
+  a.kv_dtype = kv_dtype;
   const double us = MedianUs(
       [&](int i) {
         a.block_tables = tables + int64_t{i % sets} * batch * pages_per_seq;
@@ -234,7 +250,8 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
                        .num_kv_heads = kNkv,
                        .head_dim = kD,
                        .page_size = page_size,
-                       .num_pages = static_cast<int>(num_pages)};
+                       .num_pages = static_cast<int>(num_pages),
+                       .kv_dtype = kv_dtype};
   auto pair = [&](bool pdl) {
     return [&, pdl](int i) {
       RopeKvStoreArgs r = rope;
@@ -269,15 +286,16 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
     DecodeTracePrint(label);
   }
 #endif
-  const double bytes = double(batch) * len * kNkv * kD * 2 * 2;
+  // K and V bytes read: bf16 values, or fp8 codes plus their fp32 scales.
+  const double bytes = double(batch) * len * kNkv * 2 * (fp8 ? kD + 4 : kD * 2);
   const char* per_slot = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
   std::printf(
-      "RESULT kernel=decode B=%d L=%d page=%d ips=%s us=%.2f TBps=%.3f frac_copy=%.3f "
+      "RESULT kernel=decode kv=%s B=%d L=%d page=%d ips=%s us=%.2f TBps=%.3f frac_copy=%.3f "
       "graph_us=%.2f graph_TBps=%.3f items=%d merges=%d graph_plain_us=%.2f "
       "rope_pair_us=%.2f rope_pair_plain_us=%.2f\n",
-      batch, len, page_size, per_slot ? per_slot : "default", us, bytes / us * 1e-6,
-      bytes / us * 1e-6 / copy_tbs, graph_us, bytes / graph_us * 1e-6, plan.num_items(),
-      plan.num_merges(), graph_plain_us, pair_us, pair_plain_us);
+      fp8 ? "fp8" : "bf16", batch, len, page_size, per_slot ? per_slot : "default", us,
+      bytes / us * 1e-6, bytes / us * 1e-6 / copy_tbs, graph_us, bytes / graph_us * 1e-6,
+      plan.num_items(), plan.num_merges(), graph_plain_us, pair_us, pair_plain_us);
   for (void* p : {kv, q, out}) CK(cudaFree(p));
   for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
 }
@@ -533,6 +551,26 @@ int main(int argc, char** argv) {
       for (const auto& c : kDecodeShapes) BenchDecodeAsPrefill(c[0], c[1], c[2], **plan);
     }
     unsetenv("TANDEM_PREFILL_KERNEL");
+    return 0;
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "decode_fp8") {
+    // FP8 KV decode beside bf16 at the same shapes (batch >= 32, context >= 4k, and small
+    // batches), with the copy ceiling; TBps of the fp8 rows counts fp8 page bytes.
+    const double copy = CopyTbs();
+    std::printf("RESULT kernel=ceiling copy_TBps=%.3f gemm_TFLOPs=0\n", copy);
+    auto plan = AttentionPlan::Create({});
+    CHECK_OK(plan.status());
+    for (const auto& c : {std::array{32, 4096, 16},
+                          {64, 4096, 16},
+                          {128, 4096, 16},
+                          {256, 4096, 16},
+                          {32, 8192, 16},
+                          {32, 4096, 64},
+                          {1, 8192, 16},
+                          {8, 4096, 16}}) {
+      BenchDecode(c[0], c[1], c[2], copy, **plan, DType::kBF16);
+      BenchDecode(c[0], c[1], c[2], copy, **plan, DType::kF8E4M3);
+    }
     return 0;
   }
   if (argc == 5 && std::string_view(argv[1]) == "one") {

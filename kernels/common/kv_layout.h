@@ -13,6 +13,19 @@
 // contiguous elements per (page, head).
 //
 // A *slot* is page * page_size + offset-in-page: where one token's K/V go in every layer.
+//
+// FP8 (dtype kF8E4M3, --kv-cache-dtype fp8): a page holds the e4m3 codes in the layout above,
+// then one fp32 scale per (K|V, kv head, token), then zero padding to a multiple of 16 bytes:
+//
+//   page  [2][num_kv_heads][page_size][head_dim] e4m3 codes
+//         [2][num_kv_heads][page_size]           fp32 scales   (value = code * scale; from a
+//                                                 4-byte aligned offset)
+//         pad to 16 bytes
+//
+// so a page is still one contiguous byte range (transfers, prefix cache and page copies carry
+// the scales unchanged). Sizes and offsets below count units of DTypeSize(dtype) bytes: for fp8 a
+// unit is one byte and PageElems() includes the scales and the padding, so
+// `PageOffset(l, p) * DTypeSize(dtype)` is the page's byte offset for every dtype.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +42,19 @@ struct KvLayout {
   int head_dim = 0;
   DType dtype = DType::kBF16;
 
-  int64_t PageElems() const { return int64_t{2} * num_kv_heads * page_size * head_dim; }
+  static constexpr int64_t kFp8PageAlign = 16;  // bytes; fp8 pages are padded to a multiple
+
+  bool fp8() const { return dtype == DType::kF8E4M3; }
+  // Elements holding K/V values (codes for fp8) in one page: 2 * num_kv_heads * page_size * dim.
+  int64_t PageCodeElems() const { return int64_t{2} * num_kv_heads * page_size * head_dim; }
+  // fp8: byte offset of the scales within a page (the codes' size rounded up to 4 bytes).
+  int64_t PageScaleStart() const { return (PageCodeElems() + 3) / 4 * 4; }
+  // Units of one page: the codes, plus for fp8 the scales and the padding (see above).
+  int64_t PageElems() const {
+    if (!fp8()) return PageCodeElems();
+    const int64_t bytes = PageScaleStart() + int64_t{2} * num_kv_heads * page_size * 4;
+    return (bytes + kFp8PageAlign - 1) / kFp8PageAlign * kFp8PageAlign;
+  }
   int64_t PageBytes() const { return PageElems() * DTypeSize(dtype); }
   int64_t LayerElems() const { return PageElems() * num_pages; }
   int64_t LayerBytes() const { return LayerElems() * DTypeSize(dtype); }
@@ -45,6 +70,14 @@ struct KvLayout {
     const int64_t offset = slot % page_size;
     return page * PageElems() +
            ((int64_t{kv} * num_kv_heads + head) * page_size + offset) * head_dim;
+  }
+  // fp8 only: byte offset, within one layer's pages, of the fp32 scale of K (kv = 0) or V of
+  // one token slot.
+  int64_t ScaleOffset(int64_t slot, int kv, int head) const {
+    const int64_t page = slot / page_size;
+    const int64_t offset = slot % page_size;
+    return page * PageElems() + PageScaleStart() +
+           ((int64_t{kv} * num_kv_heads + head) * page_size + offset) * 4;
   }
 };
 

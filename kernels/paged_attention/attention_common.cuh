@@ -8,8 +8,10 @@
 
 #include "absl/status/statusor.h"
 #include "base/cuda_check.h"
+#include "kernels/common/kv_layout.h"
 #include "kernels/common/launch_config.cuh"
 #include "kernels/paged_attention/attention_tile.cuh"
+#include "kernels/paged_attention/fp8_tile.cuh"
 #include "kernels/paged_attention/paged_attention.h"
 
 namespace tandem::attention {
@@ -82,8 +84,9 @@ __device__ void StoreOutput(const PagedAttentionArgs& a, const WarpRows<D>& w, W
 }
 
 inline absl::Status CheckArgs(const PagedAttentionArgs& a, const AttentionPlan& plan) {
-  if (a.dtype != DType::kBF16 || a.kv_dtype != DType::kBF16) {
-    return absl::InvalidArgumentError("CUDA paged attention supports bf16 q/out/cache only");
+  if (a.dtype != DType::kBF16 || (a.kv_dtype != DType::kBF16 && a.kv_dtype != DType::kF8E4M3)) {
+    return absl::InvalidArgumentError(
+        "CUDA paged attention supports bf16 q/out and a bf16 or fp8 cache only");
   }
   if (a.head_dim != 64 && a.head_dim != 128) {
     return absl::InvalidArgumentError("CUDA paged attention supports head_dim 64 and 128");
@@ -95,6 +98,17 @@ inline absl::Status CheckArgs(const PagedAttentionArgs& a, const AttentionPlan& 
     return absl::InvalidArgumentError("paged attention: head_dim above the plan's capacity");
   }
   return absl::OkStatus();
+}
+
+// The fp8 page geometry of `a`'s layer (unused for a bf16 cache).
+inline Fp8Pages Fp8Geometry(const PagedAttentionArgs& a) {
+  const KvLayout l{.num_layers = 1,
+                   .num_pages = 1,
+                   .page_size = a.page_size,
+                   .num_kv_heads = a.num_kv_heads,
+                   .head_dim = a.head_dim,
+                   .dtype = a.kv_dtype};
+  return Fp8Pages{l.PageBytes(), l.PageScaleStart()};
 }
 
 }  // namespace tandem::attention

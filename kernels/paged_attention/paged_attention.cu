@@ -7,6 +7,12 @@
 // kDecodeStages-deep cp.async pipeline of kDecodeKeys-key tiles; each warp computes a quarter
 // of every tile, the warps merge at the end of the item, and the CTA that finishes the last
 // split of a range combines the splits (attention_combine.cuh).
+//
+// FP8 cache (kF8E4M3): the pipeline stages hold the tiles' e4m3 codes and per-token scales
+// (fp8_tile.cuh: 16-byte copies, the block-table-per-lane fast path for pages of >= 4 tokens, no
+// L2 hint yet);
+// each warp dequantizes its quarter of a tile into a bf16 tile in shared memory and runs the
+// same ProcessTile.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -17,6 +23,7 @@
 #include "kernels/paged_attention/attention_combine.cuh"
 #include "kernels/paged_attention/attention_common.cuh"
 #include "kernels/paged_attention/decode_tile_copy.cuh"
+#include "kernels/paged_attention/fp8_tile.cuh"
 #include "kernels/paged_attention/paged_attention.h"
 
 #ifdef TANDEM_DECODE_TRACE
@@ -59,12 +66,14 @@ constexpr int MergeStride() {
 }
 
 // Dynamic shared memory of the decode kernel: the K/V pipeline, reused by the warp merge.
-template <int D>
+// kFp8: the stages hold fp8 tiles, followed by one bf16 K/V tile the warps dequantize into.
+template <int D, bool kFp8 = false>
 constexpr int DecodeSmemBytes() {
-  static_assert(attention::CombineStageBytes<D, kDecodeWarps * 32>() <=
-                    kDecodeStages * 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16),
+  constexpr int kBf16Tile = 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
+  constexpr int kPipe = kFp8 ? kDecodeStages * Fp8StageBytes<D, kDecodeKeys>() + kBf16Tile
+                             : kDecodeStages * kBf16Tile;
+  static_assert(attention::CombineStageBytes<D, kDecodeWarps * 32>() <= kPipe,
                 "the split combine stages its rows in the K/V pipeline's shared memory");
-  constexpr int kPipe = kDecodeStages * 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
   constexpr int kMerge =
       kDecodeWarps * kDecodeRows * (MergeStride<D>() + 2) * static_cast<int>(sizeof(float));
   return kPipe > kMerge ? kPipe : kMerge;
@@ -148,6 +157,18 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
 // with the evict-first L2 policy `policy`, else as plain copies (copies carrying an
 // evict-normal policy measured ~10% slower than plain ones at batch 32-256: WORKLOG.md step 5).
 // `entries`: TileTableEntries of the tile where TablePerLane(view), else unused.
+template <int D>
+__device__ __forceinline__ void LoadDecodeTileFp8(const KvView& view, const Fp8Pages& geo,
+                                                  int32_t entries, int key0, int key_end,
+                                                  uint8_t* stage) {
+  constexpr int kThreads = kDecodeWarps * 32;
+  if (attention::TablePerLane(view)) {
+    CopyTileFp8TablePerLane<D, kDecodeKeys, kThreads>(view, geo, entries, key0, key_end, stage);
+  } else {
+    LoadKvTileFp8<D, kDecodeKeys, kThreads>(view, geo, key0, key_end, stage, threadIdx.x);
+  }
+}
+
 template <int D, bool kEvictFirst>
 __device__ __forceinline__ void LoadDecodeTile(const KvView& view, int32_t entries, int key0,
                                                int key_end, __nv_bfloat16* buf, uint64_t policy) {
@@ -182,15 +203,19 @@ __device__ __forceinline__ int32_t DecodeTileEntries(const KvView& view, int key
 // copies before griddepcontrol.wait when they all end before the item's first new token (the one
 // position range the kernel ahead in the stream may be writing); everything else comes after it.
 // Without PDL the wait is a no-op.
-template <int D, bool kSplit>
+template <int D, bool kSplit, bool kFp8>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     DecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
                  const AttentionMergeItem* merges, const int32_t* counts, int32_t* counters,
-                 uint16_t* partial_out, float* partial_lse, int max_items) {
+                 uint16_t* partial_out, float* partial_lse, int max_items, const Fp8Pages geo) {
   extern __shared__ uint4 smem_raw[];
   constexpr int kTile = TileElems<D, kDecodeKeys>();
   constexpr int kSub = kDecodeWarpKeys * (D + kRowPad);  // one warp's quarter of a tile
+  constexpr int kStage8 = Fp8StageBytes<D, kDecodeKeys>();
   auto* base = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  auto* base8 = reinterpret_cast<uint8_t*>(smem_raw);
+  // fp8: the bf16 tile after the fp8 stages; warp w dequantizes into its quarter.
+  auto* deq = reinterpret_cast<__nv_bfloat16*>(base8 + kDecodeStages * kStage8);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float scale_log2 = a.scale * attention::kLog2e;
   bool waited = false;  // griddepcontrol.wait passed: q, the new K/V rows and outputs are ours
@@ -236,8 +261,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
 #pragma unroll
     for (int s = 0; s < kDecodeStages - 1; ++s) {
       if (s < tiles) {
-        LoadDecodeTile<D, kSplit>(view, entries[s], it.key_begin + s * kDecodeKeys, it.key_end,
-                                  base + s * 2 * kTile, policy);
+        if constexpr (kFp8) {
+          LoadDecodeTileFp8<D>(view, geo, entries[s], it.key_begin + s * kDecodeKeys, it.key_end,
+                               base8 + s * kStage8);
+        } else {
+          LoadDecodeTile<D, kSplit>(view, entries[s], it.key_begin + s * kDecodeKeys, it.key_end,
+                                    base + s * 2 * kTile, policy);
+        }
       }
       attention::CpAsyncCommit();
     }
@@ -256,8 +286,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     for (int i = 0; i < tiles; ++i) {
       const int next = i + kDecodeStages - 1;
       if (next < tiles) {
-        LoadDecodeTile<D, kSplit>(view, next_entries, it.key_begin + next * kDecodeKeys, it.key_end,
-                                  base + (next % kDecodeStages) * 2 * kTile, policy);
+        if constexpr (kFp8) {
+          LoadDecodeTileFp8<D>(view, geo, next_entries, it.key_begin + next * kDecodeKeys,
+                               it.key_end, base8 + (next % kDecodeStages) * kStage8);
+        } else {
+          LoadDecodeTile<D, kSplit>(view, next_entries, it.key_begin + next * kDecodeKeys,
+                                    it.key_end, base + (next % kDecodeStages) * 2 * kTile, policy);
+        }
       }
       attention::CpAsyncCommit();
       next_entries = DecodeTileEntries(view, it.key_begin + (next + 1) * kDecodeKeys, it.key_end);
@@ -266,7 +301,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
       if (i == 0) DECODE_TRACE(2, 0);
       const __nv_bfloat16* buf = base + (i % kDecodeStages) * 2 * kTile + warp * kSub;
       const int key0 = it.key_begin + i * kDecodeKeys + warp * kDecodeWarpKeys;
+      if constexpr (kFp8) buf = deq + warp * kSub;
       if (key0 < w.max_limit) {
+        if constexpr (kFp8) {
+          DequantizeTileFp8<D, kDecodeKeys, kDecodeWarpKeys, 32>(
+              base8 + (i % kDecodeStages) * kStage8, warp * kDecodeWarpKeys, deq + warp * kSub,
+              deq + kTile + warp * kSub, lane);
+          __syncwarp();
+        }
         attention::ProcessTile<D, kDecodeWarpKeys>(acc, buf, buf + kTile, key0, w.limit,
                                                    key0 + kDecodeWarpKeys > w.min_limit, scale_log2,
                                                    lane);
@@ -292,18 +334,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
 // PDL (a.overlap_launch) only for the split variant: there each launch is a few microseconds and
 // the overlap took 10-14% off (H200, WORKLOG.md step 10); plans without splits measured -2.4% to
 // +1.9% with it (contexts of 16k lost), so they launch plain.
-template <int D, bool kSplit>
+template <int D, bool kSplit, bool kFp8>
 absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan& plan,
                                 cudaStream_t stream) {
-  constexpr int kSmem = DecodeSmemBytes<D>();
+  constexpr int kSmem = DecodeSmemBytes<D, kFp8>();
   static std::atomic<int> cache[kMaxDevices];
   ASSIGN_OR_RETURN(const int per_sm,
-                   BlocksPerSm(DecodeKernel<D, kSplit>, kDecodeWarps * 32, kSmem, cache));
+                   BlocksPerSm(DecodeKernel<D, kSplit, kFp8>, kDecodeWarps * 32, kSmem, cache));
+  const Fp8Pages geo = Fp8Geometry(a);
   CUDA_RETURN_IF_ERROR(
-      LaunchMaybePdl(DecodeKernel<D, kSplit>, dim3(static_cast<unsigned>(NumSms() * per_sm)),
+      LaunchMaybePdl(DecodeKernel<D, kSplit, kFp8>, dim3(static_cast<unsigned>(NumSms() * per_sm)),
                      dim3(kDecodeWarps * 32), kSmem, stream, /*pdl=*/kSplit && a.overlap_launch, a,
                      plan.items(), plan.merges(), plan.counts(), plan.merge_counters(),
-                     plan.partial_out(), plan.partial_lse(), plan.capacity().max_items));
+                     plan.partial_out(), plan.partial_lse(), plan.capacity().max_items, geo));
   return absl::OkStatus();
 }
 
@@ -313,8 +356,12 @@ absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan
 template <int D>
 absl::Status LaunchDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
                           cudaStream_t stream) {
-  if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true>(a, plan, stream);
-  return LaunchDecodeKernel<D, false>(a, plan, stream);
+  if (a.kv_dtype == DType::kF8E4M3) {
+    if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true, true>(a, plan, stream);
+    return LaunchDecodeKernel<D, false, true>(a, plan, stream);
+  }
+  if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true, false>(a, plan, stream);
+  return LaunchDecodeKernel<D, false, false>(a, plan, stream);
 }
 
 }  // namespace

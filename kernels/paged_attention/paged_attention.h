@@ -29,10 +29,11 @@ struct PagedAttentionArgs {
   int head_dim = 0;
   int page_size = 0;
   int max_pages_per_seq = 0;
-  int64_t q_stride = 0;           // elements between tokens of q; 0 means num_q_heads * head_dim
-  float scale = 0.0f;             // softmax scale, usually 1/sqrt(head_dim)
-  DType dtype = DType::kBF16;     // q and out: kF32 or kBF16
-  DType kv_dtype = DType::kBF16;  // cache: kF32 or kBF16
+  int64_t q_stride = 0;        // elements between tokens of q; 0 means num_q_heads * head_dim
+  float scale = 0.0f;          // softmax scale, usually 1/sqrt(head_dim)
+  DType dtype = DType::kBF16;  // q and out: kF32 or kBF16
+  // cache: kF32, kBF16 or kF8E4M3 (codes + per-token scales, kernels/common/kv_layout.h)
+  DType kv_dtype = DType::kBF16;
   // Programmatic dependent launch (PDL, sm_90) of the CUDA decode kernel (PagedAttentionDecode,
   // for plans with split merges, i.e. small batches; larger batches, the prefill path and the
   // reference ignore it: kernels/paged_attention/WORKLOG.md, step 10). The kernel may then start
@@ -48,7 +49,8 @@ struct PagedAttentionArgs {
   bool overlap_launch = true;
 };
 
-// CPU reference: any head_dim, kF32/kBF16 everywhere, any q_len. Multi-threaded.
+// CPU reference: any head_dim, kF32/kBF16 q/out, kF32/kBF16/kF8E4M3 cache, any q_len.
+// Multi-threaded.
 void PagedAttentionRef(const PagedAttentionArgs& args);
 
 // CUDA (sm_90a), bf16 q/out/cache, head_dim 64 or 128, any page_size. `plan` must have been

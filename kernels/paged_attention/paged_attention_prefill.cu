@@ -3,7 +3,9 @@
 // Paged prefill attention on sm_90a, FlashAttention-2 style (mma.sync), for chunked prefill:
 // ragged prompt chunks attend causally to their own tokens and to the pages already cached.
 // A 4-warp CTA takes items of 128 packed rows with the queries staged in shared memory; the
-// warps share each double-buffered 64-key tile, 32 rows each (prefill_tile.cuh).
+// warps share each double-buffered 64-key tile, 32 rows each (prefill_tile.cuh). An fp8 cache
+// (fp8_tile.cuh): the two stages hold fp8 codes + scales, and the CTA dequantizes each tile into
+// one bf16 tile before the warps read it (the Hopper kernel takes bf16 caches only).
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -44,15 +46,19 @@ __device__ void LoadQueryTile(const PagedAttentionArgs& a, const AttentionWorkIt
 
 // A 4-warp CTA per item of kPrefillRows packed rows; warp w owns rows [32 w, 32 w + 32) (two
 // mma row tiles) and all warps share each double-buffered kPrefillKeys-key tile.
-template <int D>
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(kPrefillWarps * 32, 2)
     PrefillKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
-                  const int32_t* counts) {
+                  const int32_t* counts, const Fp8Pages geo) {
   extern __shared__ uint4 smem_raw[];
   constexpr int kTile = TileElems<D, kPrefillKeys>();
   constexpr int kM = kPrefillRows / (16 * kPrefillWarps);
+  constexpr int kStage8 = Fp8StageBytes<D, kPrefillKeys>();
+  constexpr int kThreads = kPrefillWarps * 32;
   auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   auto* base = q_s + kPrefillRows * (D + kRowPad);
+  auto* base8 = reinterpret_cast<uint8_t*>(base);  // fp8: the stages, then the bf16 tile
+  auto* deq = reinterpret_cast<__nv_bfloat16*>(base8 + kPrefillStages * kStage8);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float scale_log2 = a.scale * attention::kLog2e;
   const int num_items = counts[0];
@@ -80,19 +86,37 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 2)
     const int tiles = (it.key_end - it.key_begin + kPrefillKeys - 1) / kPrefillKeys;
     __syncthreads();  // the previous item no longer reads q_s or the last tile
     LoadQueryTile<D>(a, it, q_s);
-    attention::LoadKvTile<D, kPrefillKeys, kPrefillWarps * 32>(view, it.key_begin, it.key_end, base,
-                                                               base + kTile, threadIdx.x);
+    if constexpr (kFp8) {
+      LoadKvTileFp8<D, kPrefillKeys, kThreads>(view, geo, it.key_begin, it.key_end, base8,
+                                               threadIdx.x);
+    } else {
+      attention::LoadKvTile<D, kPrefillKeys, kThreads>(view, it.key_begin, it.key_end, base,
+                                                       base + kTile, threadIdx.x);
+    }
     attention::CpAsyncCommit();
     for (int i = 0; i < tiles; ++i) {
       if (i + 1 < tiles) {
-        __nv_bfloat16* buf = base + ((i + 1) % 2) * 2 * kTile;
-        attention::LoadKvTile<D, kPrefillKeys, kPrefillWarps * 32>(
-            view, it.key_begin + (i + 1) * kPrefillKeys, it.key_end, buf, buf + kTile, threadIdx.x);
+        const int key = it.key_begin + (i + 1) * kPrefillKeys;
+        if constexpr (kFp8) {
+          LoadKvTileFp8<D, kPrefillKeys, kThreads>(view, geo, key, it.key_end,
+                                                   base8 + ((i + 1) % 2) * kStage8, threadIdx.x);
+        } else {
+          __nv_bfloat16* buf = base + ((i + 1) % 2) * 2 * kTile;
+          attention::LoadKvTile<D, kPrefillKeys, kThreads>(view, key, it.key_end, buf, buf + kTile,
+                                                           threadIdx.x);
+        }
       }
       attention::CpAsyncCommit();
       attention::CpAsyncWait<1>();
       __syncthreads();
       const __nv_bfloat16* buf = base + (i % 2) * 2 * kTile;
+      if constexpr (kFp8) {
+        // deq is free: the previous tile's readers passed the barrier at the loop's end.
+        DequantizeTileFp8<D, kPrefillKeys, kPrefillKeys, kThreads>(base8 + (i % 2) * kStage8, 0,
+                                                                   deq, deq + kTile, threadIdx.x);
+        __syncthreads();
+        buf = deq;
+      }
       const int key0 = it.key_begin + i * kPrefillKeys;
       // Two 32-key halves: keeps the score fragments at 32 registers (no spills at D = 128).
 #pragma unroll
@@ -116,17 +140,18 @@ __global__ void __launch_bounds__(kPrefillWarps * 32, 2)
   }
 }
 
-template <int D>
+template <int D, bool kFp8>
 absl::Status LaunchPrefill(const PagedAttentionArgs& a, const AttentionPlan& plan,
                            cudaStream_t stream) {
-  constexpr int kSmem =
-      (kPrefillStages * 2 * TileElems<D, kPrefillKeys>() + kPrefillRows * (D + kRowPad)) *
-      sizeof(__nv_bfloat16);
+  constexpr int kBf16Tile = 2 * TileElems<D, kPrefillKeys>() * sizeof(__nv_bfloat16);
+  constexpr int kSmem = kPrefillRows * (D + kRowPad) * sizeof(__nv_bfloat16) +
+                        (kFp8 ? kPrefillStages * Fp8StageBytes<D, kPrefillKeys>() + kBf16Tile
+                              : kPrefillStages * kBf16Tile);
   static std::atomic<int> cache[kMaxDevices];
   ASSIGN_OR_RETURN(const int per_sm,
-                   BlocksPerSm(PrefillKernel<D>, kPrefillWarps * 32, kSmem, cache));
-  PrefillKernel<D>
-      <<<NumSms() * per_sm, kPrefillWarps * 32, kSmem, stream>>>(a, plan.items(), plan.counts());
+                   BlocksPerSm(PrefillKernel<D, kFp8>, kPrefillWarps * 32, kSmem, cache));
+  PrefillKernel<D, kFp8><<<NumSms() * per_sm, kPrefillWarps * 32, kSmem, stream>>>(
+      a, plan.items(), plan.counts(), Fp8Geometry(a));
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
@@ -148,11 +173,14 @@ absl::Status PagedAttentionPrefill(const PagedAttentionArgs& args, const Attenti
   if (!fa2 && attention::Sm90PrefillSupported(args)) {
     return attention::LaunchPrefillSm90(args, plan, stream);
   }
+  const bool fp8 = args.kv_dtype == DType::kF8E4M3;
   switch (args.head_dim) {
     case 64:
-      return attention::LaunchPrefill<64>(args, plan, stream);
+      return fp8 ? attention::LaunchPrefill<64, true>(args, plan, stream)
+                 : attention::LaunchPrefill<64, false>(args, plan, stream);
     case 128:
-      return attention::LaunchPrefill<128>(args, plan, stream);
+      return fp8 ? attention::LaunchPrefill<128, true>(args, plan, stream)
+                 : attention::LaunchPrefill<128, false>(args, plan, stream);
   }
   return absl::InvalidArgumentError("unsupported head_dim");
 }

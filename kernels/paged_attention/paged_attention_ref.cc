@@ -7,12 +7,15 @@
 // kQueryBlock * group rows, and the inner loops run over contiguous fp32 (vectorisable).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/common/host_elem.h"
+#include "kernels/common/kv_layout.h"
 #include "kernels/paged_attention/paged_attention.h"
+#include "kernels/quant_gemm/fp8_e4m3.h"
 
 namespace tandem {
 namespace {
@@ -28,7 +31,28 @@ struct WorkItem {
 
 // Copies K and V of KV head `kv_head` for positions [0, len) of sequence `seq` into k, v
 // ([len][head_dim] fp32 each).
+// An fp8 cache is dequantized here: code * its row's scale, in fp32.
 void GatherKv(const PagedAttentionArgs& a, int seq, int kv_head, int64_t len, float* k, float* v) {
+  if (a.kv_dtype == DType::kF8E4M3) {
+    const KvLayout layout{.num_layers = 1,
+                          .page_size = a.page_size,
+                          .num_kv_heads = a.num_kv_heads,
+                          .head_dim = a.head_dim,
+                          .dtype = a.kv_dtype};
+    const int32_t* table = a.block_tables + int64_t{seq} * a.max_pages_per_seq;
+    const auto* bytes = static_cast<const uint8_t*>(a.kv_layer);
+    for (int64_t pos = 0; pos < len; ++pos) {
+      const int64_t slot = int64_t{table[pos / a.page_size]} * a.page_size + pos % a.page_size;
+      for (int kv = 0; kv < 2; ++kv) {
+        float scale;
+        std::memcpy(&scale, bytes + layout.ScaleOffset(slot, kv, kv_head), sizeof(scale));
+        const uint8_t* codes = bytes + layout.SlotOffset(slot, kv, kv_head);
+        float* dst = (kv == 0 ? k : v) + pos * a.head_dim;
+        for (int d = 0; d < a.head_dim; ++d) dst[d] = Fp8E4M3ToF32(codes[d]) * scale;
+      }
+    }
+    return;
+  }
   const int32_t* table = a.block_tables + int64_t{seq} * a.max_pages_per_seq;
   const int64_t head_elems = int64_t{a.page_size} * a.head_dim;
   const int64_t page_elems = 2 * a.num_kv_heads * head_elems;
@@ -95,7 +119,8 @@ void RunItem(const PagedAttentionArgs& a, const WorkItem& item) {
 
 void CheckArgs(const PagedAttentionArgs& a) {
   CHECK(a.dtype == DType::kF32 || a.dtype == DType::kBF16) << DTypeName(a.dtype);
-  CHECK(a.kv_dtype == DType::kF32 || a.kv_dtype == DType::kBF16) << DTypeName(a.kv_dtype);
+  CHECK(a.kv_dtype == DType::kF32 || a.kv_dtype == DType::kBF16 || a.kv_dtype == DType::kF8E4M3)
+      << DTypeName(a.kv_dtype);
   CHECK_GT(a.num_kv_heads, 0);
   CHECK_EQ(a.num_q_heads % a.num_kv_heads, 0);
   CHECK_GT(a.head_dim, 0);

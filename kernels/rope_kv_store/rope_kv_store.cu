@@ -9,11 +9,18 @@
 // The numerics follow RopeKvStoreRef: fp32 math, angle = float(position) * inv_freq[i] with an
 // accurate sincosf (angles reach 10^5 rad), one rounding to bf16; the cache gets the rounded
 // value.
+//
+// FP8 cache (kF8E4M3, kernels/common/kv_layout.h): the lanes of one K/V head (D / 16 of them)
+// take the amax of the head's bf16-rounded row with a shuffle reduction, every lane writes its
+// 2 x 8 codes e4m3(x / scale) (__fdiv_rn, RNE, satfinite) and the head's first lane its fp32
+// scale = amax / 448 (0 for an all-zero row), as RopeKvStoreRef does, bit for bit.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 
 #include "base/cuda_check.h"
+#include "kernels/common/kv_layout.h"
 #include "kernels/common/launch_config.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/rope_kv_store/rope_kv_store.h"
@@ -23,6 +30,12 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kPairsPerThread = 2;  // 48 heads x 8 pairs (D = 128) = 384 pairs per token
+
+// Byte geometry of an fp8 page (KvLayout's, computed on the host).
+struct Fp8Pages {
+  int64_t page_bytes = 0;   // KvLayout::PageBytes()
+  int64_t scale_start = 0;  // KvLayout::PageScaleStart()
+};
 
 __device__ __forceinline__ void Unpack(const uint4& u, float (&v)[8]) {
   const auto* h = reinterpret_cast<const __nv_bfloat162*>(&u);
@@ -45,11 +58,12 @@ __device__ __forceinline__ uint4 Pack(const float (&v)[8]) {
 // Normalises (optionally) and rotates pair q of the token's row (head q / (D/16), chunks
 // part = q % (D/16) and part + D/16: lo, hi); stores them back and, for K and V, into the cache.
 // Every lane must call this (the QK-norm shuffles), valid or not. norm_w: [2][D] fp32, q then k.
-template <int D>
+// kFp8: the cache is fp8 pages of geometry `fp8`.
+template <int D, bool kFp8>
 __device__ __forceinline__ void RotatePair(const RopeKvStoreArgs& a, int64_t t, int q, bool valid,
                                            const uint4& lo_raw, const uint4& hi_raw, int32_t slot,
                                            const float* cos_s, const float* sin_s,
-                                           const float* norm_w) {
+                                           const float* norm_w, const Fp8Pages& fp8) {
   constexpr int kPerHead = D / 8, kHalf = D / 16;
   const int heads = a.num_q_heads + 2 * a.num_kv_heads;
   const int h = q / kHalf, part = q % kHalf;
@@ -90,6 +104,43 @@ __device__ __forceinline__ void RotatePair(const RopeKvStoreArgs& a, int64_t t, 
   if (is_q || slot < 0) return;
   const int kv = is_v ? 1 : 0;
   const int kv_head = h - a.num_q_heads - kv * a.num_kv_heads;
+  if constexpr (kFp8) {
+    // The lanes of this head (kHalf consecutive lanes, all valid, all storing: one token) reduce
+    // the amax of the values the bf16 store would write.
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      lo[j] = __bfloat162float(__float2bfloat16_rn(lo[j]));
+      hi[j] = __bfloat162float(__float2bfloat16_rn(hi[j]));
+      amax = fmaxf(amax, fmaxf(fabsf(lo[j]), fabsf(hi[j])));
+    }
+    const int lane = threadIdx.x & 31;
+    const unsigned group = (kHalf == 32 ? 0xffffffffu : ((1u << kHalf) - 1u))
+                           << (lane & ~(kHalf - 1));
+#pragma unroll
+    for (int o = 1; o < kHalf; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(group, amax, o));
+    const float scale = __fdiv_rn(amax, 448.0f);
+    uint32_t w[4] = {0, 0, 0, 0};  // lo codes in w[0..1], hi codes in w[2..3]
+    if (amax > 0.0f) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint32_t cl =
+            __nv_cvt_float_to_fp8(__fdiv_rn(lo[j], scale), __NV_SATFINITE, __NV_E4M3);
+        const uint32_t ch =
+            __nv_cvt_float_to_fp8(__fdiv_rn(hi[j], scale), __NV_SATFINITE, __NV_E4M3);
+        w[j / 4] |= cl << (8 * (j % 4));
+        w[2 + j / 4] |= ch << (8 * (j % 4));
+      }
+    }
+    const int64_t page = slot / a.page_size;
+    const int64_t row = (int64_t{kv} * a.num_kv_heads + kv_head) * a.page_size + slot % a.page_size;
+    char* page_base = static_cast<char*>(a.kv_layer) + page * fp8.page_bytes;
+    char* codes = page_base + row * D;
+    *reinterpret_cast<uint2*>(codes + part * 8) = make_uint2(w[0], w[1]);
+    *reinterpret_cast<uint2*>(codes + D / 2 + part * 8) = make_uint2(w[2], w[3]);
+    if (part == 0) *reinterpret_cast<float*>(page_base + fp8.scale_start + row * 4) = scale;
+    return;
+  }
   const int64_t dst_row =
       ((int64_t{slot / a.page_size} * 2 + kv) * a.num_kv_heads + kv_head) * a.page_size +
       slot % a.page_size;
@@ -126,9 +177,9 @@ __device__ __forceinline__ void Angles(const RopeKvStoreArgs& a, int32_t positio
 }
 
 // At most 64 registers: 4 CTAs (1024 threads) per SM.
-template <int D>
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 4)
-    RopeKvStoreKernel(const __grid_constant__ RopeKvStoreArgs a) {
+    RopeKvStoreKernel(const __grid_constant__ RopeKvStoreArgs a, const Fp8Pages fp8) {
   AllowDependentLaunch();  // a PDL decode attention after us may start its first K/V copies
   __shared__ float cos_s[2][D / 2], sin_s[2][D / 2];
   // QK-norm weights (q then k, fp32), read per pair from shared memory rather than held in
@@ -161,7 +212,8 @@ __global__ void __launch_bounds__(kThreads, 4)
 #pragma unroll
       for (int j = 0; j < kPairsPerThread; ++j) {
         const int q = q0 + j * kThreads + threadIdx.x;
-        RotatePair<D>(a, t, q, q < pairs, lo[j], hi[j], slot, cos_s[buf], sin_s[buf], norm_w);
+        RotatePair<D, kFp8>(a, t, q, q < pairs, lo[j], hi[j], slot, cos_s[buf], sin_s[buf], norm_w,
+                            fp8);
       }
     }
     if (next < a.num_tokens) Angles<D>(a, next_position, cos_s[buf ^ 1], sin_s[buf ^ 1]);
@@ -172,8 +224,9 @@ __global__ void __launch_bounds__(kThreads, 4)
 
 absl::Status RopeKvStore(const RopeKvStoreArgs& args, cudaStream_t stream) {
   if (args.num_tokens == 0) return absl::OkStatus();
-  if (args.dtype != DType::kBF16 || args.kv_dtype != DType::kBF16) {
-    return absl::InvalidArgumentError("CUDA RopeKvStore supports bf16 qkv and cache only");
+  if (args.dtype != DType::kBF16 ||
+      (args.kv_dtype != DType::kBF16 && args.kv_dtype != DType::kF8E4M3)) {
+    return absl::InvalidArgumentError("CUDA RopeKvStore supports bf16 qkv and a bf16 or fp8 cache");
   }
   if ((args.q_norm_weight == nullptr) != (args.k_norm_weight == nullptr)) {
     return absl::InvalidArgumentError("RopeKvStore: q_norm_weight and k_norm_weight go together");
@@ -185,15 +238,35 @@ absl::Status RopeKvStore(const RopeKvStoreArgs& args, cudaStream_t stream) {
     }
   }
   const int grid = static_cast<int>(std::min<int64_t>(args.num_tokens, int64_t{NumSms()} * 8));
+  const KvLayout layout{.num_layers = 1,
+                        .num_pages = args.num_pages,
+                        .page_size = args.page_size,
+                        .num_kv_heads = args.num_kv_heads,
+                        .head_dim = args.head_dim,
+                        .dtype = args.kv_dtype};
+  const Fp8Pages fp8{layout.PageBytes(), layout.PageScaleStart()};
+  const bool f8 = layout.fp8();
   switch (args.head_dim) {
     case 64:
-      RopeKvStoreKernel<64><<<grid, kThreads, 0, stream>>>(args);
+      if (f8) {
+        RopeKvStoreKernel<64, true><<<grid, kThreads, 0, stream>>>(args, fp8);
+      } else {
+        RopeKvStoreKernel<64, false><<<grid, kThreads, 0, stream>>>(args, fp8);
+      }
       break;
     case 128:
-      RopeKvStoreKernel<128><<<grid, kThreads, 0, stream>>>(args);
+      if (f8) {
+        RopeKvStoreKernel<128, true><<<grid, kThreads, 0, stream>>>(args, fp8);
+      } else {
+        RopeKvStoreKernel<128, false><<<grid, kThreads, 0, stream>>>(args, fp8);
+      }
       break;
     case 256:
-      RopeKvStoreKernel<256><<<grid, kThreads, 0, stream>>>(args);
+      if (f8) {
+        RopeKvStoreKernel<256, true><<<grid, kThreads, 0, stream>>>(args, fp8);
+      } else {
+        RopeKvStoreKernel<256, false><<<grid, kThreads, 0, stream>>>(args, fp8);
+      }
       break;
     default:
       return absl::InvalidArgumentError("CUDA RopeKvStore supports head_dim 64, 128 and 256");

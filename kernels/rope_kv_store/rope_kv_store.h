@@ -35,8 +35,9 @@ struct RopeKvStoreArgs {
   int head_dim = 0;
   int page_size = 0;
   int num_pages = 0;
-  DType dtype = DType::kBF16;     // qkv and norm weights: kF32 or kBF16
-  DType kv_dtype = DType::kBF16;  // cache: kF32 or kBF16
+  DType dtype = DType::kBF16;  // qkv and norm weights: kF32 or kBF16
+  // cache: kF32, kBF16 or kF8E4M3 (codes + per-token scales, kernels/common/kv_layout.h)
+  DType kv_dtype = DType::kBF16;
 };
 
 void RopeKvStoreRef(const RopeKvStoreArgs& args);

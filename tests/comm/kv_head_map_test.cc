@@ -263,6 +263,16 @@ TEST(KvHeadMap, RefusesOtherModelsAndBadShapes) {
   c = b;
   c.pipeline_parallel = 2;  // other stages: mappable
   EXPECT_TRUE(CheckMappable(a, c).ok());
+  // FP8 pages (codes, then scales) map as whole pages only: other PP yes, other TP no.
+  KvGroupShape f8 = a;
+  f8.dtype = DType::kF8E4M3;
+  c = f8;
+  c.pipeline_parallel = 2;
+  c.num_layers = a.num_layers;
+  EXPECT_TRUE(CheckMappable(f8, c).ok());
+  c = f8;
+  c.tensor_parallel = 1;
+  EXPECT_EQ(CheckMappable(f8, c).code(), absl::StatusCode::kFailedPrecondition);
   c.pipeline_parallel = 4;  // more stages than layers
   EXPECT_EQ(CheckMappable(a, c).code(), absl::StatusCode::kInvalidArgument);
   c.pipeline_parallel = 0;

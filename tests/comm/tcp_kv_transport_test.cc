@@ -282,6 +282,16 @@ TEST_F(TcpKvTransportTest, HandshakeRefusals) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(outcomes_.WaitFor(2).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(receiver_->Expect("r3", {99}, clock_.Now()).code(), absl::StatusCode::kInvalidArgument);
+  // An fp8 group (--kv-cache-dtype fp8) and a bf16 one: same shape, different page bytes.
+  ASSERT_TRUE(receiver_->Expect("r4", {5, 2}, clock_.Now() + absl::Seconds(5)).ok());
+  KvLayout fp8 = src_layout_;
+  fp8.dtype = DType::kF8E4M3;
+  const absl::Status refused =
+      sender_.Begin(receiver_->address(), "r4", fp8, 2, absl::Seconds(2)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("F8_E4M3"), std::string::npos) << refused;
+  EXPECT_NE(refused.message().find("BF16"), std::string::npos) << refused;
+  EXPECT_EQ(outcomes_.WaitFor(3).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(TcpKvTransportTest, SilentReceiverTimesOutTheSender) {

@@ -3,7 +3,8 @@
 // layout, prompt by prompt (CPU: 8 calls at a time, so that transfers overlap; GPU: one at a
 // time, see kConcurrency). Each layout ends with every page free on every worker, and the 1P1D
 // decode worker must have received the prompts' KV (its prompt-token counter) over the
-// transport its log names.
+// transport its log names. The same with --kv-cache-dtype fp8 in both layouts: the fp8 pages
+// (codes + scales) cross the transport unchanged.
 //
 // Built twice from this file: disagg_equality_e2e_test (label cpu): the CPU backend and the
 // host TCP transport, the tiny model; disagg_equality_gpu_test (label gpu, TANDEM_EQUALITY_GPU;
@@ -91,8 +92,17 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+// `yaml` with kv_cache_dtype: fp8 in its engine block.
+std::string WithFp8Kv(const char* yaml) {
+  std::string s = yaml;
+  const size_t at = s.find("engine: {");
+  CHECK(at != std::string::npos);
+  s.insert(at + 9, "kv_cache_dtype: fp8, ");
+  return s;
+}
+
 // Every prompt's greedy tokens through the layout's router, kConcurrency calls at a time.
-std::vector<std::vector<int32_t>> Serve(const char* yaml, bool disaggregated) {
+std::vector<std::vector<int32_t>> Serve(const std::string& yaml, bool disaggregated) {
   std::string log_dir;
   std::unique_ptr<launcher::Cluster> cluster =
       StartCluster(yaml, [&log_dir](launcher::Layout&, launcher::ClusterOptions& options) {
@@ -126,8 +136,12 @@ std::vector<std::vector<int32_t>> Serve(const char* yaml, bool disaggregated) {
   }
   std::string why;
   EXPECT_TRUE(WaitForIdle(*cluster, absl::Seconds(5), &why)) << why;  // no page held anywhere
+  const bool fp8_kv = yaml.find("kv_cache_dtype: fp8") != std::string::npos;
   for (const launcher::Process* w : cluster->workers()) {
     EXPECT_GT(GetLoad(*cluster, w->grpc_address).num_prompt_tokens_total(), 0) << w->name;
+    // Every worker's pool is the layout's dtype (the engine logs it).
+    const std::string pool_log = ReadFile(absl::StrCat(log_dir, "/", w->name, ".log"));
+    EXPECT_EQ(pool_log.find(" tokens, fp8, ") != std::string::npos, fp8_kv) << w->name;
     if (disaggregated && w->role == "decode") {
       const std::string log = ReadFile(absl::StrCat(log_dir, "/", w->name, ".log"));
       EXPECT_NE(log.find(absl::StrCat("KV transport: ", kTransport)), std::string::npos)
@@ -139,11 +153,13 @@ std::vector<std::vector<int32_t>> Serve(const char* yaml, bool disaggregated) {
   return tokens;
 }
 
-TEST(DisaggEquality, OnePrefillOneDecodeGivesTheMixedLayoutsTokensForEveryPrompt) {
+void ExpectEqualLayouts(bool fp8_kv) {
   if (kGpu && !CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<std::vector<int32_t>> mixed = Serve(kMixed, false);
+  const std::vector<std::vector<int32_t>> mixed =
+      Serve(fp8_kv ? WithFp8Kv(kMixed) : std::string(kMixed), false);
   ASSERT_EQ(mixed.size(), size_t{kNumPrompts});
-  const std::vector<std::vector<int32_t>> disagg = Serve(k1P1D, true);
+  const std::vector<std::vector<int32_t>> disagg =
+      Serve(fp8_kv ? WithFp8Kv(k1P1D) : std::string(k1P1D), true);
   ASSERT_EQ(disagg.size(), size_t{kNumPrompts});
   const std::vector<int> lengths = PromptLengths();
   int equal = 0;
@@ -151,10 +167,18 @@ TEST(DisaggEquality, OnePrefillOneDecodeGivesTheMixedLayoutsTokensForEveryPrompt
     EXPECT_EQ(disagg[i], mixed[i]) << "prompt " << i << " (" << lengths[i] << " tokens)";
     equal += disagg[i] == mixed[i];
   }
-  std::printf("disagg equality (%s, kv_transport %s): %d of %d prompts token-identical\n",
-              kGpu ? "cuda" : "cpu", kTransport, equal, kNumPrompts);
+  std::printf("disagg equality (%s, kv_transport %s, %s KV): %d of %d prompts token-identical\n",
+              kGpu ? "cuda" : "cpu", kTransport, fp8_kv ? "fp8" : "auto", equal, kNumPrompts);
   // The outputs depend on the prompt (an engine answering one constant would pass trivially).
   EXPECT_GT(std::set<std::vector<int32_t>>(mixed.begin(), mixed.end()).size(), 32u);
+}
+
+TEST(DisaggEquality, OnePrefillOneDecodeGivesTheMixedLayoutsTokensForEveryPrompt) {
+  ExpectEqualLayouts(false);
+}
+
+TEST(DisaggEquality, Fp8KvOnePrefillOneDecodeGivesTheMixedLayoutsTokens) {
+  ExpectEqualLayouts(true);
 }
 
 }  // namespace

@@ -128,6 +128,13 @@ TEST(Layout, EngineFieldsParse) {
     ASSERT_TRUE(quant.ok()) << quant.status();
     EXPECT_EQ(quant->engine.quantization, q);
   }
+  EXPECT_EQ(l->engine.kv_cache_dtype, "auto");
+  for (const std::string d : {"auto", "bf16", "fp8"}) {
+    absl::StatusOr<Layout> kvd =
+        ParseLayout("engine: {kv_cache_dtype: " + d + "}\ngroups: [{role: mixed}]");
+    ASSERT_TRUE(kvd.ok()) << kvd.status();
+    EXPECT_EQ(kvd->engine.kv_cache_dtype, d);
+  }
   absl::StatusOr<Layout> kv =
       ParseLayout("router: {routing_policy: kv-aware}\ngroups: [{role: mixed}]");
   ASSERT_TRUE(kv.ok()) << kv.status();
@@ -222,6 +229,7 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
        "groups: [{role: mixed}]",
        "speculative_config.model"},
       {"engine: {quantization: awq}\ngroups: [{role: mixed}]", "quantization 'awq'"},
+      {"engine: {kv_cache_dtype: fp16}\ngroups: [{role: mixed}]", "kv_cache_dtype 'fp16'"},
       {"backend: cpu\nengine: {quantization: int8}\ngroups: [{role: mixed, tensor_parallel: 2}]",
        "quantization with tensor_parallel"},
       // A misspelt or unknown key anywhere is refused, never ignored.

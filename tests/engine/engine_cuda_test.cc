@@ -105,8 +105,12 @@ struct Quant {
   std::string load_time = "";
   double tolerance = kLogitTolerance;
   int chunk = 64;  // prefill tokens per sequence and step
+  // The KV cache of both backends (kBF16: the CPU runs an fp32 cache, CUDA bf16; kF8E4M3: both
+  // fp8, --kv-cache-dtype fp8).
+  DType kv = DType::kBF16;
   std::string Name() const {
-    return scheme.empty() && load_time.empty() ? "bf16" : scheme + load_time;
+    return (scheme.empty() && load_time.empty() ? "bf16" : scheme + load_time) +
+           (kv == DType::kF8E4M3 ? " fp8-kv" : "");
   }
 };
 
@@ -129,9 +133,10 @@ void CompareWithCpu(const std::string& preset, int page_size,
   const auto prompts = RandomPrompts(lengths, vocab, 99);
   constexpr int kNewTokens = 24;
   const std::vector<SeqResult> want =
-      GenerateGreedy(**cpu, prompts, kNewTokens, page_size, quant.chunk, DType::kF32);
+      GenerateGreedy(**cpu, prompts, kNewTokens, page_size, quant.chunk,
+                     quant.kv == DType::kF8E4M3 ? DType::kF8E4M3 : DType::kF32);
   const std::vector<SeqResult> got =
-      GenerateGreedy(**cuda, prompts, kNewTokens, page_size, quant.chunk, DType::kBF16);
+      GenerateGreedy(**cuda, prompts, kNewTokens, page_size, quant.chunk, quant.kv);
   int agreed = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const double scale = std::max(1.0, MaxAbs(want[i].prompt_logits));
@@ -364,6 +369,58 @@ EngineOptions CudaOptions(const std::string& dir) {
 // bf16 near-tie bound in logprob (= logit) units for the engine tests: measured differences
 // between batch sizes are rounding of the last bits of bf16 activations.
 constexpr double kNearTie = 0.25;
+
+// FP8 KV cache (--kv-cache-dtype fp8) on both backends: the CUDA RopeKvStore quantizes as the
+// CPU reference does, the decode and prefill kernels read the fp8 pages. The bound is 3x the
+// bf16 one: a K/V value whose bf16 inputs differ between the backends (fp32 CPU GEMMs vs bf16
+// CUDA ones) may round to the neighbouring e4m3 code (2^-4 relative) on one backend only.
+// Pages 16 and 7 (the decode kernel's division path, the fa2 prefill kernel: the Hopper prefill
+// kernel takes bf16 caches only), head_dim 128 and 64 (small-qwen2), QK-norm (small-qwen3).
+TEST(EngineCudaTest, Fp8KvCacheMatchesTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  Quant fp8_kv;
+  fp8_kv.kv = DType::kF8E4M3;
+  fp8_kv.tolerance = 3 * kLogitTolerance;
+  for (const char* preset : {"small-llama3", "small-qwen2", "small-qwen3"}) {
+    CompareWithCpu(preset, 16, {1, 13, 45, 300}, fp8_kv);
+  }
+  CompareWithCpu("small-llama3", 7, {1, 13, 45, 300}, fp8_kv);
+  CompareWithCpu("small-llama3", 16, {45}, fp8_kv);  // batch-1 decode
+}
+
+// An engine with an fp8 KV cache: CUDA-graph decode steps equal eager ones, and the pool holds
+// ~1.9x the pages of a bf16 one in the same memory.
+TEST(EngineCudaTest, Fp8KvGraphStepsEqualEagerStepsAndTheirPoolIsLarger) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = Make("small-qwen3");
+  EngineOptions graphs = CudaOptions(dir);
+  graphs.kv_memory_bytes = int64_t{256} << 20;
+  EngineOptions bf16 = graphs;
+  graphs.kv_cache_dtype = "fp8";
+  EngineOptions eager = graphs;
+  eager.enforce_eager = true;
+  absl::StatusOr<std::unique_ptr<Engine>> a = Engine::Create(graphs);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<std::unique_ptr<Engine>> b = Engine::Create(eager);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*a)->kv_layout().dtype, DType::kF8E4M3);
+  {
+    absl::StatusOr<std::unique_ptr<Engine>> c = Engine::Create(bf16);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const double ratio =
+        static_cast<double>((*a)->kv_layout().num_pages) / (*c)->kv_layout().num_pages;
+    std::cout << "fp8 / bf16 KV pages in 256 MiB: " << ratio << "\n";
+    EXPECT_GT(ratio, 1.85);
+  }
+  const auto requests = MixedRequests(21, (*a)->model_config().vocab_size, 8);
+  const auto with_graphs = RunRequests(**a, requests, true);
+  const auto without = RunRequests(**b, requests, true);
+  EXPECT_GT((*a)->Stats().num_graph_steps_total, 0) << "no step replayed a graph";
+  for (const EngineRequest& r : requests) {
+    const Generated& e = without.at(r.id);
+    ExpectSameUpToNearTie(e.tokens, e.margins, with_graphs.at(r.id).tokens, kNearTie, r.id);
+  }
+}
 
 TEST(EngineCudaTest, SixtyFourMixedRequestsTogetherEqualEachAlone) {
   SKIP_WITHOUT_GPU();

@@ -134,6 +134,23 @@ TEST(EngineTest, RejectsBadRequests) {
             kInvalid);
 }
 
+// A model that cannot run the asked KV cache dtype (the fake computes on fp32 pages only) is
+// refused at Create with the dtype named, never run on another dtype.
+TEST(EngineTest, RefusesAKvCacheDtypeTheModelCannotRun) {
+  EngineOptions options = SmallOptions();
+  for (const std::string dtype : {"fp8", "bf16"}) {
+    options.kv_cache_dtype = dtype;
+    const absl::Status st =
+        Engine::CreateWithModel(options, std::make_unique<FakeModel>(FakeModel::Options()))
+            .status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << dtype;
+    EXPECT_NE(st.message().find("cannot run a " + dtype + " KV cache"), std::string::npos) << st;
+  }
+  options.kv_cache_dtype = "auto";
+  EXPECT_TRUE(
+      Engine::CreateWithModel(options, std::make_unique<FakeModel>(FakeModel::Options())).ok());
+}
+
 TEST(EngineTest, AbortFreesPagesAndEndsTheRequestOnce) {
   EngineOptions options = SmallOptions();
   options.max_num_seqs = 2;

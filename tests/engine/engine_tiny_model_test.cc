@@ -1,7 +1,8 @@
 // The engine over real generated checkpoints (tandem make-model presets, written at test time):
-// the Llama-family CPU forward pass, bf16 paged KV. Batching invariance with chunked prefill and
-// preemption, the disaggregated prefill → page copy → decode path, and which checkpoint files
-// the engine needs (no tokenizer unless the config names no EOS).
+// the Llama-family CPU forward pass, bf16 paged KV (and fp8: a "<preset>/fp8" parameter runs
+// the same tests with --kv-cache-dtype fp8, tokens compared between fp8 engines). Batching
+// invariance with chunked prefill and preemption, the disaggregated prefill → page copy → decode
+// path, and which checkpoint files the engine needs (no tokenizer unless the config names no EOS).
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -21,9 +22,14 @@ namespace {
 class EngineTinyModelTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/engine_tiny_" + GetParam();
+    std::string param = GetParam();
+    if (const size_t slash = param.find('/'); slash != std::string::npos) {
+      kv_cache_dtype_ = param.substr(slash + 1);
+      param.resize(slash);
+    }
+    dir_ = ::testing::TempDir() + "/engine_tiny_" + param;
     MakeModelOptions make;
-    make.preset = GetParam();
+    make.preset = param;
     make.out_dir = dir_;
     make.seed = 7;
     absl::StatusOr<ModelConfig> config = MakeModel(make);
@@ -37,6 +43,7 @@ class EngineTinyModelTest : public ::testing::TestWithParam<const char*> {
     o.page_size = 4;
     o.num_pages = num_pages;
     o.max_num_batched_tokens = budget;
+    o.kv_cache_dtype = kv_cache_dtype_;
     absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(o);
     EXPECT_TRUE(engine.ok()) << engine.status();
     return engine.ok() ? *std::move(engine) : nullptr;
@@ -70,6 +77,7 @@ class EngineTinyModelTest : public ::testing::TestWithParam<const char*> {
   }
 
   std::string dir_;
+  std::string kv_cache_dtype_ = "auto";
   int vocab_ = 0;
 };
 
@@ -94,6 +102,7 @@ TEST_P(EngineTinyModelTest, PrefillEngineThenDecodeEngineMatchOneEngine) {
   std::unique_ptr<Engine> prefill = Make(512);
   std::unique_ptr<Engine> decode = Make(700);
   ASSERT_TRUE(decode->ReservePages("pad", 50).ok());  // different page ids on each side
+  EXPECT_EQ(prefill->kv_layout().dtype == DType::kF8E4M3, kv_cache_dtype_ == "fp8");
   for (EngineRequest r : requests) {
     r.prefill_only = true;
     ASSERT_TRUE(prefill->AddRequest(std::move(r)).ok());
@@ -137,11 +146,31 @@ TEST_P(EngineTinyModelTest, PromptLongerThanTheContextIsRejected) {
   ExpectIdle(*engine);
 }
 
+TEST_P(EngineTinyModelTest, PrefixCacheHitMatchesAMiss) {
+  // The same prompts again (each a prefix-cache hit of its whole pages, read back from the
+  // cache) give the tokens of an engine that never cached them.
+  std::vector<EngineRequest> requests = Requests();
+  const std::map<std::string, Finished> alone = RunAlone(requests);
+  std::unique_ptr<Engine> engine = Make(1024);
+  for (const EngineRequest& r : requests) ASSERT_TRUE(engine->AddRequest(r).ok());
+  RunToCompletion(*engine);
+  for (EngineRequest& r : requests) r.id += "-again";
+  for (const EngineRequest& r : requests) ASSERT_TRUE(engine->AddRequest(r).ok());
+  std::map<std::string, Finished> again = RunToCompletion(*engine);
+  for (const EngineRequest& r : requests) {
+    if (r.sampling.temperature > 0) continue;  // its random stream follows the request id
+    EXPECT_EQ(again[r.id].tokens, alone.at(r.id.substr(0, r.id.size() - 6)).tokens) << r.id;
+  }
+  EXPECT_GT(engine->Stats().prefix_cache_hits_total, 0);
+  ExpectIdle(*engine);
+}
+
 INSTANTIATE_TEST_SUITE_P(Presets, EngineTinyModelTest,
-                         ::testing::Values("tiny-llama3", "tiny-qwen3", "tiny-qwen2"),
+                         ::testing::Values("tiny-llama3", "tiny-qwen3", "tiny-qwen2",
+                                           "tiny-llama3/fp8", "tiny-qwen3/fp8", "tiny-qwen2/fp8"),
                          [](const auto& info) {
                            std::string name = info.param;
-                           for (char& c : name) c = c == '-' ? '_' : c;
+                           for (char& c : name) c = c == '-' || c == '/' ? '_' : c;
                            return name;
                          });
 
@@ -169,6 +198,36 @@ TEST(EngineCreateTest, NeedsTheTokenizerOnlyForAnEosTheConfigLacks) {
   config.erase("eos_token_id");
   std::ofstream(dir + "/config.json") << config.dump();
   EXPECT_EQ(Engine::Create(o).status().code(), absl::StatusCode::kNotFound);
+}
+
+// --kv-cache-dtype fp8: the same KV memory holds (head_dim + 4) / (2 head_dim) of bf16's bytes
+// per page; an unknown value is refused.
+TEST(EngineCreateTest, KvCacheDtypeSizesThePoolAndRejectsUnknownValues) {
+  MakeModelOptions make;
+  make.preset = "tiny-llama3";
+  make.out_dir = ::testing::TempDir() + "/engine_kv_dtype";
+  ASSERT_TRUE(MakeModel(make).ok());
+  EngineOptions o;
+  o.model_dir = make.out_dir;
+  o.kv_memory_bytes = int64_t{8} << 20;
+  std::map<std::string, int> pages;
+  std::map<std::string, KvLayout> layouts;
+  for (const std::string dtype : {"auto", "bf16", "fp8"}) {
+    o.kv_cache_dtype = dtype;
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(o);
+    ASSERT_TRUE(engine.ok()) << dtype << ": " << engine.status();
+    pages[dtype] = (*engine)->kv_layout().num_pages;
+    layouts[dtype] = (*engine)->kv_layout();
+    EXPECT_EQ((*engine)->kv_layout().dtype, dtype == "fp8" ? DType::kF8E4M3 : DType::kBF16);
+    EXPECT_LE((*engine)->kv_layout().PoolBytes(), o.kv_memory_bytes);
+  }
+  EXPECT_EQ(pages["auto"], pages["bf16"]);
+  const int d = layouts["fp8"].head_dim;
+  // Page size 16: no padding, codes + scales exactly.
+  EXPECT_EQ(layouts["fp8"].PageBytes(), layouts["bf16"].PageBytes() / 2 / d * (d + 4));
+  EXPECT_NEAR(static_cast<double>(pages["fp8"]) / pages["bf16"], 2.0 * d / (d + 4), 0.02);
+  o.kv_cache_dtype = "fp16";
+  EXPECT_EQ(Engine::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(EngineCreateTest, MissingModelFolderIsAnError) {

@@ -54,5 +54,20 @@ TEST(EngineFlagsTest, QuantizationIsOffByDefaultAndTakesVllmsChoices) {
   EXPECT_FALSE(Parse({"--quantization", "nf4"}, &bad));
 }
 
+TEST(EngineFlagsTest, KvCacheDtypeIsAutoByDefaultAndTakesBf16OrFp8) {
+  EngineFlags f;
+  ASSERT_TRUE(Parse({}, &f));
+  EXPECT_EQ(f.engine.kv_cache_dtype, "auto");
+  for (const std::string v : {"auto", "bf16", "fp8"}) {
+    EngineFlags g;
+    ASSERT_TRUE(Parse({"--kv-cache-dtype", v}, &g)) << v;
+    EXPECT_EQ(g.engine.kv_cache_dtype, v);
+  }
+  for (const std::string v : {"fp8_e5m2", "fp16", ""}) {
+    EngineFlags bad;
+    EXPECT_FALSE(Parse({"--kv-cache-dtype", v}, &bad)) << v;
+  }
+}
+
 }  // namespace
 }  // namespace tandem

@@ -330,12 +330,16 @@ TEST(WorkerMetricsTest, ServesTheWorkerFamiliesWithTheirLabels) {
   (*m)->CountRequestOutcome("stop");
   (*m)->ObserveKvTransfer(0.25, 4096, "nccl");
   (*m)->SetKvTransport("auto");
+  (*m)->SetKvCache("fp8", 16, 1234);
   std::optional<HttpResult> r = HttpGetOnce((*m)->port(), "/metrics");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
   EXPECT_THAT(r->body, HasSubstr("tandem_worker_requests_total{model_name=\"tiny\",role=\"decode\","
                                  "worker=\"decode-7\",finished_reason=\"stop\"} 1\n"));
   EXPECT_THAT(r->body, HasSubstr("tandem:num_requests_running{model_name=\"tiny\","));
+  EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_cache_info{model_name=\"tiny\",role=\"decode\","
+                                 "worker=\"decode-7\",kv_cache_dtype=\"fp8\",page_size=\"16\"} "
+                                 "1234\n"));
   // A decode worker receives KV pages; a prefill worker sends them.
   EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_receive_seconds_count{"));
   EXPECT_THAT(r->body, Not(HasSubstr("tandem_worker_kv_send")));
