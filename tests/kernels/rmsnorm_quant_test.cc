@@ -155,10 +155,15 @@ void Check(ActQuant act, int64_t m, int64_t h, bool residual) {
   ref.norm.residual = residual ? res_ref.data() : nullptr;
   ref.norm.weight = w.data();
   ref.norm.out = out_ref.data();
-  std::vector<uint8_t> ref_scratch(cpu.size(), 0);
-  ref.scratch = ref_scratch.data();
-  ref.scratch_bytes = static_cast<int64_t>(ref_scratch.size());
+  // The scratch contract asks for 256-byte alignment (the device buffers' cudaMalloc gives it):
+  // the reference runs on an aligned window of a larger host buffer, then it is copied out.
+  std::vector<uint8_t> ref_storage(cpu.size() + 256, 0);
+  uint8_t* ref_aligned =
+      ref_storage.data() + (256 - reinterpret_cast<uintptr_t>(ref_storage.data()) % 256) % 256;
+  ref.scratch = ref_aligned;
+  ref.scratch_bytes = static_cast<int64_t>(cpu.size());
   RmsNormQuantRef(ref);
+  const std::vector<uint8_t> ref_scratch(ref_aligned, ref_aligned + cpu.size());
   if (residual) {
     ASSERT_EQ(rb, res_ref) << "the residual add is not the reference's";
   }
