@@ -18,8 +18,9 @@ const std::vector<std::string_view>& SseParser::Feed(std::string_view bytes) {
   done_storage_.clear();
   done_.clear();
   view_indices_.clear();
+  if (bytes.empty()) return done_;  // nothing read: a pending CR still waits for its LF
   size_t pos = 0;
-  if (last_was_cr_ && !bytes.empty() && bytes[0] == '\n') pos = 1;
+  if (last_was_cr_ && bytes[0] == '\n') pos = 1;
   last_was_cr_ = false;
   while (pos < bytes.size()) {
     size_t end = FindLineEnd(bytes, pos);

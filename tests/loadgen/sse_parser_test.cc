@@ -35,6 +35,17 @@ TEST(SseParserTest, CrLfAndCrLineEndingsAndMultiLineData) {
   EXPECT_EQ(events[1], "z");
 }
 
+TEST(SseParserTest, AnEmptyReadBetweenCrAndLfKeepsThemOneLineEnd) {
+  // "data: x\r" "" "\n" "\n": the CR and the LF after the empty read end one line, and only
+  // the second LF dispatches (an empty read once forgot the CR: a fuzzer find).
+  SseParser p;
+  std::vector<std::string> events = FeedAll(p, {"data: x\r", "", "\n", "data: y\n\n"});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0], "x\ny");
+  SseParser whole;
+  EXPECT_EQ(FeedAll(whole, {"data: x\r\ndata: y\n\n"}), events);
+}
+
 TEST(SseParserTest, CommentsAndOtherFieldsAreNotEvents) {
   SseParser p;
   auto events = FeedAll(p, {": ping\n\nid: 3\nretry: 10\n\n"});
