@@ -62,9 +62,10 @@ struct Config {
   std::optional<bool> progress;       // extra: default on when stderr is a terminal
 
   // Sweeps and reports (extras).
-  std::string sweep;                 // rate=1,2,4 | concurrency=1,2,4
-  std::vector<std::string> compare;  // result or sweep JSONs to put in one report
-  std::string report;                // HTML report path
+  std::string sweep;                    // rate=1,2,4 | concurrency=1,2,4
+  std::string sweep_prompts = "fresh";  // fresh | same: see sweep_prompts.h
+  std::vector<std::string> compare;     // result or sweep JSONs to put in one report
+  std::string report;                   // HTML report path
 };
 
 }  // namespace tandem::loadgen

@@ -18,6 +18,7 @@
 #include "loadgen/metrics.h"
 #include "loadgen/result_io.h"
 #include "loadgen/sweep.h"
+#include "loadgen/sweep_prompts.h"
 #include "loadgen/tokenizer_prompt_source.h"
 
 namespace tandem::loadgen {
@@ -29,46 +30,6 @@ namespace {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tandem-loadgen: %s\n", status.ToString().c_str());
   return 1;
-}
-
-absl::StatusOr<std::vector<RequestSpec>> MakeDataset(const Config& c, const PromptSource& source) {
-  if (c.dataset_name == "random") {
-    RandomDatasetOptions o;
-    o.num_prompts = c.num_prompts;
-    o.input_len = c.random_input_len;
-    o.output_len = c.random_output_len;
-    o.range_ratio = c.random_range_ratio;
-    o.normal = c.random_length_dist == "normal";
-    o.prefix_len = c.random_prefix_len;
-    o.prefix_sharing_ratio = c.prefix_sharing_ratio;
-    o.num_prefix_groups = c.num_prefix_groups;
-    o.seed = c.seed;
-    return RandomDataset(o, source);
-  }
-  if (c.dataset_name == "multi-turn") {
-    MultiTurnOptions o;
-    o.num_prompts = c.num_prompts;
-    o.system_len = c.multi_turn_system_len;
-    o.num_system_prompts = c.multi_turn_system_prompts;
-    o.turns = c.multi_turn_turns;
-    o.user_len = c.random_input_len;
-    o.output_len = c.random_output_len;
-    o.seed = c.seed;
-    return MultiTurnDataset(o, source);
-  }
-  if (c.dataset_path.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dataset-name ", c.dataset_name, " needs --dataset-path"));
-  }
-  if (c.dataset_name == "sharegpt") {
-    return ShareGptDataset(c.dataset_path, c.num_prompts, c.sharegpt_output_len, c.seed, source);
-  }
-  TraceOptions t;
-  t.num_prompts = c.num_prompts;
-  t.block_size = c.trace_block_size;
-  t.time_scale = c.trace_time_scale;
-  t.seed = c.seed;
-  return MooncakeTraceDataset(c.dataset_path, t, source);
 }
 
 absl::StatusOr<HttpTargetOptions> MakeTargetOptions(const Config& c) {
@@ -154,6 +115,7 @@ int RunLoadgen(const Config& c) {
   absl::Status s = ParsePercentileMetrics(c.percentile_metrics, &plan.percentile_metrics);
   if (s.ok()) s = ParseMetricPercentiles(c.metric_percentiles, &plan.percentiles);
   if (s.ok()) s = ParseSweep(c.sweep, &plan.sweep_variable, &plan.sweep_values);
+  if (s.ok()) s = ParseSweepPromptMode(c.sweep_prompts).status();
   if (!s.ok()) return Fail(s);
   auto model = ResolveModel(plan);
   if (!model.ok()) return Fail(model.status());
@@ -164,9 +126,10 @@ int RunLoadgen(const Config& c) {
     if (!tokenizer_source.ok()) return Fail(tokenizer_source.status());
     source = std::move(*tokenizer_source);
   }
-  auto specs = MakeDataset(c, *source);
-  if (!specs.ok()) return Fail(specs.status());
-  plan.specs = std::move(*specs);
+  const int points = plan.sweep_values.empty() ? 1 : static_cast<int>(plan.sweep_values.size());
+  auto prompts = SweepPrompts::Create(c, points, std::move(source));
+  if (!prompts.ok()) return Fail(prompts.status());
+  plan.prompts = std::move(*prompts);
   return RunSweep(plan);
 }
 

@@ -73,6 +73,10 @@ void ReportFlags(CLI::App& app, Config* c) {
   app.add_option("--metadata", c->metadata, "KEY=VALUE saved in the result JSON");
   app.add_flag("--progress,!--disable-progress", c->progress, "live progress line on stderr");
   app.add_option("--sweep", c->sweep, "rate=1,2,4 or concurrency=1,2,4: one run per value");
+  app.add_option("--sweep-prompts", c->sweep_prompts,
+                 "fresh (default): each sweep point sends prompts no other point sent, so a "
+                 "prefix cache cannot serve them; same: every point sends the same prompts")
+      ->check(CLI::IsMember({"fresh", "same"}));
   app.add_option("--compare", c->compare, "result or sweep JSONs: one report, no benchmark")
       ->expected(1, -1);
   app.add_option("--report", c->report, "HTML report path");

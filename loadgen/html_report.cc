@@ -128,22 +128,34 @@ std::string Table(const std::vector<ReportSeries>& series) {
   std::string t =
       "<table><tr><th>point</th><th>completed</th><th>failed</th><th>req/s</th><th>goodput</th>"
       "<th>out tok/s</th><th>TTFT p50 / p99</th><th>TPOT p50 / p99</th><th>ITL p50 / p99</th>"
-      "<th>E2EL p50 / p99</th></tr>\n";
+      "<th>E2EL p50 / p99</th><th>seed</th></tr>\n";
+  std::string notes;
   for (const ReportSeries& s : series) {
+    bool shared = false;
     for (const json& p : s.points) {
+      shared = shared || p.value("prompts_shared_across_points", false);
+      // Seeds are 64-bit: printed from the integer, not through Number()'s double.
+      std::string seed =
+          p.contains("seed") && p["seed"].is_number_integer() ? p["seed"].dump() : "";
       absl::StrAppend(
           &t, absl::StrFormat(
                   "<tr><td>%s</td><td>%g</td><td>%g</td><td>%.2f</td><td>%.2f</td><td>%.1f</td>"
                   "<td>%.2f / %.2f</td><td>%.2f / %.2f</td><td>%.2f / %.2f</td><td>%.1f / "
-                  "%.1f</td></tr>\n",
+                  "%.1f</td><td>%s</td></tr>\n",
                   HtmlEscape(PointName(s, p)), Number(p, "completed"), Number(p, "failed"),
                   Number(p, "request_throughput"), Number(p, "request_goodput"),
                   Number(p, "output_throughput"), Pct(p, "ttft", 50), Pct(p, "ttft", 99),
                   Pct(p, "tpot", 50), Pct(p, "tpot", 99), Pct(p, "itl", 50), Pct(p, "itl", 99),
-                  Pct(p, "e2el", 50), Pct(p, "e2el", 99)));
+                  Pct(p, "e2el", 50), Pct(p, "e2el", 99), seed));
+    }
+    if (shared) {
+      absl::StrAppend(&notes, "<p><b>", HtmlEscape(s.label),
+                      ": the points sent the same prompts</b> (prompts_shared_across_points): a "
+                      "server's prefix cache served the points after the first, so their TTFTs "
+                      "are not cold prefills.</p>\n");
     }
   }
-  return t + "</table>\n";
+  return t + "</table>\n" + notes;
 }
 
 }  // namespace

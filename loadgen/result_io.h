@@ -2,6 +2,7 @@
 // block, the result JSON (same keys, plus documented extras) and a CSV summary row.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -25,7 +26,8 @@ struct RunContext {
   int num_prompts = 0;
   double request_rate = 0;  // +inf: all at t = 0
   double burstiness = 1.0;
-  int max_concurrency = 0;                      // 0: none
+  int max_concurrency = 0;  // 0: none
+  uint64_t seed = 0;        // the seed of the run's prompts and arrivals (a sweep point's own)
   std::map<std::string, std::string> metadata;  // --metadata KEY=VALUE
   std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl"};
   std::string sweep_variable;  // "rate" / "concurrency" for sweep points, else ""

@@ -35,6 +35,7 @@ json ConfigJson(const RunContext& ctx) {
 // Extras beyond vLLM's keys (documented in loadgen/README.md).
 void AddExtras(const Metrics& m, const RunContext& ctx, json* j) {
   (*j)["dataset_name"] = ctx.dataset_name;
+  (*j)["seed"] = ctx.seed;
   (*j)["interrupted"] = ctx.interrupted;
   (*j)["not_sent"] = ctx.not_sent;
   (*j)["failed_by_cause"] = m.failed_by_cause;
@@ -144,7 +145,9 @@ constexpr const char* kCsvColumns[] = {"label",
                                        "p99_itl_ms",
                                        "mean_e2el_ms",
                                        "median_e2el_ms",
-                                       "p99_e2el_ms"};
+                                       "p99_e2el_ms",
+                                       "seed",
+                                       "prompts_shared_across_points"};
 
 std::string CsvCell(const json& v) {
   if (v.is_null()) return "";

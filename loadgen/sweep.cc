@@ -51,18 +51,22 @@ struct PointOutcome {
   bool ok = false;
 };
 
-absl::StatusOr<std::vector<double>> Arrivals(const SweepPlan& plan, double rate) {
-  bool trace = !plan.specs.empty() && plan.specs.front().has_arrival;
+// Arrivals are drawn with the point's seed, so a seed-drawn point is exactly a plain run with
+// --seed <its seed> (sweep_prompts.h).
+absl::StatusOr<std::vector<double>> Arrivals(const SweepPlan& plan, const PointPrompts& point,
+                                             double rate) {
+  const std::vector<RequestSpec>& specs = point.specs;
+  bool trace = !specs.empty() && specs.front().has_arrival;
   if (!trace) {
-    return GammaArrivals(static_cast<int>(plan.specs.size()), rate, plan.config.burstiness,
-                         plan.config.seed);
+    return GammaArrivals(static_cast<int>(specs.size()), rate, plan.config.burstiness, point.seed);
   }
   std::vector<double> t;
-  for (const RequestSpec& s : plan.specs) t.push_back(s.arrival_s);
+  for (const RequestSpec& s : specs) t.push_back(s.arrival_s);
   return t;
 }
 
-RunContext MakeContext(const SweepPlan& plan, double rate, int concurrency) {
+RunContext MakeContext(const SweepPlan& plan, const PointPrompts& point, double rate,
+                       int concurrency) {
   const Config& c = plan.config;
   RunContext ctx;
   ctx.backend = c.backend;
@@ -70,7 +74,8 @@ RunContext MakeContext(const SweepPlan& plan, double rate, int concurrency) {
   ctx.model_id = plan.model;
   ctx.tokenizer_id = c.tokenizer.empty() ? plan.model : c.tokenizer;
   ctx.dataset_name = c.dataset_name;
-  ctx.num_prompts = static_cast<int>(plan.specs.size());
+  ctx.num_prompts = static_cast<int>(point.specs.size());
+  ctx.seed = point.seed;
   ctx.request_rate = rate;
   ctx.burstiness = c.burstiness;
   ctx.max_concurrency = concurrency;
@@ -99,10 +104,11 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(const SweepPlan& plan,
   return std::unique_ptr<Target>(std::move(*target));
 }
 
-PointOutcome RunPoint(const SweepPlan& plan, double rate, int concurrency, RunContext* ctx) {
+PointOutcome RunPoint(const SweepPlan& plan, const PointPrompts& point, double rate,
+                      int concurrency, RunContext* ctx) {
   PointOutcome out;
-  *ctx = MakeContext(plan, rate, concurrency);
-  auto arrivals = Arrivals(plan, rate);
+  *ctx = MakeContext(plan, point, rate, concurrency);
+  auto arrivals = Arrivals(plan, point, rate);
   if (!arrivals.ok()) {
     std::fprintf(stderr, "tandem-loadgen: %s\n", arrivals.status().ToString().c_str());
     return out;
@@ -119,7 +125,7 @@ PointOutcome RunPoint(const SweepPlan& plan, double rate, int concurrency, RunCo
   run.max_concurrency = concurrency;
   run.progress = plan.config.progress.value_or(isatty(STDERR_FILENO) != 0);
   run.handle_sigint = true;
-  RunResult result = runner.Run(plan.specs, *arrivals, run);
+  RunResult result = runner.Run(point.specs, *arrivals, run);
   Metrics m = ComputeMetrics(result.records, result.duration_s, plan.percentiles, plan.slo);
   ctx->interrupted = result.interrupted;
   ctx->not_sent = result.not_sent;
@@ -173,6 +179,14 @@ int RunSweep(const SweepPlan& plan) {
   }
   std::vector<double> values = plan.sweep_values;
   if (values.empty()) values.push_back(0);  // one point with the configured load
+  if (plan.prompts == nullptr || plan.prompts->num_points() != static_cast<int>(values.size())) {
+    std::fprintf(stderr, "tandem-loadgen: the sweep's prompts do not match its %zu points\n",
+                 values.size());
+    return 1;
+  }
+  const bool shared = plan.prompts->shared();
+  if (shared)
+    std::fprintf(stderr, "tandem-loadgen: warning: %s\n", plan.prompts->warning().c_str());
   std::string timestamp = NowTimestamp();
   std::string stem = std::filesystem::path(c.result_filename).stem().string();
   if (stem.empty()) {
@@ -183,18 +197,28 @@ int RunSweep(const SweepPlan& plan) {
   series.label = c.label.empty() ? c.backend : c.label;
   std::string csv = CsvHeader();
   bool interrupted = false;
-  for (double value : values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double value = values[i];
     double rate = plan.sweep_variable == "rate" ? value : c.request_rate;
     int conc = plan.sweep_variable == "concurrency" ? static_cast<int>(value) : c.max_concurrency;
+    auto prompts = plan.prompts->Point(static_cast<int>(i));
+    if (!prompts.ok()) {
+      std::fprintf(stderr, "tandem-loadgen: %s\n", prompts.status().ToString().c_str());
+      return 1;
+    }
     if (!plan.sweep_variable.empty()) {
-      std::printf("\n--- sweep point %s=%g ---\n", plan.sweep_variable.c_str(), value);
+      std::printf("\n--- sweep point %s=%g (seed %llu%s) ---\n", plan.sweep_variable.c_str(), value,
+                  static_cast<unsigned long long>(prompts->seed),
+                  shared && i > 0 ? ", the first point's prompts" : "");
     }
     RunContext ctx;
-    PointOutcome point = RunPoint(plan, rate, conc, &ctx);
+    PointOutcome point = RunPoint(plan, *prompts, rate, conc, &ctx);
     if (!point.ok) return 1;
     if (!plan.sweep_variable.empty()) {
       point.result["sweep_variable"] = plan.sweep_variable;
       point.result["sweep_value"] = value;
+      point.result["sweep_point"] = i;
+      point.result["prompts_shared_across_points"] = shared;
     }
     csv += CsvRow(point.result);
     SavePoint(plan, ctx, dir, stem, timestamp, value, point.result);
@@ -209,6 +233,8 @@ int RunSweep(const SweepPlan& plan) {
     json sweep = {{"tandem_sweep", 1},
                   {"label", series.label},
                   {"sweep_variable", plan.sweep_variable},
+                  {"sweep_prompts", c.sweep_prompts},
+                  {"prompts_shared_across_points", shared},
                   {"points", series.points}};
     Save((dir / (stem + "-sweep.json")).string(), sweep.dump(2));
     Save((dir / (stem + "-sweep.csv")).string(), csv);

@@ -3,6 +3,7 @@
 // (all points), a sweep CSV and the HTML report.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "loadgen/grpc_target.h"
 #include "loadgen/http_target.h"
 #include "loadgen/metrics.h"
+#include "loadgen/sweep_prompts.h"
 
 namespace tandem::loadgen {
 
@@ -25,7 +27,7 @@ struct SweepPlan {
   std::vector<double> percentiles;
   std::string sweep_variable;  // "", "rate" or "concurrency"
   std::vector<double> sweep_values;
-  std::vector<RequestSpec> specs;
+  std::shared_ptr<const SweepPrompts> prompts;  // one point per sweep value (or the one run)
 };
 
 // "rate=1,2,4" / "concurrency=1,8,64" / "" (no sweep).

@@ -5,17 +5,23 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "loadgen/fake_server.h"
 #include "loadgen/flags.h"
+#include "loadgen/sweep_prompts.h"
 
 namespace tandem::loadgen {
 namespace {
@@ -93,6 +99,145 @@ TEST(DriverTest, RateSweepWritesPointsSweepCsvAndReportThenCompareMergesThem) {
             0);
   EXPECT_TRUE(fs::exists(report));
   EXPECT_NE(RunCli({"--sweep", "speed=1"}), 0);
+}
+
+nlohmann::json ReadJson(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str(), nullptr, false);
+}
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A fake server that keeps every prompt it was sent, in the order it read them.
+struct RecordingServer {
+  RecordingServer() : server(Options(this)) { port = *server.Start(); }
+  static FakeServerOptions Options(RecordingServer* self) {
+    FakeServerOptions o;
+    o.script = [self](const FakeRequest& r) {
+      std::lock_guard<std::mutex> lock(self->mu);
+      self->prompts.push_back(r.prompt);
+      return FakeResponse{};
+    };
+    return o;
+  }
+  // Prompts [from, from + n) as a set (a point's requests arrive in any order within it).
+  std::set<std::string> Range(size_t from, size_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    return {prompts.begin() + from, prompts.begin() + std::min(prompts.size(), from + n)};
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu);
+    return prompts.size();
+  }
+  std::mutex mu;
+  std::vector<std::string> prompts;
+  FakeServer server;
+  int port = 0;
+};
+
+// A sweep's points run one after another, so the server sees point 0's requests, then point
+// 1's, ...: with fresh prompts (the default) no prompt reaches it twice, point 0's are a plain
+// run's with the same seed, and every point records its seed; with `same` the points repeat
+// point 0's prompts and the results say so.
+TEST(DriverTest, SweepPointsSendFreshPromptsAndRecordTheirSeeds) {
+  const int n = 10;
+  std::vector<std::string> common = {"--model",
+                                     "m",
+                                     "--num-prompts",
+                                     std::to_string(n),
+                                     "--random-input-len",
+                                     "16",
+                                     "--random-output-len",
+                                     "2",
+                                     "--seed",
+                                     "7",
+                                     "--disable-progress"};
+  auto with = [&](const RecordingServer& s, std::vector<std::string> args) {
+    args.insert(args.end(), {"--base-url", "http://127.0.0.1:" + std::to_string(s.port)});
+    args.insert(args.end(), common.begin(), common.end());
+    return args;
+  };
+  RecordingServer plain;
+  fs::path dir = fs::path(testing::TempDir()) / "lg_sweep_prompts";
+  fs::remove_all(dir);
+  ASSERT_EQ(RunCli(with(plain, {"--request-rate", "500", "--save-result", "--result-dir",
+                                dir.string(), "--result-filename", "plain.json"})),
+            0);
+  ASSERT_EQ(plain.size(), static_cast<size_t>(n));
+  EXPECT_EQ(ReadJson(dir / "plain.json")["seed"], 7);
+  EXPECT_EQ(ReadJson(dir / "plain.json").contains("prompts_shared_across_points"), false);
+
+  for (const std::string mode : {"fresh", "same"}) {
+    RecordingServer s;
+    fs::path out = dir / mode;
+    std::vector<std::string> args = {"--sweep",    "rate=400,800,1600", "--result-dir",
+                                     out.string(), "--label",           "x"};
+    if (mode == "same") args.insert(args.end(), {"--sweep-prompts", "same"});
+    ASSERT_EQ(RunCli(with(s, args)), 0) << mode;
+    ASSERT_EQ(s.size(), static_cast<size_t>(3 * n)) << mode;
+    std::vector<std::set<std::string>> points = {s.Range(0, n), s.Range(n, n), s.Range(2 * n, n)};
+    EXPECT_EQ(points[0], plain.Range(0, n)) << mode;  // point 0 is the plain run
+    auto sweeps = FilesEndingWith(out, "-sweep.json");
+    ASSERT_EQ(sweeps.size(), 1u);
+    nlohmann::json sweep = ReadJson(sweeps[0]);
+    ASSERT_EQ(sweep["points"].size(), 3u);
+    const bool fresh = mode == "fresh";
+    EXPECT_EQ(sweep["prompts_shared_across_points"], !fresh);
+    EXPECT_EQ(sweep["sweep_prompts"], mode);
+    for (int i = 0; i < 3; ++i) {
+      const nlohmann::json& p = sweep["points"][i];
+      EXPECT_EQ(p["sweep_point"], i);
+      EXPECT_EQ(p["prompts_shared_across_points"], !fresh);
+      EXPECT_EQ(p["seed"].get<uint64_t>(), fresh ? SweepPointSeed(7, i) : 7u) << mode << i;
+      EXPECT_EQ(points[i].size(), static_cast<size_t>(n));
+      for (int j = 0; j < i; ++j) {
+        std::set<std::string> both;
+        std::set_intersection(points[i].begin(), points[i].end(), points[j].begin(),
+                              points[j].end(), std::inserter(both, both.begin()));
+        EXPECT_EQ(both.size(), fresh ? 0u : static_cast<size_t>(n)) << mode << i << j;
+      }
+    }
+    // The per-point files, the sweep CSV and the report carry the seed too.
+    auto point1 = FilesEndingWith(out, "-rate800.json");
+    ASSERT_EQ(point1.size(), 1u);
+    EXPECT_EQ(ReadJson(point1[0])["seed"], sweep["points"][1]["seed"]);
+    std::string csv = ReadText(FilesEndingWith(out, "-sweep.csv")[0]);
+    EXPECT_NE(csv.find(",seed,prompts_shared_across_points\n"), std::string::npos) << csv;
+    EXPECT_NE(csv.find(absl::StrCat(sweep["points"][2]["seed"].dump(), ",",
+                                    fresh ? "false" : "true", "\n")),
+              std::string::npos)
+        << csv;
+    std::string html = ReadText(FilesEndingWith(out, "-report.html")[0]);
+    EXPECT_NE(html.find(absl::StrCat("<td>", sweep["points"][1]["seed"].dump(), "</td>")),
+              std::string::npos);
+    EXPECT_EQ(html.find("the points sent the same prompts") != std::string::npos, !fresh);
+  }
+}
+
+TEST(DriverTest, BadSweepPromptsValueIsRejected) {
+  testing::internal::CaptureStderr();
+  int code = RunCli({"--sweep", "rate=1,2", "--sweep-prompts", "new", "--model", "m"});
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(code, 0);
+  EXPECT_NE(code, -1);
+  EXPECT_NE(err.find("--sweep-prompts"), std::string::npos) << err;
+  EXPECT_NE(err.find("new"), std::string::npos) << err;
+  // A Config built in code (no CLI11 check) is refused by the driver, before any request.
+  Config c;
+  c.model = "m";
+  c.base_url = "http://127.0.0.1:1";
+  c.sweep_prompts = "new";
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(RunLoadgen(c), 1);
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("--sweep-prompts must be fresh or same, got 'new'"), std::string::npos) << err;
 }
 
 // The random dataset asks for exact output lengths, so ignore_eos is on unless switched off.
