@@ -1,16 +1,20 @@
-// The NCCL and CUDA stream calls the NCCL KV transport (comm/nccl_kv_transport.h) makes, behind an
+// The NCCL and CUDA stream calls the NCCL KV transport (comm/nccl_kv_transport.h) and the NCCL
+// communicator of a worker group (comm/group/nccl_communicator.h) make, behind an
 // interface: the real implementation is engine/cuda/cuda_nccl.cc over libnccl and the CUDA
 // runtime (target tandem_cuda_nccl; a stub saying why where CUDA or libnccl is missing), and the
 // CPU tests drive the transport through an in-process fake (tests/comm/fake_nccl.h). So comm/
 // itself needs neither CUDA nor NCCL.
 //
 // Communicators are non-blocking (ncclConfig_t::blocking = 0): no call here waits for a peer. A
-// call that starts work (CommInitRank, GroupEnd) returns at once and the caller polls CommReady
-// until the comm is ready or failed, under its own deadline; a failed or hung comm is ended with
-// CommAbort, which never waits for the peer.
+// call that starts work (CommInitRank, GroupEnd, an enqueue outside a group) returns at once and
+// the caller polls CommReady until the comm is ready or failed, under its own deadline, before
+// its next call on that comm; a failed or hung comm is ended with CommAbort, which never waits
+// for the peer.
 //
-// Thread-safety: as NCCL's. One communicator is used by one thread at a time (the transport
-// serializes its users); Group* calls are per thread; CommAbort may be called from any thread.
+// Thread-safety: as NCCL's. One communicator is used by one thread at a time (the transport and
+// the group communicator serialize their users); Group* calls are per thread; CommAbort may be
+// called from any thread (not while another thread is inside a call on the same comm: it frees
+// the comm).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +56,18 @@ class NcclApi {
   // ncclSend / ncclRecv of `bytes` bytes (ncclInt8) with rank `peer`, enqueued on `stream`.
   virtual absl::Status Send(const void* buf, int64_t bytes, int peer, Comm comm, Stream stream) = 0;
   virtual absl::Status Recv(void* buf, int64_t bytes, int peer, Comm comm, Stream stream) = 0;
+
+  // The element types of the reductions (ncclFloat32, ncclBfloat16).
+  enum class ReduceType { kF32, kBF16 };
+  // ncclAllReduce with ncclSum of `count` elements from `send` into `recv` (in place when they
+  // are equal), enqueued on `stream`. NCCL's own arithmetic: each addition of two elements is
+  // one add of `type`, rounded to `type` (bf16 adds round to bf16), in NCCL's order.
+  virtual absl::Status AllReduceSum(const void* send, void* recv, int64_t count, ReduceType type,
+                                    Comm comm, Stream stream) = 0;
+  // ncclAllGather of `bytes` bytes (ncclInt8) per rank: recv holds nranks * bytes, rank r's
+  // `send` at r * bytes (in place when send == recv + rank * bytes), enqueued on `stream`.
+  virtual absl::Status AllGather(const void* send, void* recv, int64_t bytes, Comm comm,
+                                 Stream stream) = 0;
 
   // ncclCommAbort: ends the comm at once, whatever its state (in-flight operations end with it;
   // no byte moves by it afterwards), and frees it.

@@ -1,7 +1,8 @@
 // Communicator: the collectives and point-to-point transfers between the ranks of one worker
 // group (tensor and pipeline parallelism inside a group; the KV transport between groups is
 // kv_transport.h). The in-process CPU implementation over threads is thread_communicator.h;
-// an NCCL one will implement the same interface.
+// the NCCL one, for GPUs of one process, is nccl_communicator.h (which says where NCCL gives
+// other guarantees than those below).
 //
 // Every rank of a group holds its own Communicator and calls the collectives in the same order
 // with the same sizes (NCCL's contract). Buffers are the backend's memory (host memory on the

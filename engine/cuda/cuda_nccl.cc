@@ -1,6 +1,7 @@
 // NcclApi (comm/nccl_api.h) over libnccl and the CUDA runtime: non-blocking communicators
 // (ncclConfig_t::blocking = 0), each remembering its device so that every call runs with that
-// device current; one non-blocking CUDA stream per communicator (the transport creates it).
+// device current; one non-blocking CUDA stream per communicator (the KV transport and the group
+// communicator create it; the group communicator may use its caller's stream instead).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -118,6 +119,26 @@ class CudaNccl final : public NcclApi {
     const ncclResult_t r = ncclRecv(buf, static_cast<size_t>(bytes), ncclInt8, peer, box->comm,
                                     static_cast<cudaStream_t>(stream));
     if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclRecv", r, box->comm);
+    return absl::OkStatus();
+  }
+
+  absl::Status AllReduceSum(const void* send, void* recv, int64_t count, ReduceType type, Comm comm,
+                            Stream stream) override {
+    auto* box = static_cast<CommBox*>(comm);
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(box->device));
+    const ncclDataType_t dt = type == ReduceType::kF32 ? ncclFloat32 : ncclBfloat16;
+    const ncclResult_t r = ncclAllReduce(send, recv, static_cast<size_t>(count), dt, ncclSum,
+                                         box->comm, static_cast<cudaStream_t>(stream));
+    if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclAllReduce", r, box->comm);
+    return absl::OkStatus();
+  }
+  absl::Status AllGather(const void* send, void* recv, int64_t bytes, Comm comm,
+                         Stream stream) override {
+    auto* box = static_cast<CommBox*>(comm);
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(box->device));
+    const ncclResult_t r = ncclAllGather(send, recv, static_cast<size_t>(bytes), ncclInt8,
+                                         box->comm, static_cast<cudaStream_t>(stream));
+    if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclAllGather", r, box->comm);
     return absl::OkStatus();
   }
 

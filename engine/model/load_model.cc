@@ -119,7 +119,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend
     if (backend == Backend::kCuda) {
       return absl::UnimplementedError(
           "tensor_parallel / pipeline_parallel > 1 run on the CPU backend only: the CUDA "
-          "backend has no NCCL communicator yet");
+          "backend's parallel ranks are not built yet (their NCCL communicator is, unwired)");
     }
     if (!quantization.empty()) {
       return absl::UnimplementedError(

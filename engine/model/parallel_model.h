@@ -56,6 +56,8 @@ namespace tandem {
 
 // A group's communicators: one per stage for its TP ranks (each of TP ranks), one for the
 // whole group (PP · TP ranks) for the stage-to-stage transfers. Tests inject faults into them.
+// In-process (CPU backend) only: the CUDA backend's will be NCCL groups, from MakeNcclGroup
+// (comm/group/nccl_communicator.h), once that backend runs parallel ranks.
 struct ParallelGroups {
   std::vector<std::shared_ptr<ThreadCommGroup>> stages;  // [stage]
   std::shared_ptr<ThreadCommGroup> world;

@@ -1,16 +1,22 @@
-// An in-process fake of NCCL (comm/nccl_api.h) for the CPU tests of the NCCL KV transport: each
-// FakeNccl is one "process" (one GPU, named by its device id), and the ranks of a communicator
-// are threads of the test that share one FakeNcclWorld. "Device memory" is host memory: a
-// matched send and receive memcpy the bytes, so a transfer moves real bytes without a GPU.
+// An in-process fake of NCCL (comm/nccl_api.h) for the CPU tests of the NCCL KV transport and of
+// the group communicator (comm/group/nccl_communicator.h): each FakeNccl is one "process" (one
+// GPU, named by its device id, or `num_devices` GPUs from `device` on), and the ranks of a
+// communicator are threads of the test that share one FakeNcclWorld. "Device memory" is host
+// memory: a matched send and receive memcpy the bytes, a collective reads every rank's buffer
+// and writes every rank's result, so a transfer moves real bytes without a GPU.
 //
-// Like non-blocking NCCL, nothing here waits: an init is in progress until the other rank has
-// joined, a send completes once the peer's matching receive (FIFO per communicator, equal sizes)
-// was enqueued and the send's stream event (StreamWaitEvent on a FakeEvent) fired. The work is
-// done by whichever call finds it possible (every call makes progress), so the transport's own
-// polls drive it. Injectable faults, per process: an init that fails (at once or later, as an
-// async error), an async error after a number of completed operations (mid-transfer), a hang
-// (no operation of this process completes, until CommAbort), and death (Kill: the process's
-// communicators stop; its peers' operations hang, as a survivor's do when a peer is killed).
+// Like non-blocking NCCL, nothing here waits: an init is in progress until every rank has
+// joined, a send completes once the peer's matching receive (FIFO per pair of ranks, equal
+// sizes) was enqueued, a collective once every rank enqueued its own (FIFO per communicator;
+// ranks that enqueue different collectives fail the communicator), and each only once its
+// stream events (StreamWaitEvent on a FakeEvent) fired. The work is done by whichever call finds
+// it possible (every call makes progress), so the callers' own polls drive it. Sums as NCCL
+// computes them: in rank order, each addition rounded to the element type (a bf16 sum rounds
+// after every add). Injectable faults, per process: an init that fails (at once or later, as an
+// async error) or never completes (hang_inits), an async error after a number of completed
+// operations (mid-transfer), a hang (no operation of this process completes, until CommAbort),
+// and death (Kill: the process's communicators stop; its peers' operations hang, as a
+// survivor's do when a peer is killed).
 #pragma once
 
 #include <atomic>
@@ -27,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "comm/nccl_api.h"
+#include "kernels/common/dtype.h"
 
 namespace tandem {
 
@@ -44,10 +51,15 @@ class FakeNcclWorld {
     FakeEvent* after = nullptr;  // the last StreamWaitEvent: later operations wait for it
     bool destroyed = false;
   };
+  enum class Kind { kSend, kRecv, kAllReduce, kAllGather };
   struct Op {
-    bool send = false;
-    char* buf = nullptr;
-    int64_t bytes = 0;
+    Kind kind = Kind::kSend;
+    int peer = 0;               // send / recv
+    const char* src = nullptr;  // send, all-reduce, all-gather
+    char* buf = nullptr;        // recv, all-reduce, all-gather
+    int64_t bytes = 0;          // send / recv / all-gather (per rank)
+    int64_t count = 0;          // all-reduce elements
+    NcclApi::ReduceType type = NcclApi::ReduceType::kF32;
     Stream* stream = nullptr;
     FakeEvent* after = nullptr;
   };
@@ -56,13 +68,17 @@ class FakeNcclWorld {
     FakeNccl* owner = nullptr;
     std::string id;
     int rank = 0;
+    int nranks = 0;
     int device = 0;
     State state = State::kInit;
     absl::Status error;
     bool fail_when_joined = false;  // an async init failure
-    Comm* peer = nullptr;
+    bool hang_when_joined = false;  // an init that never completes
+    // [rank] once every rank joined (this one too); a peer's entry is null once it ended.
+    std::vector<Comm*> peers;
     std::deque<Op> sends;  // enqueued, not completed, in order
     std::deque<Op> recvs;
+    std::deque<Op> collectives;
   };
 
   absl::Mutex mu;
@@ -73,12 +89,23 @@ class FakeNcclWorld {
 
   // Completes every operation that can complete now.
   void Progress() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+ private:
+  // Whether `c` and every peer of it can move (joined, ready, alive and not hung).
+  static bool Live(const Comm* c);
+  bool ProgressPointToPoint(Comm* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool ProgressCollective(Comm* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  static void Fail(const std::vector<Comm*>& comms, const char* why);
 };
 
 class FakeNccl : public NcclApi {
  public:
-  FakeNccl(FakeNcclWorld* world, std::string device_id, int device = 0)
-      : world_(world), device_id_(std::move(device_id)), device_(device) {}
+  // A process with GPUs [device, device + num_devices), all named `device_id`.
+  FakeNccl(FakeNcclWorld* world, std::string device_id, int device = 0, int num_devices = 1)
+      : world_(world),
+        device_id_(std::move(device_id)),
+        device_(device),
+        num_devices_(num_devices) {}
 
   // --- faults ---
   std::atomic<int> fail_next_inits{0};        // CommInitRank returns an error at once
@@ -86,6 +113,7 @@ class FakeNccl : public NcclApi {
   std::atomic<int> fail_after_ops{-1};        // >= 0: after that many more completed
                                               // operations, every comm of this process fails
   std::atomic<bool> hang{false};              // no operation of this process completes
+  std::atomic<bool> hang_inits{false};        // inits of this process never complete
   void Kill() {
     absl::MutexLock l(&world_->mu);
     dead_ = true;
@@ -93,6 +121,7 @@ class FakeNccl : public NcclApi {
 
   // --- counters ---
   std::atomic<int> inits{0}, aborts{0}, destroys{0}, sends{0}, recvs{0}, groups{0};
+  std::atomic<int> all_reduces{0}, all_gathers{0};  // enqueued (or refused)
   std::atomic<int> streams_created{0}, streams_destroyed{0};
 
   bool dead() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(world_->mu) { return dead_; }
@@ -118,30 +147,39 @@ class FakeNccl : public NcclApi {
       --fail_next_inits;
       return absl::InternalError("fake: ncclCommInitRankConfig failed (injected)");
     }
-    if (nranks != 2 || rank < 0 || rank > 1 || device != device_) {
+    if (nranks < 1 || rank < 0 || rank >= nranks || device < device_ ||
+        device >= device_ + num_devices_) {
       return absl::InvalidArgumentError("fake: bad init arguments");
     }
     absl::MutexLock l(&world_->mu);
     auto it = world_->rendezvous.find(unique_id);
     if (it == world_->rendezvous.end()) return absl::InvalidArgumentError("fake: unknown id");
+    std::vector<FakeNcclWorld::Comm*>& ranks = it->second;
+    for (FakeNcclWorld::Comm* r : ranks) {
+      if (r->rank == rank || r->nranks != nranks) {
+        return absl::InvalidArgumentError("fake: rank joined twice, or sizes differ");
+      }
+    }
     auto c = std::make_unique<FakeNcclWorld::Comm>();
     c->owner = this;
     c->id = unique_id;
     c->rank = rank;
+    c->nranks = nranks;
     c->device = device;
     if (fail_next_inits_async.load() > 0) {
       --fail_next_inits_async;
       c->fail_when_joined = true;
     }
+    c->hang_when_joined = hang_inits.load();
     FakeNcclWorld::Comm* raw = c.get();
     world_->comms.push_back(std::move(c));
-    std::vector<FakeNcclWorld::Comm*>& ranks = it->second;
     ranks.push_back(raw);
-    if (ranks.size() == 2) {
-      ranks[0]->peer = ranks[1];
-      ranks[1]->peer = ranks[0];
+    if (static_cast<int>(ranks.size()) == nranks) {
+      std::vector<FakeNcclWorld::Comm*> by_rank(nranks);
+      for (FakeNcclWorld::Comm* r : ranks) by_rank[r->rank] = r;
       for (FakeNcclWorld::Comm* r : ranks) {
-        if (r->state != FakeNcclWorld::State::kInit) continue;
+        r->peers = by_rank;
+        if (r->state != FakeNcclWorld::State::kInit || r->hang_when_joined) continue;
         if (r->fail_when_joined) {
           r->state = FakeNcclWorld::State::kFailed;
           r->error = absl::InternalError("fake: init failed (injected async error)");
@@ -191,11 +229,42 @@ class FakeNccl : public NcclApi {
   }
   absl::Status Send(const void* buf, int64_t bytes, int peer, Comm comm, Stream stream) override {
     ++sends;
-    return Post(true, const_cast<void*>(buf), bytes, peer, comm, stream);
+    FakeNcclWorld::Op op;
+    op.kind = FakeNcclWorld::Kind::kSend;
+    op.peer = peer;
+    op.src = static_cast<const char*>(buf);
+    op.bytes = bytes;
+    return Post(op, comm, stream);
   }
   absl::Status Recv(void* buf, int64_t bytes, int peer, Comm comm, Stream stream) override {
     ++recvs;
-    return Post(false, buf, bytes, peer, comm, stream);
+    FakeNcclWorld::Op op;
+    op.kind = FakeNcclWorld::Kind::kRecv;
+    op.peer = peer;
+    op.buf = static_cast<char*>(buf);
+    op.bytes = bytes;
+    return Post(op, comm, stream);
+  }
+  absl::Status AllReduceSum(const void* send, void* recv, int64_t count, ReduceType type, Comm comm,
+                            Stream stream) override {
+    ++all_reduces;
+    FakeNcclWorld::Op op;
+    op.kind = FakeNcclWorld::Kind::kAllReduce;
+    op.src = static_cast<const char*>(send);
+    op.buf = static_cast<char*>(recv);
+    op.count = count;
+    op.type = type;
+    return Post(op, comm, stream);
+  }
+  absl::Status AllGather(const void* send, void* recv, int64_t bytes, Comm comm,
+                         Stream stream) override {
+    ++all_gathers;
+    FakeNcclWorld::Op op;
+    op.kind = FakeNcclWorld::Kind::kAllGather;
+    op.src = static_cast<const char*>(send);
+    op.buf = static_cast<char*>(recv);
+    op.bytes = bytes;
+    return Post(op, comm, stream);
   }
 
   void CommAbort(Comm comm) override {
@@ -257,13 +326,14 @@ class FakeNccl : public NcclApi {
     return g;
   }
 
-  absl::Status Post(bool send, void* buf, int64_t bytes, int peer, Comm comm, Stream stream) {
+  absl::Status Post(FakeNcclWorld::Op op, Comm comm, Stream stream) {
     auto* c = static_cast<FakeNcclWorld::Comm*>(comm);
-    if (peer != 1 - c->rank || bytes < 0) return absl::InvalidArgumentError("fake: bad peer");
-    FakeNcclWorld::Op op;
-    op.send = send;
-    op.buf = static_cast<char*>(buf);
-    op.bytes = bytes;
+    using Kind = FakeNcclWorld::Kind;
+    const bool p2p = op.kind == Kind::kSend || op.kind == Kind::kRecv;
+    if (p2p && (op.peer < 0 || op.peer >= c->nranks || op.peer == c->rank)) {
+      return absl::InvalidArgumentError("fake: bad peer");
+    }
+    if (op.bytes < 0 || op.count < 0) return absl::InvalidArgumentError("fake: negative size");
     op.stream = static_cast<FakeNcclWorld::Stream*>(stream);
     if (Group().depth > 0) {
       Group().ops.emplace_back(c, op);
@@ -284,7 +354,17 @@ class FakeNccl : public NcclApi {
     }
     op.after = op.stream->after;
     op.stream->pending++;
-    (op.send ? c->sends : c->recvs).push_back(op);
+    switch (op.kind) {
+      case FakeNcclWorld::Kind::kSend:
+        c->sends.push_back(op);
+        break;
+      case FakeNcclWorld::Kind::kRecv:
+        c->recvs.push_back(op);
+        break;
+      default:
+        c->collectives.push_back(op);
+        break;
+    }
     return absl::OkStatus();
   }
 
@@ -293,19 +373,139 @@ class FakeNccl : public NcclApi {
     auto* c = static_cast<FakeNcclWorld::Comm*>(comm);
     c->state = FakeNcclWorld::State::kAborted;
     // Its operations end (the kernels are killed): nothing of them moves any more.
-    for (auto* q : {&c->sends, &c->recvs}) {
+    for (auto* q : {&c->sends, &c->recvs, &c->collectives}) {
       for (FakeNcclWorld::Op& op : *q) op.stream->pending--;
       q->clear();
     }
-    if (c->peer != nullptr) c->peer->peer = nullptr;  // the survivor's operations hang
-    c->peer = nullptr;
+    // The survivors' operations with it hang.
+    for (FakeNcclWorld::Comm* p : c->peers) {
+      if (p != nullptr && p != c) p->peers[c->rank] = nullptr;
+    }
+    c->peers.clear();
   }
 
   FakeNcclWorld* const world_;
   const std::string device_id_;
   const int device_;
+  const int num_devices_;
   bool dead_ ABSL_GUARDED_BY(world_->mu) = false;
 };
+
+inline bool FakeNcclWorld::Live(const Comm* c) {
+  if (c->state != State::kReady || static_cast<int>(c->peers.size()) != c->nranks) return false;
+  for (const Comm* p : c->peers) {
+    if (p == nullptr || p->state != State::kReady || p->owner->dead() || p->owner->hung()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+inline void FakeNcclWorld::Fail(const std::vector<Comm*>& comms, const char* why) {
+  for (Comm* c : comms) {
+    c->state = State::kFailed;
+    c->error = absl::InternalError(why);
+  }
+}
+
+inline bool FakeNcclWorld::ProgressPointToPoint(Comm* s) {
+  // The oldest send of `s` to each peer, against that peer's oldest receive from `s`.
+  std::vector<bool> seen(s->nranks, false);
+  for (auto send = s->sends.begin(); send != s->sends.end(); ++send) {
+    if (seen[send->peer]) continue;
+    seen[send->peer] = true;
+    Comm* r = s->peers[send->peer];
+    if (r == nullptr || r->state != State::kReady || r->owner->dead() || r->owner->hung()) {
+      continue;
+    }
+    auto recv = r->recvs.begin();
+    while (recv != r->recvs.end() && recv->peer != s->rank) ++recv;
+    if (recv == r->recvs.end()) continue;
+    if ((send->after != nullptr && !send->after->fired.HasBeenNotified()) ||
+        (recv->after != nullptr && !recv->after->fired.HasBeenNotified())) {
+      continue;
+    }
+    if (send->bytes != recv->bytes) {
+      Fail({s, r}, "fake: send and receive sizes differ");
+      return true;
+    }
+    std::memcpy(recv->buf, send->src, static_cast<size_t>(send->bytes));
+    send->stream->pending--;
+    recv->stream->pending--;
+    s->sends.erase(send);
+    r->recvs.erase(recv);
+    s->owner->CountCompletion(s);
+    r->owner->CountCompletion(r);
+    return true;  // the iterators are gone: the caller looks again
+  }
+  return false;
+}
+
+inline bool FakeNcclWorld::ProgressCollective(Comm* c) {
+  // Rank 0 drives its communicator's collectives, once every rank enqueued the next one.
+  if (c->rank != 0 || c->collectives.empty() || !Live(c)) return false;
+  const int n = c->nranks;
+  std::vector<Op*> ops(n);
+  for (int r = 0; r < n; ++r) {
+    Comm* p = c->peers[r];
+    if (p->collectives.empty()) return false;
+    ops[r] = &p->collectives.front();
+    if (ops[r]->after != nullptr && !ops[r]->after->fired.HasBeenNotified()) return false;
+  }
+  for (int r = 1; r < n; ++r) {
+    if (ops[r]->kind != ops[0]->kind || ops[r]->count != ops[0]->count ||
+        ops[r]->bytes != ops[0]->bytes || ops[r]->type != ops[0]->type) {
+      Fail(c->peers, "fake: the ranks enqueued different collectives");
+      return true;
+    }
+  }
+  // Every input is read before any output is written: buffers may alias (in place).
+  if (ops[0]->kind == Kind::kAllReduce) {
+    const int64_t count = ops[0]->count;
+    const bool bf16 = ops[0]->type == NcclApi::ReduceType::kBF16;
+    std::vector<float> sum(count, 0.0f);
+    for (int r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < count; ++i) {
+        float v;
+        if (bf16) {
+          uint16_t bits;
+          std::memcpy(&bits, ops[r]->src + 2 * i, 2);
+          v = Bf16ToF32(bits);
+        } else {
+          std::memcpy(&v, ops[r]->src + 4 * i, 4);
+        }
+        // NCCL's arithmetic: an add of the element type, so bf16 rounds after every add.
+        sum[i] = r == 0 ? v : (bf16 ? RoundToBf16(sum[i] + v) : sum[i] + v);
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < count; ++i) {
+        if (bf16) {
+          const uint16_t bits = F32ToBf16(sum[i]);
+          std::memcpy(ops[r]->buf + 2 * i, &bits, 2);
+        } else {
+          std::memcpy(ops[r]->buf + 4 * i, &sum[i], 4);
+        }
+      }
+    }
+  } else {
+    const int64_t bytes = ops[0]->bytes;
+    std::vector<char> gathered(static_cast<size_t>(bytes) * n);
+    for (int r = 0; r < n; ++r) {
+      if (bytes > 0) std::memcpy(gathered.data() + r * bytes, ops[r]->src, bytes);
+    }
+    for (int r = 0; r < n; ++r) {
+      if (bytes > 0) std::memcpy(ops[r]->buf, gathered.data(), gathered.size());
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    Comm* p = c->peers[r];
+    p->collectives.front().stream->pending--;
+    p->collectives.pop_front();
+    p->owner->CountCompletion(p);
+  }
+  return true;
+}
 
 inline void FakeNcclWorld::Progress() {
   bool moved = true;
@@ -313,31 +513,8 @@ inline void FakeNcclWorld::Progress() {
     moved = false;
     for (auto& owned : comms) {
       Comm* s = owned.get();
-      Comm* r = s->peer;
-      if (r == nullptr || s->state != State::kReady || r->state != State::kReady) continue;
-      if (s->owner->dead() || r->owner->dead() || s->owner->hung() || r->owner->hung()) continue;
-      if (s->sends.empty() || r->recvs.empty()) continue;
-      Op& send = s->sends.front();
-      Op& recv = r->recvs.front();
-      if ((send.after != nullptr && !send.after->fired.HasBeenNotified()) ||
-          (recv.after != nullptr && !recv.after->fired.HasBeenNotified())) {
-        continue;
-      }
-      if (send.bytes != recv.bytes) {
-        for (Comm* c : {s, r}) {
-          c->state = State::kFailed;
-          c->error = absl::InternalError("fake: send and receive sizes differ");
-        }
-        continue;
-      }
-      std::memcpy(recv.buf, send.buf, static_cast<size_t>(send.bytes));
-      send.stream->pending--;
-      recv.stream->pending--;
-      s->sends.pop_front();
-      r->recvs.pop_front();
-      s->owner->CountCompletion(s);
-      r->owner->CountCompletion(r);
-      moved = true;
+      if (s->state != State::kReady || s->owner->dead() || s->owner->hung()) continue;
+      if (ProgressPointToPoint(s) || ProgressCollective(s)) moved = true;
     }
   }
 }
