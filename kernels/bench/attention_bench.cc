@@ -121,9 +121,11 @@ double GemmTflops() {
 }
 
 // Decode: batch of `batch` sequences of `len` keys, one new token each. kv_dtype kF8E4M3: an fp8
-// cache (codes + per-token scales); TBps then counts the fp8 page bytes read (codes + scales).
+// cache (codes + per-token scales) read by the fp8 decode kernel `fp8_kernel`; TBps then counts
+// the fp8 page bytes read (codes + scales).
 void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPlan& plan,
-                 DType kv_dtype = DType::kBF16) {
+                 DType kv_dtype = DType::kBF16,
+                 Fp8DecodeKernel fp8_kernel = Fp8DecodeKernel::kDefault) {
   const int pages_per_seq = (len + page_size - 1) / page_size;
   const KvLayout page_layout{.num_layers = 1,
                              .num_pages = 1,
@@ -184,6 +186,7 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   a.max_pages_per_seq = pages_per_seq;
   a.scale = 1.0f / std::sqrt(float{kD});
   a.kv_dtype = kv_dtype;
+  a.fp8_decode = fp8_kernel;
   const double us = MedianUs(
       [&](int i) {
         a.block_tables = tables + int64_t{i % sets} * batch * pages_per_seq;
@@ -290,12 +293,13 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   const double bytes = double(batch) * len * kNkv * 2 * (fp8 ? kD + 4 : kD * 2);
   const char* per_slot = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
   std::printf(
-      "RESULT kernel=decode kv=%s B=%d L=%d page=%d ips=%s us=%.2f TBps=%.3f frac_copy=%.3f "
-      "graph_us=%.2f graph_TBps=%.3f items=%d merges=%d graph_plain_us=%.2f "
+      "RESULT kernel=decode kv=%s fp8_kernel=%s B=%d L=%d page=%d ips=%s us=%.2f TBps=%.3f "
+      "frac_copy=%.3f graph_us=%.2f graph_TBps=%.3f items=%d merges=%d graph_plain_us=%.2f "
       "rope_pair_us=%.2f rope_pair_plain_us=%.2f\n",
-      fp8 ? "fp8" : "bf16", batch, len, page_size, per_slot ? per_slot : "default", us,
-      bytes / us * 1e-6, bytes / us * 1e-6 / copy_tbs, graph_us, bytes / graph_us * 1e-6,
-      plan.num_items(), plan.num_merges(), graph_plain_us, pair_us, pair_plain_us);
+      fp8 ? "fp8" : "bf16", fp8 ? Fp8DecodeKernelName(fp8_kernel) : "-", batch, len, page_size,
+      per_slot ? per_slot : "default", us, bytes / us * 1e-6, bytes / us * 1e-6 / copy_tbs,
+      graph_us, bytes / graph_us * 1e-6, plan.num_items(), plan.num_merges(), graph_plain_us,
+      pair_us, pair_plain_us);
   for (void* p : {kv, q, out}) CK(cudaFree(p));
   for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
 }
@@ -555,7 +559,8 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::string_view(argv[1]) == "decode_fp8") {
     // FP8 KV decode beside bf16 at the same shapes (batch >= 32, context >= 4k, and small
-    // batches), with the copy ceiling; TBps of the fp8 rows counts fp8 page bytes.
+    // batches), both fp8 decode kernels (dequant, fused), with the copy ceiling; TBps of the fp8
+    // rows counts fp8 page bytes.
     const double copy = CopyTbs();
     std::printf("RESULT kernel=ceiling copy_TBps=%.3f gemm_TFLOPs=0\n", copy);
     auto plan = AttentionPlan::Create({});
@@ -569,15 +574,22 @@ int main(int argc, char** argv) {
                           {1, 8192, 16},
                           {8, 4096, 16}}) {
       BenchDecode(c[0], c[1], c[2], copy, **plan, DType::kBF16);
-      BenchDecode(c[0], c[1], c[2], copy, **plan, DType::kF8E4M3);
+      for (Fp8DecodeKernel k : {Fp8DecodeKernel::kDequant, Fp8DecodeKernel::kFused}) {
+        BenchDecode(c[0], c[1], c[2], copy, **plan, DType::kF8E4M3, k);
+      }
     }
     return 0;
   }
-  if (argc == 5 && std::string_view(argv[1]) == "one") {
-    // One decode shape: `one B L page` (for ncu -k regex:DecodeKernel --launch-skip ...).
+  if ((argc == 5 || argc == 6) && std::string_view(argv[1]) == "one") {
+    // One decode shape: `one B L page [bf16|dequant|fused]` (for ncu -k regex:DecodeKernel
+    // --launch-skip ...); dequant / fused: an fp8 cache and that fp8 decode kernel.
     auto plan = AttentionPlan::Create({});
     CHECK_OK(plan.status());
-    BenchDecode(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), 4.27, **plan);
+    const std::string_view kv = argc == 6 ? argv[5] : "bf16";
+    CHECK(kv == "bf16" || kv == "dequant" || kv == "fused") << kv;
+    BenchDecode(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), 4.27, **plan,
+                kv == "bf16" ? DType::kBF16 : DType::kF8E4M3,
+                kv == "fused" ? Fp8DecodeKernel::kFused : Fp8DecodeKernel::kDequant);
     return 0;
   }
   if (argc > 1 && std::string_view(argv[1]) == "small") {

@@ -35,13 +35,58 @@ __device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, bool vali
   const int bytes = valid ? 4 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(addr), "l"(gmem), "r"(bytes));
 }
+// The same copy with an L2 cache-eviction policy (EvictFirstPolicy).
+__device__ __forceinline__ void CpAsync4Hinted(void* smem, const void* gmem, bool valid,
+                                               uint64_t policy) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, %2, %3;\n" ::"r"(addr),
+               "l"(gmem), "r"(bytes), "l"(policy));
+}
+
+// The 16-byte chunk copies of one stage, plain or with the L2 policy.
+template <bool kHinted>
+__device__ __forceinline__ void CpAsync16Maybe(void* smem, const void* gmem, bool valid,
+                                               uint64_t policy) {
+  if constexpr (kHinted) {
+    CpAsync16Hinted(smem, gmem, valid, policy);
+  } else {
+    CpAsync16(smem, gmem, valid);
+  }
+}
+template <bool kHinted>
+__device__ __forceinline__ void CpAsync4Maybe(void* smem, const void* gmem, bool valid,
+                                              uint64_t policy) {
+  if constexpr (kHinted) {
+    CpAsync4Hinted(smem, gmem, valid, policy);
+  } else {
+    CpAsync4(smem, gmem, valid);
+  }
+}
+
+// kSwizzle stages (the fused decode kernel, fp8_fused_tile.cuh): 16-byte chunk c of tile row r
+// sits at chunk c ^ Fp8ChunkSwizzle<D>(r) of the row, so that the fused kernel's K reads (16
+// bytes of two adjacent rows per quarter-warp) and V reads (8 bytes of rows 2t, 2t + 1, ... per
+// half-warp) hit distinct banks; the rows themselves are D bytes apart, unpadded. Rows 0..7 take
+// XORs 0 4 2 6 4 0 6 2 at D = 128 (eight chunks a row), 0 0 2 2 0 0 2 2 at D = 64 (four chunks).
+template <int D>
+__device__ __forceinline__ int Fp8ChunkSwizzle(int row) {
+  return ((row & 6) ^ ((row & 1) << 2)) & (D / 16 - 1);
+}
+template <int D, bool kSwizzle>
+__device__ __forceinline__ int Fp8ChunkOffset(int row, int col) {  // col: a multiple of 16
+  if constexpr (kSwizzle) return row * D + (col ^ (Fp8ChunkSwizzle<D>(row) << 4));
+  return row * D + col;
+}
 
 // Copies keys [key0, key0 + kKeys) of K and V of view.kv_head (rows >= key_end zero-filled, so
 // their codes and scales are 0) into `stage`, spread over kThreads threads starting at `tid`.
-// view.kv is the layer's base address (bytes).
-template <int D, int kKeys, int kThreads>
+// view.kv is the layer's base address (bytes). kSwizzle: the chunks go to Fp8ChunkOffset's
+// places; kHinted: the copies carry the L2 policy `policy`.
+template <int D, int kKeys, int kThreads, bool kSwizzle = false, bool kHinted = false>
 __device__ __forceinline__ void LoadKvTileFp8(const KvView& view, const Fp8Pages& geo, int key0,
-                                              int key_end, uint8_t* stage, int tid) {
+                                              int key_end, uint8_t* stage, int tid,
+                                              uint64_t policy = 0) {
   constexpr int kChunksPerRow = D / 16;  // 16 codes per 16-byte chunk
   constexpr int kChunks = kKeys * kChunksPerRow;
   static_assert(kChunks % kThreads == 0, "tile must split evenly over the threads");
@@ -64,8 +109,9 @@ __device__ __forceinline__ void LoadKvTileFp8(const KvView& view, const Fp8Pages
       src =
           kv + page * geo.page_bytes + (int64_t{view.kv_head} * view.page_size + in_page) * D + col;
     }
-    CpAsync16(stage + row * D + col, src, valid);
-    CpAsync16(stage + kKeys * D + row * D + col, valid ? src + v_codes : kv, valid);
+    const int dst = Fp8ChunkOffset<D, kSwizzle>(row, col);
+    CpAsync16Maybe<kHinted>(stage + dst, src, valid, policy);
+    CpAsync16Maybe<kHinted>(stage + kKeys * D + dst, valid ? src + v_codes : kv, valid, policy);
   }
   float* scales = reinterpret_cast<float*>(stage + 2 * kKeys * D);
   for (int row = tid; row < kKeys; row += kThreads) {
@@ -79,8 +125,8 @@ __device__ __forceinline__ void LoadKvTileFp8(const KvView& view, const Fp8Pages
       src = kv + page * geo.page_bytes + geo.scale_start +
             (int64_t{view.kv_head} * view.page_size + in_page) * 4;
     }
-    CpAsync4(scales + row, src, valid);
-    CpAsync4(scales + kKeys + row, valid ? src + v_scales : kv, valid);
+    CpAsync4Maybe<kHinted>(scales + row, src, valid, policy);
+    CpAsync4Maybe<kHinted>(scales + kKeys + row, valid ? src + v_scales : kv, valid, policy);
   }
 }
 
@@ -88,10 +134,10 @@ __device__ __forceinline__ void LoadKvTileFp8(const KvView& view, const Fp8Pages
 // contract): `entries` holds the tile's block-table entries one per lane (TileTableEntries), so
 // a chunk's page is one shuffle and its address one 32 x 32 -> 64-bit multiply-add. Every thread
 // of the kThreads must call it (the shuffles); threadIdx.x < kThreads.
-template <int D, int kKeys, int kThreads>
+template <int D, int kKeys, int kThreads, bool kSwizzle = false, bool kHinted = false>
 __device__ __forceinline__ void CopyTileFp8TablePerLane(const KvView& view, const Fp8Pages& geo,
                                                         int32_t entries, int key0, int key_end,
-                                                        uint8_t* stage) {
+                                                        uint8_t* stage, uint64_t policy = 0) {
   constexpr int kChunksPerRow = D / 16;
   constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   static_assert(kThreads % kChunksPerRow == 0 && kKeys % kRowsPerPass == 0, "even split");
@@ -113,9 +159,9 @@ __device__ __forceinline__ void CopyTileFp8TablePerLane(const KvView& view, cons
     const uint32_t page = __shfl_sync(0xffffffffu, entries, row >> shift);
     const uint8_t* src = head + (uint64_t{page} * page_bytes + (row & mask) * D);
     const bool valid = row < row_end;
-    const int dst = (r0 + i * kRowsPerPass) * D + col;
-    CpAsync16(stage + dst, src, valid);
-    CpAsync16(stage + kKeys * D + dst, src + v_codes, valid);
+    const int dst = Fp8ChunkOffset<D, kSwizzle>(r0 + i * kRowsPerPass, col);
+    CpAsync16Maybe<kHinted>(stage + dst, src, valid, policy);
+    CpAsync16Maybe<kHinted>(stage + kKeys * D + dst, src + v_codes, valid, policy);
   }
   // Scales: thread t < kKeys copies tile row t's K and V scale (all lanes shuffle).
   const int t = threadIdx.x % kKeys;
@@ -127,8 +173,8 @@ __device__ __forceinline__ void CopyTileFp8TablePerLane(const KvView& view, cons
               ((static_cast<uint32_t>(view.kv_head) << shift) + (srow & mask)) * 4);
     const bool valid = srow < row_end;
     float* scales = reinterpret_cast<float*>(stage + 2 * kKeys * D);
-    CpAsync4(scales + t, src, valid);
-    CpAsync4(scales + kKeys + t, src + v_scales, valid);
+    CpAsync4Maybe<kHinted>(scales + t, src, valid, policy);
+    CpAsync4Maybe<kHinted>(scales + kKeys + t, src + v_scales, valid, policy);
   }
 }
 

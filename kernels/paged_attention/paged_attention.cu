@@ -9,13 +9,16 @@
 // split of a range combines the splits (attention_combine.cuh).
 //
 // FP8 cache (kF8E4M3): the pipeline stages hold the tiles' e4m3 codes and per-token scales
-// (fp8_tile.cuh: 16-byte copies, the block-table-per-lane fast path for pages of >= 4 tokens, no
-// L2 hint yet);
-// each warp dequantizes its quarter of a tile into a bf16 tile in shared memory and runs the
-// same ProcessTile.
+// (fp8_tile.cuh: 16-byte copies, the block-table-per-lane fast path for pages of >= 4 tokens).
+// Two kernels (Fp8DecodeKernel, paged_attention.h): kDequant, each warp dequantizes its quarter
+// of a tile into a bf16 tile in shared memory and runs the same ProcessTile; kFused, twice the
+// stages (half the bytes each; swizzled, evict-first in split plans) and each warp reads its
+// codes from the stage into f16 mma operands with the scales outside the dot products
+// (fp8_fused_tile.cuh).
 #include <cuda_bf16.h>
 
 #include <atomic>
+#include <cstdlib>
 
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
@@ -23,6 +26,7 @@
 #include "kernels/paged_attention/attention_combine.cuh"
 #include "kernels/paged_attention/attention_common.cuh"
 #include "kernels/paged_attention/decode_tile_copy.cuh"
+#include "kernels/paged_attention/fp8_fused_tile.cuh"
 #include "kernels/paged_attention/fp8_tile.cuh"
 #include "kernels/paged_attention/paged_attention.h"
 
@@ -65,13 +69,28 @@ constexpr int MergeStride() {
   return D + 8;
 }
 
+// What the decode kernel's stages hold and how its warps compute (paged_attention.h's
+// Fp8DecodeKernel for the two fp8 ones).
+enum class KvMode { kBf16, kFp8Dequant, kFp8Fused };
+
+// Pipeline depth: an fp8 stage is half a bf16 one, so the fused kernel takes twice the stages
+// (the same bytes in flight per CTA as bf16, twice the keys); the dequantize kernel keeps three
+// beside its bf16 tile.
+template <KvMode kMode>
+constexpr int DecodeStages() {
+  return kMode == KvMode::kFp8Fused ? 2 * kDecodeStages : kDecodeStages;
+}
+
 // Dynamic shared memory of the decode kernel: the K/V pipeline, reused by the warp merge.
-// kFp8: the stages hold fp8 tiles, followed by one bf16 K/V tile the warps dequantize into.
-template <int D, bool kFp8 = false>
+// fp8: the stages hold fp8 tiles; kFp8Dequant adds one bf16 K/V tile the warps dequantize into.
+template <int D, KvMode kMode = KvMode::kBf16>
 constexpr int DecodeSmemBytes() {
   constexpr int kBf16Tile = 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
-  constexpr int kPipe = kFp8 ? kDecodeStages * Fp8StageBytes<D, kDecodeKeys>() + kBf16Tile
-                             : kDecodeStages * kBf16Tile;
+  constexpr int kStages = DecodeStages<kMode>();
+  constexpr int kFp8Stages = kStages * Fp8StageBytes<D, kDecodeKeys>();
+  constexpr int kPipe = kMode == KvMode::kBf16         ? kStages * kBf16Tile
+                        : kMode == KvMode::kFp8Dequant ? kFp8Stages + kBf16Tile
+                                                       : kFp8Stages;
   static_assert(attention::CombineStageBytes<D, kDecodeWarps * 32>() <= kPipe,
                 "the split combine stages its rows in the K/V pipeline's shared memory");
   constexpr int kMerge =
@@ -83,8 +102,9 @@ constexpr int DecodeSmemBytes() {
 // tile) through shared memory and writes the output rows, or the bf16 partial rows and their
 // log2-sum-exp. `smem` holds [4][16][MergeStride] fp32 outputs, then [4][16] maxima and [4][16]
 // sums. Thread i then owns row i / 8 and the float4 columns 4 (i % 8) + 32 j: eight threads
-// read 128 contiguous bytes of a row (conflict-free).
-template <int D>
+// read 128 contiguous bytes of a row (conflict-free). kFused: acc.o in the fused kernel's
+// permuted dim order (fp8_fused_tile.cuh), put back in order on the way into shared memory.
+template <int D, bool kFused = false>
 __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionWorkItem& it,
                                    WarpAccum<D>& acc, float* smem, uint16_t* partial_out,
                                    float* partial_lse) {
@@ -98,10 +118,14 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
     acc.l[i] += __shfl_xor_sync(0xffffffffu, acc.l[i], 1);
     acc.l[i] += __shfl_xor_sync(0xffffffffu, acc.l[i], 2);
     const int row = warp * kDecodeRows + g + 8 * i;
+    if constexpr (kFused) {
+      StoreFusedRow(acc, i, t, o_s + row * kStride);
+    } else {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      reinterpret_cast<float2*>(o_s + row * kStride)[n * 4 + t] =
-          make_float2(acc.o[n][2 * i], acc.o[n][2 * i + 1]);
+      for (int n = 0; n < D / 8; ++n) {
+        reinterpret_cast<float2*>(o_s + row * kStride)[n * 4 + t] =
+            make_float2(acc.o[n][2 * i], acc.o[n][2 * i + 1]);
+      }
     }
     if (t == 0) {
       m_s[row] = acc.m[i];
@@ -157,15 +181,18 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
 // with the evict-first L2 policy `policy`, else as plain copies (copies carrying an
 // evict-normal policy measured ~10% slower than plain ones at batch 32-256: WORKLOG.md step 5).
 // `entries`: TileTableEntries of the tile where TablePerLane(view), else unused.
-template <int D>
+// The fp8 tile: kSwizzle for the fused kernel's stages (fp8_tile.cuh).
+template <int D, bool kSwizzle, bool kEvictFirst>
 __device__ __forceinline__ void LoadDecodeTileFp8(const KvView& view, const Fp8Pages& geo,
                                                   int32_t entries, int key0, int key_end,
-                                                  uint8_t* stage) {
+                                                  uint8_t* stage, uint64_t policy) {
   constexpr int kThreads = kDecodeWarps * 32;
   if (attention::TablePerLane(view)) {
-    CopyTileFp8TablePerLane<D, kDecodeKeys, kThreads>(view, geo, entries, key0, key_end, stage);
+    CopyTileFp8TablePerLane<D, kDecodeKeys, kThreads, kSwizzle, kEvictFirst>(
+        view, geo, entries, key0, key_end, stage, policy);
   } else {
-    LoadKvTileFp8<D, kDecodeKeys, kThreads>(view, geo, key0, key_end, stage, threadIdx.x);
+    LoadKvTileFp8<D, kDecodeKeys, kThreads, kSwizzle, kEvictFirst>(view, geo, key0, key_end, stage,
+                                                                   threadIdx.x, policy);
   }
 }
 
@@ -190,32 +217,36 @@ __device__ __forceinline__ int32_t DecodeTileEntries(const KvView& view, int key
   return attention::TileTableEntries<kDecodeKeys>(view, key0, key_end);
 }
 
-// One CTA per work item at a time: the four warps share a kDecodeStages-deep cp.async pipeline
+// One CTA per work item at a time: the four warps share a DecodeStages-deep cp.async pipeline
 // of kDecodeKeys-key tiles; warp w computes keys [16 w, 16 w + 16) of every tile with its own
 // online softmax, and the states are merged at the end of the item.
 // kSplit: the variant for plans with split merges (small batches, a few tiles per item, where
 // start-up and tail latency dominate): the CTA's first item is read speculatively together
 // with the item count (slot blockIdx.x exists up to max_items) and the next one while the K/V
 // stream, the merge item is read ahead (no dependent load before the arrival counter), and the
-// K/V copies are evict-first, so the plan, block tables, queries and partials stay in L2. For
-// plans without merges (large batches) none of this pays, and the hint costs bandwidth.
+// K/V copies are evict-first (bf16 and kFp8Fused), so the plan, block tables, queries and
+// partials stay in L2. For plans without merges (large batches) none of this pays, and the hint
+// costs bandwidth.
 // Launched with PDL (PagedAttentionArgs::overlap_launch), a CTA issues its first item's prologue
 // copies before griddepcontrol.wait when they all end before the item's first new token (the one
 // position range the kernel ahead in the stream may be writing); everything else comes after it.
 // Without PDL the wait is a no-op.
-template <int D, bool kSplit, bool kFp8>
+template <int D, bool kSplit, KvMode kMode>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     DecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
                  const AttentionMergeItem* merges, const int32_t* counts, int32_t* counters,
                  uint16_t* partial_out, float* partial_lse, int max_items, const Fp8Pages geo) {
   extern __shared__ uint4 smem_raw[];
+  constexpr bool kFp8 = kMode != KvMode::kBf16;
+  constexpr bool kFused = kMode == KvMode::kFp8Fused;
+  constexpr int kStages = DecodeStages<kMode>();
   constexpr int kTile = TileElems<D, kDecodeKeys>();
   constexpr int kSub = kDecodeWarpKeys * (D + kRowPad);  // one warp's quarter of a tile
   constexpr int kStage8 = Fp8StageBytes<D, kDecodeKeys>();
   auto* base = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   auto* base8 = reinterpret_cast<uint8_t*>(smem_raw);
-  // fp8: the bf16 tile after the fp8 stages; warp w dequantizes into its quarter.
-  auto* deq = reinterpret_cast<__nv_bfloat16*>(base8 + kDecodeStages * kStage8);
+  // kFp8Dequant: the bf16 tile after the fp8 stages; warp w dequantizes into its quarter.
+  auto* deq = reinterpret_cast<__nv_bfloat16*>(base8 + kStages * kStage8);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float scale_log2 = a.scale * attention::kLog2e;
   bool waited = false;  // griddepcontrol.wait passed: q, the new K/V rows and outputs are ours
@@ -225,6 +256,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     if (static_cast<int>(blockIdx.x) < max_items) next_it = items[blockIdx.x];
     policy = attention::EvictFirstPolicy();
   }
+  // Issues the copies of the tile at key0 into stage `stage` (bf16 or fp8).
+  auto load_tile = [&](const KvView& view, int32_t entries, int key0, int key_end, int stage) {
+    if constexpr (kFp8) {
+      LoadDecodeTileFp8<D, kFused, kSplit && kFused>(view, geo, entries, key0, key_end,
+                                                     base8 + stage * kStage8, policy);
+    } else {
+      LoadDecodeTile<D, kSplit>(view, entries, key0, key_end, base + stage * 2 * kTile, policy);
+    }
+  };
   DECODE_TRACE(0, 0);
   const int num_items = counts[0];
   for (int idx = blockIdx.x; idx < num_items; idx += gridDim.x) {
@@ -248,75 +288,74 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     // K/V loads first: they are the long pole; the queries load while they fly. The block-table
     // entries of a tile are read one tile ahead of its copies. Before the dependency wait only
     // when every prologue tile ends at or before the item's first new token.
-    const int prologue = min(tiles, kDecodeStages - 1);
+    const int prologue = min(tiles, kStages - 1);
     if (!waited && it.key_begin + prologue * kDecodeKeys > it.first_pos) {
       cudaGridDependencySynchronize();
       waited = true;
     }
-    int32_t entries[kDecodeStages];
+    int32_t entries[kStages];
 #pragma unroll
-    for (int s = 0; s < kDecodeStages; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       entries[s] = DecodeTileEntries(view, it.key_begin + s * kDecodeKeys, it.key_end);
     }
 #pragma unroll
-    for (int s = 0; s < kDecodeStages - 1; ++s) {
-      if (s < tiles) {
-        if constexpr (kFp8) {
-          LoadDecodeTileFp8<D>(view, geo, entries[s], it.key_begin + s * kDecodeKeys, it.key_end,
-                               base8 + s * kStage8);
-        } else {
-          LoadDecodeTile<D, kSplit>(view, entries[s], it.key_begin + s * kDecodeKeys, it.key_end,
-                                    base + s * 2 * kTile, policy);
-        }
-      }
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < tiles) load_tile(view, entries[s], it.key_begin + s * kDecodeKeys, it.key_end, s);
       attention::CpAsyncCommit();
     }
     if (!waited) {
       cudaGridDependencySynchronize();
       waited = true;
     }
-    int32_t next_entries = entries[kDecodeStages - 1];
+    int32_t next_entries = entries[kStages - 1];
     if constexpr (kSplit) {
       if (idx + static_cast<int>(gridDim.x) < num_items) next_it = items[idx + gridDim.x];
     }
     const WarpRows<D> w = SliceRows<D>(a, it, it.row_begin, lane);
     WarpAccum<D> acc;
     attention::InitAccum(acc);
-    attention::LoadQuery(acc, w.q[0], w.q[1], lane & 3);
+    FusedState fused;
+    if constexpr (kFused) {
+      fused.k_factor = LoadQueryFused(acc, w.q[0], w.q[1], lane, scale_log2);
+    } else {
+      attention::LoadQuery(acc, w.q[0], w.q[1], lane & 3);
+    }
     for (int i = 0; i < tiles; ++i) {
-      const int next = i + kDecodeStages - 1;
+      const int next = i + kStages - 1;
       if (next < tiles) {
-        if constexpr (kFp8) {
-          LoadDecodeTileFp8<D>(view, geo, next_entries, it.key_begin + next * kDecodeKeys,
-                               it.key_end, base8 + (next % kDecodeStages) * kStage8);
-        } else {
-          LoadDecodeTile<D, kSplit>(view, next_entries, it.key_begin + next * kDecodeKeys,
-                                    it.key_end, base + (next % kDecodeStages) * 2 * kTile, policy);
-        }
+        load_tile(view, next_entries, it.key_begin + next * kDecodeKeys, it.key_end,
+                  next % kStages);
       }
       attention::CpAsyncCommit();
       next_entries = DecodeTileEntries(view, it.key_begin + (next + 1) * kDecodeKeys, it.key_end);
-      attention::CpAsyncWait<kDecodeStages - 1>();
+      attention::CpAsyncWait<kStages - 1>();
       __syncthreads();
       if (i == 0) DECODE_TRACE(2, 0);
-      const __nv_bfloat16* buf = base + (i % kDecodeStages) * 2 * kTile + warp * kSub;
       const int key0 = it.key_begin + i * kDecodeKeys + warp * kDecodeWarpKeys;
-      if constexpr (kFp8) buf = deq + warp * kSub;
+      const bool masked = key0 + kDecodeWarpKeys > w.min_limit;
       if (key0 < w.max_limit) {
-        if constexpr (kFp8) {
-          DequantizeTileFp8<D, kDecodeKeys, kDecodeWarpKeys, 32>(
-              base8 + (i % kDecodeStages) * kStage8, warp * kDecodeWarpKeys, deq + warp * kSub,
-              deq + kTile + warp * kSub, lane);
-          __syncwarp();
+        if constexpr (kFused) {
+          ProcessTileFused<D, kDecodeKeys>(acc, fused, base8 + (i % kStages) * kStage8,
+                                           warp * kDecodeWarpKeys, key0, w.limit, masked, lane);
+        } else {
+          const __nv_bfloat16* buf = base + (i % kStages) * 2 * kTile + warp * kSub;
+          if constexpr (kFp8) {
+            buf = deq + warp * kSub;
+            DequantizeTileFp8<D, kDecodeKeys, kDecodeWarpKeys, 32>(
+                base8 + (i % kStages) * kStage8, warp * kDecodeWarpKeys, deq + warp * kSub,
+                deq + kTile + warp * kSub, lane);
+            __syncwarp();
+          }
+          attention::ProcessTile<D, kDecodeWarpKeys>(acc, buf, buf + kTile, key0, w.limit, masked,
+                                                     scale_log2, lane);
         }
-        attention::ProcessTile<D, kDecodeWarpKeys>(acc, buf, buf + kTile, key0, w.limit,
-                                                   key0 + kDecodeWarpKeys > w.min_limit, scale_log2,
-                                                   lane);
       }
       __syncthreads();
     }
     DECODE_TRACE(3, acc.m[0]);
-    MergeWarpsAndStore(a, it, acc, reinterpret_cast<float*>(smem_raw), partial_out, partial_lse);
+    if constexpr (kFused) FinishFused(acc, fused);
+    MergeWarpsAndStore<D, kFused>(a, it, acc, reinterpret_cast<float*>(smem_raw), partial_out,
+                                  partial_lse);
     DECODE_TRACE(4, 0);
     if (it.merge >= 0) {
       if constexpr (!kSplit) mi = merges[it.merge];
@@ -334,20 +373,36 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
 // PDL (a.overlap_launch) only for the split variant: there each launch is a few microseconds and
 // the overlap took 10-14% off (H200, WORKLOG.md step 10); plans without splits measured -2.4% to
 // +1.9% with it (contexts of 16k lost), so they launch plain.
-template <int D, bool kSplit, bool kFp8>
+template <int D, bool kSplit, KvMode kMode>
 absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan& plan,
                                 cudaStream_t stream) {
-  constexpr int kSmem = DecodeSmemBytes<D, kFp8>();
+  constexpr int kSmem = DecodeSmemBytes<D, kMode>();
   static std::atomic<int> cache[kMaxDevices];
   ASSIGN_OR_RETURN(const int per_sm,
-                   BlocksPerSm(DecodeKernel<D, kSplit, kFp8>, kDecodeWarps * 32, kSmem, cache));
+                   BlocksPerSm(DecodeKernel<D, kSplit, kMode>, kDecodeWarps * 32, kSmem, cache));
   const Fp8Pages geo = Fp8Geometry(a);
   CUDA_RETURN_IF_ERROR(
-      LaunchMaybePdl(DecodeKernel<D, kSplit, kFp8>, dim3(static_cast<unsigned>(NumSms() * per_sm)),
+      LaunchMaybePdl(DecodeKernel<D, kSplit, kMode>, dim3(static_cast<unsigned>(NumSms() * per_sm)),
                      dim3(kDecodeWarps * 32), kSmem, stream, /*pdl=*/kSplit && a.overlap_launch, a,
                      plan.items(), plan.merges(), plan.counts(), plan.merge_counters(),
                      plan.partial_out(), plan.partial_lse(), plan.capacity().max_items, geo));
   return absl::OkStatus();
+}
+
+template <int D, KvMode kMode>
+absl::Status LaunchDecodeMode(const PagedAttentionArgs& a, const AttentionPlan& plan,
+                              cudaStream_t stream) {
+  if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true, kMode>(a, plan, stream);
+  return LaunchDecodeKernel<D, false, kMode>(a, plan, stream);
+}
+
+// The fp8 kernel of a.fp8_decode; kDefault takes TANDEM_FP8_DECODE, read once per process (the
+// decode host path runs every layer of every step).
+absl::StatusOr<Fp8DecodeKernel> Fp8Kernel(const PagedAttentionArgs& a) {
+  if (a.fp8_decode != Fp8DecodeKernel::kDefault) return a.fp8_decode;
+  static const absl::StatusOr<Fp8DecodeKernel> from_env =
+      ResolveFp8DecodeKernel(Fp8DecodeKernel::kDefault, std::getenv("TANDEM_FP8_DECODE"));
+  return from_env;
 }
 
 // The variant follows the plan's last build (host copy of its merge count). Both variants
@@ -357,11 +412,13 @@ template <int D>
 absl::Status LaunchDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
                           cudaStream_t stream) {
   if (a.kv_dtype == DType::kF8E4M3) {
-    if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true, true>(a, plan, stream);
-    return LaunchDecodeKernel<D, false, true>(a, plan, stream);
+    ASSIGN_OR_RETURN(const Fp8DecodeKernel kernel, Fp8Kernel(a));
+    if (kernel == Fp8DecodeKernel::kFused) {
+      return LaunchDecodeMode<D, KvMode::kFp8Fused>(a, plan, stream);
+    }
+    return LaunchDecodeMode<D, KvMode::kFp8Dequant>(a, plan, stream);
   }
-  if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true, false>(a, plan, stream);
-  return LaunchDecodeKernel<D, false, false>(a, plan, stream);
+  return LaunchDecodeMode<D, KvMode::kBf16>(a, plan, stream);
 }
 
 }  // namespace

@@ -6,13 +6,51 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/stream.h"
 #include "kernels/paged_attention/attention_plan.h"
 
 namespace tandem {
+
+// Which CUDA decode kernel reads an FP8 cache (kernels/paged_attention/README.md, WORKLOG.md step
+// 13). kDequant: each warp dequantizes its quarter of a tile into a shared bf16 tile that the bf16
+// kernel's math reads. kFused: the e4m3 codes go from the shared stage straight into registers
+// (f16 mma), the K scale multiplies the scores and the V scale the probabilities, with more
+// (half-size) pipeline stages. kDefault: the environment's TANDEM_FP8_DECODE ("dequant" or
+// "fused", read once per process), else kFp8DecodeBuiltin. Both compute the same function.
+enum class Fp8DecodeKernel : uint8_t { kDefault, kDequant, kFused };
+inline constexpr Fp8DecodeKernel kFp8DecodeBuiltin = Fp8DecodeKernel::kDequant;
+
+inline const char* Fp8DecodeKernelName(Fp8DecodeKernel k) {
+  switch (k) {
+    case Fp8DecodeKernel::kDequant:
+      return "dequant";
+    case Fp8DecodeKernel::kFused:
+      return "fused";
+    case Fp8DecodeKernel::kDefault:
+      break;
+  }
+  return "default";
+}
+
+// The kernel `requested` names: itself unless kDefault; then the one `env_value` (the value of
+// TANDEM_FP8_DECODE, null when unset) names, kFp8DecodeBuiltin when it is null or empty, and
+// InvalidArgument when it names neither kernel.
+inline absl::StatusOr<Fp8DecodeKernel> ResolveFp8DecodeKernel(Fp8DecodeKernel requested,
+                                                              const char* env_value) {
+  if (requested != Fp8DecodeKernel::kDefault) return requested;
+  if (env_value == nullptr || *env_value == '\0') return kFp8DecodeBuiltin;
+  const std::string_view v(env_value);
+  if (v == "dequant") return Fp8DecodeKernel::kDequant;
+  if (v == "fused") return Fp8DecodeKernel::kFused;
+  return absl::InvalidArgumentError("TANDEM_FP8_DECODE must be \"dequant\" or \"fused\", not \"" +
+                                    std::string(v) + "\"");
+}
 
 struct PagedAttentionArgs {
   const void* q = nullptr;  // [num_tokens, num_q_heads, head_dim], token stride q_stride, dtype
@@ -47,6 +85,8 @@ struct PagedAttentionArgs {
   // still be running (the host and earlier steps write them); q, out and the new tokens' K/V keep
   // stream-order semantics. Off: a plain launch.
   bool overlap_launch = true;
+  // FP8 cache, CUDA decode only: which kernel (see Fp8DecodeKernel); ignored elsewhere.
+  Fp8DecodeKernel fp8_decode = Fp8DecodeKernel::kDefault;
 };
 
 // CPU reference: any head_dim, kF32/kBF16 q/out, kF32/kBF16/kF8E4M3 cache, any q_len.

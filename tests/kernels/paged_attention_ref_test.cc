@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -184,6 +185,37 @@ TEST(PagedAttentionRefTest, SingleKeyReturnsItsValue) {
   // With one visible key the softmax weight is 1, so the output is V exactly.
   Case c{{1}, {1}, 2, 1, 64, 16, DType::kF32, DType::kF32};
   EXPECT_LT(MaxError(c, 6), 1e-6);
+}
+
+// The host-side choice of the CUDA fp8 decode kernel (paged_attention.h): an explicit request
+// wins over TANDEM_FP8_DECODE; kDefault takes the variable's value, the built-in choice when it
+// is unset or empty, and an error naming the variable for anything else.
+TEST(Fp8DecodeKernelTest, ResolvesRequestEnvironmentAndBuiltin) {
+  using K = Fp8DecodeKernel;
+  for (const char* env : {static_cast<const char*>(nullptr), "", "fused", "dequant", "bogus"}) {
+    SCOPED_TRACE(env == nullptr ? "(unset)" : env);
+    EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDequant, env), K::kDequant);
+    EXPECT_EQ(*ResolveFp8DecodeKernel(K::kFused, env), K::kFused);
+  }
+  EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, nullptr), kFp8DecodeBuiltin);
+  EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, ""), kFp8DecodeBuiltin);
+  EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "fused"), K::kFused);
+  EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "dequant"), K::kDequant);
+  EXPECT_NE(kFp8DecodeBuiltin, K::kDefault);
+  for (const char* bad : {"bogus", "Fused", "fused ", "default", "bf16"}) {
+    const absl::StatusOr<K> k = ResolveFp8DecodeKernel(K::kDefault, bad);
+    ASSERT_FALSE(k.ok()) << bad;
+    EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(k.status().message().find("TANDEM_FP8_DECODE"), std::string_view::npos);
+    EXPECT_NE(k.status().message().find(bad), std::string_view::npos);
+  }
+  EXPECT_STREQ(Fp8DecodeKernelName(K::kDequant), "dequant");
+  EXPECT_STREQ(Fp8DecodeKernelName(K::kFused), "fused");
+  EXPECT_STREQ(Fp8DecodeKernelName(K::kDefault), "default");
+  // The names parse back to their kernels.
+  for (const K k : {K::kDequant, K::kFused}) {
+    EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, Fp8DecodeKernelName(k)), k);
+  }
 }
 
 }  // namespace
