@@ -104,7 +104,8 @@ absl::Status CheckMappable(const KvGroupShape& src, const KvGroupShape& dst) {
         "KV of the two groups differs beyond TP / PP (KV heads ", src.total_kv_heads, " vs ",
         dst.total_kv_heads, ", layers ", src.num_layers, " vs ", dst.num_layers, ", page size ",
         src.page_size, " vs ", dst.page_size, ", head_dim ", src.head_dim, " vs ", dst.head_dim,
-        ", dtype ", static_cast<int>(src.dtype), " vs ", static_cast<int>(dst.dtype), ")"));
+        ", dtype ", std::string(DTypeName(src.dtype)), " vs ", std::string(DTypeName(dst.dtype)),
+        ")"));
   }
   // An FP8 page holds its codes, then its scales (kv_layout.h): the per-head runs of
   // HeadCopyRuns would cut through them. Whole pages (same TP, other PP) map fine.
