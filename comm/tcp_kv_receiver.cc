@@ -1,6 +1,8 @@
 #include "comm/tcp_kv_receiver.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -513,9 +515,17 @@ absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, con
   // shape, which IPC and NCCL require).
   const int sender_pages = in.sender_pages;
   const bool ipc = in.ipc;
-  std::vector<char> staging(static_cast<size_t>(in.src_layout.PageBytes()));
-  std::vector<bool> received(static_cast<size_t>(in.src_layout.num_layers) * sender_pages, false);
+  std::vector<char> staging;  // one page, for kPages
+  // A byte per (layer, page index) received: the count and fill of a range vectorize (the
+  // confirmation of a whole IPC transfer marks every page of it, on the transfer's critical path).
+  std::vector<uint8_t> received(static_cast<size_t>(in.src_layout.num_layers) * sender_pages, 0);
   int64_t num_received = 0;
+  auto mark = [&](int layer, int first_index, int count) {
+    const auto begin =
+        received.begin() + static_cast<ptrdiff_t>(layer) * sender_pages + first_index;
+    num_received += std::count(begin, begin + count, uint8_t{0});
+    std::fill(begin, begin + count, uint8_t{1});
+  };
   // Reads may run a little past the deadline (the transfer's, carried over to real time); the
   // reaper ends the transfer exactly at it.
   const absl::Time deadline =
@@ -527,11 +537,7 @@ absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, con
       if (!InTransfer(r, in)) {
         return absl::InvalidArgumentError("KV IPC range outside the transfer");
       }
-      for (int i = 0; i < r.count; ++i) {
-        const size_t bit = static_cast<size_t>(r.layer) * sender_pages + r.first_index + i;
-        if (!received[bit]) ++num_received;
-        received[bit] = true;
-      }
+      mark(r.layer, r.first_index, r.count);
       pages += r.count;
     }
     absl::MutexLock l(&t.mu);
@@ -579,11 +585,7 @@ absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, con
         return absl::InvalidArgumentError("KV nccl layer outside the transfer");
       }
       RETURN_IF_ERROR(NcclLayer(t, layer, *nccl, deadline));
-      for (int i = 0; i < layer.count; ++i) {
-        const size_t bit = static_cast<size_t>(layer.layer) * sender_pages + layer.first_index + i;
-        if (!received[bit]) ++num_received;
-        received[bit] = true;
-      }
+      mark(layer.layer, layer.first_index, layer.count);
       absl::MutexLock l(&t.mu);
       t.stats.bytes += layout_.PageBytes() * layer.count;
       t.stats.pages += layer.count;
@@ -608,13 +610,12 @@ absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, con
     if (!InTransfer(h, in)) {
       return absl::InvalidArgumentError("KV pages frame outside the transfer");
     }
+    staging.resize(static_cast<size_t>(in.src_layout.PageBytes()));
     for (int i = 0; i < h.count; ++i) {
       RETURN_IF_ERROR(ReadAll(socket, staging.data(), staging.size(), deadline));
       const int index = h.first_index + i;
       RETURN_IF_ERROR(WritePage(t, in, h.layer, index, staging));
-      const size_t bit = static_cast<size_t>(h.layer) * sender_pages + index;
-      if (!received[bit]) ++num_received;
-      received[bit] = true;
+      mark(h.layer, index, 1);
     }
   }
 }
@@ -760,8 +761,9 @@ bool TcpKvReceiver::InTransfer(const kv_wire::PagesHeader& h, const Incoming& in
 
 absl::Status TcpKvReceiver::LendPages(Transfer& t) {
   absl::MutexLock l(&t.mu);
-  if (!t.live)
+  if (!t.live) {
     return absl::CancelledError(absl::StrCat("KV transfer ", t.id, " cancelled by decode"));
+  }
   t.lent = true;
   t.stats.path = "ipc";
   return absl::OkStatus();

@@ -429,7 +429,14 @@ class TcpKvSender::WarmPool {
     max_idle_ = std::max(0, max_idle_per_peer);
     idle_timeout_ = idle_timeout;
     clock_ = clock;
-    SweepLocked(&closed);
+    for (auto& [key, q] : idle_) {
+      while (static_cast<int>(q.size()) > max_idle_) {
+        closed.push_back(std::move(q.front()));
+        q.pop_front();
+        --counters_.idle;
+      }
+    }
+    SweepLocked(&closed);  // drops the emptied keys too
   }
   // The most recently used idle connection of `key` (null: none). Expired ones are closed.
   std::unique_ptr<WarmConnection> Take(const std::string& key) {
