@@ -124,7 +124,7 @@ class TcpKvSendOp : public KvSendOp {
                          int first_index) override {
     RETURN_IF_ERROR(CheckLayer(layer, src_pages, first_index));
     kv_wire::PagesHeader header{layer, first_index, static_cast<int32_t>(src_pages.size())};
-    if (ipc_ != nullptr) return EnqueueIpc(header, pool, src_pages, nullptr);
+    if (ipc_ != nullptr) return EnqueueIpc(header, pool, src_pages, nullptr, /*coalesce=*/true);
     if (nccl_ != nullptr) return SendNccl(header, pool, src_pages, nullptr);
     absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kPages,
                                           kv_wire::EncodePagesHeader(header), deadline_);
@@ -154,7 +154,7 @@ class TcpKvSendOp : public KvSendOp {
     RETURN_IF_ERROR(CheckLayer(layer, src_pages, first_index));
     kv_wire::PagesHeader header{layer, first_index, static_cast<int32_t>(src_pages.size())};
     if (nccl_ != nullptr) return SendNccl(header, pool, src_pages, ready_event);
-    return EnqueueIpc(header, pool, src_pages, ready_event);
+    return EnqueueIpc(header, pool, src_pages, ready_event, /*coalesce=*/false);
   }
 
   absl::StatusOr<KvTransferStats> Finish() override {
@@ -163,6 +163,11 @@ class TcpKvSendOp : public KvSendOp {
     if (nccl_ != nullptr) return FinishNccl();
     std::string frames;
     if (ipc_ != nullptr) {
+      st = FlushIpc();
+      if (!st.ok()) {
+        Abort(absl::StrCat("CUDA IPC copy failed: ", st.message()));
+        return st;
+      }
       // Wakes the receiver while the last copies run, so that it takes the confirmation awake.
       st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kIpcFlush, "", deadline_);
       if (!st.ok()) return Fail(st);
@@ -244,18 +249,35 @@ class TcpKvSendOp : public KvSendOp {
   }
 
   // Enqueues the device copy of one range under the grant (no socket traffic, no host wait).
-  // A failure aborts the transfer (the receiver reads kAbort and fails it).
+  // A failure aborts the transfer (the receiver reads kAbort and fails it). `coalesce`
+  // (SendLayer: the layer is stored already): the same pages of consecutive layers are held
+  // back and go as one launch (KvIpcDevice::CopyLayersAsync) once the run reaches the last
+  // layer, breaks, or Finish comes: a prompt whose every layer was stored is then one launch
+  // that streams all layers, instead of one launch per layer draining the GPU in between.
   absl::Status EnqueueIpc(const kv_wire::PagesHeader& header, const void* pool,
-                          absl::Span<const int32_t> src_pages, void* ready_event) {
+                          absl::Span<const int32_t> src_pages, void* ready_event, bool coalesce) {
     absl::Status st;
     if (ranges_.size() >= kv_wire::kMaxIpcRanges) {
       st = absl::ResourceExhaustedError("too many page ranges in one CUDA IPC transfer");
+    } else if (coalesce && held_.num_layers > 0 && held_.pool == pool &&
+               held_.first_index == header.first_index &&
+               held_.layer + held_.num_layers == header.layer &&
+               std::equal(src_pages.begin(), src_pages.end(), held_.src_pages.begin(),
+                          held_.src_pages.end())) {
+      ++held_.num_layers;
     } else {
-      const absl::Span<const int32_t> dst_pages =
-          absl::MakeConstSpan(peer_pages_).subspan(header.first_index, src_pages.size());
-      st = ipc_->CopyLayerAsync(peer_pool_, peer_layout_, pool, layout_, header.layer, dst_pages,
-                                src_pages, ready_event);
+      st = FlushIpc();
+      if (st.ok() && coalesce) {
+        held_ = {header.layer, 1, pool, header.first_index,
+                 std::vector<int32_t>(src_pages.begin(), src_pages.end())};
+      } else if (st.ok()) {
+        const absl::Span<const int32_t> dst_pages =
+            absl::MakeConstSpan(peer_pages_).subspan(header.first_index, src_pages.size());
+        st = ipc_->CopyLayerAsync(peer_pool_, peer_layout_, pool, layout_, header.layer, dst_pages,
+                                  src_pages, ready_event);
+      }
     }
+    if (st.ok() && coalesce && header.layer == layout_.num_layers - 1) st = FlushIpc();
     if (!st.ok()) {
       Abort(absl::StrCat("CUDA IPC copy failed: ", st.message()));
       return st;
@@ -264,6 +286,17 @@ class TcpKvSendOp : public KvSendOp {
     stats_.bytes += layout_.PageBytes() * static_cast<int64_t>(src_pages.size());
     stats_.pages += static_cast<int64_t>(src_pages.size());
     return absl::OkStatus();
+  }
+
+  // Enqueues the held run of layers (EnqueueIpc), if any, as one launch.
+  absl::Status FlushIpc() {
+    if (held_.num_layers == 0) return absl::OkStatus();
+    HeldLayers run = std::move(held_);
+    held_ = HeldLayers{};
+    const absl::Span<const int32_t> dst_pages =
+        absl::MakeConstSpan(peer_pages_).subspan(run.first_index, run.src_pages.size());
+    return ipc_->CopyLayersAsync(peer_pool_, peer_layout_, run.pool, layout_, run.layer,
+                                 run.num_layers, dst_pages, run.src_pages, nullptr);
   }
 
   // The receiver ended the transfer with `verdict` before this side sent anything it must wait
@@ -400,7 +433,17 @@ class TcpKvSendOp : public KvSendOp {
   void* peer_pool_ = nullptr;
   KvLayout peer_layout_;
   std::vector<int32_t> peer_pages_;
-  std::vector<kv_wire::PagesHeader> ranges_;           // what went by CUDA IPC (kIpcWritten)
+  std::vector<kv_wire::PagesHeader> ranges_;  // what went by CUDA IPC (kIpcWritten)
+  // SendLayer's consecutive layers of the same pages, not enqueued yet (EnqueueIpc). Dropped
+  // unlaunched by an abort: nothing of them ever lands.
+  struct HeldLayers {
+    int layer = 0;
+    int num_layers = 0;  // 0: none held
+    const void* pool = nullptr;
+    int first_index = 0;
+    std::vector<int32_t> src_pages;
+  };
+  HeldLayers held_;
   NcclKvTransport* nccl_ = nullptr;                    // non-null: pages go by NCCL
   std::unique_ptr<NcclKvTransport::SendLease> lease_;  // the pair, until the op ends
   bool nccl_posted_ = false;                           // a send was enqueued

@@ -11,8 +11,9 @@
 //     a new connection, hello and grant), a cold scattered one (a new connection, hello and grant
 //     to a pool already mapped: a sender that keeps no warm connection) and three warm scattered
 //     ones (the first sender's connection kept warm: one kNext round trip that brings the grant,
-//     comm/kv_wire.h version 7), each split into Begin / enqueue (36 launches) / Finish (the
-//     wait for the copies still in flight, then the confirmation's round trip);
+//     comm/kv_wire.h version 7), each split into Begin / enqueue (36 SendLayer calls, which the
+//     op coalesces into one launch for the 36 layers) / Finish (the wait for the copies still in
+//     flight, then the confirmation's round trip);
 //   - layer-wise: a compute stream stores each layer of the source pages (from a pristine copy,
 //     kComputeCopies page copies per layer, standing in for the layer's compute) and records
 //     the layer's event; the layer's IPC copy is enqueued at once, ordered after that event
@@ -167,7 +168,9 @@ TEST(CudaKvIpcChild, Send) {
   EXPECT_EQ(counters.reused, 3);
 
   // The copy kernel alone, in this process (no IPC mapping, no transport): the 36 layers of
-  // 512 pages into a shuffle of the same pages of a second pool, timed by events, median of 5.
+  // 512 pages into a shuffle of the same pages of a second pool, timed by events, median of 5;
+  // one launch per layer (as layer-wise pushes go), then one launch for all 36 layers (as the
+  // transfers above went: SendLayer of stored layers, coalesced by the op).
   {
     std::vector<char> dst_host;
     auto dst = DevicePool(layout, 4, &dst_host);
@@ -183,28 +186,53 @@ TEST(CudaKvIpcChild, Send) {
     cudaEvent_t e0 = nullptr, e1 = nullptr;
     ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
     ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
-    std::vector<float> ms;
-    for (int round = 0; round < 6; ++round) {
-      ASSERT_EQ(cudaEventRecord(e0, nullptr), cudaSuccess);
-      for (int l = 0; l < layout.num_layers; ++l) {
-        a.dst_layer = static_cast<char*>((*dst)->data()) + layout.PageOffset(l, 0) * elem;
-        a.src_layer = static_cast<const char*>((*pool)->data()) + layout.PageOffset(l, 0) * elem;
-        ASSERT_TRUE(KvPageCopy(a, nullptr).ok());
+    for (bool one_launch : {false, true}) {
+      std::vector<float> ms;
+      for (int round = 0; round < 6; ++round) {
+        ASSERT_EQ(cudaEventRecord(e0, nullptr), cudaSuccess);
+        if (one_launch) {
+          a.dst_layer = (*dst)->data();
+          a.src_layer = (*pool)->data();
+          a.num_layers = layout.num_layers;
+          a.dst_layer_bytes = layout.LayerBytes();
+          a.src_layer_bytes = layout.LayerBytes();
+          ASSERT_TRUE(KvPageCopy(a, nullptr).ok());
+        } else {
+          a.num_layers = 1;
+          for (int l = 0; l < layout.num_layers; ++l) {
+            a.dst_layer = static_cast<char*>((*dst)->data()) + layout.PageOffset(l, 0) * elem;
+            a.src_layer =
+                static_cast<const char*>((*pool)->data()) + layout.PageOffset(l, 0) * elem;
+            ASSERT_TRUE(KvPageCopy(a, nullptr).ok());
+          }
+        }
+        ASSERT_EQ(cudaEventRecord(e1, nullptr), cudaSuccess);
+        ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+        float t = 0;
+        ASSERT_EQ(cudaEventElapsedTime(&t, e0, e1), cudaSuccess);
+        if (round > 0) ms.push_back(t);  // round 0 warms up
       }
-      ASSERT_EQ(cudaEventRecord(e1, nullptr), cudaSuccess);
-      ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-      float t = 0;
-      ASSERT_EQ(cudaEventElapsedTime(&t, e0, e1), cudaSuccess);
-      if (round > 0) ms.push_back(t);  // round 0 warms up
+      std::sort(ms.begin(), ms.end());
+      const double bytes = static_cast<double>(layout.PageBytes()) * kPages * layout.num_layers;
+      std::printf(
+          "BENCH kv_page_copy local (%s): %d layers x %d pages, %.3f GB in %.3f ms (median of "
+          "%zu) = %.1f GB/s of pages (reads + writes %.1f GB/s)\n",
+          one_launch ? "one launch" : "a launch per layer", layout.num_layers, kPages, bytes / 1e9,
+          ms[ms.size() / 2], ms.size(), bytes / (ms[ms.size() / 2] * 1e-3) / 1e9,
+          2 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9);
+      std::fflush(stdout);
     }
-    std::sort(ms.begin(), ms.end());
-    const double bytes = static_cast<double>(layout.PageBytes()) * kPages * layout.num_layers;
-    std::printf(
-        "BENCH kv_page_copy local: %d layers x %d pages, %.3f GB in %.3f ms (median of %zu) = "
-        "%.1f GB/s of pages (reads + writes %.1f GB/s)\n",
-        layout.num_layers, kPages, bytes / 1e9, ms[ms.size() / 2], ms.size(),
-        bytes / (ms[ms.size() / 2] * 1e-3) / 1e9, 2 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9);
-    std::fflush(stdout);
+    // The one-launch copy moved the same bytes as the per-layer one.
+    std::vector<char> got(dst_host.size());
+    ASSERT_TRUE(CopyDeviceMemory(got.data(), (*dst)->data(), layout.PoolBytes()).ok());
+    std::vector<char> want = dst_host;
+    for (int l = 0; l < layout.num_layers; ++l) {
+      for (int i = 0; i < kPages; ++i) {
+        std::memcpy(want.data() + layout.PageOffset(l, shuffled[i]) * elem,
+                    host.data() + layout.PageOffset(l, src[i]) * elem, layout.PageBytes());
+      }
+    }
+    EXPECT_TRUE(got == want);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
   }

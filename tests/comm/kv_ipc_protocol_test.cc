@@ -8,6 +8,7 @@
 // per layer and the copies are waited for once; a Cancel during the grant returns at once and
 // releases the pages only after the sender's copies; Abort waits for the enqueued copies.
 // (tests/comm/cuda_kv_ipc_test.cc runs the real device half across two processes on a GPU.)
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -87,6 +88,18 @@ class FakeIpc : public KvIpcDevice {
     });
     return absl::OkStatus();
   }
+  // Counts the multi-layer launches, each as the per-layer copies it stands for.
+  absl::Status CopyLayersAsync(void* dst_pool, const KvLayout& dst, const void* src_pool,
+                               const KvLayout& src, int layer, int num_layers,
+                               absl::Span<const int32_t> dst_pages,
+                               absl::Span<const int32_t> src_pages, void* after_event) override {
+    {
+      absl::MutexLock l(&mu);
+      launches.push_back(num_layers);
+    }
+    return KvIpcDevice::CopyLayersAsync(dst_pool, dst, src_pool, src, layer, num_layers, dst_pages,
+                                        src_pages, after_event);
+  }
   absl::Status WaitCopies() override {
     absl::MutexLock l(&mu);
     ++waits;
@@ -100,8 +113,9 @@ class FakeIpc : public KvIpcDevice {
   std::atomic<bool> mappable{true};
   absl::Mutex mu;
   int enqueued ABSL_GUARDED_BY(mu) = 0;
-  int copies ABSL_GUARDED_BY(mu) = 0;  // landed
-  int waits ABSL_GUARDED_BY(mu) = 0;   // WaitCopies calls
+  int copies ABSL_GUARDED_BY(mu) = 0;             // landed
+  int waits ABSL_GUARDED_BY(mu) = 0;              // WaitCopies calls
+  std::vector<int> launches ABSL_GUARDED_BY(mu);  // CopyLayersAsync calls: their layer counts
   std::vector<std::string> log ABSL_GUARDED_BY(mu);
 
  private:
@@ -369,6 +383,67 @@ TEST_F(KvIpcProtocolTest, LayersGoAfterTheirEventsWithoutWaitingAndAreWaitedForO
   EXPECT_EQ(ipc_->copies, src_layout_.num_layers);
   EXPECT_EQ(ipc_->waits, 1);
   EXPECT_EQ(stats->bytes, 5 * src_layout_.num_layers * src_layout_.PageBytes());
+}
+
+// SendLayer (every layer stored already) holds the same pages of consecutive layers back and
+// enqueues them as one multi-layer launch when the run reaches the last layer (so before
+// Finish, and before a --kv-transfer-hold-ms wait), breaks, or Finish comes; bytes exact.
+TEST_F(KvIpcProtocolTest, StoredLayersOfTheSamePagesGoAsOneLaunch) {
+  Export();
+  TcpKvSender sender = Sender(KvTransportKind::kIpc);
+  // In order: layers 0 and 1 held, layer 2 launches all three at once.
+  Expect();
+  auto op = sender.Begin(receiver_->address(), "t", src_layout_, 5, absl::Seconds(10));
+  ASSERT_TRUE(op.ok()) << op.status();
+  for (int l = 0; l < src_layout_.num_layers; ++l) {
+    ASSERT_TRUE((*op)->SendLayer(l, src_pool_.data(), src_pages_, 0).ok());
+    absl::MutexLock lock(&ipc_->mu);
+    EXPECT_EQ(ipc_->enqueued, l + 1 == src_layout_.num_layers ? 3 : 0) << l;
+  }
+  ASSERT_TRUE((*op)->Finish().ok());
+  ASSERT_TRUE(outcomes_.Wait().ok());
+  ExpectLanded();
+  {
+    absl::MutexLock l(&ipc_->mu);
+    EXPECT_EQ(ipc_->launches, std::vector<int>{3});
+    EXPECT_EQ(ipc_->waits, 1);
+  }
+  // Out of order: layer 2 goes alone (the last), 0 and 1 are one run launched by Finish.
+  SetUp();
+  ipc_ = std::make_shared<FakeIpc>();
+  Export();
+  Expect();
+  TcpKvSender again = Sender(KvTransportKind::kIpc);
+  op = again.Begin(receiver_->address(), "t", src_layout_, 5, absl::Seconds(10));
+  ASSERT_TRUE(op.ok()) << op.status();
+  for (int l : {2, 0, 1}) ASSERT_TRUE((*op)->SendLayer(l, src_pool_.data(), src_pages_, 0).ok());
+  {
+    absl::MutexLock l(&ipc_->mu);
+    EXPECT_EQ(ipc_->launches, std::vector<int>{1});  // 0 and 1 still held
+  }
+  ASSERT_TRUE((*op)->Finish().ok());
+  ASSERT_TRUE(outcomes_.Wait().ok());
+  ExpectLanded();
+  {
+    absl::MutexLock l(&ipc_->mu);
+    EXPECT_EQ(ipc_->launches, (std::vector<int>{1, 2}));
+    EXPECT_EQ(ipc_->copies, 3);
+  }
+  // Aborted while layers are held: they are never launched, nothing lands.
+  SetUp();
+  ipc_ = std::make_shared<FakeIpc>();
+  Export();
+  Expect();
+  TcpKvSender third = Sender(KvTransportKind::kIpc);
+  op = third.Begin(receiver_->address(), "t", src_layout_, 5, absl::Seconds(10));
+  ASSERT_TRUE(op.ok()) << op.status();
+  ASSERT_TRUE((*op)->SendLayer(0, src_pool_.data(), src_pages_, 0).ok());
+  (*op)->Abort("test abort");
+  EXPECT_TRUE(absl::IsAborted(outcomes_.Wait()));
+  absl::MutexLock l(&ipc_->mu);
+  EXPECT_TRUE(ipc_->launches.empty());
+  EXPECT_EQ(ipc_->copies, 0);
+  EXPECT_TRUE(std::all_of(dst_pool_.begin(), dst_pool_.end(), [](char c) { return c == '\x5a'; }));
 }
 
 // A second transfer to the same receiver goes over the warm connection (kv_wire.h version 7):
