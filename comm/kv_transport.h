@@ -54,6 +54,12 @@ struct KvTransferStats {
   int64_t pages = 0;  // (layer, page) pairs
   absl::Duration duration;
   std::string path = "tcp";  // the data path the pages took: "tcp", "ipc" or "nccl"
+  // The transfer came over a connection kept warm from an earlier one to the same peer (no
+  // connect, no hello: comm/kv_wire.h, version 7).
+  bool warm = false;
+  // Sender, CUDA IPC: the part of Finish spent waiting for the device copies still in flight
+  // (the rest of Finish is the confirmation's round trip).
+  absl::Duration copy_wait;
 };
 
 // One transfer in flight on the sender side. Not thread-safe: one thread drives it.

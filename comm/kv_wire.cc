@@ -47,21 +47,26 @@ class Reader {
 
 }  // namespace
 
+void AppendFrame(std::string* out, FrameType type, const std::string& body) {
+  PutU32(out, static_cast<uint32_t>(type));
+  PutU32(out, static_cast<uint32_t>(body.size()));
+  *out += body;
+}
+
 absl::Status WriteFrame(const Socket& s, FrameType type, const std::string& body,
                         absl::Time deadline) {
   std::string buf;
   buf.reserve(8 + body.size());
-  PutU32(&buf, static_cast<uint32_t>(type));
-  PutU32(&buf, static_cast<uint32_t>(body.size()));
-  buf += body;
+  AppendFrame(&buf, type, body);
   return WriteAll(s, buf.data(), buf.size(), deadline);
 }
 
-absl::StatusOr<Frame> ReadFrame(const Socket& s, absl::Time deadline) {
+absl::StatusOr<Frame> ReadFrame(const Socket& s, absl::Time deadline, absl::Duration spin) {
+  if (spin > absl::ZeroDuration()) (void)SpinUntilReadable(s, spin, deadline);
   uint32_t header[2];
   if (absl::Status st = ReadAll(s, header, sizeof(header), deadline); !st.ok()) return st;
   if (header[0] < static_cast<uint32_t>(FrameType::kHello) ||
-      header[0] > static_cast<uint32_t>(FrameType::kNcclLayer) || header[1] > kMaxBodyBytes) {
+      header[0] > static_cast<uint32_t>(FrameType::kIpcFlush) || header[1] > kMaxBodyBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad KV frame header: type ", header[0], " length ", header[1]));
   }
@@ -164,6 +169,28 @@ absl::Status DecodeStatus(const std::string& body) {
     return absl::InvalidArgumentError("truncated KV status frame");
   }
   return absl::Status(static_cast<absl::StatusCode>(code), msg);
+}
+
+std::string EncodeNext(const Next& next) {
+  std::string out;
+  PutU32(&out, static_cast<uint32_t>(next.transfer_id.size()));
+  out += next.transfer_id;
+  PutU32(&out, static_cast<uint32_t>(next.num_pages));
+  PutU32(&out, next.grant ? 1 : 0);
+  return out;
+}
+
+absl::StatusOr<Next> DecodeNext(const std::string& body) {
+  Reader r(body);
+  Next next;
+  next.transfer_id = r.Str();
+  next.num_pages = r.I32();
+  const uint32_t grant = r.U32();
+  if (!r.ok() || next.num_pages < 0 || grant > 1) {
+    return absl::InvalidArgumentError("truncated KV next-transfer frame");
+  }
+  next.grant = grant != 0;
+  return next;
 }
 
 std::string EncodePagesHeader(const PagesHeader& header) {

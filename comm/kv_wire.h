@@ -1,4 +1,5 @@
-// Wire format of the host (TCP) KV transport. One TCP connection carries one transfer:
+// Wire format of the host (TCP) KV transport. A TCP connection carries one transfer at a time
+// (and, warm, several in sequence: below):
 //
 //   sender                                   receiver
 //   kHello{version, layout, num_pages, id, token, data paths, group} →
@@ -33,6 +34,26 @@
 //                                          ← kStatus (commit verdict: every run received)
 //   kAbort{reason} may replace any sender frame; either side may close at any time, which the
 //   other reads as Unavailable.
+//   With CUDA IPC, Finish first sends kIpcFlush (no body, no reply: every copy is enqueued and
+//   kIpcWritten follows once they landed) so that the receiver wakes while the last copies run
+//   and waits for the confirmation awake (a bounded spin), not asleep in poll(2).
+//
+// Warm connections (version 7): after an OK commit verdict both sides may keep the connection
+// (hello done, the receiver's pool mapped, the data path chosen) and carry the next transfer
+// on it, instead of a new connection and hello:
+//   kNext{id, num_pages, grant}            →
+//                                          ← kStatus (the hello's verdict for this transfer)
+//                                          ← kIpcPool (when the hello asked for IPC or NCCL: the
+//                                            transfer's page ids; no handle)
+//                                          ← kStatus (grant set, the connection's path is IPC:
+//                                            the kIpcWrite{kAllLayers} grant, already given)
+//   the answers written back to back in one write, so a warm IPC transfer is one round trip
+//   before its first copy; then the frames of the connection's path as above (TCP: kPages; IPC:
+//   the copies, kIpcFlush, kIpcWritten; NCCL: kNcclUse or kNcclInit, kNcclLayer), kDone and the
+//   verdict. The hello's layout, group, token and data paths hold for every transfer of the
+//   connection. Any other outcome than an OK verdict (an error, an abort, a cancel, a refused
+//   kNext) ends the connection; either side may close an idle one at any time (idle timeouts),
+//   and a sender whose kNext finds it closed retries once on a fresh connection.
 //
 // Groups of different TP / PP (version 6): the hello's group (its TP and PP sizes, the model's
 // KV heads and layers) tells the receiver how the sender's stacked pool is laid out
@@ -62,9 +83,10 @@ namespace tandem::kv_wire {
 
 inline constexpr uint32_t kMagic = 0x31564B54;  // "TKV1"
 // 2: the hello carries the cluster token; 3: CUDA IPC; 4: one IPC grant per transfer; 5: NCCL;
-// 6: the hello carries the sender's group (TP, PP, KV heads, layers), pages map between groups.
+// 6: the hello carries the sender's group (TP, PP, KV heads, layers), pages map between groups;
+// 7: warm connections (kNext) and kIpcFlush.
 // A receiver refuses any other version (FailedPrecondition, naming both).
-inline constexpr uint32_t kVersion = 6;
+inline constexpr uint32_t kVersion = 7;
 inline constexpr uint32_t kMaxBodyBytes = 1 << 20;  // bodies are small; page bytes are separate
 
 enum class FrameType : uint32_t {
@@ -79,6 +101,8 @@ enum class FrameType : uint32_t {
   kNcclUse = 9,
   kNcclInit = 10,
   kNcclLayer = 11,
+  kNext = 12,
+  kIpcFlush = 13,
 };
 
 // What the sender asks of the data path: kNone, page bytes on the socket; kRequired, CUDA IPC
@@ -138,6 +162,14 @@ struct NcclLayer {
   std::vector<int32_t> runs;
 };
 
+// kNext: the next transfer on a warm connection (what the hello said of the transfer itself;
+// the rest of the hello holds). `grant`: answer with the whole-transfer IPC grant too.
+struct Next {
+  std::string transfer_id;
+  int num_pages = 0;
+  bool grant = false;
+};
+
 struct PagesHeader {
   int32_t layer = 0;
   int32_t first_index = 0;
@@ -151,8 +183,14 @@ inline constexpr size_t kMaxIpcRanges = (kMaxBodyBytes - 4) / 12;
 
 absl::Status WriteFrame(const Socket& s, FrameType type, const std::string& body,
                         absl::Time deadline);
+// Appends one frame to `out`: frames sent back to back go out in one write (one segment, one
+// wake-up of the peer) with WriteAll.
+void AppendFrame(std::string* out, FrameType type, const std::string& body);
 // InvalidArgument on an unknown type or an oversized body (a corrupt or foreign peer).
-absl::StatusOr<Frame> ReadFrame(const Socket& s, absl::Time deadline);
+// `spin` > 0: a frame due within microseconds (a reply the peer sends at once): first spins up
+// to `spin` for it (SpinUntilReadable) instead of sleeping in poll(2) at once.
+absl::StatusOr<Frame> ReadFrame(const Socket& s, absl::Time deadline,
+                                absl::Duration spin = absl::ZeroDuration());
 
 std::string EncodeHello(const Hello& hello);
 // FailedPrecondition for another wire version; InvalidArgument for a corrupt (short) hello.
@@ -164,6 +202,10 @@ absl::Status CheckHelloGroup(const Hello& hello);
 // A Status travels as {uint32 code, message}.
 std::string EncodeStatus(const absl::Status& status);
 absl::Status DecodeStatus(const std::string& body);
+
+std::string EncodeNext(const Next& next);
+// InvalidArgument for a truncated body or a negative page count.
+absl::StatusOr<Next> DecodeNext(const std::string& body);
 
 std::string EncodePagesHeader(const PagesHeader& header);
 absl::StatusOr<PagesHeader> DecodePagesHeader(const std::string& body);

@@ -207,6 +207,17 @@ absl::Status ReadAll(const Socket& socket, void* data, size_t size, absl::Time d
   return absl::OkStatus();
 }
 
+bool SpinUntilReadable(const Socket& socket, absl::Duration spin, absl::Time deadline) {
+  const absl::Time end = std::min(deadline, Clock::Real()->Now() + spin);
+  do {
+    char byte;
+    const ssize_t n = ::recv(socket.fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n >= 0) return true;  // data, or the peer closed (0)
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+  } while (Clock::Real()->Now() < end);
+  return false;
+}
+
 absl::StatusOr<bool> PollReadable(const Socket& socket, absl::Duration wait) {
   if (socket.Cancelled()) return absl::CancelledError("given up");
   pollfd p{socket.fd(), POLLIN, 0};

@@ -83,6 +83,12 @@ absl::Status ReadAll(const Socket& socket, void* data, size_t size, absl::Time d
 // error. For callers that poll something else between looks at the socket (comm/nccl_kv_*).
 absl::StatusOr<bool> PollReadable(const Socket& socket, absl::Duration wait);
 
+// Spins (never sleeps) for at most `spin`, and not past `deadline`, until the socket has
+// something to read or the peer closed it: true then; false when the time passed first (or on a
+// socket error, which the next read reports). For a reply due within microseconds, where the
+// wake-up from a poll(2) sleep would cost more than the wait itself; callers then read as usual.
+bool SpinUntilReadable(const Socket& socket, absl::Duration spin, absl::Time deadline);
+
 // Splits "host:port"; InvalidArgument if malformed.
 absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);
 

@@ -1,6 +1,8 @@
 #include "comm/tcp_kv_receiver.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -17,6 +19,11 @@ namespace {
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
 // Granularity of the accept loop (bounds shutdown latency), in real time.
 constexpr absl::Duration kPollInterval = absl::Milliseconds(20);
+// After an IPC sender's kIpcFlush (its last copies are running), how long to spin for its
+// kIpcWritten before sleeping in poll(2): the confirmation is then read within microseconds of
+// its arrival, not after a wake-up from a deep idle state, while a longer tail costs at most
+// this much CPU.
+constexpr absl::Duration kConfirmSpin = absl::Milliseconds(1);
 
 }  // namespace
 
@@ -208,6 +215,16 @@ absl::Status TcpKvReceiver::SetGroupShape(const KvGroupShape& group) {
   return absl::OkStatus();
 }
 
+void TcpKvReceiver::SetIdleTimeout(absl::Duration timeout) {
+  absl::MutexLock l(&mu_);
+  idle_timeout_ = timeout;
+}
+
+int TcpKvReceiver::NumConnections() const {
+  absl::MutexLock l(&mu_);
+  return static_cast<int>(conn_sockets_.size());
+}
+
 void TcpKvReceiver::SetIpcExport(std::string handle) {
   absl::MutexLock l(&mu_);
   ipc_handle_ = std::move(handle);
@@ -263,20 +280,107 @@ void TcpKvReceiver::ServeConnection(int conn_id, Socket* socket) {
     return;
   }
   std::shared_ptr<Transfer> t = std::move(*claimed);
-  absl::Status outcome = ReceivePages(*socket, *t, in);
-  bool was_live;
-  {
-    absl::MutexLock l(&t->mu);
-    was_live = t->live;
-  }
-  if (!was_live) {
-    // Cancelled or timed out while we were receiving: tell the sender, which frees its pages.
-    outcome = absl::CancelledError(absl::StrCat("KV transfer ", t->id, " cancelled by decode"));
-  } else {
-    Complete(t, outcome);
-  }
-  (void)kv_wire::WriteFrame(*socket, kv_wire::FrameType::kStatus, kv_wire::EncodeStatus(outcome),
+  bool granted = false;  // the IPC grant came with the claim (a warm kNext)
+  while (true) {
+    absl::Status outcome = ReceivePages(*socket, *t, in, granted);
+    bool was_live;
+    {
+      absl::MutexLock l(&t->mu);
+      was_live = t->live;
+    }
+    if (!was_live) {
+      // Cancelled or timed out while we were receiving: tell the sender, which frees its pages.
+      outcome = absl::CancelledError(absl::StrCat("KV transfer ", t->id, " cancelled by decode"));
+    } else {
+      Complete(t, outcome);
+    }
+    const absl::Status sent =
+        kv_wire::WriteFrame(*socket, kv_wire::FrameType::kStatus, kv_wire::EncodeStatus(outcome),
                             Clock::Real()->Now() + absl::Milliseconds(200));
+    // Only a connection whose transfer ended OK, both sides knowing it, stays warm.
+    if (!outcome.ok() || !sent.ok()) return;
+    t.reset();
+    absl::StatusOr<std::shared_ptr<Transfer>> next = ClaimNext(*socket, &in, &granted);
+    if (!next.ok()) {
+      LOG(DEBUG) << "KV receiver: warm connection ended: " << next.status();
+      return;
+    }
+    t = *std::move(next);
+  }
+}
+
+absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::ClaimNext(
+    const Socket& socket, Incoming* in, bool* granted) {
+  *granted = false;
+  absl::Duration idle;
+  {
+    absl::MutexLock l(&mu_);
+    idle = idle_timeout_;
+  }
+  // Idle until the sender's next transfer, its close, the idle timeout or our destruction (which
+  // shuts the socket down: the read ends at once).
+  ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, Clock::Real()->Now() + idle));
+  if (frame.type != kv_wire::FrameType::kNext) {
+    return absl::InvalidArgumentError("a warm KV connection carried no kNext");
+  }
+  const absl::Time deadline = Clock::Real()->Now() + kHandshakeTimeout;
+  absl::StatusOr<kv_wire::Next> next = kv_wire::DecodeNext(frame.body);
+  std::shared_ptr<Transfer> t;
+  std::shared_ptr<Transfer> mismatched;  // refused on its page count: fails at once
+  absl::Status verdict = next.status();
+  if (verdict.ok() && next->grant && !in->ipc) {
+    verdict = absl::InvalidArgumentError("a KV IPC grant asked on a connection without IPC");
+  }
+  if (verdict.ok()) {
+    absl::MutexLock l(&mu_);
+    auto it = transfers_.find(next->transfer_id);
+    if (it == transfers_.end()) {
+      verdict = absl::NotFoundError(
+          absl::StrCat("decode worker expects no KV transfer '", next->transfer_id, "'"));
+    } else if (it->second->claimed) {
+      verdict = absl::AlreadyExistsError("a sender is already connected for this transfer");
+    } else if (next->num_pages > static_cast<int>(it->second->pages.size())) {
+      verdict = absl::FailedPreconditionError(absl::StrCat(
+          "sender has ", next->num_pages, " pages but decode reserved ", it->second->pages.size()));
+      mismatched = it->second;
+    } else {
+      t = it->second;
+      t->claimed = true;
+      t->start = clock_->Now();
+      in->sender_pages = next->num_pages;
+    }
+  }
+  if (t != nullptr) {
+    absl::MutexLock l(&t->mu);
+    t->stats.warm = true;
+  }
+  // The grant is given before it is announced; a Cancel since the claim answers Cancelled.
+  if (t != nullptr && next->grant) verdict = LendPages(*t);
+  std::string answer;
+  kv_wire::AppendFrame(&answer, kv_wire::FrameType::kStatus, kv_wire::EncodeStatus(verdict));
+  if (verdict.ok() && in->pool_frame) {
+    kv_wire::IpcPool pool = in->pool_answer;
+    pool.handle.clear();  // mapped at the hello
+    pool.page_ids = t->pages;
+    kv_wire::AppendFrame(&answer, kv_wire::FrameType::kIpcPool, kv_wire::EncodeIpcPool(pool));
+  }
+  if (verdict.ok() && next->grant) {
+    kv_wire::AppendFrame(&answer, kv_wire::FrameType::kStatus,
+                         kv_wire::EncodeStatus(absl::OkStatus()));
+  }
+  const absl::Status sent = WriteAll(socket, answer.data(), answer.size(), deadline);
+  if (mismatched != nullptr) Complete(mismatched, verdict);
+  if (!verdict.ok()) {
+    if (t != nullptr) Complete(t, verdict);  // claimed, then cancelled (no-op) or refused
+    return verdict;
+  }
+  if (!sent.ok()) {
+    if (next->grant) EndIpcGrant(*t);
+    Complete(t, sent);
+    return sent;
+  }
+  *granted = next->grant;
+  return t;
 }
 
 absl::Status TcpKvReceiver::CheckGroups(const kv_wire::Hello& hello, Incoming* in,
@@ -384,38 +488,68 @@ absl::StatusOr<std::shared_ptr<TcpKvReceiver::Transfer>> TcpKvReceiver::Claim(co
   }
   if (hello->ipc != kv_wire::IpcMode::kNone || hello->nccl != kv_wire::NcclMode::kNone) {
     ipc_pool.num_pages = layout_.num_pages;
-    ipc_pool.page_ids = t->pages;
     in->ipc = !ipc_pool.handle.empty();
     in->nccl = nccl_transport != nullptr;
     ipc_pool.nccl = in->nccl;
     if (in->nccl) ipc_pool.device_id = nccl_transport->device_id();
+    in->pool_frame = true;
+    in->pool_answer = ipc_pool;  // the connection's later transfers answer with it too
+    ipc_pool.page_ids = t->pages;
     RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kIpcPool,
                                         kv_wire::EncodeIpcPool(ipc_pool), deadline));
   }
   return t;
 }
 
-absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, const Incoming& in) {
+absl::Status TcpKvReceiver::ReceivePages(const Socket& socket, Transfer& t, const Incoming& in,
+                                         bool granted) {
   NcclRecv nr;
-  const absl::Status outcome = ReceiveFrames(socket, t, in, in.nccl ? &nr : nullptr);
+  const absl::Status outcome = ReceiveFrames(socket, t, in, in.nccl ? &nr : nullptr, granted);
   if (in.nccl) EndNccl(t, nr, outcome);
   return outcome;
 }
 
 absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, const Incoming& in,
-                                          NcclRecv* nccl) {
+                                          NcclRecv* nccl, bool granted) {
   // Pages and layers are the sender's (its stacked pool; this pool's when the groups have one
   // shape, which IPC and NCCL require).
   const int sender_pages = in.sender_pages;
   const bool ipc = in.ipc;
-  std::vector<char> staging(static_cast<size_t>(in.src_layout.PageBytes()));
-  std::vector<bool> received(static_cast<size_t>(in.src_layout.num_layers) * sender_pages, false);
+  std::vector<char> staging;  // one page, for kPages
+  // A byte per (layer, page index) received: the count and fill of a range vectorize (the
+  // confirmation of a whole IPC transfer marks every page of it, on the transfer's critical path).
+  std::vector<uint8_t> received(static_cast<size_t>(in.src_layout.num_layers) * sender_pages, 0);
   int64_t num_received = 0;
-  bool granted = false;  // the IPC grant was asked (once per transfer)
+  auto mark = [&](int layer, int first_index, int count) {
+    const auto begin =
+        received.begin() + static_cast<ptrdiff_t>(layer) * sender_pages + first_index;
+    num_received += std::count(begin, begin + count, uint8_t{0});
+    std::fill(begin, begin + count, uint8_t{1});
+  };
   // Reads may run a little past the deadline (the transfer's, carried over to real time); the
   // reaper ends the transfer exactly at it.
   const absl::Time deadline =
       Clock::Real()->Now() + (t.deadline - clock_->Now()) + kPollInterval * 5;
+  // The ranges an IPC sender confirmed it wrote under the grant.
+  auto written = [&](const std::vector<kv_wire::PagesHeader>& ranges) -> absl::Status {
+    int64_t pages = 0;
+    for (const kv_wire::PagesHeader& r : ranges) {
+      if (!InTransfer(r, in)) {
+        return absl::InvalidArgumentError("KV IPC range outside the transfer");
+      }
+      mark(r.layer, r.first_index, r.count);
+      pages += r.count;
+    }
+    absl::MutexLock l(&t.mu);
+    t.stats.bytes += layout_.PageBytes() * pages;
+    t.stats.pages += pages;
+    return absl::OkStatus();
+  };
+  if (granted) {  // given with the kNext answer: the grant is the transfer's first step
+    ASSIGN_OR_RETURN(std::vector<kv_wire::PagesHeader> ranges,
+                     AwaitIpcWritten(socket, t, deadline));
+    RETURN_IF_ERROR(written(ranges));
+  }
   while (true) {
     ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
     if (frame.type == kv_wire::FrameType::kAbort) {
@@ -451,11 +585,7 @@ absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, con
         return absl::InvalidArgumentError("KV nccl layer outside the transfer");
       }
       RETURN_IF_ERROR(NcclLayer(t, layer, *nccl, deadline));
-      for (int i = 0; i < layer.count; ++i) {
-        const size_t bit = static_cast<size_t>(layer.layer) * sender_pages + layer.first_index + i;
-        if (!received[bit]) ++num_received;
-        received[bit] = true;
-      }
+      mark(layer.layer, layer.first_index, layer.count);
       absl::MutexLock l(&t.mu);
       t.stats.bytes += layout_.PageBytes() * layer.count;
       t.stats.pages += layer.count;
@@ -474,33 +604,18 @@ absl::Status TcpKvReceiver::ReceiveFrames(const Socket& socket, Transfer& t, con
       }
       granted = true;
       ASSIGN_OR_RETURN(std::vector<kv_wire::PagesHeader> ranges, HoldIpcGrant(socket, t, deadline));
-      int64_t pages = 0;
-      for (const kv_wire::PagesHeader& r : ranges) {
-        if (!InTransfer(r, in)) {
-          return absl::InvalidArgumentError("KV IPC range outside the transfer");
-        }
-        for (int i = 0; i < r.count; ++i) {
-          const size_t bit = static_cast<size_t>(r.layer) * sender_pages + r.first_index + i;
-          if (!received[bit]) ++num_received;
-          received[bit] = true;
-        }
-        pages += r.count;
-      }
-      absl::MutexLock l(&t.mu);
-      t.stats.bytes += layout_.PageBytes() * pages;
-      t.stats.pages += pages;
+      RETURN_IF_ERROR(written(ranges));
       continue;
     }
     if (!InTransfer(h, in)) {
       return absl::InvalidArgumentError("KV pages frame outside the transfer");
     }
+    staging.resize(static_cast<size_t>(in.src_layout.PageBytes()));
     for (int i = 0; i < h.count; ++i) {
       RETURN_IF_ERROR(ReadAll(socket, staging.data(), staging.size(), deadline));
       const int index = h.first_index + i;
       RETURN_IF_ERROR(WritePage(t, in, h.layer, index, staging));
-      const size_t bit = static_cast<size_t>(h.layer) * sender_pages + index;
-      if (!received[bit]) ++num_received;
-      received[bit] = true;
+      mark(h.layer, index, 1);
     }
   }
 }
@@ -644,23 +759,40 @@ bool TcpKvReceiver::InTransfer(const kv_wire::PagesHeader& h, const Incoming& in
          int64_t{h.first_index} + h.count <= in.sender_pages;
 }
 
+absl::Status TcpKvReceiver::LendPages(Transfer& t) {
+  absl::MutexLock l(&t.mu);
+  if (!t.live) {
+    return absl::CancelledError(absl::StrCat("KV transfer ", t.id, " cancelled by decode"));
+  }
+  t.lent = true;
+  t.stats.path = "ipc";
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<kv_wire::PagesHeader>> TcpKvReceiver::HoldIpcGrant(const Socket& socket,
                                                                               Transfer& t,
                                                                               absl::Time deadline) {
-  {
-    absl::MutexLock l(&t.mu);
-    if (!t.live) return absl::CancelledError("cancelled");
-    t.lent = true;
-    t.stats.path = "ipc";
-  }
+  RETURN_IF_ERROR(LendPages(t));
   // From the grant until EndIpcGrant the sender may write any reserved page; a Cancel or the
   // deadline meanwhile releases the pages only at the grant's end: the sender's confirmation or
   // abort, its connection closing (a sender that dies: its context's copies end with it), or
   // the read deadline (a sender frozen past it is not waited for; kv_wire.h).
   const absl::Status granted = kv_wire::WriteFrame(
       socket, kv_wire::FrameType::kStatus, kv_wire::EncodeStatus(absl::OkStatus()), deadline);
-  absl::StatusOr<kv_wire::Frame> frame =
-      granted.ok() ? kv_wire::ReadFrame(socket, deadline) : absl::StatusOr<kv_wire::Frame>(granted);
+  if (!granted.ok()) {
+    EndIpcGrant(t);
+    return granted;
+  }
+  return AwaitIpcWritten(socket, t, deadline);
+}
+
+absl::StatusOr<std::vector<kv_wire::PagesHeader>> TcpKvReceiver::AwaitIpcWritten(
+    const Socket& socket, Transfer& t, absl::Time deadline) {
+  absl::StatusOr<kv_wire::Frame> frame = kv_wire::ReadFrame(socket, deadline);
+  if (frame.ok() && frame->type == kv_wire::FrameType::kIpcFlush) {
+    // Every copy is enqueued: the confirmation follows as soon as they landed.
+    frame = kv_wire::ReadFrame(socket, deadline, kConfirmSpin);
+  }
   EndIpcGrant(t);
   if (!frame.ok()) return frame.status();
   if (frame->type == kv_wire::FrameType::kAbort) {

@@ -1,8 +1,10 @@
 // TcpKvReceiver: the host KV transport's receiver (decode side). Listens on a TCP port; each
-// sender connection carries one transfer announced earlier with Expect(). Page bytes are read
-// into a one-page staging buffer and copied into the pool under the transfer's lock, so Cancel()
-// can guarantee that no byte lands in the pages after it returns (the pages may then be reused);
-// a CUDA IPC sender writes them itself under a grant (kv_wire.h), and Cancel's `released`
+// sender connection carries a transfer announced earlier with Expect(), and, kept warm after
+// one that succeeded, the sender's next ones in sequence (kv_wire.h version 7: kNext; the
+// connection ends at any other outcome, or after SetIdleTimeout with no transfer). Page bytes are
+// read into a one-page staging buffer and copied into the pool under the transfer's lock, so
+// Cancel() can guarantee that no byte lands in the pages after it returns (the pages may then be
+// reused); a CUDA IPC sender writes them itself under a grant (kv_wire.h), and Cancel's `released`
 // waits for the grant's end; with NCCL (comm/nccl_kv_transport.h) the connection thread
 // enqueues ncclRecvs into the pages, which stay lent likewise until they completed or the
 // communicator was aborted.
@@ -18,7 +20,8 @@
 // Time: transfer deadlines (Expect) and the transfer durations are on the Clock given at
 // Create; the socket reads and writes under them are bounded in real time (socket_io.h).
 //
-// Threads: one accept thread, one reaper thread (deadlines), one thread per live connection.
+// Threads: one accept thread, one reaper thread (deadlines), one thread per live connection
+// (a warm one included).
 // All public methods are thread-safe.
 #pragma once
 
@@ -66,6 +69,13 @@ class TcpKvReceiver : public KvReceiver {
   // PoolLayout must have the layout's page shape (else InvalidArgument, nothing changed). Call
   // once, before the first Expect. Unset: KvGroupShape::Single(layout).
   absl::Status SetGroupShape(const KvGroupShape& group);
+  // How long a warm connection may wait for its sender's next transfer before this side closes
+  // it (real time; default kDefaultIdleTimeout, longer than the sender's own default so that
+  // the sender, which knows when it wants the connection, normally closes first).
+  void SetIdleTimeout(absl::Duration timeout);
+  static constexpr absl::Duration kDefaultIdleTimeout = absl::Seconds(60);
+  // Open sender connections (idle warm ones included).
+  int NumConnections() const;
 
   std::string address() const override { return address_; }
   absl::Status Expect(const std::string& transfer_id, std::vector<int32_t> pages,
@@ -87,6 +97,10 @@ class TcpKvReceiver : public KvReceiver {
     std::vector<std::vector<HeadCopy>> plans;
     KvGroupShape src_group;
     KvGroupShape dst_group;  // this receiver's, when the hello came
+    // The hello asked for IPC or NCCL: each transfer's page ids go back in a kIpcPool frame
+    // (`pool_answer`, with the page ids of the transfer), on a warm connection too.
+    bool pool_frame = false;
+    kv_wire::IpcPool pool_answer;
   };
   // The NCCL side of one transfer (its connection thread's).
   struct NcclRecv {
@@ -107,9 +121,17 @@ class TcpKvReceiver : public KvReceiver {
   // `*declined` (why IPC / NCCL are not offered) for groups of different shapes.
   absl::Status CheckGroups(const kv_wire::Hello& hello, Incoming* in, std::string* declined) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A warm connection after an OK verdict: waits (up to the idle timeout) for the sender's
+  // kNext, claims the transfer it names and answers it in one write (the verdict, the page ids,
+  // the IPC grant when asked: `*granted`). Any error ends the connection (a transfer claimed and
+  // then failed is completed with it).
+  absl::StatusOr<std::shared_ptr<Transfer>> ClaimNext(const Socket& socket, Incoming* in,
+                                                      bool* granted);
   // Receives page frames until kDone / kAbort / an error; returns the transfer's outcome.
-  absl::Status ReceivePages(const Socket& socket, Transfer& t, const Incoming& in);
-  absl::Status ReceiveFrames(const Socket& socket, Transfer& t, const Incoming& in, NcclRecv* nccl);
+  // `granted`: the IPC grant was given with the kNext answer (ClaimNext).
+  absl::Status ReceivePages(const Socket& socket, Transfer& t, const Incoming& in, bool granted);
+  absl::Status ReceiveFrames(const Socket& socket, Transfer& t, const Incoming& in, NcclRecv* nccl,
+                             bool granted);
   // kNcclUse / kNcclInit: the pair's communicator, lent to this transfer.
   absl::Status NcclComm(const Socket& socket, const kv_wire::Frame& frame, NcclRecv& nr,
                         absl::Time deadline);
@@ -128,6 +150,13 @@ class TcpKvReceiver : public KvReceiver {
   // ranges it wrote), kAbort or an error; then EndIpcGrant.
   absl::StatusOr<std::vector<kv_wire::PagesHeader>> HoldIpcGrant(const Socket& socket, Transfer& t,
                                                                  absl::Time deadline);
+  // Lends every page of the transfer to an IPC sender (Cancelled if it is no longer live).
+  static absl::Status LendPages(Transfer& t);
+  // The rest of a grant once given: reads the sender's kIpcWritten (after its kIpcFlush hint,
+  // spinning a bounded time) or kAbort, ends the grant and returns the ranges written.
+  absl::StatusOr<std::vector<kv_wire::PagesHeader>> AwaitIpcWritten(const Socket& socket,
+                                                                    Transfer& t,
+                                                                    absl::Time deadline);
   // Ends the grant: runs what a Cancel or the deadline left for then (the pages are free).
   void EndIpcGrant(Transfer& t);
   // Whether a range of (sender) layer and page indices is within the transfer.
@@ -156,6 +185,7 @@ class TcpKvReceiver : public KvReceiver {
   KvGroupShape group_ ABSL_GUARDED_BY(mu_);                     // SetGroupShape
   mutable std::atomic<bool> logged_map_{false};  // the head map's first use was logged
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration idle_timeout_ ABSL_GUARDED_BY(mu_) = kDefaultIdleTimeout;
   absl::flat_hash_map<std::string, std::shared_ptr<Transfer>> transfers_ ABSL_GUARDED_BY(mu_);
   uint64_t num_expected_ ABSL_GUARDED_BY(mu_) = 0;  // Expect calls so far (wakes the reaper)
   // Live connection threads and their sockets (shut down on destruction to unblock them).

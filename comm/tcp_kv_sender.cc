@@ -1,5 +1,7 @@
 #include "comm/tcp_kv_sender.h"
 
+#include <algorithm>
+#include <deque>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -15,6 +17,9 @@ namespace {
 
 // Short grace for the best-effort abort notification: never delays the caller for long.
 constexpr absl::Duration kAbortNotifyTimeout = absl::Milliseconds(100);
+// How long to spin for an answer the receiver sends at once (a warm kNext's, Finish's verdict)
+// before sleeping in poll(2): the answer is then read as it arrives, not after a wake-up.
+constexpr absl::Duration kReplySpin = absl::Milliseconds(1);
 
 class TcpKvSendOp : public KvSendOp {
  public:
@@ -44,13 +49,23 @@ class TcpKvSendOp : public KvSendOp {
       socket_.Close();
       return st;
     }
+    AdoptIpcGrant(ipc, peer_pool, peer, std::move(peer_pages));
+    return absl::OkStatus();
+  }
+  // The grant is held already (a warm connection's kNext answer carried it).
+  void AdoptIpcGrant(KvIpcDevice* ipc, void* peer_pool, const KvLayout& peer,
+                     std::vector<int32_t> peer_pages) {
     ipc_ = ipc;
     stats_.path = "ipc";
     peer_pool_ = peer_pool;
     peer_layout_ = peer;
     peer_pages_ = std::move(peer_pages);
-    return absl::OkStatus();
   }
+
+  // After an OK verdict the connection goes to `keep` (the sender's warm pool) instead of
+  // being closed.
+  void KeepWarm(std::function<void(Socket)> keep) { keep_ = std::move(keep); }
+  void MarkWarm() { stats_.warm = true; }
 
   // NCCL: page index i lands in the receiver's page peer_pages[i], by the pair's communicator
   // (`lease`; built here when this side has none or the receiver refuses the one it has).
@@ -109,7 +124,7 @@ class TcpKvSendOp : public KvSendOp {
                          int first_index) override {
     RETURN_IF_ERROR(CheckLayer(layer, src_pages, first_index));
     kv_wire::PagesHeader header{layer, first_index, static_cast<int32_t>(src_pages.size())};
-    if (ipc_ != nullptr) return EnqueueIpc(header, pool, src_pages, nullptr);
+    if (ipc_ != nullptr) return EnqueueIpc(header, pool, src_pages, nullptr, /*coalesce=*/true);
     if (nccl_ != nullptr) return SendNccl(header, pool, src_pages, nullptr);
     absl::Status st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kPages,
                                           kv_wire::EncodePagesHeader(header), deadline_);
@@ -139,30 +154,41 @@ class TcpKvSendOp : public KvSendOp {
     RETURN_IF_ERROR(CheckLayer(layer, src_pages, first_index));
     kv_wire::PagesHeader header{layer, first_index, static_cast<int32_t>(src_pages.size())};
     if (nccl_ != nullptr) return SendNccl(header, pool, src_pages, ready_event);
-    return EnqueueIpc(header, pool, src_pages, ready_event);
+    return EnqueueIpc(header, pool, src_pages, ready_event, /*coalesce=*/false);
   }
 
   absl::StatusOr<KvTransferStats> Finish() override {
     if (finished_) return absl::FailedPreconditionError("transfer already finished or aborted");
     absl::Status st;
     if (nccl_ != nullptr) return FinishNccl();
+    std::string frames;
     if (ipc_ != nullptr) {
-      // The one wait of the transfer: every layer's copy has landed, then one confirmation
-      // (kIpcWritten and kDone back to back: the verdict is the only round trip).
-      st = ipc_->WaitCopies();
+      st = FlushIpc();
       if (!st.ok()) {
         Abort(absl::StrCat("CUDA IPC copy failed: ", st.message()));
         return st;
       }
-      st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kIpcWritten,
-                               kv_wire::EncodeIpcWritten(ranges_), deadline_);
+      // Wakes the receiver while the last copies run, so that it takes the confirmation awake.
+      st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kIpcFlush, "", deadline_);
       if (!st.ok()) return Fail(st);
+      // The one wait of the transfer: every layer's copy has landed, then one confirmation
+      // (kIpcWritten and kDone in one write: the verdict is the only round trip).
+      const absl::Time wait_start = Clock::Real()->Now();
+      st = ipc_->WaitCopies();
+      stats_.copy_wait = Clock::Real()->Now() - wait_start;
+      if (!st.ok()) {
+        Abort(absl::StrCat("CUDA IPC copy failed: ", st.message()));
+        return st;
+      }
+      kv_wire::AppendFrame(&frames, kv_wire::FrameType::kIpcWritten,
+                           kv_wire::EncodeIpcWritten(ranges_));
     }
-    st = kv_wire::WriteFrame(socket_, kv_wire::FrameType::kDone, "", deadline_);
+    kv_wire::AppendFrame(&frames, kv_wire::FrameType::kDone, "");
+    st = WriteAll(socket_, frames.data(), frames.size(), deadline_);
     if (!st.ok()) return Fail(st);
-    st = ReadVerdict(socket_, deadline_);
+    st = ReadVerdict(socket_, deadline_, kReplySpin);
     finished_ = true;
-    socket_.Close();
+    EndConnection(st.ok());
     if (!st.ok()) return st;
     stats_.duration = Clock::Real()->Now() - start_;
     return stats_;
@@ -179,8 +205,9 @@ class TcpKvSendOp : public KvSendOp {
   }
 
   // Reads the receiver's kStatus verdict (an early one may arrive instead of a later frame).
-  static absl::Status ReadVerdict(const Socket& s, absl::Time deadline) {
-    ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(s, deadline));
+  static absl::Status ReadVerdict(const Socket& s, absl::Time deadline,
+                                  absl::Duration spin = absl::ZeroDuration()) {
+    ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(s, deadline, spin));
     if (frame.type != kv_wire::FrameType::kStatus) {
       return absl::InternalError("KV receiver sent an unexpected frame");
     }
@@ -188,6 +215,16 @@ class TcpKvSendOp : public KvSendOp {
   }
 
  private:
+  // The transfer ended: an OK one leaves its connection warm (keep_), any other closes it.
+  void EndConnection(bool ok) {
+    if (ok && keep_) {
+      keep_(std::move(socket_));
+    } else {
+      socket_.Close();
+    }
+    keep_ = nullptr;
+  }
+
   // A failed write usually means the receiver closed after sending its verdict (cancelled,
   // deadline): report that verdict rather than a bare "connection reset" when we can.
   absl::Status Fail(const absl::Status& write_error) {
@@ -212,18 +249,35 @@ class TcpKvSendOp : public KvSendOp {
   }
 
   // Enqueues the device copy of one range under the grant (no socket traffic, no host wait).
-  // A failure aborts the transfer (the receiver reads kAbort and fails it).
+  // A failure aborts the transfer (the receiver reads kAbort and fails it). `coalesce`
+  // (SendLayer: the layer is stored already): the same pages of consecutive layers are held
+  // back and go as one launch (KvIpcDevice::CopyLayersAsync) once the run reaches the last
+  // layer, breaks, or Finish comes: a prompt whose every layer was stored is then one launch
+  // that streams all layers, instead of one launch per layer draining the GPU in between.
   absl::Status EnqueueIpc(const kv_wire::PagesHeader& header, const void* pool,
-                          absl::Span<const int32_t> src_pages, void* ready_event) {
+                          absl::Span<const int32_t> src_pages, void* ready_event, bool coalesce) {
     absl::Status st;
     if (ranges_.size() >= kv_wire::kMaxIpcRanges) {
       st = absl::ResourceExhaustedError("too many page ranges in one CUDA IPC transfer");
+    } else if (coalesce && held_.num_layers > 0 && held_.pool == pool &&
+               held_.first_index == header.first_index &&
+               held_.layer + held_.num_layers == header.layer &&
+               std::equal(src_pages.begin(), src_pages.end(), held_.src_pages.begin(),
+                          held_.src_pages.end())) {
+      ++held_.num_layers;
     } else {
-      const absl::Span<const int32_t> dst_pages =
-          absl::MakeConstSpan(peer_pages_).subspan(header.first_index, src_pages.size());
-      st = ipc_->CopyLayerAsync(peer_pool_, peer_layout_, pool, layout_, header.layer, dst_pages,
-                                src_pages, ready_event);
+      st = FlushIpc();
+      if (st.ok() && coalesce) {
+        held_ = {header.layer, 1, pool, header.first_index,
+                 std::vector<int32_t>(src_pages.begin(), src_pages.end())};
+      } else if (st.ok()) {
+        const absl::Span<const int32_t> dst_pages =
+            absl::MakeConstSpan(peer_pages_).subspan(header.first_index, src_pages.size());
+        st = ipc_->CopyLayerAsync(peer_pool_, peer_layout_, pool, layout_, header.layer, dst_pages,
+                                  src_pages, ready_event);
+      }
     }
+    if (st.ok() && coalesce && header.layer == layout_.num_layers - 1) st = FlushIpc();
     if (!st.ok()) {
       Abort(absl::StrCat("CUDA IPC copy failed: ", st.message()));
       return st;
@@ -232,6 +286,17 @@ class TcpKvSendOp : public KvSendOp {
     stats_.bytes += layout_.PageBytes() * static_cast<int64_t>(src_pages.size());
     stats_.pages += static_cast<int64_t>(src_pages.size());
     return absl::OkStatus();
+  }
+
+  // Enqueues the held run of layers (EnqueueIpc), if any, as one launch.
+  absl::Status FlushIpc() {
+    if (held_.num_layers == 0) return absl::OkStatus();
+    HeldLayers run = std::move(held_);
+    held_ = HeldLayers{};
+    const absl::Span<const int32_t> dst_pages =
+        absl::MakeConstSpan(peer_pages_).subspan(run.first_index, run.src_pages.size());
+    return ipc_->CopyLayersAsync(peer_pool_, peer_layout_, run.pool, layout_, run.layer,
+                                 run.num_layers, dst_pages, run.src_pages, nullptr);
   }
 
   // The receiver ended the transfer with `verdict` before this side sent anything it must wait
@@ -326,7 +391,7 @@ class TcpKvSendOp : public KvSendOp {
     }
     finished_ = true;
     EndNccl(st.message());
-    socket_.Close();
+    EndConnection(st.ok());
     if (!st.ok()) return st;
     stats_.duration = Clock::Real()->Now() - start_;
     return stats_;
@@ -368,13 +433,225 @@ class TcpKvSendOp : public KvSendOp {
   void* peer_pool_ = nullptr;
   KvLayout peer_layout_;
   std::vector<int32_t> peer_pages_;
-  std::vector<kv_wire::PagesHeader> ranges_;           // what went by CUDA IPC (kIpcWritten)
+  std::vector<kv_wire::PagesHeader> ranges_;  // what went by CUDA IPC (kIpcWritten)
+  // SendLayer's consecutive layers of the same pages, not enqueued yet (EnqueueIpc). Dropped
+  // unlaunched by an abort: nothing of them ever lands.
+  struct HeldLayers {
+    int layer = 0;
+    int num_layers = 0;  // 0: none held
+    const void* pool = nullptr;
+    int first_index = 0;
+    std::vector<int32_t> src_pages;
+  };
+  HeldLayers held_;
   NcclKvTransport* nccl_ = nullptr;                    // non-null: pages go by NCCL
   std::unique_ptr<NcclKvTransport::SendLease> lease_;  // the pair, until the op ends
   bool nccl_posted_ = false;                           // a send was enqueued
+  std::function<void(Socket)> keep_;                   // empty: the connection is not kept
 };
 
 }  // namespace
+
+// An idle warm connection and what its hello settled.
+struct TcpKvSender::WarmConnection {
+  Socket socket;
+  std::string key;            // the peer and the hello (less the transfer's id and pages)
+  std::string path = "tcp";   // the data path its transfers take: "tcp", "ipc" or "nccl"
+  bool pool_frame = false;    // the hello asked for IPC or NCCL: kNext is answered with kIpcPool
+  void* peer_pool = nullptr;  // IPC: the receiver's pool, mapped
+  KvLayout peer_layout;
+  absl::Time idle_since;
+};
+
+// The idle warm connections, per key, the most recently used last.
+class TcpKvSender::WarmPool {
+ public:
+  void Configure(int max_idle_per_peer, absl::Duration idle_timeout, Clock* clock) {
+    std::vector<std::unique_ptr<WarmConnection>> closed;
+    absl::MutexLock l(&mu_);
+    max_idle_ = std::max(0, max_idle_per_peer);
+    idle_timeout_ = idle_timeout;
+    clock_ = clock;
+    for (auto& [key, q] : idle_) {
+      while (static_cast<int>(q.size()) > max_idle_) {
+        closed.push_back(std::move(q.front()));
+        q.pop_front();
+        --counters_.idle;
+      }
+    }
+    SweepLocked(&closed);  // drops the emptied keys too
+  }
+  // The most recently used idle connection of `key` (null: none). Expired ones are closed.
+  std::unique_ptr<WarmConnection> Take(const std::string& key) {
+    std::vector<std::unique_ptr<WarmConnection>> closed;  // closed outside the lock
+    absl::MutexLock l(&mu_);
+    SweepLocked(&closed);
+    auto it = idle_.find(key);
+    if (it == idle_.end()) return nullptr;
+    std::unique_ptr<WarmConnection> conn = std::move(it->second.back());
+    it->second.pop_back();
+    if (it->second.empty()) idle_.erase(it);
+    --counters_.idle;
+    return conn;
+  }
+  // A connection whose transfer ended OK. Beyond max_idle_per_peer the oldest is closed.
+  void Put(std::unique_ptr<WarmConnection> conn) {
+    std::vector<std::unique_ptr<WarmConnection>> closed;
+    absl::MutexLock l(&mu_);
+    if (closed_ || max_idle_ == 0) {
+      closed.push_back(std::move(conn));
+      return;
+    }
+    conn->socket.SetCancel({});  // the transfer's cancel check ends with it
+    conn->idle_since = clock_->Now();
+    std::deque<std::unique_ptr<WarmConnection>>& q = idle_[conn->key];
+    q.push_back(std::move(conn));
+    ++counters_.idle;
+    if (static_cast<int>(q.size()) > max_idle_) {
+      closed.push_back(std::move(q.front()));
+      q.pop_front();
+      --counters_.idle;
+    }
+    SweepLocked(&closed);
+  }
+  void Close() {
+    absl::flat_hash_map<std::string, std::deque<std::unique_ptr<WarmConnection>>> idle;
+    absl::MutexLock l(&mu_);
+    closed_ = true;
+    idle.swap(idle_);
+    counters_.idle = 0;
+  }
+  void CountOpened() {
+    absl::MutexLock l(&mu_);
+    ++counters_.opened;
+  }
+  void CountReuse(bool stale) {
+    absl::MutexLock l(&mu_);
+    ++(stale ? counters_.reuse_failed : counters_.reused);
+  }
+  ConnectionCounters counters() const {
+    absl::MutexLock l(&mu_);
+    return counters_;
+  }
+
+ private:
+  void SweepLocked(std::vector<std::unique_ptr<WarmConnection>>* closed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const absl::Time now = clock_->Now();
+    for (auto it = idle_.begin(); it != idle_.end();) {
+      std::deque<std::unique_ptr<WarmConnection>>& q = it->second;
+      while (!q.empty() && now - q.front()->idle_since >= idle_timeout_) {
+        closed->push_back(std::move(q.front()));
+        q.pop_front();
+        --counters_.idle;
+        ++counters_.expired;
+      }
+      if (q.empty()) {
+        idle_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  mutable absl::Mutex mu_;
+  int max_idle_ ABSL_GUARDED_BY(mu_) = kDefaultMaxIdlePerPeer;
+  absl::Duration idle_timeout_ ABSL_GUARDED_BY(mu_) = kDefaultIdleTimeout;
+  Clock* clock_ ABSL_GUARDED_BY(mu_) = Clock::Real();
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, std::deque<std::unique_ptr<WarmConnection>>> idle_
+      ABSL_GUARDED_BY(mu_);
+  ConnectionCounters counters_ ABSL_GUARDED_BY(mu_);
+};
+
+TcpKvSender::TcpKvSender(KvPoolCopy read_pool, std::string cluster_token, KvTransportKind kind,
+                         std::shared_ptr<KvIpcDevice> ipc, std::shared_ptr<NcclKvTransport> nccl)
+    : read_pool_(std::move(read_pool)),
+      cluster_token_(std::move(cluster_token)),
+      kind_(kind),
+      ipc_(std::move(ipc)),
+      nccl_(std::move(nccl)),
+      pool_(std::make_shared<WarmPool>()) {}
+
+TcpKvSender::~TcpKvSender() { pool_->Close(); }
+
+void TcpKvSender::SetWarmConnections(int max_idle_per_peer, absl::Duration idle_timeout,
+                                     Clock* clock) {
+  pool_->Configure(max_idle_per_peer, idle_timeout, clock);
+}
+
+TcpKvSender::ConnectionCounters TcpKvSender::connection_counters() const {
+  return pool_->counters();
+}
+
+std::function<void(Socket)> TcpKvSender::Keeper(std::unique_ptr<WarmConnection> info) const {
+  std::shared_ptr<WarmConnection> shared(std::move(info));
+  return [pool = pool_, shared](Socket socket) {
+    auto conn = std::make_unique<WarmConnection>(std::move(*shared));
+    conn->socket = std::move(socket);
+    pool->Put(std::move(conn));
+  };
+}
+
+absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::BeginWarm(
+    std::unique_ptr<WarmConnection> conn, const std::string& peer, const std::string& transfer_id,
+    const KvLayout& layout, int num_pages, absl::Time deadline, const CancelCheck& cancelled,
+    bool* stale) {
+  Socket socket = std::move(conn->socket);
+  socket.SetCancel(cancelled);
+  const bool grant = conn->path == "ipc";
+  absl::Status st =
+      kv_wire::WriteFrame(socket, kv_wire::FrameType::kNext,
+                          kv_wire::EncodeNext({transfer_id, num_pages, grant}), deadline);
+  // The receiver answers at once (verdict, page ids, grant: one write).
+  absl::StatusOr<kv_wire::Frame> answer = st.ok() ? kv_wire::ReadFrame(socket, deadline, kReplySpin)
+                                                  : absl::StatusOr<kv_wire::Frame>(st);
+  if (!answer.ok()) {
+    // Closed or reset before any answer: the receiver closed the idle connection (its idle
+    // timeout) or went away (a restart). No receiver holds this transfer for it: go fresh.
+    *stale = absl::IsUnavailable(answer.status());
+    return answer.status();
+  }
+  st = answer->type == kv_wire::FrameType::kStatus
+           ? kv_wire::DecodeStatus(answer->body)
+           : absl::InternalError("KV receiver sent an unexpected frame");
+  if (!st.ok()) return st;  // refused: the connection ends (the receiver closes it too)
+  std::vector<int32_t> page_ids;
+  if (conn->pool_frame) {
+    absl::StatusOr<kv_wire::Frame> frame = kv_wire::ReadFrame(socket, deadline);
+    absl::StatusOr<kv_wire::IpcPool> pool =
+        !frame.ok() ? absl::StatusOr<kv_wire::IpcPool>(frame.status())
+        : frame->type == kv_wire::FrameType::kIpcPool
+            ? kv_wire::DecodeIpcPool(frame->body)
+            : absl::InternalError("KV receiver sent no IPC pool frame");
+    if (pool.ok() && static_cast<int>(pool->page_ids.size()) < num_pages) {
+      pool = absl::InternalError("KV receiver's IPC pool frame lists too few pages");
+    }
+    st = pool.status();
+    if (pool.ok()) page_ids = std::move(pool->page_ids);
+  }
+  if (st.ok() && grant) st = TcpKvSendOp::ReadVerdict(socket, deadline);
+  auto op =
+      std::make_unique<TcpKvSendOp>(std::move(socket), layout, num_pages, deadline, read_pool_);
+  op->MarkWarm();
+  if (!st.ok()) {
+    op->Abort(st.message());
+    return st;
+  }
+  if (conn->path == "ipc") {
+    op->AdoptIpcGrant(ipc_.get(), conn->peer_pool, conn->peer_layout, std::move(page_ids));
+  } else if (conn->path == "nccl") {
+    absl::StatusOr<std::unique_ptr<NcclKvTransport::SendLease>> lease =
+        nccl_->LeaseSend(peer, deadline, cancelled);
+    if (!lease.ok()) {
+      op->Abort(lease.status().message());
+      return lease.status();
+    }
+    RETURN_IF_ERROR(op->UseNccl(nccl_.get(), *std::move(lease), std::move(page_ids)));
+  }
+  op->KeepWarm(Keeper(std::move(conn)));
+  return std::unique_ptr<KvSendOp>(std::move(op));
+}
 
 absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& peer,
                                                              const std::string& transfer_id,
@@ -405,12 +682,8 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
   if (cancelled && cancelled()) return absl::CancelledError("KV transfer given up before it began");
   const absl::Time deadline = Clock::Real()->Now() + timeout;
   const CancelCheck cancel_check = cancelled;
-  // The socket carries the cancel check: every wait below and in the op observes it.
-  ASSIGN_OR_RETURN(Socket socket, Connect(peer, deadline, std::move(cancelled)));
   kv_wire::Hello hello;
   hello.layout = layout;
-  hello.num_pages = num_pages;
-  hello.transfer_id = transfer_id;
   hello.cluster_token = cluster_token_;
   hello.group = group;
   if (ipc_ != nullptr && (kind_ == KvTransportKind::kIpc || kind_ == KvTransportKind::kAuto)) {
@@ -421,11 +694,30 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
     hello.nccl = kind_ == KvTransportKind::kNccl ? kv_wire::NcclMode::kRequired
                                                  : kv_wire::NcclMode::kPreferred;
   }
+  // A warm connection to this peer whose hello said the same (the transfer's id and pages
+  // aside: kNext carries them).
+  auto info = std::make_unique<WarmConnection>();
+  info->key = absl::StrCat(peer, "\n", kv_wire::EncodeHello(hello));
+  info->pool_frame = hello.ipc != kv_wire::IpcMode::kNone || hello.nccl != kv_wire::NcclMode::kNone;
+  if (std::unique_ptr<WarmConnection> conn = pool_->Take(info->key)) {
+    bool stale = false;
+    absl::StatusOr<std::unique_ptr<KvSendOp>> op = BeginWarm(
+        std::move(conn), peer, transfer_id, layout, num_pages, deadline, cancel_check, &stale);
+    pool_->CountReuse(stale);
+    if (!stale) return op;
+    LOG(DEBUG) << "KV sender: the warm connection to " << peer
+               << " was closed by the receiver; opening a fresh one: " << op.status();
+  }
+  hello.transfer_id = transfer_id;
+  hello.num_pages = num_pages;
+  // The socket carries the cancel check: every wait below and in the op observes it.
+  ASSIGN_OR_RETURN(Socket socket, Connect(peer, deadline, std::move(cancelled)));
+  pool_->CountOpened();
   RETURN_IF_ERROR(kv_wire::WriteFrame(socket, kv_wire::FrameType::kHello,
                                       kv_wire::EncodeHello(hello), deadline));
   RETURN_IF_ERROR(TcpKvSendOp::ReadVerdict(socket, deadline));
   absl::StatusOr<kv_wire::IpcPool> pool = kv_wire::IpcPool{};
-  if (hello.ipc != kv_wire::IpcMode::kNone || hello.nccl != kv_wire::NcclMode::kNone) {
+  if (info->pool_frame) {
     ASSIGN_OR_RETURN(kv_wire::Frame frame, kv_wire::ReadFrame(socket, deadline));
     pool = frame.type == kv_wire::FrameType::kIpcPool
                ? kv_wire::DecodeIpcPool(frame.body)
@@ -452,6 +744,8 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
     }
     RETURN_IF_ERROR(op->UseNccl(nccl_.get(), *std::move(lease), std::move(pool->page_ids)));
     LogPath(peer, "nccl", "the decode pool is on another GPU");
+    info->path = "nccl";
+    op->KeepWarm(Keeper(std::move(info)));
     return std::unique_ptr<KvSendOp>(std::move(op));
   }
   if (hello.nccl == kv_wire::NcclMode::kRequired) {
@@ -470,6 +764,10 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
       peer_layout.num_pages = pool->num_pages;
       RETURN_IF_ERROR(op->UseIpc(ipc_.get(), *mapped, peer_layout, std::move(pool->page_ids)));
       LogPath(peer, "ipc", same_gpu ? "same GPU" : "the decode pool can be mapped");
+      info->path = "ipc";
+      info->peer_pool = *mapped;
+      info->peer_layout = peer_layout;
+      op->KeepWarm(Keeper(std::move(info)));
       return std::unique_ptr<KvSendOp>(std::move(op));
     } else if (kind_ == KvTransportKind::kIpc) {
       const absl::Status error = absl::FailedPreconditionError(absl::StrCat(
@@ -484,6 +782,7 @@ absl::StatusOr<std::unique_ptr<KvSendOp>> TcpKvSender::Begin(const std::string& 
   }
   // A receiver that declined IPC / NCCL (groups of different sizes) says why.
   LogPath(peer, "tcp", pool->declined);
+  op->KeepWarm(Keeper(std::move(info)));
   return std::unique_ptr<KvSendOp>(std::move(op));
 }
 

@@ -76,7 +76,16 @@ class CudaKvIpc final : public KvIpcDevice {
   absl::Status CopyLayerAsync(void* dst_pool, const KvLayout& dst, const void* src_pool,
                               const KvLayout& src, int layer, absl::Span<const int32_t> dst_pages,
                               absl::Span<const int32_t> src_pages, void* after_event) override {
-    if (dst_pages.size() != src_pages.size() || layer < 0 || layer >= src.num_layers ||
+    return CopyLayersAsync(dst_pool, dst, src_pool, src, layer, 1, dst_pages, src_pages,
+                           after_event);
+  }
+
+  absl::Status CopyLayersAsync(void* dst_pool, const KvLayout& dst, const void* src_pool,
+                               const KvLayout& src, int layer, int num_layers,
+                               absl::Span<const int32_t> dst_pages,
+                               absl::Span<const int32_t> src_pages, void* after_event) override {
+    if (dst_pages.size() != src_pages.size() || layer < 0 || num_layers < 1 ||
+        layer + num_layers > src.num_layers || num_layers > kKvPageCopyMaxLayers ||
         dst.num_layers != src.num_layers || dst.PageBytes() != src.PageBytes()) {
       return absl::InvalidArgumentError("CopyLayerAsync: pages or layouts do not match");
     }
@@ -100,6 +109,10 @@ class CudaKvIpc final : public KvIpcDevice {
     a.dst_layer = static_cast<char*>(dst_pool) + dst.PageOffset(layer, 0) * elem;
     a.src_layer = static_cast<const char*>(src_pool) + src.PageOffset(layer, 0) * elem;
     a.page_bytes = src.PageBytes();
+    // Every layer in one launch: the copy streams from layer to layer with no drain between.
+    a.num_layers = num_layers;
+    a.dst_layer_bytes = dst.LayerBytes();
+    a.src_layer_bytes = src.LayerBytes();
     for (size_t i = 0; i < src_pages.size(); i += kKvPageCopyMaxPages) {
       a.num_pages = static_cast<int>(std::min<size_t>(kKvPageCopyMaxPages, src_pages.size() - i));
       std::copy_n(dst_pages.begin() + i, a.num_pages, a.dst_pages);

@@ -5,9 +5,15 @@
 // 128, bf16, 16-token pages), an 8k-token prompt (512 pages, 1.2 GB):
 //   - exactness: every byte of the 512 reserved pages equals the sender's page, and every byte
 //     of the pages not reserved is untouched, for reserved pages in one run and scattered, and
-//     for a layer-wise push (below), three transfers into disjoint pages;
-//   - bench: the sender prints the transfer's GB/s (Begin to Finish: one grant, the copies, one
-//     wait, one confirmation) for both page orders, every layer stored before the transfer;
+//     for a layer-wise push (below), six transfers into disjoint pages;
+//   - bench: the sender prints the transfer's GB/s (Begin to Finish) for both page orders, every
+//     layer stored before the transfer: the first transfer (contiguous: it maps the peer's pool,
+//     a new connection, hello and grant), a cold scattered one (a new connection, hello and grant
+//     to a pool already mapped: a sender that keeps no warm connection) and three warm scattered
+//     ones (the first sender's connection kept warm: one kNext round trip that brings the grant,
+//     comm/kv_wire.h version 7), each split into Begin / enqueue (36 SendLayer calls, which the
+//     op coalesces into one launch for the 36 layers) / Finish (the wait for the copies still in
+//     flight, then the confirmation's round trip);
 //   - layer-wise: a compute stream stores each layer of the source pages (from a pristine copy,
 //     kComputeCopies page copies per layer, standing in for the layer's compute) and records
 //     the layer's event; the layer's IPC copy is enqueued at once, ordered after that event
@@ -52,7 +58,8 @@ constexpr int kPages = kTokens / kPageSize;  // 512 pages per layer
 // Page copies of a layer's 512 pages per layer of the stand-in compute (a few ms per layer on
 // an H200, the order of a layer of an 8k-token Qwen3-8B prefill).
 constexpr int kComputeCopies = 192;
-constexpr int kReceiverPages = 2720;
+// Room for six transfers of 512 pages, into disjoint pages from 40 + 540 * c (DstPages).
+constexpr int kReceiverPages = 3280;
 
 KvLayout Qwen3Layout(int num_pages) {
   KvLayout l;
@@ -82,12 +89,14 @@ std::vector<int32_t> SrcPages() {
   std::iota(p.begin(), p.end(), 3);  // pages 3 .. 514 of a 520-page pool
   return p;
 }
-// The five transfers, into disjoint receiver pages of a kReceiverPages pool: contiguous
-// 40 .. 551, then three scattered ones (each a shuffle of its own 512 pages: 560 .., 1100 ..,
-// 1640 ..; three, so the bench has a median) and the layer-wise one (2180 ..).
-constexpr const char* kCases[] = {"contiguous", "scattered", "scattered_2", "scattered_3",
-                                  "layerwise"};
-constexpr int kNumCases = 5;
+// The six transfers, into disjoint receiver pages of a kReceiverPages pool: contiguous
+// 40 .. 551 (the first: maps the pool), then four scattered ones (each a shuffle of its own 512
+// pages): one cold (a sender keeping no warm connection) and three warm (so the bench has a
+// median), and the layer-wise one (warm too).
+constexpr const char* kCases[] = {"contiguous",       "scattered_cold",   "scattered_warm",
+                                  "scattered_warm_2", "scattered_warm_3", "layerwise"};
+constexpr int kNumCases = 6;
+constexpr int kColdCase = 1;  // by the sender that keeps no connection warm
 std::vector<int32_t> DstPages(int c) {
   std::vector<int32_t> p(kPages);
   std::iota(p.begin(), p.end(), 40 + 540 * c);
@@ -118,12 +127,17 @@ TEST(CudaKvIpcChild, Send) {
   ASSERT_TRUE(pool.ok()) << pool.status();
   auto ipc = MakeCudaKvIpc();
   ASSERT_TRUE(ipc.ok()) << ipc.status();
-  TcpKvSender sender({}, "", KvTransportKind::kIpc, std::shared_ptr<KvIpcDevice>(*std::move(ipc)));
+  std::shared_ptr<KvIpcDevice> device(*std::move(ipc));
+  TcpKvSender sender({}, "", KvTransportKind::kIpc, device);  // keeps its connection warm
+  TcpKvSender cold({}, "", KvTransportKind::kIpc, device);    // a connection per transfer
+  cold.SetWarmConnections(0, absl::Seconds(30));
   const std::vector<int32_t> src = SrcPages();
+  std::vector<double> warm_gbps;
   for (int c = 0; c + 1 < kNumCases; ++c) {
     const char* id = kCases[c];
+    TcpKvSender& by = c == kColdCase ? cold : sender;
     const absl::Time start = absl::Now();
-    auto op = sender.Begin(peer, id, layout, kPages, absl::Seconds(60));
+    auto op = by.Begin(peer, id, layout, kPages, absl::Seconds(60));
     ASSERT_TRUE(op.ok()) << op.status();
     const absl::Time granted = absl::Now();
     for (int l = 0; l < layout.num_layers; ++l) {
@@ -131,19 +145,32 @@ TEST(CudaKvIpcChild, Send) {
     }
     const absl::Time enqueued = absl::Now();
     auto stats = (*op)->Finish();
+    const absl::Time finished = absl::Now();
     ASSERT_TRUE(stats.ok()) << stats.status();
-    const double s = absl::ToDoubleSeconds(absl::Now() - start);
+    EXPECT_EQ(stats->warm, c > kColdCase) << id;  // the warm connection was reused
+    const double s = absl::ToDoubleSeconds(finished - start);
+    const double finish_ms = absl::ToDoubleMilliseconds(finished - enqueued);
+    const double wait_ms = absl::ToDoubleMilliseconds(stats->copy_wait);
     std::printf(
-        "BENCH cuda_ipc %s: %d tokens, %d layers, %.3f GB in %.3f ms = %.1f GB/s (Begin %.3f ms, "
-        "enqueue %.3f ms, Finish %.3f ms)\n",
-        id, kTokens, layout.num_layers, stats->bytes / 1e9, s * 1e3, stats->bytes / s / 1e9,
-        absl::ToDoubleMilliseconds(granted - start), absl::ToDoubleMilliseconds(enqueued - granted),
-        absl::ToDoubleMilliseconds(absl::Now() - enqueued));
+        "BENCH cuda_ipc %s (%s): %d tokens, %d layers, %.3f GB in %.3f ms = %.1f GB/s (Begin "
+        "%.3f ms, enqueue %.3f ms, Finish %.3f ms = copy wait %.3f + confirm %.3f)\n",
+        id, stats->warm ? "warm" : "cold", kTokens, layout.num_layers, stats->bytes / 1e9, s * 1e3,
+        stats->bytes / s / 1e9, absl::ToDoubleMilliseconds(granted - start),
+        absl::ToDoubleMilliseconds(enqueued - granted), finish_ms, wait_ms, finish_ms - wait_ms);
     std::fflush(stdout);
+    if (stats->warm) warm_gbps.push_back(stats->bytes / s / 1e9);
   }
+  ASSERT_EQ(warm_gbps.size(), 3u);
+  std::sort(warm_gbps.begin(), warm_gbps.end());
+  std::printf("BENCH cuda_ipc warm scattered median: %.1f GB/s (target 1500)\n", warm_gbps[1]);
+  const TcpKvSender::ConnectionCounters counters = sender.connection_counters();
+  EXPECT_EQ(counters.opened, 1);
+  EXPECT_EQ(counters.reused, 3);
 
   // The copy kernel alone, in this process (no IPC mapping, no transport): the 36 layers of
-  // 512 pages into a shuffle of the same pages of a second pool, timed by events, median of 5.
+  // 512 pages into a shuffle of the same pages of a second pool, timed by events, median of 5;
+  // one launch per layer (as layer-wise pushes go), then one launch for all 36 layers (as the
+  // transfers above went: SendLayer of stored layers, coalesced by the op).
   {
     std::vector<char> dst_host;
     auto dst = DevicePool(layout, 4, &dst_host);
@@ -159,28 +186,53 @@ TEST(CudaKvIpcChild, Send) {
     cudaEvent_t e0 = nullptr, e1 = nullptr;
     ASSERT_EQ(cudaEventCreate(&e0), cudaSuccess);
     ASSERT_EQ(cudaEventCreate(&e1), cudaSuccess);
-    std::vector<float> ms;
-    for (int round = 0; round < 6; ++round) {
-      ASSERT_EQ(cudaEventRecord(e0, nullptr), cudaSuccess);
-      for (int l = 0; l < layout.num_layers; ++l) {
-        a.dst_layer = static_cast<char*>((*dst)->data()) + layout.PageOffset(l, 0) * elem;
-        a.src_layer = static_cast<const char*>((*pool)->data()) + layout.PageOffset(l, 0) * elem;
-        ASSERT_TRUE(KvPageCopy(a, nullptr).ok());
+    for (bool one_launch : {false, true}) {
+      std::vector<float> ms;
+      for (int round = 0; round < 6; ++round) {
+        ASSERT_EQ(cudaEventRecord(e0, nullptr), cudaSuccess);
+        if (one_launch) {
+          a.dst_layer = (*dst)->data();
+          a.src_layer = (*pool)->data();
+          a.num_layers = layout.num_layers;
+          a.dst_layer_bytes = layout.LayerBytes();
+          a.src_layer_bytes = layout.LayerBytes();
+          ASSERT_TRUE(KvPageCopy(a, nullptr).ok());
+        } else {
+          a.num_layers = 1;
+          for (int l = 0; l < layout.num_layers; ++l) {
+            a.dst_layer = static_cast<char*>((*dst)->data()) + layout.PageOffset(l, 0) * elem;
+            a.src_layer =
+                static_cast<const char*>((*pool)->data()) + layout.PageOffset(l, 0) * elem;
+            ASSERT_TRUE(KvPageCopy(a, nullptr).ok());
+          }
+        }
+        ASSERT_EQ(cudaEventRecord(e1, nullptr), cudaSuccess);
+        ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+        float t = 0;
+        ASSERT_EQ(cudaEventElapsedTime(&t, e0, e1), cudaSuccess);
+        if (round > 0) ms.push_back(t);  // round 0 warms up
       }
-      ASSERT_EQ(cudaEventRecord(e1, nullptr), cudaSuccess);
-      ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-      float t = 0;
-      ASSERT_EQ(cudaEventElapsedTime(&t, e0, e1), cudaSuccess);
-      if (round > 0) ms.push_back(t);  // round 0 warms up
+      std::sort(ms.begin(), ms.end());
+      const double bytes = static_cast<double>(layout.PageBytes()) * kPages * layout.num_layers;
+      std::printf(
+          "BENCH kv_page_copy local (%s): %d layers x %d pages, %.3f GB in %.3f ms (median of "
+          "%zu) = %.1f GB/s of pages (reads + writes %.1f GB/s)\n",
+          one_launch ? "one launch" : "a launch per layer", layout.num_layers, kPages, bytes / 1e9,
+          ms[ms.size() / 2], ms.size(), bytes / (ms[ms.size() / 2] * 1e-3) / 1e9,
+          2 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9);
+      std::fflush(stdout);
     }
-    std::sort(ms.begin(), ms.end());
-    const double bytes = static_cast<double>(layout.PageBytes()) * kPages * layout.num_layers;
-    std::printf(
-        "BENCH kv_page_copy local: %d layers x %d pages, %.3f GB in %.3f ms (median of %zu) = "
-        "%.1f GB/s of pages (reads + writes %.1f GB/s)\n",
-        layout.num_layers, kPages, bytes / 1e9, ms[ms.size() / 2], ms.size(),
-        bytes / (ms[ms.size() / 2] * 1e-3) / 1e9, 2 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9);
-    std::fflush(stdout);
+    // The one-launch copy moved the same bytes as the per-layer one.
+    std::vector<char> got(dst_host.size());
+    ASSERT_TRUE(CopyDeviceMemory(got.data(), (*dst)->data(), layout.PoolBytes()).ok());
+    std::vector<char> want = dst_host;
+    for (int l = 0; l < layout.num_layers; ++l) {
+      for (int i = 0; i < kPages; ++i) {
+        std::memcpy(want.data() + layout.PageOffset(l, shuffled[i]) * elem,
+                    host.data() + layout.PageOffset(l, src[i]) * elem, layout.PageBytes());
+      }
+    }
+    EXPECT_TRUE(got == want);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
   }
@@ -218,6 +270,7 @@ TEST(CudaKvIpcChild, Send) {
   auto stats = (*op)->Finish();
   const absl::Duration exposed = absl::Now() - last_layer;
   ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_TRUE(stats->warm);
   float compute_ms = 0;
   ASSERT_EQ(cudaEventElapsedTime(&compute_ms, compute_start, events.back()), cudaSuccess);
   std::printf(

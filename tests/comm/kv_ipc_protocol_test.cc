@@ -8,6 +8,7 @@
 // per layer and the copies are waited for once; a Cancel during the grant returns at once and
 // releases the pages only after the sender's copies; Abort waits for the enqueued copies.
 // (tests/comm/cuda_kv_ipc_test.cc runs the real device half across two processes on a GPU.)
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -87,6 +88,18 @@ class FakeIpc : public KvIpcDevice {
     });
     return absl::OkStatus();
   }
+  // Counts the multi-layer launches, each as the per-layer copies it stands for.
+  absl::Status CopyLayersAsync(void* dst_pool, const KvLayout& dst, const void* src_pool,
+                               const KvLayout& src, int layer, int num_layers,
+                               absl::Span<const int32_t> dst_pages,
+                               absl::Span<const int32_t> src_pages, void* after_event) override {
+    {
+      absl::MutexLock l(&mu);
+      launches.push_back(num_layers);
+    }
+    return KvIpcDevice::CopyLayersAsync(dst_pool, dst, src_pool, src, layer, num_layers, dst_pages,
+                                        src_pages, after_event);
+  }
   absl::Status WaitCopies() override {
     absl::MutexLock l(&mu);
     ++waits;
@@ -100,8 +113,9 @@ class FakeIpc : public KvIpcDevice {
   std::atomic<bool> mappable{true};
   absl::Mutex mu;
   int enqueued ABSL_GUARDED_BY(mu) = 0;
-  int copies ABSL_GUARDED_BY(mu) = 0;  // landed
-  int waits ABSL_GUARDED_BY(mu) = 0;   // WaitCopies calls
+  int copies ABSL_GUARDED_BY(mu) = 0;             // landed
+  int waits ABSL_GUARDED_BY(mu) = 0;              // WaitCopies calls
+  std::vector<int> launches ABSL_GUARDED_BY(mu);  // CopyLayersAsync calls: their layer counts
   std::vector<std::string> log ABSL_GUARDED_BY(mu);
 
  private:
@@ -369,6 +383,156 @@ TEST_F(KvIpcProtocolTest, LayersGoAfterTheirEventsWithoutWaitingAndAreWaitedForO
   EXPECT_EQ(ipc_->copies, src_layout_.num_layers);
   EXPECT_EQ(ipc_->waits, 1);
   EXPECT_EQ(stats->bytes, 5 * src_layout_.num_layers * src_layout_.PageBytes());
+}
+
+// SendLayer (every layer stored already) holds the same pages of consecutive layers back and
+// enqueues them as one multi-layer launch when the run reaches the last layer (so before
+// Finish, and before a --kv-transfer-hold-ms wait), breaks, or Finish comes; bytes exact.
+TEST_F(KvIpcProtocolTest, StoredLayersOfTheSamePagesGoAsOneLaunch) {
+  Export();
+  TcpKvSender sender = Sender(KvTransportKind::kIpc);
+  // In order: layers 0 and 1 held, layer 2 launches all three at once.
+  Expect();
+  auto op = sender.Begin(receiver_->address(), "t", src_layout_, 5, absl::Seconds(10));
+  ASSERT_TRUE(op.ok()) << op.status();
+  for (int l = 0; l < src_layout_.num_layers; ++l) {
+    ASSERT_TRUE((*op)->SendLayer(l, src_pool_.data(), src_pages_, 0).ok());
+    absl::MutexLock lock(&ipc_->mu);
+    EXPECT_EQ(ipc_->enqueued, l + 1 == src_layout_.num_layers ? 3 : 0) << l;
+  }
+  ASSERT_TRUE((*op)->Finish().ok());
+  ASSERT_TRUE(outcomes_.Wait().ok());
+  ExpectLanded();
+  {
+    absl::MutexLock l(&ipc_->mu);
+    EXPECT_EQ(ipc_->launches, std::vector<int>{3});
+    EXPECT_EQ(ipc_->waits, 1);
+  }
+  // Out of order: layer 2 goes alone (the last), 0 and 1 are one run launched by Finish.
+  SetUp();
+  ipc_ = std::make_shared<FakeIpc>();
+  Export();
+  Expect();
+  TcpKvSender again = Sender(KvTransportKind::kIpc);
+  op = again.Begin(receiver_->address(), "t", src_layout_, 5, absl::Seconds(10));
+  ASSERT_TRUE(op.ok()) << op.status();
+  for (int l : {2, 0, 1}) ASSERT_TRUE((*op)->SendLayer(l, src_pool_.data(), src_pages_, 0).ok());
+  {
+    absl::MutexLock l(&ipc_->mu);
+    EXPECT_EQ(ipc_->launches, std::vector<int>{1});  // 0 and 1 still held
+  }
+  ASSERT_TRUE((*op)->Finish().ok());
+  ASSERT_TRUE(outcomes_.Wait().ok());
+  ExpectLanded();
+  {
+    absl::MutexLock l(&ipc_->mu);
+    EXPECT_EQ(ipc_->launches, (std::vector<int>{1, 2}));
+    EXPECT_EQ(ipc_->copies, 3);
+  }
+  // Aborted while layers are held: they are never launched, nothing lands.
+  SetUp();
+  ipc_ = std::make_shared<FakeIpc>();
+  Export();
+  Expect();
+  TcpKvSender third = Sender(KvTransportKind::kIpc);
+  op = third.Begin(receiver_->address(), "t", src_layout_, 5, absl::Seconds(10));
+  ASSERT_TRUE(op.ok()) << op.status();
+  ASSERT_TRUE((*op)->SendLayer(0, src_pool_.data(), src_pages_, 0).ok());
+  (*op)->Abort("test abort");
+  EXPECT_TRUE(absl::IsAborted(outcomes_.Wait()));
+  absl::MutexLock l(&ipc_->mu);
+  EXPECT_TRUE(ipc_->launches.empty());
+  EXPECT_EQ(ipc_->copies, 0);
+  EXPECT_TRUE(std::all_of(dst_pool_.begin(), dst_pool_.end(), [](char c) { return c == '\x5a'; }));
+}
+
+// A second transfer to the same receiver goes over the warm connection (kv_wire.h version 7):
+// no new hello, no map, and the grant comes with the kNext answer; bytes exact and nothing
+// else touched, one wait per transfer. A Cancel during a warm grant still releases the pages
+// only after the sender's copies, and that connection is not reused.
+TEST_F(KvIpcProtocolTest, WarmTransfersGetTheirGrantInOneRoundTripAndKeepEveryRule) {
+  Export();
+  TcpKvSender sender = Sender(KvTransportKind::kIpc);
+  const std::vector<std::vector<int32_t>> dst = {
+      {9, 4, 5, 6, 15}, {0, 1, 2, 3, 7}, {8, 10, 11, 12, 13}};
+  for (size_t i = 0; i < dst.size(); ++i) {
+    SCOPED_TRACE(i);
+    dst_pages_ = dst[i];
+    const std::string id = "w" + std::to_string(i);
+    ASSERT_TRUE(receiver_->Expect(id, dst_pages_, absl::Now() + absl::Seconds(30)).ok());
+    auto op = sender.Begin(receiver_->address(), id, src_layout_, 5, absl::Seconds(10));
+    ASSERT_TRUE(op.ok()) << op.status();
+    ASSERT_TRUE((*op)->OrdersAfterEvents());
+    ASSERT_TRUE(SendAll(**op).ok());
+    ASSERT_TRUE(outcomes_.Wait().ok());
+    {
+      absl::MutexLock l(&outcomes_.mu);
+      EXPECT_EQ(outcomes_.done.size(), i + 1);
+      EXPECT_TRUE(outcomes_.done.back().ok()) << outcomes_.done.back();
+      EXPECT_EQ(outcomes_.stats.path, "ipc");
+      EXPECT_EQ(outcomes_.stats.warm, i > 0);
+      EXPECT_EQ(outcomes_.stats.bytes, 5 * src_layout_.num_layers * src_layout_.PageBytes());
+    }
+    absl::MutexLock l(&ipc_->mu);
+    EXPECT_EQ(ipc_->copies, static_cast<int>(2 * src_layout_.num_layers * (i + 1)));
+    EXPECT_EQ(ipc_->waits, static_cast<int>(i + 1));
+  }
+  // Every transfer's pages hold the sender's bytes; every other page is untouched.
+  std::vector<char> want(dst_layout_.PoolBytes(), '\x5a');
+  const int64_t elem = DTypeSize(src_layout_.dtype);
+  for (const std::vector<int32_t>& d : dst) {
+    for (int l = 0; l < src_layout_.num_layers; ++l) {
+      for (size_t i = 0; i < src_pages_.size(); ++i) {
+        std::memcpy(want.data() + dst_layout_.PageOffset(l, d[i]) * elem,
+                    src_pool_.data() + src_layout_.PageOffset(l, src_pages_[i]) * elem,
+                    src_layout_.PageBytes());
+      }
+    }
+  }
+  EXPECT_TRUE(want == dst_pool_);
+  TcpKvSender::ConnectionCounters c = sender.connection_counters();
+  EXPECT_EQ(c.opened, 1);
+  EXPECT_EQ(c.reused, 2);
+  // A Cancel while a warm transfer holds its grant: returns at once, releases after the copies.
+  ASSERT_TRUE(receiver_->Expect("cancel", {14}, absl::Now() + absl::Seconds(30)).ok());
+  auto op = sender.Begin(receiver_->address(), "cancel", src_layout_, 1, absl::Seconds(10));
+  ASSERT_TRUE(op.ok()) << op.status();
+  std::vector<FakeEvent> events(static_cast<size_t>(src_layout_.num_layers));
+  for (int l = 0; l < src_layout_.num_layers; ++l) {
+    ASSERT_TRUE((*op)
+                    ->SendLayerAfterEvent(l, src_pool_.data(),
+                                          absl::MakeConstSpan(src_pages_).subspan(0, 1), 0,
+                                          &events[l])
+                    .ok());
+  }
+  absl::Notification released;
+  EXPECT_TRUE(receiver_->Cancel("cancel", [this, &released] {
+    absl::MutexLock l(&ipc_->mu);
+    ipc_->log.push_back("released");
+    released.Notify();
+  }));
+  EXPECT_FALSE(released.WaitForNotificationWithTimeout(absl::Milliseconds(100)));  // still lent
+  for (FakeEvent& e : events) e.fired.Notify();
+  EXPECT_TRUE(absl::IsCancelled((*op)->Finish().status()));
+  ASSERT_TRUE(released.WaitForNotificationWithTimeout(kBound));
+  {
+    absl::MutexLock l(&ipc_->mu);
+    ASSERT_GE(ipc_->log.size(), 4u);
+    EXPECT_EQ(std::vector<std::string>(ipc_->log.end() - 4, ipc_->log.end()),
+              (std::vector<std::string>{"copy end", "copy end", "copy end", "released"}));
+  }
+  c = sender.connection_counters();
+  EXPECT_EQ(c.reused, 3);
+  EXPECT_EQ(c.idle, 0);  // the cancelled transfer's connection was closed
+  // The next transfer opens a fresh connection, maps nothing new, and lands exactly.
+  dst_pages_ = {9, 4, 5, 6, 15};
+  std::fill(dst_pool_.begin(), dst_pool_.end(), '\x5a');
+  ASSERT_TRUE(receiver_->Expect("after", dst_pages_, absl::Now() + absl::Seconds(30)).ok());
+  auto after = sender.Begin(receiver_->address(), "after", src_layout_, 5, absl::Seconds(10));
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_TRUE(SendAll(**after).ok());
+  ExpectLanded();
+  EXPECT_EQ(sender.connection_counters().opened, 2);
 }
 
 // A Cancel while the sender holds the grant does not wait for it: it returns at once and the

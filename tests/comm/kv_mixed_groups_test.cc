@@ -274,16 +274,16 @@ TEST(KvWireV6, HelloCarriesTheSendersGroup) {
   }
 }
 
-TEST(KvWireV6, OlderVersionsAreRefusedNamingBoth) {
+TEST(KvWireV6, OtherVersionsAreRefusedNamingBoth) {
   std::string body = kv_wire::EncodeHello(HelloOf(Group(4, 1, 1)));
-  for (uint32_t version : {1u, 4u, 5u, 7u}) {
+  for (uint32_t version : {1u, 4u, 5u, 6u, 8u}) {
     std::memcpy(body.data() + 4, &version, 4);
     absl::StatusOr<kv_wire::Hello> h = kv_wire::DecodeHello(body);
     ASSERT_TRUE(absl::IsFailedPrecondition(h.status())) << version << ": " << h.status();
     EXPECT_NE(h.status().message().find(absl::StrCat("KV wire version ", version)),
               std::string::npos)
         << h.status();
-    EXPECT_NE(h.status().message().find("speaks 6"), std::string::npos) << h.status();
+    EXPECT_NE(h.status().message().find("speaks 7"), std::string::npos) << h.status();
   }
   // A version 5 hello as a version 5 sender wrote it (no group), over the socket: the receiver
   // answers FailedPrecondition and the transfer stays expected (nothing of it was claimed).
@@ -305,7 +305,7 @@ TEST(KvWireV6, OlderVersionsAreRefusedNamingBoth) {
   ASSERT_TRUE(verdict.ok()) << verdict.status();
   const absl::Status st = kv_wire::DecodeStatus(verdict->body);
   EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
-  EXPECT_NE(st.message().find("KV wire version 5 but this receiver speaks 6"), std::string::npos)
+  EXPECT_NE(st.message().find("KV wire version 5 but this receiver speaks 7"), std::string::npos)
       << st;
   EXPECT_EQ((*receiver)->NumPending(), 1);
 }

@@ -309,6 +309,15 @@ TEST_F(NcclKvTransportTest, ScatteredPagesLandByteExactAndTheCommunicatorIsReuse
   EXPECT_EQ(p.api->aborts.load() + d.api->aborts.load(), 0);
   EXPECT_EQ(p.nccl->NumComms(), 1);
   EXPECT_EQ(d.nccl->NumComms(), 1);
+  // ... over the first transfer's connection, kept warm (kNext, then kNcclUse).
+  {
+    absl::MutexLock l(&d.mu);
+    EXPECT_FALSE(d.stats["a"].warm);
+    EXPECT_TRUE(d.stats["b"].warm);
+    EXPECT_EQ(d.stats["b"].path, "nccl");
+  }
+  EXPECT_EQ(p.sender->connection_counters().opened, 1);
+  EXPECT_EQ(p.sender->connection_counters().reused, 1);
   ExpectAllFree(p, d);
 }
 

@@ -623,3 +623,238 @@ TEST(ClusterTokenTest, RandomHexIsFreshAndOfTheAskedLength) {
 
 }  // namespace
 }  // namespace tandem
+
+// Warm connections (kv_wire.h version 7): the connection of a transfer that ended OK carries the
+// sender's next transfer to the same receiver (kNext instead of a connect and a hello); every
+// other outcome closes it; a receiver that closed it meanwhile (a restart, its idle timeout) is
+// met again on a fresh connection, transparently; both sides' idle timeouts close idle ones.
+namespace tandem {
+namespace {
+
+class WarmConnectionTest : public TcpKvTransportTest {
+ protected:
+  // One transfer of `pages` (sender pages src_pages[i] -> receiver page dst_pages[i]), every
+  // layer, Finished; the sender's stats.
+  absl::StatusOr<KvTransferStats> Transfer(TcpKvSender& sender, const std::string& id,
+                                           const std::vector<int32_t>& src,
+                                           const std::vector<int32_t>& dst,
+                                           TcpKvReceiver* receiver = nullptr) {
+    if (receiver == nullptr) receiver = receiver_.get();
+    if (absl::Status st = receiver->Expect(id, dst, clock_.Now() + absl::Seconds(10)); !st.ok())
+      return st;
+    auto op = sender.Begin(receiver->address(), id, src_layout_, static_cast<int>(src.size()),
+                           absl::Seconds(10));
+    if (!op.ok()) return op.status();
+    for (int layer = 0; layer < src_layout_.num_layers; ++layer) {
+      if (absl::Status st = (*op)->SendLayer(layer, src_pool_.data(), src, 0); !st.ok()) return st;
+    }
+    return (*op)->Finish();
+  }
+  bool Landed(const std::vector<int32_t>& src, const std::vector<int32_t>& dst) const {
+    for (int layer = 0; layer < src_layout_.num_layers; ++layer) {
+      for (size_t i = 0; i < src.size(); ++i) {
+        if (!PageEquals(layer, src[i], dst[i])) return false;
+      }
+    }
+    return true;
+  }
+  // The receiver's open connections reach `n` (its threads notice a close asynchronously).
+  static bool AwaitConnections(TcpKvReceiver& receiver, int n) {
+    const absl::Time end = absl::Now() + absl::Seconds(10);
+    while (receiver.NumConnections() != n) {
+      if (absl::Now() > end) return false;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return true;
+  }
+  KvTransferStats ReceiverStats() {
+    absl::MutexLock l(&outcomes_.mu);
+    return outcomes_.last_stats;
+  }
+};
+
+TEST_F(WarmConnectionTest, LaterTransfersToTheSameReceiverReuseTheConnection) {
+  // Awkward sizes: 1, 3 and 8 pages (every sender page), each into its own receiver pages.
+  const std::vector<std::vector<int32_t>> src = {{5}, {1, 3, 0}, {7, 6, 5, 4, 3, 2, 1, 0}};
+  const std::vector<std::vector<int32_t>> dst = {{15}, {2, 9, 11}, {0, 1, 3, 4, 5, 6, 7, 8}};
+  for (size_t i = 0; i < src.size(); ++i) {
+    SCOPED_TRACE(i);
+    auto stats = Transfer(sender_, "r" + std::to_string(i), src[i], dst[i]);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->warm, i > 0);
+    EXPECT_EQ(stats->bytes, static_cast<int64_t>(src[i].size()) * 3 * src_layout_.PageBytes());
+    ASSERT_TRUE(outcomes_.WaitFor(i + 1).ok());
+    EXPECT_EQ(ReceiverStats().warm, i > 0);
+    EXPECT_EQ(ReceiverStats().pages, static_cast<int64_t>(src[i].size()) * 3);
+    EXPECT_TRUE(Landed(src[i], dst[i]));
+    const TcpKvSender::ConnectionCounters c = sender_.connection_counters();
+    EXPECT_EQ(c.opened, 1);
+    EXPECT_EQ(c.reused, static_cast<int64_t>(i));
+    EXPECT_EQ(c.idle, 1);
+  }
+  EXPECT_EQ(receiver_->NumConnections(), 1);  // one connection served all three
+  EXPECT_EQ(receiver_->NumPending(), 0);
+  // A sender keeping none opens a connection per transfer.
+  TcpKvSender cold;
+  cold.SetWarmConnections(0, absl::Seconds(30));
+  for (int i = 0; i < 2; ++i) {
+    auto stats = Transfer(cold, "c" + std::to_string(i), {2}, {10});
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_FALSE(stats->warm);
+  }
+  EXPECT_EQ(cold.connection_counters().opened, 2);
+  EXPECT_EQ(cold.connection_counters().reused, 0);
+  EXPECT_EQ(cold.connection_counters().idle, 0);
+}
+
+TEST_F(WarmConnectionTest, AReceiverRestartedBetweenTransfersIsMetOnAFreshConnection) {
+  auto first = Transfer(sender_, "r1", {1, 3}, {5, 2});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(sender_.connection_counters().idle, 1);
+  // The decode worker restarts on the same port: its end of the warm connection is gone.
+  const std::string address = receiver_->address();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  receiver_.reset();
+  std::fill(dst_pool_.begin(), dst_pool_.end(), 0);
+  auto r = TcpKvReceiver::Create("127.0.0.1", port, dst_pool_.data(), dst_layout_,
+                                 outcomes_.Callback(), &clock_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  receiver_ = *std::move(r);
+  auto second = Transfer(sender_, "r2", {0, 6, 7}, {9, 12, 4});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(second->warm);
+  EXPECT_TRUE(outcomes_.WaitFor(2).ok());
+  EXPECT_TRUE(Landed({0, 6, 7}, {9, 12, 4}));
+  const TcpKvSender::ConnectionCounters c = sender_.connection_counters();
+  EXPECT_EQ(c.reuse_failed, 1);  // tried the old one once, then fresh
+  EXPECT_EQ(c.opened, 2);
+  EXPECT_EQ(c.reused, 0);
+  EXPECT_EQ(c.idle, 1);
+  // And the fresh one is warm in turn.
+  auto third = Transfer(sender_, "r3", {2}, {1});
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE(third->warm);
+  // A receiver that is gone for good: the warm connection fails, the fresh connect too.
+  receiver_.reset();
+  auto gone = sender_.Begin(address, "r4", src_layout_, 1, absl::Seconds(2));
+  EXPECT_TRUE(absl::IsUnavailable(gone.status())) << gone.status();
+  EXPECT_EQ(sender_.connection_counters().reuse_failed, 2);
+  EXPECT_EQ(sender_.connection_counters().idle, 0);
+}
+
+TEST_F(WarmConnectionTest, FailedAbortedCancelledOrRefusedTransfersCloseTheirConnection) {
+  ASSERT_TRUE(Transfer(sender_, "ok1", {1}, {5}).ok());
+  ASSERT_EQ(sender_.connection_counters().idle, 1);
+  // Aborted on the warm connection: it is not reused.
+  ASSERT_TRUE(receiver_->Expect("abort", {6}, clock_.Now() + absl::Seconds(10)).ok());
+  {
+    auto op = sender_.Begin(receiver_->address(), "abort", src_layout_, 1, absl::Seconds(10));
+    ASSERT_TRUE(op.ok()) << op.status();
+    ASSERT_TRUE((*op)->SendLayer(0, src_pool_.data(), std::vector<int32_t>{2}, 0).ok());
+    (*op)->Abort("prefill gave up");
+  }
+  EXPECT_TRUE(absl::IsAborted(outcomes_.WaitFor(2)));
+  EXPECT_EQ(sender_.connection_counters().reused, 1);
+  EXPECT_EQ(sender_.connection_counters().idle, 0);
+  EXPECT_TRUE(AwaitConnections(*receiver_, 0));
+  // Missing pages (DataLoss) on a fresh connection: closed too.
+  ASSERT_TRUE(receiver_->Expect("short", {7}, clock_.Now() + absl::Seconds(10)).ok());
+  {
+    auto op = sender_.Begin(receiver_->address(), "short", src_layout_, 1, absl::Seconds(10));
+    ASSERT_TRUE(op.ok()) << op.status();
+    ASSERT_TRUE((*op)->SendLayer(0, src_pool_.data(), std::vector<int32_t>{2}, 0).ok());
+    EXPECT_TRUE(absl::IsDataLoss((*op)->Finish().status()));
+  }
+  EXPECT_EQ(sender_.connection_counters().opened, 2);
+  EXPECT_EQ(sender_.connection_counters().idle, 0);
+  // Cancelled by the decode side mid-transfer: closed.
+  ASSERT_TRUE(Transfer(sender_, "ok2", {3}, {8}).ok());
+  ASSERT_TRUE(receiver_->Expect("cancel", {9}, clock_.Now() + absl::Seconds(10)).ok());
+  {
+    auto op = sender_.Begin(receiver_->address(), "cancel", src_layout_, 1, absl::Seconds(10));
+    ASSERT_TRUE(op.ok()) << op.status();
+    ASSERT_TRUE((*op)->SendLayer(0, src_pool_.data(), std::vector<int32_t>{2}, 0).ok());
+    EXPECT_TRUE(receiver_->Cancel("cancel"));
+    absl::Status st;
+    for (int layer = 1; layer < 3 && st.ok(); ++layer) {
+      st = (*op)->SendLayer(layer, src_pool_.data(), std::vector<int32_t>{2}, 0);
+    }
+    if (st.ok()) st = (*op)->Finish().status();
+    EXPECT_TRUE(absl::IsCancelled(st)) << st;
+  }
+  EXPECT_EQ(sender_.connection_counters().reused, 2);
+  EXPECT_EQ(sender_.connection_counters().idle, 0);
+  // Refused on a warm connection (no such transfer; more pages than reserved): closed, and the
+  // refusal is the caller's answer (no retry on a fresh connection).
+  ASSERT_TRUE(Transfer(sender_, "ok3", {4}, {10}).ok());
+  EXPECT_TRUE(absl::IsNotFound(
+      sender_.Begin(receiver_->address(), "nobody", src_layout_, 1, absl::Seconds(5)).status()));
+  EXPECT_EQ(sender_.connection_counters().idle, 0);
+  ASSERT_TRUE(Transfer(sender_, "ok4", {4}, {11}).ok());
+  ASSERT_TRUE(receiver_->Expect("big", {12}, clock_.Now() + absl::Seconds(10)).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(
+      sender_.Begin(receiver_->address(), "big", src_layout_, 2, absl::Seconds(5)).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(outcomes_.WaitFor(7)));  // failed at once, not later
+  const TcpKvSender::ConnectionCounters c = sender_.connection_counters();
+  EXPECT_EQ(c.idle, 0);
+  EXPECT_EQ(c.reuse_failed, 0);
+  EXPECT_EQ(c.opened, 5);  // ok1, short, ok2, ok3, ok4: never a broken connection reused
+  EXPECT_TRUE(AwaitConnections(*receiver_, 0));
+  EXPECT_EQ(receiver_->NumPending(), 0);
+  EXPECT_TRUE(Landed({1}, {5}) && Landed({3}, {8}) && Landed({4}, {10}) && Landed({4}, {11}));
+}
+
+TEST_F(WarmConnectionTest, IdleTimeoutsCloseIdleConnectionsOnBothSides) {
+  // The sender's, on its clock: a connection idle for the timeout is closed, not reused.
+  testing::FakeClock sender_clock;
+  TcpKvSender sender;
+  sender.SetWarmConnections(2, absl::Seconds(30), &sender_clock);
+  ASSERT_TRUE(Transfer(sender, "a", {1}, {1}).ok());
+  sender_clock.Advance(absl::Seconds(29));
+  auto warm = Transfer(sender, "b", {2}, {2});
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_TRUE(warm->warm);  // 29 s idle: still warm
+  sender_clock.Advance(absl::Seconds(30));
+  auto fresh = Transfer(sender, "c", {3}, {3});
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_FALSE(fresh->warm);
+  TcpKvSender::ConnectionCounters c = sender.connection_counters();
+  EXPECT_EQ(c.expired, 1);
+  EXPECT_EQ(c.opened, 2);
+  EXPECT_EQ(c.reused, 1);
+  EXPECT_TRUE(AwaitConnections(*receiver_, 1));  // the receiver saw the expired one close
+  // At most 2 idle per peer: three transfers at once leave two connections warm.
+  std::vector<std::unique_ptr<KvSendOp>> ops;
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = "p" + std::to_string(i);
+    ASSERT_TRUE(receiver_->Expect(id, {4 + i}, clock_.Now() + absl::Seconds(10)).ok());
+    auto op = sender.Begin(receiver_->address(), id, src_layout_, 1, absl::Seconds(10));
+    ASSERT_TRUE(op.ok()) << op.status();
+    ops.push_back(*std::move(op));
+  }
+  for (auto& op : ops) {
+    for (int layer = 0; layer < 3; ++layer) {
+      ASSERT_TRUE(op->SendLayer(layer, src_pool_.data(), std::vector<int32_t>{5}, 0).ok());
+    }
+    ASSERT_TRUE(op->Finish().ok());
+  }
+  c = sender.connection_counters();
+  EXPECT_EQ(c.idle, 2);
+  EXPECT_EQ(c.opened, 4);  // the warm one and two fresh ones
+  EXPECT_TRUE(AwaitConnections(*receiver_, 2));
+  // The receiver's (real time): it closes a connection idle that long; the sender's next
+  // transfer finds it closed and goes fresh, once.
+  receiver_->SetIdleTimeout(absl::Milliseconds(50));
+  TcpKvSender other;
+  ASSERT_TRUE(Transfer(other, "d", {6}, {13}).ok());  // connections made from now wait 50 ms
+  EXPECT_TRUE(AwaitConnections(*receiver_, 2));       // its one closed; the two older remain
+  auto again = Transfer(other, "e", {7}, {14});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->warm);
+  EXPECT_EQ(other.connection_counters().reuse_failed, 1);
+  EXPECT_EQ(other.connection_counters().opened, 2);
+  EXPECT_TRUE(Landed({6, 7}, {13, 14}));
+}
+
+}  // namespace
+}  // namespace tandem
