@@ -44,10 +44,13 @@ timeout 120 $S/bin/attention_bench decode_fp8 >"$LOGS/attention_bench_fp8.log" 2
 note "attention_bench decode_fp8 exit=$?"
 grep -E "^RESULT" "$LOGS/attention_bench_fp8.log" | sed "s/^RESULT kernel=//" >>"$OUT/summary.txt"
 
+# Packed now, so that a call cut short later still brings them back as one file.
+tar -C "$OUT" -czf "$OUT/logs_12.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
+
 # 3. The prefill-heavy sweep, 96 fresh prompts a point; both layouts within SWEEP_DEADLINE_S.
 # gpu_run_engine.sh packs and removes its own $OUT/logs: it gets a folder of its own.
 SWEEP_WORKLOADS=${SWEEP_WORKLOADS:-prefill:2048:128:96:8,12,16,20} \
-  SWEEP_DEADLINE_S=${SWEEP_BUDGET_S:-210} OUT=$OUT/sweep \
+  SWEEP_DEADLINE_S=${SWEEP_BUDGET_S:-190} OUT=$OUT/sweep \
   engine/bench/gpu_run_engine.sh sweep >"$LOGS/sweep_run.txt" 2>&1
 note "sweep exit=$?"
 cat "$OUT/sweep/summary.txt" >>"$OUT/summary.txt"
@@ -58,4 +61,4 @@ TAG=_fused run_test engine_cuda_test 120 --gtest_filter='*Fp8Kv*'
 TAG=_fused run_test disagg_equality_gpu_test 150 --gtest_filter='*Fp8Kv*'
 grep -hE "^disagg equality" "$LOGS"/disagg_equality_gpu_test_fused.log >>"$OUT/summary.txt"
 unset TANDEM_FP8_DECODE
-tar -C "$OUT" -czf "$OUT/logs.tgz" logs && rm -rf "$LOGS"
+tar -C "$OUT" -czf "$OUT/logs_34.tgz" logs && rm -rf "$LOGS"
