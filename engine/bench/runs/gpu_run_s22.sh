@@ -47,10 +47,10 @@ grep -E "^RESULT" "$LOGS/attention_bench_fp8.log" | sed "s/^RESULT kernel=//" >>
 # Packed now, so that a call cut short later still brings them back as one file.
 tar -C "$OUT" -czf "$OUT/logs_12.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
 
-# 3. The prefill-heavy sweep, 96 fresh prompts a point; both layouts within SWEEP_DEADLINE_S.
+# 3. The prefill-heavy sweep, 64 fresh prompts a point; both layouts within SWEEP_DEADLINE_S.
 # gpu_run_engine.sh packs and removes its own $OUT/logs: it gets a folder of its own.
-SWEEP_WORKLOADS=${SWEEP_WORKLOADS:-prefill:2048:128:96:8,12,16,20} \
-  SWEEP_DEADLINE_S=${SWEEP_BUDGET_S:-190} OUT=$OUT/sweep \
+SWEEP_WORKLOADS=${SWEEP_WORKLOADS:-prefill:2048:128:64:8,12,16,20} \
+  SWEEP_DEADLINE_S=${SWEEP_BUDGET_S:-150} OUT=$OUT/sweep \
   engine/bench/gpu_run_engine.sh sweep >"$LOGS/sweep_run.txt" 2>&1
 note "sweep exit=$?"
 cat "$OUT/sweep/summary.txt" >>"$OUT/summary.txt"
