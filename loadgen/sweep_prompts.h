@@ -49,8 +49,8 @@ class SweepPrompts {
  public:
   // Reads the dataset (and draws point 0) for a sweep of `num_points` >= 1 points; errors are
   // the dataset's or a bad `c.sweep_prompts`.
-  static absl::StatusOr<std::unique_ptr<SweepPrompts>> Create(
-      const Config& c, int num_points, std::unique_ptr<PromptSource> source);
+  static absl::StatusOr<std::unique_ptr<SweepPrompts>> Create(const Config& c, int num_points,
+                                                              std::unique_ptr<PromptSource> source);
 
   int num_points() const { return num_points_; }
   // True when two or more points send the same prompts (`same`, or a file too small).

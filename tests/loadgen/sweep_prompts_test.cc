@@ -200,8 +200,8 @@ std::string ShareGptFile(const std::string& name, int n, int dups) {
   std::string text = "[";
   for (int k = 0; k < n + dups; ++k) {
     int id = k < n ? k : 0;
-    absl::StrAppend(&text, k ? "," : "", R"({"conversations":[{"from":"human","value":"entry )",
-                    id, R"( is a prompt"},{"from":"gpt","value":"an answer of five words"}]})");
+    absl::StrAppend(&text, k ? "," : "", R"({"conversations":[{"from":"human","value":"entry )", id,
+                    R"( is a prompt"},{"from":"gpt","value":"an answer of five words"}]})");
   }
   return TempFile(name, text + "]");
 }

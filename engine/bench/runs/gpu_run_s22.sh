@@ -56,7 +56,7 @@ note "sweep exit=$?"
 cat "$OUT/sweep/summary.txt" >>"$OUT/summary.txt"
 
 # 4. FP8 KV end to end with the fused decode kernel.
-export TANDEM_FP8_DECODE=fused
+export TANDEM_FP8_DECODE=fused-experimental
 TAG=_fused run_test engine_cuda_test 120 --gtest_filter='*Fp8Kv*'
 TAG=_fused run_test disagg_equality_gpu_test 150 --gtest_filter='*Fp8Kv*'
 grep -hE "^disagg equality" "$LOGS"/disagg_equality_gpu_test_fused.log >>"$OUT/summary.txt"
