@@ -69,7 +69,16 @@ void MaybeFinish(BenchmarkRunner::State& s, const BenchClock& clock) {
 asio::awaitable<void> RunOne(BenchmarkRunner::State& s, const BenchClock& clock, Target& target,
                              int i) {
   RequestRecord& rec = s.records[i];
-  co_await target.Send((*s.specs)[i], &rec);
+  if (s.stopping) {
+    // Stopped between the spawn and this coroutine's first step: the target's CancelAll could
+    // not see this request, so it must not start now (it would run to its end after the stop).
+    rec.send_ns = clock.Now();
+    rec.success = false;
+    rec.cause = FailureCause::kCancelled;
+    rec.error = "cancelled";
+  } else {
+    co_await target.Send((*s.specs)[i], &rec);
+  }
   rec.end_ns = clock.Now();
   --s.in_flight;
   ++s.finished;
