@@ -39,13 +39,6 @@ void EngineLoop::RunSync(const std::function<void(Engine&)>& task) {
   bool done = false;
   Post([&](Engine& e) {
     task(e);
-    // The snapshot shows what the task did by the time RunSync returns (a ReservePages answered
-    // is in the next load report), not only after the loop's next step.
-    const EngineStats stats = e.Stats();
-    {
-      absl::MutexLock l(&mu_);
-      stats_ = stats;
-    }
     absl::MutexLock l(&done_mu);
     done = true;
   });

@@ -44,7 +44,7 @@ class EngineLoop {
   // Runs `task` on the loop thread and waits for it. Never call from the loop thread.
   void RunSync(const std::function<void(Engine&)>& task);
 
-  // The engine's stats as of the last step or RunSync task (thread-safe snapshot).
+  // The engine's stats as of the last step (thread-safe snapshot).
   EngineStats stats() const;
   // Time the loop thread spent in on_output handlers (thread-safe).
   int64_t output_handling_ns_total() const { return output_ns_.load(std::memory_order_relaxed); }
