@@ -138,6 +138,20 @@ class WorkerPairTest : public ::testing::Test {
     return tokens;
   }
 
+  // The worker's load report once it shows reserved pages (the engine loop publishes its stats
+  // after the task that reserved them, so a report read right after ReservePages may be a
+  // step old), or the last report after `timeout`.
+  static tandem::v1::LoadReport LoadOnceReserved(const RunningWorker& w,
+                                                 absl::Duration timeout = absl::Seconds(2)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    tandem::v1::LoadReport l = GetLoad(w.address, kToken);
+    while (l.num_pages_reserved() == 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+      l = GetLoad(w.address, kToken);
+    }
+    return l;
+  }
+
   static bool Idle(const RunningWorker& w, absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
     do {
@@ -214,7 +228,7 @@ TEST_F(WorkerPairTest, AbortWhileReservedFreesBothSides) {
   const std::vector<int32_t> prompt = Prompt(40, 3);
   auto r = Reserve("abort-1", 40);
   ASSERT_TRUE(r.ok());
-  EXPECT_GT(GetLoad(decode_->address, kToken).num_pages_reserved(), 0);
+  EXPECT_GT(LoadOnceReserved(*decode_).num_pages_reserved(), 0);
   tandem::v1::AbortRequest abort;
   abort.set_request_id("abort-1");
   tandem::v1::AbortResponse aresp;
@@ -238,7 +252,7 @@ TEST_F(WorkerPairTest, AbortWhileReservedFreesBothSides) {
 TEST_F(WorkerPairTest, UnclaimedReservationExpires) {
   auto r = Reserve("ttl-1", 50, /*ttl_ms=*/200);
   ASSERT_TRUE(r.ok());
-  EXPECT_GT(GetLoad(decode_->address, kToken).num_pages_reserved(), 0);
+  EXPECT_GT(LoadOnceReserved(*decode_).num_pages_reserved(), 0);
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_TRUE(Idle(*decode_, absl::Seconds(1)));
 }
@@ -300,7 +314,7 @@ TEST_F(WorkerPairTest, EveryRpcAndTheKvHandshakeNeedTheClusterToken) {
   const std::vector<int32_t> prompt = Prompt(40, 5);
   auto victim = Reserve("victim", static_cast<int>(prompt.size()));
   ASSERT_TRUE(victim.ok()) << victim.status();
-  const tandem::v1::LoadReport decode_before = GetLoad(decode_->address, kToken);
+  const tandem::v1::LoadReport decode_before = LoadOnceReserved(*decode_);
   const tandem::v1::LoadReport prefill_before = GetLoad(prefill_->address, kToken);
   ASSERT_GT(decode_before.num_pages_reserved(), 0);
 
