@@ -12,7 +12,7 @@
 // (fp8_tile.cuh: 16-byte copies, the block-table-per-lane fast path for pages of >= 4 tokens).
 // Two kernels (Fp8DecodeKernel, paged_attention.h): kDequant, each warp dequantizes its quarter
 // of a tile into a bf16 tile in shared memory and runs the same ProcessTile; kFused, twice the
-// stages (half the bytes each; swizzled, evict-first in split plans) and each warp reads its
+// stages (half the bytes each; swizzled; plain copies, WORKLOG.md step 14) and each warp reads its
 // codes from the stage into f16 mma operands with the scales outside the dot products
 // (fp8_fused_tile.cuh).
 #include <cuda_bf16.h>
@@ -224,13 +224,12 @@ __device__ __forceinline__ int32_t DecodeTileEntries(const KvView& view, int key
 // start-up and tail latency dominate): the CTA's first item is read speculatively together
 // with the item count (slot blockIdx.x exists up to max_items) and the next one while the K/V
 // stream, the merge item is read ahead (no dependent load before the arrival counter), and the
-// K/V copies are evict-first (bf16 and kFp8Fused), so the plan, block tables, queries and
-// partials stay in L2. For plans without merges (large batches) none of this pays, and the hint
-// costs bandwidth.
-// Launched with PDL (PagedAttentionArgs::overlap_launch), a CTA issues its first item's prologue
-// copies before griddepcontrol.wait when they all end before the item's first new token (the one
-// position range the kernel ahead in the stream may be writing); everything else comes after it.
-// Without PDL the wait is a no-op.
+// K/V copies are evict-first (bf16 only: step 14 says why not fp8), so the plan, block tables,
+// queries and partials stay in L2. For plans without merges (large batches) none of this pays, and
+// the hint costs bandwidth. Launched with PDL (PagedAttentionArgs::overlap_launch), a CTA issues
+// its first item's prologue copies before griddepcontrol.wait when they all end before the item's
+// first new token (the one position range the kernel ahead in the stream may be writing);
+// everything else comes after it. Without PDL the wait is a no-op.
 template <int D, bool kSplit, KvMode kMode>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     DecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
@@ -259,8 +258,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   // Issues the copies of the tile at key0 into stage `stage` (bf16 or fp8).
   auto load_tile = [&](const KvView& view, int32_t entries, int key0, int key_end, int stage) {
     if constexpr (kFp8) {
-      LoadDecodeTileFp8<D, kFused, kSplit && kFused>(view, geo, entries, key0, key_end,
-                                                     base8 + stage * kStage8, policy);
+      // No L2 hint on fp8 copies: with it, ptxas (CUDA 13.0) encoded the fused split
+      // variant's copies with an odd uniform-register descriptor, an illegal instruction
+      // (WORKLOG.md step 14).
+      LoadDecodeTileFp8<D, kFused, false>(view, geo, entries, key0, key_end,
+                                          base8 + stage * kStage8, policy);
     } else {
       LoadDecodeTile<D, kSplit>(view, entries, key0, key_end, base + stage * 2 * kTile, policy);
     }
