@@ -21,13 +21,12 @@ namespace tandem {
 // 13). kDequant: each warp dequantizes its quarter of a tile into a shared bf16 tile that the bf16
 // kernel's math reads. kFused: the e4m3 codes go from the shared stage straight into registers
 // (f16 mma), the K scale multiplies the scores and the V scale the probabilities, with more
-// (half-size) pipeline stages. kDefault: the environment's TANDEM_FP8_DECODE ("dequant", or
-// "fused-experimental", read once per process), else kFp8DecodeBuiltin. Both compute the same
-// function. kFused is EXPERIMENTAL: on an H200 (engine run 27) it ran 1.7x faster than kDequant
-// at page 16 but faulted (cudaErrorIllegalInstruction) at page sizes 1 and 64, so the
-// environment's plain "fused" is refused until that is found (WORKLOG.md step 13).
+// (half-size) pipeline stages. kDefault: the environment's TANDEM_FP8_DECODE ("dequant" or
+// "fused", read once per process), else kFp8DecodeBuiltin (kFused: 1.7-1.8x faster than kDequant
+// on an H200 at batch >= 32, context >= 4k, WORKLOG.md steps 13-14). Both compute the same
+// function.
 enum class Fp8DecodeKernel : uint8_t { kDefault, kDequant, kFused };
-inline constexpr Fp8DecodeKernel kFp8DecodeBuiltin = Fp8DecodeKernel::kDequant;
+inline constexpr Fp8DecodeKernel kFp8DecodeBuiltin = Fp8DecodeKernel::kFused;
 
 inline const char* Fp8DecodeKernelName(Fp8DecodeKernel k) {
   switch (k) {
@@ -42,25 +41,17 @@ inline const char* Fp8DecodeKernelName(Fp8DecodeKernel k) {
 }
 
 // The kernel `requested` names: itself unless kDefault; then the one `env_value` (the value of
-// TANDEM_FP8_DECODE, null when unset) names, kFp8DecodeBuiltin when it is null or empty,
-// FailedPrecondition for "fused" (experimental: it must be asked for as "fused-experimental"),
-// and InvalidArgument when it names neither kernel.
+// TANDEM_FP8_DECODE, null when unset) names, kFp8DecodeBuiltin when it is null or empty, and
+// InvalidArgument when it names neither kernel.
 inline absl::StatusOr<Fp8DecodeKernel> ResolveFp8DecodeKernel(Fp8DecodeKernel requested,
                                                               const char* env_value) {
   if (requested != Fp8DecodeKernel::kDefault) return requested;
   if (env_value == nullptr || *env_value == '\0') return kFp8DecodeBuiltin;
   const std::string_view v(env_value);
   if (v == "dequant") return Fp8DecodeKernel::kDequant;
-  if (v == "fused-experimental") return Fp8DecodeKernel::kFused;
-  if (v == "fused") {
-    return absl::FailedPreconditionError(
-        "TANDEM_FP8_DECODE=fused: the fused FP8 decode kernel is experimental (it faulted on an "
-        "H200 at page sizes 1 and 64: kernels/paged_attention/WORKLOG.md step 13); use "
-        "\"dequant\", or \"fused-experimental\" to run it anyway");
-  }
-  return absl::InvalidArgumentError(
-      "TANDEM_FP8_DECODE must be \"dequant\" or \"fused-experimental\", not \"" + std::string(v) +
-      "\"");
+  if (v == "fused") return Fp8DecodeKernel::kFused;
+  return absl::InvalidArgumentError("TANDEM_FP8_DECODE must be \"dequant\" or \"fused\", not \"" +
+                                    std::string(v) + "\"");
 }
 
 struct PagedAttentionArgs {

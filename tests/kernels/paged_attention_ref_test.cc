@@ -192,25 +192,18 @@ TEST(PagedAttentionRefTest, SingleKeyReturnsItsValue) {
 // is unset or empty, and an error naming the variable for anything else.
 TEST(Fp8DecodeKernelTest, ResolvesRequestEnvironmentAndBuiltin) {
   using K = Fp8DecodeKernel;
-  for (const char* env :
-       {static_cast<const char*>(nullptr), "", "fused", "fused-experimental", "dequant", "bogus"}) {
+  for (const char* env : {static_cast<const char*>(nullptr), "", "fused", "dequant", "bogus"}) {
     SCOPED_TRACE(env == nullptr ? "(unset)" : env);
     EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDequant, env), K::kDequant);
     EXPECT_EQ(*ResolveFp8DecodeKernel(K::kFused, env), K::kFused);
   }
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, nullptr), kFp8DecodeBuiltin);
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, ""), kFp8DecodeBuiltin);
-  EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "fused-experimental"), K::kFused);
+  EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "fused"), K::kFused);
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "dequant"), K::kDequant);
-  EXPECT_NE(kFp8DecodeBuiltin, K::kDefault);
-  // The fused kernel faulted on the GPU at some page sizes: the environment cannot make it the
-  // default by its plain name, and nothing defaults to it.
-  EXPECT_EQ(kFp8DecodeBuiltin, K::kDequant);
-  const absl::StatusOr<K> fused = ResolveFp8DecodeKernel(K::kDefault, "fused");
-  ASSERT_FALSE(fused.ok());
-  EXPECT_EQ(fused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(fused.status().message().find("experimental"), std::string_view::npos);
-  for (const char* bad : {"bogus", "Fused", "fused ", "default", "bf16"}) {
+  // The built-in choice is the fused kernel (the faster one, WORKLOG.md step 14).
+  EXPECT_EQ(kFp8DecodeBuiltin, K::kFused);
+  for (const char* bad : {"bogus", "Fused", "fused ", "fused-experimental", "default", "bf16"}) {
     const absl::StatusOr<K> k = ResolveFp8DecodeKernel(K::kDefault, bad);
     ASSERT_FALSE(k.ok()) << bad;
     EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
