@@ -51,6 +51,13 @@ TEST(Layout, ShippedLayoutsParse) {
   EXPECT_LE(one->engine.gpu_memory_utilization * 2, 0.9);
   EXPECT_EQ(one->kv_transport, "ipc");  // the pair shares GPU 0: KV by CUDA IPC
   EXPECT_EQ(gpu->kv_transport, "auto");
+  // Its colocated baseline: two mixed workers, one per GPU.
+  absl::StatusOr<Layout> two = LoadLayout(SourceDir() + "/deploy/layouts/h200x2-mixed.yaml");
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_EQ(two->groups.size(), 1u);
+  EXPECT_EQ(two->groups[0].role, "mixed");
+  EXPECT_EQ(two->groups[0].count, 2);
+  EXPECT_EQ(two->groups[0].gpus, (std::vector<int>{0, 1}));
 }
 
 // kv_transport reaches the prefill and decode workers as --kv-transport (a mixed worker moves no
