@@ -9,12 +9,12 @@
 #   3. the prefill-heavy rate sweep with fresh prompts per point (loadgen `--sweep-prompts
 #      fresh`), mixed vs 1P1D over IPC, Qwen3-8B shapes (engine/bench/gpu_run_engine.sh sweep);
 #   4. the engine's and the 1P1D layout's FP8 KV tests with the fused kernel selected.
-# Staged here (reduced engine pack; carry: [".gpu-pack22"]):
-#   engine/bench/runs/stage_s22.sh
+# Staged here (reduced engine pack; carry: [".gpu-pack23"]):
+#   EXTRA_TESTS="kv_page_copy_gpu_test cuda_kv_ipc_test" engine/bench/runs/stage_s23.sh
 # Usage there: engine/bench/runs/gpu_run_s22.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-[ -d .gpu-eng ] || tar -xJf .gpu-pack22/eng.tar.xz
+[ -d .gpu-eng ] || tar -xJf .gpu-pack23/eng.tar.xz
 S=.gpu-eng
 source tools/gpu/gpu-env.sh --libs $S/_libs  # NVLink multicast off, CUDA paths
 export PYTHONUNBUFFERED=1 TANDEM_SOURCE_DIR=$PWD TANDEM_BINARY_DIR=$PWD/$S
@@ -56,7 +56,7 @@ note "sweep exit=$?"
 cat "$OUT/sweep/summary.txt" >>"$OUT/summary.txt"
 
 # 4. FP8 KV end to end with the fused decode kernel.
-export TANDEM_FP8_DECODE=fused-experimental
+export TANDEM_FP8_DECODE=fused  # 'fused-experimental' in run 27, before step 14
 TAG=_fused run_test engine_cuda_test 120 --gtest_filter='*Fp8Kv*'
 TAG=_fused run_test disagg_equality_gpu_test 150 --gtest_filter='*Fp8Kv*'
 grep -hE "^disagg equality" "$LOGS"/disagg_equality_gpu_test_fused.log >>"$OUT/summary.txt"
