@@ -8,6 +8,7 @@
 #include "engine/kv/block_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/engine/kv/block_allocator_model.h"
 
 namespace tandem {
 
@@ -33,13 +34,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Code = absl::StatusCode;
-
-// {free, reserved, receiving, owned, cached}, from the O(1) counters.
-std::array<int, kNumPageStates> Counts(const BlockAllocator& a) {
-  std::array<int, kNumPageStates> out{};
-  for (int s = 0; s < kNumPageStates; ++s) out[s] = a.num_in_state(static_cast<PageState>(s));
-  return out;
-}
 
 TEST(BlockAllocatorCountsTest, EveryTransitionMovesItsCounts) {
   BlockAllocator a(8);

@@ -13,6 +13,12 @@ constexpr uint32_t Bit(PageState s) { return 1u << static_cast<uint32_t>(s); }
 
 }  // namespace
 
+std::array<int, kNumPageStates> Counts(const BlockAllocator& a) {
+  std::array<int, kNumPageStates> out{};
+  for (int s = 0; s < kNumPageStates; ++s) out[s] = a.num_in_state(static_cast<PageState>(s));
+  return out;
+}
+
 int BlockAllocatorModel::Count(PageState state) const {
   return static_cast<int>(std::count_if(pages_.begin(), pages_.end(),
                                         [state](const Page& p) { return p.state == state; }));

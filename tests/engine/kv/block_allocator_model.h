@@ -1,6 +1,6 @@
 // A reference model of BlockAllocator's page-ownership state machine (block_allocator.h), written
 // from its contract rather than its code: a page-by-page table, the eviction order and the hash
-// index. The counts tests run random transitions on both and compare them after every one.
+// index. block_allocator_random_test runs random calls on both and compares them after each.
 //
 // Only what the contract leaves open is learned from the allocator: which kFree page ids Take
 // hands out (the model checks they were free, or the least recently freed cached ones).
@@ -17,6 +17,10 @@
 #include "engine/kv/block_allocator.h"
 
 namespace tandem {
+
+// The allocator's num_in_state of every state, indexed by PageState
+// ({free, reserved, receiving, owned, cached}).
+std::array<int, kNumPageStates> Counts(const BlockAllocator& a);
 
 class BlockAllocatorModel {
  public:

@@ -18,12 +18,6 @@ namespace {
 
 using Code = absl::StatusCode;
 
-std::array<int, kNumPageStates> Counts(const BlockAllocator& a) {
-  std::array<int, kNumPageStates> out{};
-  for (int s = 0; s < kNumPageStates; ++s) out[s] = a.num_in_state(static_cast<PageState>(s));
-  return out;
-}
-
 // One random transition, or a query, on the allocator and the model; the results must agree.
 class RandomRun {
  public:
