@@ -1,6 +1,7 @@
 #include "engine/kv/block_allocator.h"
 
 #include <algorithm>
+#include <array>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
@@ -10,6 +11,33 @@ namespace tandem {
 namespace {
 
 constexpr uint32_t Bit(PageState s) { return 1u << static_cast<uint32_t>(s); }
+
+// OK iff `list` names every page in `state` (counted[state] of them) exactly once, and no other.
+template <typename List, typename StateOf>
+absl::Status CheckListed(const List& list, PageState state,
+                         const std::array<int, kNumPageStates>& counted, int num_pages,
+                         StateOf state_of, const char* what) {
+  std::vector<bool> seen(num_pages);
+  int num_seen = 0;
+  for (int32_t p : list) {
+    if (p < 0 || p >= num_pages) {
+      return absl::InternalError(absl::StrFormat("the %s holds page %d", what, p));
+    }
+    if (state_of(p) != state) {
+      return absl::InternalError(
+          absl::StrFormat("page %d on the %s is %s", p, what, PageStateName(state_of(p))));
+    }
+    if (seen[p]) return absl::InternalError(absl::StrFormat("page %d is twice on the %s", p, what));
+    seen[p] = true;
+    ++num_seen;
+  }
+  if (num_seen != counted[static_cast<int>(state)]) {
+    return absl::InternalError(absl::StrFormat("%d pages are %s, the %s holds %d",
+                                               counted[static_cast<int>(state)],
+                                               PageStateName(state), what, num_seen));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -33,6 +61,21 @@ BlockAllocator::BlockAllocator(int num_pages) : pages_(num_pages) {
   CHECK_GE(num_pages, 0);
   free_list_.reserve(num_pages);
   for (int32_t p = num_pages - 1; p >= 0; --p) free_list_.push_back(p);
+  num_in_state_[static_cast<int>(PageState::kFree)] = num_pages;
+}
+
+void BlockAllocator::SetState(Page& page, PageState to) {
+  --num_in_state_[static_cast<int>(page.state)];
+  ++num_in_state_[static_cast<int>(to)];
+  page.state = to;
+}
+
+void BlockAllocator::Reset(Page& page, PageState to, int32_t ref_count) {
+  CHECK(!page.hashed) << "a hashed page must leave the hash index first";
+  SetState(page, to);
+  page.ref_count = ref_count;
+  page.hash = 0;
+  page.lru_pos = {};
 }
 
 absl::StatusOr<std::vector<int32_t>> BlockAllocator::Take(int n, PageState to) {
@@ -50,8 +93,7 @@ absl::StatusOr<std::vector<int32_t>> BlockAllocator::Take(int n, PageState to) {
     Page& page = pages_[p];
     CHECK(page.state == PageState::kFree)
         << "page " << p << " on the free list is " << PageStateName(page.state);
-    page.state = to;
-    page.ref_count = to == PageState::kOwned ? 1 : 0;
+    Reset(page, to, to == PageState::kOwned ? 1 : 0);
   }
   return out;
 }
@@ -71,7 +113,7 @@ void BlockAllocator::EvictOne() {
   Page& page = pages_[p];
   CHECK(page.state == PageState::kCached && page.ref_count == 0) << "page " << p;
   Unhash(page);
-  page = Page{};
+  Reset(page, PageState::kFree, 0);
   free_list_.push_back(p);
 }
 
@@ -102,7 +144,7 @@ absl::Status BlockAllocator::BeginReceive(absl::Span<const int32_t> pages) {
   if (absl::Status s = Validate(pages, Bit(PageState::kReserved), "BeginReceive"); !s.ok()) {
     return s;
   }
-  for (int32_t p : pages) pages_[p].state = PageState::kReceiving;
+  for (int32_t p : pages) SetState(pages_[p], PageState::kReceiving);
   return absl::OkStatus();
 }
 
@@ -110,9 +152,7 @@ absl::Status BlockAllocator::Commit(absl::Span<const int32_t> pages) {
   const uint32_t allowed = Bit(PageState::kReserved) | Bit(PageState::kReceiving);
   if (absl::Status s = Validate(pages, allowed, "Commit"); !s.ok()) return s;
   for (int32_t p : pages) {
-    pages_[p] = Page{};
-    pages_[p].state = PageState::kOwned;
-    pages_[p].ref_count = 1;
+    Reset(pages_[p], PageState::kOwned, 1);
   }
   return absl::OkStatus();
 }
@@ -140,11 +180,11 @@ absl::Status BlockAllocator::Free(absl::Span<const int32_t> pages) {
     Page& page = pages_[p];
     if (page.state == PageState::kOwned && --page.ref_count > 0) continue;
     if (page.state == PageState::kOwned && page.hashed) {
-      page.state = PageState::kCached;
+      SetState(page, PageState::kCached);
       to_cache.push_back(p);
       continue;
     }
-    page = Page{};
+    Reset(page, PageState::kFree, 0);
     free_list_.push_back(p);
   }
   // Last page first: evicted before the pages of the prefix it extends.
@@ -189,7 +229,8 @@ absl::Status BlockAllocator::Acquire(absl::Span<const int32_t> pages) {
     Page& page = pages_[p];
     if (page.state == PageState::kCached) {
       lru_.erase(page.lru_pos);
-      page.state = PageState::kOwned;
+      page.lru_pos = {};
+      SetState(page, PageState::kOwned);
     }
     ++page.ref_count;
   }
@@ -224,10 +265,52 @@ int BlockAllocator::ref_count(int32_t page) const {
   return pages_[page].ref_count;
 }
 
-int BlockAllocator::num_in_state(PageState state) const {
-  int n = 0;
-  for (const Page& page : pages_) n += page.state == state;
-  return n;
+absl::Status BlockAllocator::CheckPage(int32_t p) const {
+  const Page& page = pages_[p];
+  const bool owned = page.state == PageState::kOwned;
+  if (owned ? page.ref_count < 1 : page.ref_count != 0) {
+    return absl::InternalError(absl::StrFormat("page %d is %s with %d references", p,
+                                               PageStateName(page.state), page.ref_count));
+  }
+  // kCached pages are hashed, kOwned ones may be, the others never are.
+  const bool cached = page.state == PageState::kCached;
+  if (page.hashed ? !(owned || cached) : cached) {
+    return absl::InternalError(absl::StrFormat("page %d is %s and %s", p, PageStateName(page.state),
+                                               page.hashed ? "hashed" : "unhashed"));
+  }
+  auto it = page_of_hash_.find(page.hash);
+  if (page.hashed && (it == page_of_hash_.end() || it->second != p)) {
+    return absl::InternalError(absl::StrFormat("page %d's hash is not indexed to it", p));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlockAllocator::CheckConsistency() const {
+  std::array<int, kNumPageStates> counted{};
+  int num_hashed = 0;
+  for (int32_t p = 0; p < num_pages(); ++p) {
+    if (absl::Status s = CheckPage(p); !s.ok()) return s;
+    ++counted[static_cast<int>(pages_[p].state)];
+    num_hashed += pages_[p].hashed;
+  }
+  for (int s = 0; s < kNumPageStates; ++s) {
+    if (counted[s] != num_in_state_[s]) {
+      return absl::InternalError(absl::StrFormat("%d pages are %s, the count says %d", counted[s],
+                                                 PageStateName(static_cast<PageState>(s)),
+                                                 num_in_state_[s]));
+    }
+  }
+  if (num_hashed != static_cast<int>(page_of_hash_.size())) {
+    return absl::InternalError(
+        absl::StrFormat("%d hashed pages, %d hashes indexed", num_hashed, page_of_hash_.size()));
+  }
+  auto state_of = [this](int32_t p) { return pages_[p].state; };
+  if (absl::Status s =
+          CheckListed(free_list_, PageState::kFree, counted, num_pages(), state_of, "free list");
+      !s.ok()) {
+    return s;
+  }
+  return CheckListed(lru_, PageState::kCached, counted, num_pages(), state_of, "eviction order");
 }
 
 }  // namespace tandem

@@ -28,9 +28,15 @@
 // FailedPrecondition / OutOfRange: callers that can only hit this through a bug wrap the call in
 // CHECK_OK.
 //
+// Every query is O(1) except Lookup (O(hashes)), Hashes (O(hashed pages)) and CheckConsistency
+// (O(pages)): the engine reads the counts every step, and a pool holds hundreds of thousands of
+// pages. Every state change goes through one function (SetState) that keeps a count per state,
+// so num_in_state never scans.
+//
 // Thread-compatible: the engine loop owns it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <list>
 #include <vector>
@@ -43,6 +49,7 @@
 namespace tandem {
 
 enum class PageState : uint8_t { kFree, kReserved, kReceiving, kOwned, kCached };
+inline constexpr int kNumPageStates = static_cast<int>(PageState::kCached) + 1;  // kCached last
 
 const char* PageStateName(PageState state);
 
@@ -99,9 +106,19 @@ class BlockAllocator {
   int num_free() const { return static_cast<int>(free_list_.size()); }
   int num_cached() const { return static_cast<int>(lru_.size()); }
   int num_available() const { return num_free() + num_cached(); }
-  int num_in_state(PageState state) const;
+  // O(1): kept by every transition.
+  int num_in_state(PageState state) const { return num_in_state_[static_cast<int>(state)]; }
+
+  // Recounts every page (O(pages): for tests and debugging, never per step) and checks the
+  // bookkeeping against it: num_in_state equals the recount for every state, the free list holds
+  // exactly the kFree pages and the eviction order exactly the kCached ones, kOwned pages hold at
+  // least one reference and the others none, kCached pages are hashed, and the hash index names
+  // exactly the hashed pages. Internal, naming the first mismatch, if not.
+  absl::Status CheckConsistency() const;
 
  private:
+  friend class BlockAllocatorPeer;  // tests: breaks the bookkeeping to see CheckConsistency fail
+
   struct Page {
     PageState state = PageState::kFree;
     int32_t ref_count = 0;
@@ -110,6 +127,13 @@ class BlockAllocator {
     std::list<int32_t>::iterator lru_pos;  // valid in kCached
   };
 
+  // CheckConsistency for one page: its references and hash agree with its state.
+  absl::Status CheckPage(int32_t page) const;
+  // The only writer of Page::state: moves `page` to `to` and the counts with it.
+  void SetState(Page& page, PageState to);
+  // SetState, then `ref_count` references and no hash: a page entering kFree or taken for new
+  // contents (unhashed first: CHECK).
+  void Reset(Page& page, PageState to, int32_t ref_count);
   absl::StatusOr<std::vector<int32_t>> Take(int n, PageState to);
   // The least recently freed kCached page → kFree (hash forgotten), on the free list.
   void EvictOne();
@@ -125,6 +149,8 @@ class BlockAllocator {
   std::list<int32_t> lru_;
   absl::flat_hash_map<uint64_t, int32_t> page_of_hash_;  // every hashed page
   uint64_t hashes_version_ = 0;
+  // Pages in each state, indexed by PageState; changed only by SetState.
+  std::array<int, kNumPageStates> num_in_state_{};
 };
 
 // Pages needed to hold `num_tokens` tokens.

@@ -9,17 +9,14 @@
 // PP 3 into TP 2 x PP 2 (uneven layer splits). Each decode worker must have received the
 // prompts' KV (its prompt-token counter) and logged that the pages went through the map.
 #include <algorithm>
-#include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "engine/model/presets.h"
 #include "engine/model/tensor_shard.h"
 #include "gtest/gtest.h"
 #include "tests/deploy/e2e_harness.h"
+#include "tests/deploy/layout_equality.h"
 
 namespace tandem::e2e {
 namespace {
@@ -67,43 +64,15 @@ groups:
   - {role: decode, count: 1, tensor_parallel: 2, pipeline_parallel: 2}
 )";
 
-constexpr int kMaxTokens = 12;
-const int kPromptLengths[] = {1, 9, 16, 17, 45};
-
-std::vector<int32_t> PromptOf(int n) { return Prompt(n, 900u + static_cast<uint32_t>(n)); }
-
-std::map<int, std::vector<int32_t>> Serve(launcher::Cluster& cluster) {
-  std::map<int, std::vector<int32_t>> out;
-  for (int n : kPromptLengths) {
-    GenerateArgs args;
-    args.prompt = PromptOf(n);
-    args.max_tokens = kMaxTokens;
-    StreamResult got = Generate(cluster.router().grpc_address, args);
-    EXPECT_TRUE(got.status.ok()) << "prompt length " << n << ": " << got.status.error_message();
-    EXPECT_EQ(got.finish, tandem::v1::FINISH_REASON_LENGTH) << "prompt length " << n;
-    out[n] = got.tokens;
-  }
-  std::string why;
-  EXPECT_TRUE(WaitForIdle(cluster, absl::Seconds(2), &why)) << why;
-  return out;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string Flag(const launcher::Process& w, const std::string& flag) {
-  for (size_t i = 0; i + 1 < w.argv.size(); ++i) {
-    if (w.argv[i] == flag) return w.argv[i + 1];
-  }
-  return "";
-}
+const GreedyPrompts kPrompts = {.lengths = {1, 9, 16, 17, 45}, .max_tokens = 12, .seed_base = 900};
 
 struct Sizes {
   int tp, pp;
+};
+
+struct Case {
+  const char* yaml;
+  Sizes prefill, decode;
 };
 
 // Every worker ran with its group's sizes; every decode worker took part and mapped the pages.
@@ -112,50 +81,28 @@ void ExpectWorkers(launcher::Cluster& cluster, const std::string& log_dir, Sizes
   int decoders = 0;
   for (const launcher::Process* w : cluster.workers()) {
     const Sizes want = w->role == "prefill" ? prefill : decode;
-    EXPECT_EQ(Flag(*w, "--tensor-parallel-size"), std::to_string(want.tp)) << w->name;
-    EXPECT_EQ(Flag(*w, "--pipeline-parallel-size"), std::to_string(want.pp)) << w->name;
+    EXPECT_EQ(WorkerFlag(*w, "--tensor-parallel-size"), std::to_string(want.tp)) << w->name;
+    EXPECT_EQ(WorkerFlag(*w, "--pipeline-parallel-size"), std::to_string(want.pp)) << w->name;
     if (w->role != "decode") continue;
     ++decoders;
     EXPECT_GT(GetLoad(cluster, w->grpc_address).num_prompt_tokens_total(), 0) << w->name;
-    const std::string log = ReadFile(absl::StrCat(log_dir, "/", w->name, ".log"));
+    const std::string log = WorkerLog(log_dir, *w);
     EXPECT_NE(log.find("land through the KV head map"), std::string::npos) << w->name << " log:\n"
                                                                            << log;
   }
   EXPECT_EQ(decoders, 1);
 }
 
-struct Case {
-  const char* yaml;
-  Sizes prefill, decode;
-};
-
+// The mixed TP 1 layout's tokens on `preset`, then each case's, which must equal them.
 void RunPreset(const std::string& preset, const std::vector<Case>& cases) {
   SCOPED_TRACE(preset);
-  const std::string& model = PresetModelDir(preset);
-  std::string log_dir;
-  auto start = [&](const char* yaml) {
-    return StartCluster(yaml, [&](launcher::Layout&, launcher::ClusterOptions& options) {
-      options.model_dir = model;
-      log_dir = options.log_dir;
-    });
-  };
-  std::map<int, std::vector<int32_t>> want;
-  {
-    std::unique_ptr<launcher::Cluster> cluster = start(kMixedTp1);
-    ASSERT_NE(cluster, nullptr);
-    want = Serve(*cluster);
-    EXPECT_TRUE(cluster->Shutdown(absl::Seconds(20)).ok());
-  }
-  for (int n : kPromptLengths) ASSERT_EQ(want[n].size(), size_t{kMaxTokens}) << n;
+  std::vector<LayoutRun> layouts;
   for (const Case& c : cases) {
-    SCOPED_TRACE(c.yaml);
-    std::unique_ptr<launcher::Cluster> cluster = start(c.yaml);
-    ASSERT_NE(cluster, nullptr);
-    const std::map<int, std::vector<int32_t>> got = Serve(*cluster);
-    ExpectWorkers(*cluster, log_dir, c.prefill, c.decode);
-    for (int n : kPromptLengths) EXPECT_EQ(got.at(n), want[n]) << "prompt length " << n;
-    EXPECT_TRUE(cluster->Shutdown(absl::Seconds(20)).ok());
+    layouts.push_back({c.yaml, [c](launcher::Cluster& cluster, const std::string& log_dir) {
+                         ExpectWorkers(cluster, log_dir, c.prefill, c.decode);
+                       }});
   }
+  ExpectLayoutsMatchBaseline({kMixedTp1, nullptr}, layouts, kPrompts, PresetModelDir(preset));
 }
 
 const std::vector<Case> kTpCases = {{k2PTp2To1DTp1, {2, 1}, {1, 1}},

@@ -111,6 +111,7 @@ absl::Status FakeModel::ComputeLogits(const StepInputs& in, const KvLayout& layo
   if (layout.dtype != DType::kF32 || layout.head_dim < 4) {
     return absl::InvalidArgumentError("FakeModel needs an fp32 cache with head_dim >= 4");
   }
+  if (before_each_call_) before_each_call_();
   absl::Status fault = Fault();
   ++num_forward_calls_;
   RETURN_IF_ERROR(fault);

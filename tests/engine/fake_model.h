@@ -19,6 +19,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -69,6 +71,10 @@ class FakeModel : public Model {
   // so does every later call if `sticky`. Thread-safe: a test may arm it while an engine loop
   // thread steps the engine.
   void InjectFault(absl::Status status, int64_t at_call = -1, bool sticky = true);
+  // Runs at the start of every ComputeLogits call, on the engine thread, before the fault check
+  // (so it may arm a fault for that very call): lets a test pace the engine or act at a step of
+  // its choosing. Set it before any request reaches the engine; null: none.
+  void SetBeforeEachCall(std::function<void()> hook) { before_each_call_ = std::move(hook); }
 
  private:
   absl::Status Store(const StepInputs& inputs, const KvLayout& layout, float* pool) const;
@@ -87,6 +93,7 @@ class FakeModel : public Model {
   KvLayout launched_layout_;
   void* launched_pool_ = nullptr;
   int64_t num_launches_ = 0;
+  std::function<void()> before_each_call_;
 
   // Returns the injected fault for the current call, if any.
   absl::Status Fault();

@@ -6,6 +6,7 @@
 // claimed and waiting for its KV, reserved and unclaimed) and the prefill role.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -362,10 +363,23 @@ TEST(WorkerEngineFailureTest, DecodeWorkerFailsDecodingClaimedAndReservedRequest
 }
 
 TEST(WorkerEngineFailureTest, PrefillWorkerFailsQueuedAndRunningPrefills) {
-  // A 4-token budget: each 20000-token prompt takes 5000 steps, so all three are in the
-  // engine (one prefilling, two queued) when the fault is armed.
-  InProcessWorker prefill(WorkerRole::kPrefill, /*max_num_batched_tokens=*/4);
   constexpr int kPrefills = 3;
+  std::atomic<bool> armed{false};
+  // A 4-token budget: each 20000-token prompt takes 5000 steps. Steps of the fake model take
+  // microseconds, so the first prompt could be prefilled before the others arrive: until the
+  // load report shows all three in the engine (one prefilling, two queued), every step waits
+  // 1 ms; then the fault is armed for the step under way.
+  InProcessWorker prefill(WorkerRole::kPrefill, /*max_num_batched_tokens=*/4);
+  prefill.model().SetBeforeEachCall([&] {
+    if (armed) return;
+    const tandem::v1::LoadReport l = prefill.service().Load();
+    if (l.num_running() + l.num_waiting() < kPrefills) {
+      absl::SleepFor(absl::Milliseconds(1));
+      return;
+    }
+    armed = true;
+    prefill.model().InjectFault(absl::InternalError(kInjected));
+  });
   std::vector<grpc::Status> status(kPrefills);
   std::vector<int> events(kPrefills, 0);
   std::vector<std::thread> clients;
@@ -383,12 +397,8 @@ TEST(WorkerEngineFailureTest, PrefillWorkerFailsQueuedAndRunningPrefills) {
       status[i] = reader->Finish();
     });
   }
-  ASSERT_TRUE(WaitFor([&] {
-    const tandem::v1::LoadReport l = prefill.Load();
-    return l.num_running() + l.num_waiting() == kPrefills;
-  }));
-  prefill.model().InjectFault(absl::InternalError(kInjected));
   for (std::thread& t : clients) t.join();
+  EXPECT_TRUE(armed);
   for (int i = 0; i < kPrefills; ++i) {
     EXPECT_EQ(events[i], 0) << i;  // no first token
     EXPECT_EQ(status[i].error_code(), grpc::StatusCode::INTERNAL) << i;
