@@ -19,6 +19,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <string>
+#include <string_view>
 
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
@@ -76,17 +78,20 @@ enum class KvMode { kBf16, kFp8Dequant, kFp8Fused };
 // Pipeline depth: an fp8 stage is half a bf16 one, so the fused kernel takes twice the stages
 // (the same bytes in flight per CTA as bf16, twice the keys); the dequantize kernel keeps three
 // beside its bf16 tile.
-template <KvMode kMode>
+// kCtas: CTAs per SM the variant is built for (__launch_bounds__); the fused kernel's three-CTA
+// variant (an experiment, FusedCtasPerSm) keeps four stages so that three CTAs' fit.
+template <KvMode kMode, int kCtas = 2>
 constexpr int DecodeStages() {
-  return kMode == KvMode::kFp8Fused ? 2 * kDecodeStages : kDecodeStages;
+  if constexpr (kMode == KvMode::kFp8Fused) return kCtas == 3 ? 4 : 2 * kDecodeStages;
+  return kDecodeStages;
 }
 
 // Dynamic shared memory of the decode kernel: the K/V pipeline, reused by the warp merge.
 // fp8: the stages hold fp8 tiles; kFp8Dequant adds one bf16 K/V tile the warps dequantize into.
-template <int D, KvMode kMode = KvMode::kBf16>
+template <int D, KvMode kMode = KvMode::kBf16, int kCtas = 2>
 constexpr int DecodeSmemBytes() {
   constexpr int kBf16Tile = 2 * TileElems<D, kDecodeKeys>() * sizeof(__nv_bfloat16);
-  constexpr int kStages = DecodeStages<kMode>();
+  constexpr int kStages = DecodeStages<kMode, kCtas>();
   constexpr int kFp8Stages = kStages * Fp8StageBytes<D, kDecodeKeys>();
   constexpr int kPipe = kMode == KvMode::kBf16         ? kStages * kBf16Tile
                         : kMode == KvMode::kFp8Dequant ? kFp8Stages + kBf16Tile
@@ -230,15 +235,15 @@ __device__ __forceinline__ int32_t DecodeTileEntries(const KvView& view, int key
 // its first item's prologue copies before griddepcontrol.wait when they all end before the item's
 // first new token (the one position range the kernel ahead in the stream may be writing);
 // everything else comes after it. Without PDL the wait is a no-op.
-template <int D, bool kSplit, KvMode kMode>
-__global__ void __launch_bounds__(kDecodeWarps * 32, 2)
+template <int D, bool kSplit, KvMode kMode, int kCtas = 2>
+__global__ void __launch_bounds__(kDecodeWarps * 32, kCtas)
     DecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
                  const AttentionMergeItem* merges, const int32_t* counts, int32_t* counters,
                  uint16_t* partial_out, float* partial_lse, int max_items, const Fp8Pages geo) {
   extern __shared__ uint4 smem_raw[];
   constexpr bool kFp8 = kMode != KvMode::kBf16;
   constexpr bool kFused = kMode == KvMode::kFp8Fused;
-  constexpr int kStages = DecodeStages<kMode>();
+  constexpr int kStages = DecodeStages<kMode, kCtas>();
   constexpr int kTile = TileElems<D, kDecodeKeys>();
   constexpr int kSub = kDecodeWarpKeys * (D + kRowPad);  // one warp's quarter of a tile
   constexpr int kStage8 = Fp8StageBytes<D, kDecodeKeys>();
@@ -375,26 +380,44 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
 // PDL (a.overlap_launch) only for the split variant: there each launch is a few microseconds and
 // the overlap took 10-14% off (H200, WORKLOG.md step 10); plans without splits measured -2.4% to
 // +1.9% with it (contexts of 16k lost), so they launch plain.
-template <int D, bool kSplit, KvMode kMode>
+template <int D, bool kSplit, KvMode kMode, int kCtas = 2>
 absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan& plan,
                                 cudaStream_t stream) {
-  constexpr int kSmem = DecodeSmemBytes<D, kMode>();
+  constexpr int kSmem = DecodeSmemBytes<D, kMode, kCtas>();
   static std::atomic<int> cache[kMaxDevices];
-  ASSIGN_OR_RETURN(const int per_sm,
-                   BlocksPerSm(DecodeKernel<D, kSplit, kMode>, kDecodeWarps * 32, kSmem, cache));
+  ASSIGN_OR_RETURN(const int per_sm, BlocksPerSm(DecodeKernel<D, kSplit, kMode, kCtas>,
+                                                 kDecodeWarps * 32, kSmem, cache));
   const Fp8Pages geo = Fp8Geometry(a);
-  CUDA_RETURN_IF_ERROR(
-      LaunchMaybePdl(DecodeKernel<D, kSplit, kMode>, dim3(static_cast<unsigned>(NumSms() * per_sm)),
-                     dim3(kDecodeWarps * 32), kSmem, stream, /*pdl=*/kSplit && a.overlap_launch, a,
-                     plan.items(), plan.merges(), plan.counts(), plan.merge_counters(),
-                     plan.partial_out(), plan.partial_lse(), plan.capacity().max_items, geo));
+  CUDA_RETURN_IF_ERROR(LaunchMaybePdl(
+      DecodeKernel<D, kSplit, kMode, kCtas>, dim3(static_cast<unsigned>(NumSms() * per_sm)),
+      dim3(kDecodeWarps * 32), kSmem, stream, /*pdl=*/kSplit && a.overlap_launch, a, plan.items(),
+      plan.merges(), plan.counts(), plan.merge_counters(), plan.partial_out(), plan.partial_lse(),
+      plan.capacity().max_items, geo));
   return absl::OkStatus();
+}
+
+// An experiment (WORKLOG.md step 15): TANDEM_FP8_FUSED_CTAS=3 runs plans without merges on a
+// fused variant of four stages with three CTAs per SM (168 registers) instead of six stages with
+// two; 2 or unset: the default. Read once per process; another value fails the launch.
+absl::StatusOr<int> FusedCtasPerSm() {
+  static const absl::StatusOr<int> ctas = []() -> absl::StatusOr<int> {
+    const char* v = std::getenv("TANDEM_FP8_FUSED_CTAS");
+    if (v == nullptr || *v == '\0' || std::string_view(v) == "2") return 2;
+    if (std::string_view(v) == "3") return 3;
+    return absl::InvalidArgumentError(std::string("TANDEM_FP8_FUSED_CTAS must be 2 or 3, not \"") +
+                                      v + "\"");
+  }();
+  return ctas;
 }
 
 template <int D, KvMode kMode>
 absl::Status LaunchDecodeMode(const PagedAttentionArgs& a, const AttentionPlan& plan,
                               cudaStream_t stream) {
   if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true, kMode>(a, plan, stream);
+  if constexpr (kMode == KvMode::kFp8Fused) {
+    ASSIGN_OR_RETURN(const int ctas, FusedCtasPerSm());
+    if (ctas == 3) return LaunchDecodeKernel<D, false, kMode, 3>(a, plan, stream);
+  }
   return LaunchDecodeKernel<D, false, kMode>(a, plan, stream);
 }
 

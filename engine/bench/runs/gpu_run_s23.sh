@@ -10,9 +10,12 @@
 #          in the same call ([quant]'s 25,000 tokens/s).
 #   sweep  the users' question ([gpu-disagg]): rate sweeps with fresh prompts per point, mixed vs
 #          1P1D over IPC, prefill-heavy and decode-heavy (engine/bench/gpu_run_engine.sh sweep).
+#   profile  the op profile of a 256-sequence FP8 decode step and ncu of the decode attention.
+#   final  the merged tree: engine GPU tests, TP = 2 on one GPU, TP = 1 bench, short-context
+#          decode attention.
 #   tests  named test binaries of the pack: TESTS="bin[:gtest filter] ..." (e.g. a helper's).
 # Staged here (carry: [".gpu-pack23"]): engine/bench/runs/stage_s23.sh
-# Usage there: engine/bench/runs/gpu_run_s23.sh fp8|sweep|tests
+# Usage there: engine/bench/runs/gpu_run_s23.sh fp8|sweep|profile|final|tests
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 [ -d .gpu-eng ] || tar -xJf .gpu-pack23/eng.tar.xz
@@ -80,6 +83,79 @@ case "${1:-}" in
     cat "$OUT/sweep/summary.txt" >>"$OUT/summary.txt"
     tar -C "$OUT" -czf "$OUT/logs_sweep.tgz" logs && rm -rf "$LOGS"
     ;;
+  profile)
+    # Where a 256-sequence FP8 decode step goes ([quant]'s 25,000 tokens/s): the op profile
+    # (TANDEM_OP_PROFILE, eager, CUDA events) at 256 x context 640 (the throughput run's mean)
+    # with FP8 weights + FP8 KV, and with bf16 weights + bf16 KV; then ncu of the decode
+    # attention kernels at 128 x 4k (bf16 and fused fp8; [decode-tc] and the 3.8 TB/s target).
+    m=$MODELS/llama3-8b
+    /usr/bin/time -f "make-model llama3-8b: %e s" $S/bin/tandem make-model --preset llama3-8b \
+      --out "$m" >"$LOGS/make_model.log" 2>&1
+    note "$(tail -1 "$LOGS/make_model.log")"
+    for cfg in "fp8:--quantization fp8 --kv-cache-dtype fp8" "bf16:--kv-cache-dtype bf16"; do
+      # shellcheck disable=SC2086
+      TANDEM_OP_PROFILE=8 timeout 150 $S/bin/tandem bench --model "$m" ${cfg#*:} \
+        --scenarios decode --batch-sizes 256 --contexts 640 --decode-tokens 40 \
+        >"$LOGS/profile_${cfg%%:*}.log" 2>&1
+      note "profile ${cfg%%:*} exit=$?: $(grep -E '^decode' "$LOGS/profile_${cfg%%:*}.log" | head -1)"
+      grep -E "op profile" -A40 "$LOGS/profile_${cfg%%:*}.log" | head -45 >>"$OUT/summary.txt"
+    done
+    for kv in bf16 fused; do
+      timeout 120 ncu --clock-control none -k regex:DecodeKernel --launch-skip 20 --launch-count 1 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section LaunchStats \
+        $S/bin/attention_bench one 128 4096 16 $kv >"$LOGS/ncu_$kv.txt" 2>&1
+      note "ncu $kv exit=$?"
+      grep -E "DRAM Throughput|Memory Throughput|Duration|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Achieved Occupancy|Stall" \
+        "$LOGS/ncu_$kv.txt" | head -16 >>"$OUT/summary.txt"
+    done
+    tar -C "$OUT" -czf "$OUT/logs_profile.tgz" logs && rm -rf "$LOGS"
+    ;;
+  final)
+    # The merged tree: the engine's GPU tests (TP = 1 after the TP changes), the TP = 2 test on
+    # one GPU (TESTS, e.g. "engine_cuda_tp_test"), `tandem bench` latency + throughput at TP = 1
+    # against run 29's numbers, then the decode attention at short contexts (the 256-sequence
+    # FP8 step of `profile` spent 44% in attention at 2.2 TB/s) with ncu of the fused kernel.
+    run_test engine_cuda_test 240
+    for spec in ${TESTS:-}; do
+      if [[ $spec == *:* ]]; then run_test "${spec%%:*}" 240 --gtest_filter="${spec#*:}"; else run_test "$spec" 240; fi
+    done
+    m=$MODELS/llama3-8b
+    /usr/bin/time -f "make-model llama3-8b: %e s" $S/bin/tandem make-model --preset llama3-8b \
+      --out "$m" >"$LOGS/make_model.log" 2>&1
+    note "$(tail -1 "$LOGS/make_model.log")"
+    timeout 150 $S/bin/tandem bench --model "$m" --scenarios latency,throughput \
+      --json "$LOGS/bench_tp1.json" >"$LOGS/bench_tp1.log" 2>&1
+    note "bench tp1 exit=$?: $(grep -E '^(latency|throughput)' "$LOGS/bench_tp1.log" | tr '\n' ' ')"
+    # The fused kernel's three-CTA variant (TANDEM_FP8_FUSED_CTAS=3, WORKLOG.md step 15): its
+    # correctness first, then every shape on bf16, dequant, fused (2 CTAs) and fused (3 CTAs).
+    TANDEM_FP8_FUSED_CTAS=3 TAG=_ctas3 run_test attention_gpu_test 200 \
+      --gtest_filter='PagedAttentionFp8GpuTest.*'
+    for shape in "256 640 16" "256 1024 16" "256 2048 16" "64 640 16" "128 4096 16" "32 4096 16"; do
+      for kv in bf16 dequant fused fused3; do
+        f=$LOGS/short_${shape// /_}_$kv.log
+        if [ $kv = fused3 ]; then
+          TANDEM_FP8_FUSED_CTAS=3 timeout 60 $S/bin/attention_bench one $shape fused >"$f" 2>&1
+        else
+          timeout 60 $S/bin/attention_bench one $shape $kv >"$f" 2>&1
+        fi
+        note "attention one $shape $kv: $(grep -m1 -oE ' us=[0-9.]+ TBps=[0-9.]+.*graph_us=[0-9.]+ graph_TBps=[0-9.]+' \
+          "$f" | cut -d' ' -f2-3,5-7)"
+      done
+    done
+    for kv in bf16 fused fused3; do
+      ctas=2
+      [ $kv = fused3 ] && ctas=3
+      TANDEM_FP8_FUSED_CTAS=$ctas timeout 120 ncu --clock-control none -k regex:DecodeKernel \
+        --launch-skip 20 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section LaunchStats \
+        $S/bin/attention_bench one 256 640 16 ${kv%3} >"$LOGS/ncu_short_$kv.txt" 2>&1
+      note "ncu 256 x 640 $kv exit=$?"
+      grep -E "DRAM Throughput|Duration|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Achieved Occupancy" \
+        "$LOGS/ncu_short_$kv.txt" | head -8 >>"$OUT/summary.txt"
+    done
+    tar -C "$OUT" -czf "$OUT/logs_final.tgz" logs && rm -rf "$LOGS"
+    ;;
   tests)
     for spec in ${TESTS:-}; do
       if [[ $spec == *:* ]]; then
@@ -91,7 +167,7 @@ case "${1:-}" in
     tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS"
     ;;
   *)
-    echo "usage: $0 fp8|sweep|tests" >&2
+    echo "usage: $0 fp8|sweep|profile|final|tests" >&2
     exit 2
     ;;
 esac
