@@ -34,4 +34,13 @@ absl::StatusOr<CudaRankOps> MakeCudaRankOps(int device);
 // must be the stream's (the ranks' threads have theirs current).
 std::shared_ptr<PeerDeviceApi> MakeCudaPeerApi();
 
+// The KV pool of ranks on several devices: one address range of slice_bytes[i] for rank i laid
+// end to end, each granule of it physically on the device of the slice holding its first byte
+// (SplitPoolChunks, engine/model/device_placement.h), zero-filled, readable and writable from
+// every device in `devices` (so also through cudaMemcpy from any thread). FailedPrecondition
+// without peer access between the devices or without the driver's virtual memory management;
+// ResourceExhausted when a device has no room. Not exportable through CUDA IPC.
+absl::StatusOr<std::unique_ptr<DeviceAllocation>> AllocateSplitDevicePool(
+    const std::vector<int>& devices, const std::vector<int64_t>& slice_bytes);
+
 }  // namespace tandem

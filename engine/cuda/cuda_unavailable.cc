@@ -37,4 +37,9 @@ absl::StatusOr<CudaRankOps> MakeCudaRankOps(int) {
 
 std::shared_ptr<PeerDeviceApi> MakeCudaPeerApi() { return nullptr; }
 
+absl::StatusOr<std::unique_ptr<DeviceAllocation>> AllocateSplitDevicePool(
+    const std::vector<int>&, const std::vector<int64_t>&) {
+  return absl::UnimplementedError("this build of tandem has no CUDA backend");
+}
+
 }  // namespace tandem

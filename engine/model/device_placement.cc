@@ -86,6 +86,31 @@ DeviceMemoryInfo CombineRankMemory(const std::vector<DeviceMemoryInfo>& ranks,
   return out;
 }
 
+std::vector<PoolChunk> SplitPoolChunks(const std::vector<int64_t>& slice_bytes,
+                                       int64_t granularity) {
+  std::vector<PoolChunk> chunks;
+  int64_t total = 0;
+  for (int64_t b : slice_bytes) total += b;
+  if (granularity < 1 || total <= 0) return chunks;
+  const int64_t granules = (total + granularity - 1) / granularity;
+  int slice = 0;
+  int64_t slice_end = slice_bytes.empty() ? 0 : slice_bytes[0];  // exclusive
+  for (int64_t g = 0; g < granules; ++g) {
+    const int64_t start = g * granularity;
+    // The slice holding byte `start` (empty slices hold none).
+    while (slice + 1 < static_cast<int>(slice_bytes.size()) && start >= slice_end) {
+      ++slice;
+      slice_end += slice_bytes[slice];
+    }
+    if (!chunks.empty() && chunks.back().slice == slice) {
+      chunks.back().bytes += granularity;
+    } else {
+      chunks.push_back(PoolChunk{start, granularity, slice});
+    }
+  }
+  return chunks;
+}
+
 bool SharesDevice(const std::vector<int>& devices) {
   return std::set<int>(devices.begin(), devices.end()).size() != devices.size();
 }

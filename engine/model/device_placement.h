@@ -36,6 +36,21 @@ DeviceCommKind ChooseDeviceComm(const std::vector<int>& devices, bool nccl_avail
 DeviceMemoryInfo CombineRankMemory(const std::vector<DeviceMemoryInfo>& ranks,
                                    const std::vector<int>& devices);
 
+// A KV pool for ranks on several devices is one address range of the ranks' slices laid end to
+// end (the stacked layout, parallel_model.h), mapped in chunks of whole granules (the driver's
+// allocation granularity): each chunk on the device of the slice that holds its first byte, so
+// a slice that does not start on a granule boundary has the granule it starts in on the previous
+// slice's device (read through peer access; at most one granule per slice). The last chunk may
+// extend past the slices (padding to a granule).
+struct PoolChunk {
+  int64_t offset = 0;  // from the range's start, a multiple of the granularity
+  int64_t bytes = 0;   // a multiple of the granularity
+  int slice = 0;       // whose device holds it
+  bool operator==(const PoolChunk&) const = default;
+};
+std::vector<PoolChunk> SplitPoolChunks(const std::vector<int64_t>& slice_bytes,
+                                       int64_t granularity);
+
 // Whether any two ranks share a device.
 bool SharesDevice(const std::vector<int>& devices);
 

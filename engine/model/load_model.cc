@@ -3,6 +3,8 @@
 // CUDA ranks over NCCL or the in-process peer communicator.
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -141,9 +143,17 @@ absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& 
             << absl::FormatDuration(
                    absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
             << ": " << config.model_type;
-  return std::unique_ptr<Model>(std::make_unique<ParallelModel>(
+  auto model = std::make_unique<ParallelModel>(
       config, parallel, Backend::kCuda, std::vector<CommGroupHandle>{std::move(group.handle)},
-      std::move(ranks)));
+      std::move(ranks));
+  const bool one_device =
+      std::all_of(devices.begin(), devices.end(), [&](int d) { return d == devices.front(); });
+  if (!one_device || options.split_kv_pool) {
+    model->SetSplitPoolAllocator([devices](const std::vector<int64_t>& slices) {
+      return AllocateSplitDevicePool(devices, slices);
+    });
+  }
+  return std::unique_ptr<Model>(std::move(model));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,

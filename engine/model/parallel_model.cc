@@ -325,19 +325,29 @@ absl::StatusOr<DeviceMemoryInfo> ParallelModel::MemoryInfo() {
 
 absl::StatusOr<std::unique_ptr<DeviceAllocation>> ParallelModel::AllocateKvPool(int64_t bytes) {
   if (backend_ != Backend::kCuda) return Model::AllocateKvPool(bytes);
-  for (const Rank& r : ranks_) {
-    if (r.device != ranks_.front().device) {
-      return absl::UnimplementedError(
-          "a KV pool for CUDA ranks on several GPUs is not built yet (the stacked layout needs "
-          "one address range with each rank's slice on its GPU); put the ranks on one GPU "
-          "(allow_device_sharing) to try the layout");
-    }
+  bool one_device = true;
+  for (const Rank& r : ranks_) one_device &= r.device == ranks_.front().device;
+  if (!one_device && !split_pool_) {
+    return absl::FailedPreconditionError("CUDA ranks on several GPUs without a split pool");
   }
-  // One GPU: rank 0's allocation holds every rank's slice.
+  // Each rank's slice: its layers' share of the stacked pool (bytes = Σ layers · LayerBytes).
+  const int64_t layers = int64_t{config_.num_layers} * parallel_.tensor_parallel;
+  if (bytes % layers != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a KV pool of ", bytes, " bytes is not whole layers of ", layers));
+  }
+  std::vector<int64_t> slices;
+  for (const Rank& r : ranks_) slices.push_back(bytes / layers * r.num_layers);
+  // On rank 0's thread (its GPU current): one allocation there holds every slice, or the split
+  // pool maps each slice onto its rank's GPU.
   std::unique_ptr<DeviceAllocation> pool;
   RETURN_IF_ERROR(OnEveryRank([&](int r) -> absl::Status {
     if (r != 0) return absl::OkStatus();
-    ASSIGN_OR_RETURN(pool, ranks_[0].model->AllocateKvPool(bytes));
+    if (split_pool_) {
+      ASSIGN_OR_RETURN(pool, split_pool_(slices));
+    } else {
+      ASSIGN_OR_RETURN(pool, ranks_[0].model->AllocateKvPool(bytes));
+    }
     return absl::OkStatus();
   }));
   return pool;

@@ -36,12 +36,13 @@
 //     [rank][layer of its stage][page][K|V][kv head of the rank][page_size][head_dim]
 // which is exactly the KvLayout of num_layers = TP · L and num_kv_heads = the rank's heads
 // (KvPoolLayout). CUDA ranks on one GPU: the pool is one allocation on it, each rank's slice in
-// its stacked place; ranks on several GPUs: not built yet (AllocateKvPool says so; the stacking
-// needs one address range whose slices live on their ranks' GPUs). A page id names the same page of
-// every rank, the allocator and prefix cache need nothing else, and a KV transfer between groups of
-// the same TP and PP moves every rank's page bytes; between groups of different TP or PP the TCP
-// transport maps pages by layers and KV-head ranges (comm/kv_head_map.h mirrors this stacking: keep
-// the two in step).
+// its stacked place; ranks on several GPUs: one address range whose slices live on their ranks'
+// GPUs (a split pool, AllocateSplitDevicePool in engine/cuda/cuda_group.h), so the engine, the
+// allocator and the KV transports still see one pool of the stacked layout. A page id names the
+// same page of every rank, the allocator and prefix cache need nothing else, and a KV transfer
+// between groups of the same TP and PP moves every rank's page bytes; between groups of different
+// TP or PP the TCP transport maps pages by layers and KV-head ranges (comm/kv_head_map.h mirrors
+// this stacking: keep the two in step).
 //
 // Failures: a step's inputs are validated once before any rank starts (a bad batch is
 // InvalidArgument, the group stays usable). A rank that fails after that aborts every
@@ -131,14 +132,20 @@ class ParallelModel final : public Model {
   absl::StatusOr<StepOutput> Collect() override;
   absl::Status ComputeLogits(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
                              float* logits) override;
-  // CUDA ranks: one pool on their GPU, the ranks' slices stacked (the file comment);
-  // Unimplemented for ranks on several GPUs. CPU: the engine allocates host memory.
+  // CUDA ranks: one pool on their GPU, or the split pool (SetSplitPoolAllocator), the ranks'
+  // slices stacked (the file comment). CPU: the engine allocates host memory.
   absl::StatusOr<std::unique_ptr<DeviceAllocation>> AllocateKvPool(int64_t bytes) override;
   // The ranks' devices combined (CombineRankMemory, device_placement.h).
   absl::StatusOr<DeviceMemoryInfo> MemoryInfo() override;
   absl::Status ReserveStep(const StepCapacity& capacity) override;
   absl::Status Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
                        void* kv_pool) override;
+
+  // How the pool of CUDA ranks on several GPUs is allocated, from each rank's slice bytes
+  // ([rank]); once set it is used even for ranks on one GPU. Set before the engine is made.
+  using SplitPoolAllocator = std::function<absl::StatusOr<std::unique_ptr<DeviceAllocation>>(
+      const std::vector<int64_t>& slice_bytes)>;
+  void SetSplitPoolAllocator(SplitPoolAllocator allocate) { split_pool_ = std::move(allocate); }
 
   // Test hooks. `hook` is called on TP rank 0 of each stage as it starts its part of a launched
   // step (micro-batch ids count launches from 0), after the stage is marked busy; a test may
@@ -180,6 +187,7 @@ class ParallelModel final : public Model {
   std::deque<std::shared_ptr<Flight>> launched_;  // oldest first
   int64_t next_micro_batch_ = 0;
   StageHook stage_hook_;
+  SplitPoolAllocator split_pool_;
   mutable absl::Mutex stage_mu_;
   std::vector<int64_t> stage_busy_ ABSL_GUARDED_BY(stage_mu_);  // [stage]: micro-batch, or -1
   int max_busy_stages_ ABSL_GUARDED_BY(stage_mu_) = 0;
@@ -192,9 +200,11 @@ struct CudaGroupOptions {
   absl::Duration timeout = absl::Seconds(60);
   // Tests: called with each tensor-parallel group's peer communicator group once it is made (to
   // inject faults); not called for NCCL groups.
-  std::function<void(PeerCommGroup&)> on_peer_group;
+  std::function<void(PeerCommGroup&)> on_peer_group = nullptr;
   // Tests: use the peer communicator even when every rank has a GPU of its own.
   bool force_peer_comm = false;
+  // Tests: allocate the KV pool as for ranks on several GPUs (a split pool) even on one.
+  bool split_kv_pool = false;
 };
 
 // Builds the tensor-parallel layout of the checkpoint in `dir` on the CUDA backend: rank r on

@@ -8,7 +8,8 @@
 //     a near tie, on Llama (TP 2, and TP 4 over 2 KV heads: each replicated on 2 ranks), Qwen3
 //     (QK-norm, TP 2) and Qwen2 (qkv bias, 14 query heads: TP 2 gives 7 per rank and one KV head);
 //   * the engine: a TP 2 group sizes its pool from the GPU's memory, ignores its graph sizes
-//     (eager) and serves batched requests with TP = 1's tokens; every page free afterwards;
+//     (eager) and serves batched requests with TP = 1's tokens; every page free afterwards; the
+//     split KV pool of ranks on several GPUs (here both slices on GPU 0) gives the same tokens;
 //   * an injected communicator fault in rank 1 fails the step with Internal naming it, within a
 //     few seconds (no hang), ends every request and refuses later work.
 // bf16 numerics: TP = 2 sums the o_proj / down_proj partials in another order than TP = 1's
@@ -187,6 +188,21 @@ TEST(EngineCudaTpTest, EngineServesTp2OnOneGpuWithTp1Tokens) {
             << " greedy tokens identical to TP 1 (prefix per request)\n";
   // Divergence only after a near tie: most requests agree in full.
   EXPECT_GE(agreed, total * 3 / 4);
+  tp2->reset();
+
+  // The split pool (what ranks on several GPUs get: one address range, each rank's slice mapped
+  // on its GPU), here with both slices on GPU 0: the same computation over other memory, so
+  // bitwise TP 2's tokens.
+  absl::StatusOr<std::unique_ptr<Model>> split =
+      LoadCudaParallelModel(dir, SharedGpu(2), CudaGroupOptions{.split_kv_pool = true});
+  ASSERT_TRUE(split.ok()) << split.status();
+  absl::StatusOr<std::unique_ptr<Engine>> on_split =
+      Engine::CreateWithModel(CudaOptions(dir, 2), *std::move(split));
+  ASSERT_TRUE(on_split.ok()) << on_split.status();
+  for (const EngineRequest& r : requests) ASSERT_TRUE((*on_split)->AddRequest(r).ok());
+  const std::map<std::string, Finished> split_got = RunToCompletion(**on_split);
+  ExpectIdle(**on_split);
+  for (const auto& [id, f] : got) EXPECT_EQ(split_got.at(id).tokens, f.tokens) << id;
 }
 
 TEST(EngineCudaTpTest, AnInjectedCommunicatorFaultFailsTheStepWithoutHanging) {

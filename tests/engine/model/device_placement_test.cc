@@ -86,5 +86,30 @@ TEST(DevicePlacementTest, MemoryOfSeveralGpusIsTheTightestScaledUp) {
   EXPECT_EQ(CombineRankMemory({}, {}).total_bytes, 0);
 }
 
+TEST(DevicePlacementTest, SplitPoolChunksFollowTheSlicesByGranule) {
+  const int64_t g = 100;
+  // Aligned slices: one chunk each, on its own device.
+  EXPECT_EQ(SplitPoolChunks({200, 300}, g), (std::vector<PoolChunk>{{0, 200, 0}, {200, 300, 1}}));
+  // Slice 1 starts inside granule 1 (byte 150): that granule stays on slice 0's device; the
+  // last granule is padding past the end (total 420).
+  EXPECT_EQ(SplitPoolChunks({150, 270}, g), (std::vector<PoolChunk>{{0, 200, 0}, {200, 300, 1}}));
+  // A slice smaller than a granule that starts mid-granule owns no chunk; an empty slice none.
+  EXPECT_EQ(SplitPoolChunks({150, 20, 0, 230}, g),
+            (std::vector<PoolChunk>{{0, 200, 0}, {200, 200, 3}}));
+  // Every byte is covered, chunks are granule multiples and in order.
+  const std::vector<int64_t> slices = {12345, 6789, 40000, 1};
+  const std::vector<PoolChunk> chunks = SplitPoolChunks(slices, 4096);
+  int64_t end = 0;
+  for (const PoolChunk& c : chunks) {
+    EXPECT_EQ(c.offset, end);
+    EXPECT_EQ(c.bytes % 4096, 0);
+    end += c.bytes;
+  }
+  EXPECT_GE(end, 12345 + 6789 + 40000 + 1);
+  EXPECT_LT(end - 4096, 12345 + 6789 + 40000 + 1);
+  EXPECT_TRUE(SplitPoolChunks({}, g).empty());
+  EXPECT_TRUE(SplitPoolChunks({0, 0}, g).empty());
+}
+
 }  // namespace
 }  // namespace tandem
