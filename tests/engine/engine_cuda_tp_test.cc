@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,10 +49,15 @@ using testing_util::SeqResult;
 constexpr double kLogitTolerance = 0.05;
 constexpr int kNewTokens = 40;
 
+// Each preset's checkpoint is written once per run (the tests share them: they only read).
 std::string Make(const std::string& preset) {
+  static std::map<std::string, std::string>* made_dirs = new std::map<std::string, std::string>;
+  auto it = made_dirs->find(preset);
+  if (it != made_dirs->end()) return it->second;
   const std::string dir = NewTempDir("tp_" + preset);
   absl::StatusOr<ModelConfig> made = MakeModel({.preset = preset, .out_dir = dir, .seed = 5});
   CHECK_OK(made.status());
+  (*made_dirs)[preset] = dir;
   return dir;
 }
 
