@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -80,7 +81,7 @@ class SplitPool final : public DeviceAllocation {
  public:
   SplitPool(VmmApi api, int64_t bytes) : api_(api), bytes_(bytes) {}
   ~SplitPool() override {
-    if (mapped_ > 0) api_.unmap(base_, mapped_);
+    for (const auto& [offset, bytes] : mapped_) api_.unmap(base_ + offset, bytes);
     for (CUmemGenericAllocationHandle h : handles_) api_.release(h);
     if (reserved_ > 0) api_.free_range(base_, reserved_);
   }
@@ -111,7 +112,7 @@ class SplitPool final : public DeviceAllocation {
       handles_.push_back(h);
       RETURN_IF_ERROR(Check(api_.map(base_ + c.offset, static_cast<size_t>(c.bytes), 0, h, 0),
                             "cuMemMap (KV pool)"));
-      mapped_ = static_cast<size_t>(c.offset + c.bytes);
+      mapped_.emplace_back(static_cast<size_t>(c.offset), static_cast<size_t>(c.bytes));
     }
     std::vector<CUmemAccessDesc> access;
     for (int d : std::set<int>(devices.begin(), devices.end())) {
@@ -133,7 +134,7 @@ class SplitPool final : public DeviceAllocation {
   int64_t bytes_;
   CUdeviceptr base_ = 0;
   size_t reserved_ = 0;
-  size_t mapped_ = 0;  // [0, mapped_) is mapped
+  std::vector<std::pair<size_t, size_t>> mapped_;  // (offset, bytes) of each mapped chunk
   std::vector<CUmemGenericAllocationHandle> handles_;
 };
 
