@@ -109,6 +109,12 @@ absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& 
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
   RETURN_IF_ERROR(CheckCudaSupports(config, dir));
   RETURN_IF_ERROR(CheckTensorParallel(config, tp));
+  ASSIGN_OR_RETURN(const QuantConfig quant, QuantConfig::Resolve(dir, ""));
+  if (quant.quantized()) {
+    return absl::UnimplementedError(
+        absl::StrCat(dir, ": quantized weights (", quant.Describe(),
+                     ") with tensor_parallel > 1 are not built yet on the CUDA backend"));
+  }
   ASSIGN_OR_RETURN(
       const std::vector<int> devices,
       PlaceRanksOnDevices(tp, parallel.devices, CudaDeviceCount(), parallel.allow_device_sharing));
