@@ -12,7 +12,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
                    LoadModel(options.model_dir, options.backend,
                              ParallelConfig{.tensor_parallel = options.tensor_parallel,
                                             .pipeline_parallel = options.pipeline_parallel,
-                                            .micro_batches = options.pipeline_micro_batches},
+                                            .micro_batches = options.pipeline_micro_batches,
+                                            .devices = options.devices,
+                                            .allow_device_sharing = options.allow_device_sharing},
                              options.quantization));
   std::vector<int> eos_token_ids = model->config().eos_token_ids;
   if (eos_token_ids.empty()) {

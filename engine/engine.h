@@ -28,10 +28,14 @@ struct EngineOptions {
   std::string model_dir;
   Backend backend = Backend::kCpu;
   // Ranks each layer's heads are split over inside this engine's group (one thread per rank:
-  // engine/model/parallel_model.h). CPU backend only; > 1 on CUDA is Unimplemented.
+  // engine/model/parallel_model.h). CPU and CUDA (one GPU per rank; eager steps, no graphs).
   // A draft model (speculative decoding) runs unsplit.
   int tensor_parallel = 1;
-  // Pipeline stages (contiguous layer ranges), each of tensor_parallel ranks; CPU only as well.
+  // CUDA ranks: each rank's device (empty: rank r on device r mod the visible count), and whether
+  // ranks may share a GPU (--allow-device-sharing; engine/model/device_placement.h).
+  std::vector<int> devices = {};
+  bool allow_device_sharing = false;
+  // Pipeline stages (contiguous layer ranges), each of tensor_parallel ranks; CPU only.
   int pipeline_parallel = 1;
   // With pipeline_parallel > 1: batches (micro-batches of disjoint sequences) in flight at once,
   // so that stage s runs one while stage s + 1 runs the one before (vLLM's batch queue); 0:

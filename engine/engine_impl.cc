@@ -161,7 +161,8 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
       .cuda_graph_sizes = graph_sizes,
       .verify_tokens_per_seq = spec.enabled() ? 1 + spec.num_speculative_tokens : 0};
   RETURN_IF_ERROR(model->Prepare(prepare, layout, kv_cache->pool()));
-  if (!graph_sizes.empty()) {
+  // A tensor-parallel group runs eagerly (ParallelModel::Prepare says so itself).
+  if (!graph_sizes.empty() && options.tensor_parallel == 1) {
     LOG(INFO) << "captured " << graph_sizes.size() << " CUDA graphs (batch " << graph_sizes.front()
               << " to " << graph_sizes.back() << ")"
               << (spec.enabled() ? " and their speculative verify graphs" : "") << " in "

@@ -31,9 +31,12 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
                  "1,2,4,8,16,...,max-num-seqs)");
   app.add_flag("--enforce-eager", o.enforce_eager, "No CUDA graphs: run every step op by op");
   app.add_option("--tensor-parallel-size", o.tensor_parallel,
-                 "Ranks the model is split over, one thread each (cpu backend only for now)")
+                 "Ranks the model is split over, one thread each (cuda: one GPU each, rank r "
+                 "on visible device r)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--allow-device-sharing", o.allow_device_sharing,
+               "Let tensor-parallel ranks share a GPU when fewer are visible (slower; tests)");
   app.add_option("--pipeline-parallel-size", o.pipeline_parallel,
                  "Pipeline stages (layer ranges) of --tensor-parallel-size ranks each (cpu only)")
       ->check(CLI::PositiveNumber)

@@ -63,9 +63,9 @@
 // rank thread's current device is its rank's after a call, and MakeNcclGroup's caller's, or an
 // aborting thread's, may be any of the group's.
 //
-// Not wired into the engine yet: the CUDA backend runs neither tensor nor pipeline parallelism
-// (engine/model/load_model.cc refuses it), so ParallelGroups (engine/model/parallel_model.h)
-// builds ThreadCommGroups only; MakeNcclGroup is what it will call for the CUDA backend.
+// Used by the CUDA backend's tensor-parallel ranks on GPUs of their own (LoadCudaParallelModel,
+// engine/model/parallel_model.h: the blocking calls, on each rank's compute stream); ranks
+// sharing a GPU use comm/group/peer_communicator.h instead.
 #pragma once
 
 #include <cstdint>

@@ -103,6 +103,7 @@ std::vector<std::string> WorkerLayoutFlags(const Layout& layout, const GroupSpec
   std::vector<std::string> flags = EngineFlags(layout);
   flags.insert(flags.end(), {"--tensor-parallel-size", std::to_string(g.tensor_parallel),
                              "--pipeline-parallel-size", std::to_string(g.pipeline_parallel)});
+  if (g.allow_device_sharing) flags.push_back("--allow-device-sharing");
   if (g.role != "mixed") flags.insert(flags.end(), {"--kv-transport", layout.kv_transport});
   return flags;
 }
@@ -291,7 +292,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
       w.ports_picked = true;
       w.env.push_back({kClusterTokenEnv, c->cluster_token_});
       w.restarts = RestartPolicy(options.restart);
-      if (!g.gpus.empty()) w.env.push_back({"CUDA_VISIBLE_DEVICES", std::to_string(g.gpus[i])});
+      if (!g.gpus.empty()) w.env.push_back({"CUDA_VISIBLE_DEVICES", WorkerGpus(g, i)});
       c->processes_.push_back(std::move(w));
     }
   }

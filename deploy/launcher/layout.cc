@@ -5,10 +5,13 @@
 
 #include <fstream>
 #include <initializer_list>
+#include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace tandem::launcher {
 namespace {
@@ -32,13 +35,16 @@ void CheckKeys(const YAML::Node& node, const std::string& where,
 }
 
 GroupSpec ParseGroup(const YAML::Node& g) {
-  CheckKeys(g, "groups", {"role", "count", "gpus", "tensor_parallel", "pipeline_parallel", "args"});
+  CheckKeys(g, "groups",
+            {"role", "count", "gpus", "tensor_parallel", "pipeline_parallel",
+             "allow_device_sharing", "args"});
   GroupSpec s;
   Read(g, "role", &s.role);
   Read(g, "count", &s.count);
   Read(g, "gpus", &s.gpus);
   Read(g, "tensor_parallel", &s.tensor_parallel);
   Read(g, "pipeline_parallel", &s.pipeline_parallel);
+  Read(g, "allow_device_sharing", &s.allow_device_sharing);
   Read(g, "args", &s.args);
   return s;
 }
@@ -55,13 +61,11 @@ absl::Status Validate(const Layout& l) {
           absl::StrCat("groups: role '", g.role, "' (want prefill, decode or mixed)"));
     }
     if (g.count < 1) return absl::InvalidArgumentError("groups: count must be >= 1");
-    if (!g.gpus.empty() && static_cast<int>(g.gpus.size()) != g.count) {
-      return absl::InvalidArgumentError("groups: gpus must list one GPU per worker");
-    }
     if (g.tensor_parallel < 1 || g.pipeline_parallel < 1) {
       return absl::InvalidArgumentError(
           "groups: tensor_parallel and pipeline_parallel must be >= 1");
     }
+    if (absl::Status st = CheckGroupGpus(g); !st.ok()) return st;
     prefill |= g.role == "prefill";
     decode |= g.role == "decode";
     mixed |= g.role == "mixed";
@@ -174,14 +178,61 @@ std::string ConnectHost(const std::string& host) { return host == "0.0.0.0" ? "1
 
 absl::Status CheckParallelBackend(const Layout& l) {
   for (const GroupSpec& g : l.groups) {
-    if ((g.tensor_parallel > 1 || g.pipeline_parallel > 1) && l.backend != "cpu") {
+    if (g.pipeline_parallel > 1 && l.backend != "cpu") {
       return absl::UnimplementedError(absl::StrCat(
-          "groups: tensor_parallel / pipeline_parallel > 1 (", g.role, ": TP ", g.tensor_parallel,
-          " PP ", g.pipeline_parallel, ") run on the CPU backend only so far; the backend is ",
+          "groups: pipeline_parallel > 1 (", g.role, ": TP ", g.tensor_parallel, " PP ",
+          g.pipeline_parallel,
+          ") runs on the CPU backend only so far (tensor_parallel runs on "
+          "cuda too); the backend is ",
           l.backend, l.backend == "auto" ? " (not resolved yet)" : "", ": set backend: cpu"));
     }
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// How many of the group's gpus each worker gets: one, or one per rank (CheckGroupGpus).
+int GpusPerWorker(const GroupSpec& g) {
+  if (g.gpus.empty()) return 0;
+  return static_cast<int>(g.gpus.size()) == g.count ? 1 : g.tensor_parallel * g.pipeline_parallel;
+}
+
+}  // namespace
+
+absl::Status CheckGroupGpus(const GroupSpec& g) {
+  if (g.gpus.empty()) return absl::OkStatus();
+  const int ranks = g.tensor_parallel * g.pipeline_parallel;
+  const int n = static_cast<int>(g.gpus.size());
+  if (n != g.count && n != g.count * ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("groups: gpus lists ", n, " GPUs for ", g.count, " ", g.role,
+                     " worker(s) of TP ", g.tensor_parallel, " x PP ", g.pipeline_parallel,
+                     ": list one GPU per worker, or one per rank (", g.count * ranks, ")"));
+  }
+  for (int w = 0; w < g.count; ++w) {
+    const int per = GpusPerWorker(g);
+    std::set<int> mine;
+    for (int i = 0; i < per; ++i) {
+      const int gpu = g.gpus[w * per + i];
+      if (gpu < 0) return absl::InvalidArgumentError("groups: gpus must be >= 0");
+      mine.insert(gpu);
+    }
+    if (static_cast<int>(mine.size()) < ranks && !g.allow_device_sharing) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "groups: a ", g.role, " worker of TP ", g.tensor_parallel, " x PP ", g.pipeline_parallel,
+          " gets ", mine.size(), " distinct GPU(s) for its ", ranks,
+          " ranks: list one GPU per rank (count x TP x PP of them), or set "
+          "allow_device_sharing: true to share (slower; for trying a layout)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string WorkerGpus(const GroupSpec& g, int worker) {
+  const int per = GpusPerWorker(g);
+  std::vector<int> mine(g.gpus.begin() + worker * per, g.gpus.begin() + (worker + 1) * per);
+  return absl::StrJoin(mine, ",");
 }
 
 Layout DefaultLayout() {

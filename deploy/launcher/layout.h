@@ -1,11 +1,13 @@
 // Layout: what `tandem serve` brings up on one node, read from a YAML file (deploy/layouts/).
 // One router plus worker groups; each group is `count` identical worker processes of one role.
 // tensor_parallel / pipeline_parallel become each worker's --tensor-parallel-size /
-// --pipeline-parallel-size: one engine of TP x PP ranks (threads) per worker, on the CPU backend
-// only so far (refused with cuda). Prefill and decode groups may differ in sizes: the TCP KV
-// transport maps their pages (comm/kv_head_map.h); kv_transport ipc / nccl copy pages unchanged
-// and need equal sizes (refused otherwise; auto then uses tcp). Every group's TP must split the
-// model (checked as each worker loads it). GPU lists set CUDA_VISIBLE_DEVICES.
+// --pipeline-parallel-size: one engine of TP x PP ranks (threads) per worker; on cuda tensor
+// parallelism only (pipeline_parallel > 1 is refused), rank r on the worker's r-th GPU. Prefill and
+// decode groups may differ in sizes: the TCP KV transport maps their pages (comm/kv_head_map.h);
+// kv_transport ipc / nccl copy pages unchanged and need equal sizes (refused otherwise; auto then
+// uses tcp). Every group's TP must split the model (checked as each worker loads it). GPU lists set
+// CUDA_VISIBLE_DEVICES: one GPU per worker, or one per rank; a worker whose ranks would share a GPU
+// is refused unless the group sets allow_device_sharing.
 //
 //   model: /models/llama          # HF directory; empty: generate the tiny model (CPU)
 //   served_model_name: ""         # default: the directory's name
@@ -35,7 +37,8 @@
 //            speculative_config: {method: ngram, num_speculative_tokens: 4,   # vLLM's fields
 //                                 prompt_lookup_min: 1, prompt_lookup_max: 3, model: /draft}}
 //   groups:
-//     - {role: prefill, count: 1, gpus: [0], tensor_parallel: 1, pipeline_parallel: 1, args: []}
+//     - {role: prefill, count: 1, gpus: [0], tensor_parallel: 1, pipeline_parallel: 1,
+//        allow_device_sharing: false, args: []}
 //     - {role: decode, count: 1, gpus: [1]}
 // A key not listed here is an error.
 #pragma once
@@ -49,11 +52,16 @@
 namespace tandem::launcher {
 
 struct GroupSpec {
-  std::string role;       // "prefill", "decode" or "mixed"
-  int count = 1;          // worker processes
-  std::vector<int> gpus;  // one GPU per worker (CUDA_VISIBLE_DEVICES); empty: none set
+  std::string role;  // "prefill", "decode" or "mixed"
+  int count = 1;     // worker processes
+  // CUDA_VISIBLE_DEVICES of each worker: one GPU per worker, or one per rank (count x TP x PP,
+  // worker w's ranks in order at [w · TP · PP, (w + 1) · TP · PP)); empty: none set.
+  std::vector<int> gpus;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
+  // Lets a worker's ranks share a GPU (the workers' --allow-device-sharing): needed when gpus
+  // gives a worker fewer distinct GPUs than it has ranks.
+  bool allow_device_sharing = false;
   std::vector<std::string> args;  // extra worker flags
 };
 
@@ -112,10 +120,17 @@ std::string RouterHttpHost(const Layout& l);
 // for 0.0.0.0, else `host`.
 std::string ConnectHost(const std::string& host);
 
-// Unimplemented when a group has tensor_parallel or pipeline_parallel > 1 and the backend is not
-// cpu (TP/PP run on the CPU backend only so far). ParseLayout checks it for an explicit `cuda`;
-// call it again once `auto` is resolved (`tandem serve` does; Cluster::Start too, where an
-// unresolved `auto` is refused as well).
+// Unimplemented when a group has pipeline_parallel > 1 and the backend is not cpu (pipeline
+// stages run on the CPU backend only so far; tensor_parallel runs on both). ParseLayout checks it
+// for an explicit `cuda`; call it again once `auto` is resolved (`tandem serve` does;
+// Cluster::Start too, where an unresolved `auto` is refused as well).
 absl::Status CheckParallelBackend(const Layout& l);
+
+// A group's gpus against its workers and ranks (GroupSpec::gpus): InvalidArgument for a list of
+// another length, a negative GPU, or a worker whose ranks would share a GPU without
+// allow_device_sharing. ParseLayout checks every group.
+absl::Status CheckGroupGpus(const GroupSpec& g);
+// Worker `worker`'s CUDA_VISIBLE_DEVICES ("3" or "2,3"); "" when the group lists none.
+std::string WorkerGpus(const GroupSpec& g, int worker);
 
 }  // namespace tandem::launcher

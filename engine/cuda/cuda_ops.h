@@ -46,6 +46,9 @@ class CudaOps final : public Ops {
   ~CudaOps() override;
 
   DType compute_dtype() const override { return DType::kBF16; }
+  // The stream every op and copy of this backend runs on (created on the device current at
+  // Create; a tensor-parallel rank's communicator orders its collectives on it).
+  cudaStream_t stream() const { return stream_; }
   absl::StatusOr<const void*> AdoptWeight(HostTensor tensor) override;
   absl::StatusOr<void*> Buffer(int id, int64_t bytes) override;
   void Freeze() override { frozen_ = true; }

@@ -1,12 +1,21 @@
-// LoadModel: config.json + safetensors weights of a Hugging Face folder → a Model on a backend.
+// LoadModel: config.json + safetensors weights of a Hugging Face folder → a Model on a backend;
+// and the parallel groups' loaders (parallel_model.h): CPU ranks over thread communicators,
+// CUDA ranks over NCCL or the in-process peer communicator.
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
+#include "comm/group/nccl_communicator.h"
+#include "comm/nccl_api.h"
+#include "engine/cuda/cuda_group.h"
+#include "engine/model/device_placement.h"
 #include "engine/model/hf_tensors.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model.h"
@@ -44,7 +53,114 @@ absl::Status CheckCudaSupports(const ModelConfig& c, const std::string& dir) {
   return absl::OkStatus();
 }
 
+// The communicator group of CUDA tensor-parallel ranks on `devices` (their compute streams in
+// `ops`), and each rank's communicator.
+struct DeviceGroup {
+  CommGroupHandle handle;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+
+absl::StatusOr<DeviceGroup> MakeDeviceGroup(const std::vector<int>& devices,
+                                            const std::vector<CudaRankOps>& ops,
+                                            const CudaGroupOptions& options) {
+  const int n = static_cast<int>(devices.size());
+  DeviceGroup g;
+  absl::StatusOr<std::shared_ptr<NcclApi>> nccl =
+      absl::FailedPreconditionError("ranks share a GPU");
+  if (!SharesDevice(devices) && !options.force_peer_comm) nccl = MakeCudaNccl();
+  if (ChooseDeviceComm(devices, nccl.ok()) == DeviceCommKind::kNccl) {
+    std::vector<NcclRank> ranks;
+    for (int r = 0; r < n; ++r) ranks.push_back(NcclRank{devices[r], ops[r].stream});
+    ASSIGN_OR_RETURN(std::shared_ptr<NcclCommGroup> group,
+                     MakeNcclGroup(*nccl, ranks, NcclGroupOptions{.timeout = options.timeout}));
+    for (int r = 0; r < n; ++r) g.comms.push_back(group->ForRank(r));
+    g.handle = CommGroupHandle::Of(std::move(group));
+    LOG(INFO) << "tensor-parallel ranks on GPUs [" << absl::StrJoin(devices, ", ")
+              << "]: NCCL all-reduce";
+    return g;
+  }
+  std::vector<PeerRank> ranks;
+  for (int r = 0; r < n; ++r) ranks.push_back(PeerRank{devices[r], ops[r].stream});
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<PeerCommGroup> group,
+      PeerCommGroup::Create(MakeCudaPeerApi(), ranks, PeerCommOptions{.timeout = options.timeout}));
+  if (options.on_peer_group) options.on_peer_group(*group);
+  for (int r = 0; r < n; ++r) g.comms.push_back(group->ForRank(r));
+  g.handle = CommGroupHandle::Of(std::move(group));
+  LOG(INFO) << "tensor-parallel ranks on GPUs [" << absl::StrJoin(devices, ", ")
+            << "]: in-process peer all-reduce"
+            << (nccl.ok() || SharesDevice(devices)
+                    ? ""
+                    : " (no NCCL: " + std::string(nccl.status().message()) + ")");
+  return g;
+}
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& dir,
+                                                             const ParallelConfig& parallel,
+                                                             const CudaGroupOptions& options) {
+  const int tp = parallel.tensor_parallel;
+  if (parallel.pipeline_parallel != 1) {
+    return absl::UnimplementedError(
+        "pipeline_parallel > 1 on the CUDA backend is not built yet (tensor_parallel is); use "
+        "--backend cpu for pipeline stages");
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
+  RETURN_IF_ERROR(CheckCudaSupports(config, dir));
+  RETURN_IF_ERROR(CheckTensorParallel(config, tp));
+  ASSIGN_OR_RETURN(const QuantConfig quant, QuantConfig::Resolve(dir, ""));
+  if (quant.quantized()) {
+    return absl::UnimplementedError(
+        absl::StrCat(dir, ": quantized weights (", quant.Describe(),
+                     ") with tensor_parallel > 1 are not built yet on the CUDA backend"));
+  }
+  ASSIGN_OR_RETURN(
+      const std::vector<int> devices,
+      PlaceRanksOnDevices(tp, parallel.devices, CudaDeviceCount(), parallel.allow_device_sharing));
+  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> checkpoint,
+                   SafetensorsCheckpoint::Open(dir));
+  const absl::Time start = Clock::Real()->Now();
+  std::vector<CudaRankOps> ops(tp);
+  for (int r = 0; r < tp; ++r) {
+    ASSIGN_OR_RETURN(ops[r], MakeCudaRankOps(devices[r]));
+  }
+  ASSIGN_OR_RETURN(DeviceGroup group, MakeDeviceGroup(devices, ops, options));
+  const ModelConfig rank_config = ShardConfig(config, tp);
+  std::vector<ParallelModel::Rank> ranks;
+  for (int r = 0; r < tp; ++r) {
+    const int device = devices[r];
+    RETURN_IF_ERROR(SetCudaDevice(device));  // rank r's weights go to its GPU
+    ParallelModel::Rank out;
+    out.num_layers = config.num_layers;
+    out.device = device;
+    out.enter = [device] { return SetCudaDevice(device); };
+    out.tp_comm = std::move(group.comms[r]);
+    const GroupRank place{.tp_comm = out.tp_comm.get(), .samples = r == 0};
+    ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(*checkpoint, config, DType::kBF16,
+                                                       TensorShard{r, tp}, StageLayers{}));
+    ASSIGN_OR_RETURN(out.model, LlamaModel::Create(rank_config, std::move(weights),
+                                                   std::move(ops[r].ops), Backend::kCuda, place));
+    ranks.push_back(std::move(out));
+  }
+  RETURN_IF_ERROR(SetCudaDevice(devices[0]));
+  LOG(INFO) << "loaded " << dir << " on the cuda backend, tensor_parallel " << tp << " on GPUs ["
+            << absl::StrJoin(devices, ", ") << "], in "
+            << absl::FormatDuration(
+                   absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
+            << ": " << config.model_type;
+  auto model = std::make_unique<ParallelModel>(
+      config, parallel, Backend::kCuda, std::vector<CommGroupHandle>{std::move(group.handle)},
+      std::move(ranks));
+  const bool one_device =
+      std::all_of(devices.begin(), devices.end(), [&](int d) { return d == devices.front(); });
+  if (!one_device || options.split_kv_pool) {
+    model->SetSplitPoolAllocator([devices](const std::vector<int64_t>& slices) {
+      return AllocateSplitDevicePool(devices, slices);
+    });
+  }
+  return std::unique_ptr<Model>(std::move(model));
+}
 
 absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
                                                          const ParallelConfig& parallel,
@@ -94,8 +210,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
             << absl::FormatDuration(
                    absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
             << ": " << config.model_type;
-  return std::unique_ptr<Model>(
-      std::make_unique<ParallelModel>(config, parallel, std::move(groups), std::move(ranks)));
+  std::vector<CommGroupHandle> handles = groups.Handles();
+  return std::unique_ptr<Model>(std::make_unique<ParallelModel>(
+      config, parallel, Backend::kCpu, std::move(handles), std::move(ranks)));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
@@ -116,15 +233,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend
         absl::StrCat("pipeline micro_batches ", parallel.micro_batches, " must be >= 0"));
   }
   if (parallel.tensor_parallel > 1 || parallel.pipeline_parallel > 1) {
-    if (backend == Backend::kCuda) {
-      return absl::UnimplementedError(
-          "tensor_parallel / pipeline_parallel > 1 run on the CPU backend only: the CUDA "
-          "backend's parallel ranks are not built yet (their NCCL communicator is, unwired)");
-    }
     if (!quantization.empty()) {
       return absl::UnimplementedError(
           "--quantization with tensor_parallel / pipeline_parallel > 1 is not built yet");
     }
+    if (backend == Backend::kCuda) return LoadCudaParallelModel(dir, parallel);
     ASSIGN_OR_RETURN(ParallelGroups groups, ParallelGroups::Create(parallel));
     return LoadParallelModel(dir, parallel, std::move(groups));
   }

@@ -38,7 +38,7 @@ struct ModelPrepareOptions {
 
 // How a model is spread over ranks inside one worker group.
 struct ParallelConfig {
-  // Ranks the layers' heads and features are split over (parallel_model.h); CPU only.
+  // Ranks the layers' heads and features are split over (parallel_model.h); CPU and CUDA.
   int tensor_parallel = 1;
   // Stages the layers are split over, each of tensor_parallel ranks; CPU only.
   int pipeline_parallel = 1;
@@ -46,6 +46,10 @@ struct ParallelConfig {
   // so the stages overlap (parallel_model.h); 0: pipeline_parallel; 1: one at a time (the
   // stages run one after another).
   int micro_batches = 0;
+  // CUDA: each rank's device, in rank order (empty: rank r on device r mod the visible count),
+  // and whether ranks may share a GPU (device_placement.h).
+  std::vector<int> devices = {};
+  bool allow_device_sharing = false;
 };
 
 class Model {
@@ -144,12 +148,13 @@ inline bool IsBackendUnusable(const absl::Status& status) {
 
 // Loads config.json and the safetensors weights of the Hugging Face folder `dir`.
 // NotFound / InvalidArgument / Unimplemented with a message naming the file or tensor at fault.
-// With parallel.tensor_parallel or pipeline_parallel > 1 (CPU backend only; Unimplemented on
-// CUDA) each rank reads only its slice of the weights (tensor_shard.h) and the model is a
-// ParallelModel. `quantization` (--quantization: "", "fp8", "int8" or "int4") is applied to an
-// unquantized checkpoint at load time; a checkpoint with a quantization_config is read in its
-// format either way (quant_config.h). Quantized weights run on both backends (CUDA:
-// engine/cuda/cuda_ops.h, Gemm), not with tensor / pipeline parallelism (Unimplemented).
+// With parallel.tensor_parallel or pipeline_parallel > 1 each rank reads only its slice of the
+// weights (tensor_shard.h) and the model is a ParallelModel (CUDA: tensor parallelism only,
+// pipeline_parallel > 1 is Unimplemented). `quantization` (--quantization: "", "fp8", "int8" or
+// "int4") is applied to an unquantized checkpoint at load time; a checkpoint with a
+// quantization_config is read in its format either way (quant_config.h). Quantized weights run on
+// both backends (CUDA: engine/cuda/cuda_ops.h, Gemm), not with tensor / pipeline parallelism
+// (Unimplemented).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
                                                  const ParallelConfig& parallel = {},
                                                  const std::string& quantization = "");

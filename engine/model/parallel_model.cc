@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "base/logging.h"
 #include "base/status_macros.h"
+#include "engine/model/device_placement.h"
 #include "engine/model/step_validation.h"
 #include "engine/model/tensor_shard.h"
 
@@ -29,11 +31,20 @@ absl::StatusOr<ParallelGroups> ParallelGroups::Create(const ParallelConfig& p,
   return g;
 }
 
+std::vector<CommGroupHandle> ParallelGroups::Handles() const {
+  std::vector<CommGroupHandle> handles;
+  for (const auto& g : stages) handles.push_back(CommGroupHandle::Of(g));
+  if (world != nullptr) handles.push_back(CommGroupHandle::Of(world));
+  return handles;
+}
+
 ParallelModel::ParallelModel(const ModelConfig& config, const ParallelConfig& parallel,
-                             ParallelGroups groups, std::vector<Rank> ranks)
+                             Backend backend, std::vector<CommGroupHandle> groups,
+                             std::vector<Rank> ranks)
     : config_(config),
       shard_config_(ShardConfig(config, parallel.tensor_parallel)),
       parallel_(parallel),
+      backend_(backend),
       groups_(std::move(groups)),
       ranks_(std::move(ranks)),
       stage_busy_(parallel.pipeline_parallel, -1),
@@ -85,6 +96,30 @@ ParallelModel::~ParallelModel() {
     threads_.Wait(launched_.front()->ticket);
     launched_.pop_front();
   }
+  // Each rank's backend goes on its own thread, with its device current.
+  threads_.Run([this](int r) {
+    absl::Status entered = Enter(r);
+    ranks_[r].model.reset();
+    return entered;
+  });
+}
+
+absl::Status ParallelModel::Enter(int r) const {
+  return ranks_[r].enter ? ranks_[r].enter() : absl::OkStatus();
+}
+
+absl::Status ParallelModel::OnEveryRank(const std::function<absl::Status(int)>& fn) {
+  const std::vector<absl::Status> results = threads_.Run([&](int r) -> absl::Status {
+    RETURN_IF_ERROR(Enter(r));
+    return fn(r);
+  });
+  for (int r = 0; r < static_cast<int>(results.size()); ++r) {
+    if (!results[r].ok()) {
+      return absl::Status(results[r].code(),
+                          absl::StrCat("parallel rank ", r, ": ", results[r].message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int ParallelModel::MaxStepsInFlight() const {
@@ -142,13 +177,12 @@ absl::Status ParallelModel::Validate(const StepInputs& in, const KvLayout& layou
 }
 
 absl::Status ParallelModel::GroupStatus() const {
-  for (const auto& g : groups_.stages) RETURN_IF_ERROR(g->status());
-  return groups_.world->status();
+  for (const CommGroupHandle& g : groups_) RETURN_IF_ERROR(g.status());
+  return absl::OkStatus();
 }
 
 void ParallelModel::AbortAll(const absl::Status& reason) {
-  for (const auto& g : groups_.stages) g->Abort(reason);
-  groups_.world->Abort(reason);
+  for (const CommGroupHandle& g : groups_) g.abort(reason);
 }
 
 absl::Status ParallelModel::RunRanks(const std::function<absl::Status(int)>& fn) {
@@ -156,7 +190,8 @@ absl::Status ParallelModel::RunRanks(const std::function<absl::Status(int)>& fn)
     return absl::InternalError(absl::StrCat("parallel group is down: ", s.message()));
   }
   return RanksStatus(threads_.Run([&](int r) {
-    absl::Status s = fn(r);
+    absl::Status s = Enter(r);
+    if (s.ok()) s = fn(r);
     // Peers may be waiting for this rank in a collective or a receive: abort them now.
     if (!s.ok()) AbortAll(s);
     return s;
@@ -221,6 +256,7 @@ absl::Status ParallelModel::Launch(const StepInputs& in, const KvLayout& layout,
       if (stage_hook_) stage_hook_(stage, f.micro_batch);
     }
     absl::Status s = GroupStatus();  // a fault in an earlier micro-batch: nothing to wait for
+    if (s.ok()) s = Enter(r);
     if (s.ok()) {
       absl::StatusOr<StepOutput> o = ranks_[r].model->Step(f.inputs, RankLayout(f.layout, r),
                                                            RankPool(f.kv_pool, f.layout, r));
@@ -272,16 +308,60 @@ absl::Status ParallelModel::ReserveStep(const StepCapacity& capacity) {
   StepCapacity rank = capacity;
   rank.num_q_heads = shard_config_.num_q_heads;
   rank.num_kv_heads = shard_config_.num_kv_heads;
-  for (Rank& r : ranks_) RETURN_IF_ERROR(r.model->ReserveStep(rank));
-  return absl::OkStatus();
+  return OnEveryRank([&](int r) { return ranks_[r].model->ReserveStep(rank); });
+}
+
+absl::StatusOr<DeviceMemoryInfo> ParallelModel::MemoryInfo() {
+  if (backend_ != Backend::kCuda) return DeviceMemoryInfo{};
+  std::vector<DeviceMemoryInfo> infos(ranks_.size());
+  std::vector<int> devices;
+  for (const Rank& r : ranks_) devices.push_back(r.device);
+  RETURN_IF_ERROR(OnEveryRank([&](int r) -> absl::Status {
+    ASSIGN_OR_RETURN(infos[r], ranks_[r].model->MemoryInfo());
+    return absl::OkStatus();
+  }));
+  return CombineRankMemory(infos, devices);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceAllocation>> ParallelModel::AllocateKvPool(int64_t bytes) {
+  if (backend_ != Backend::kCuda) return Model::AllocateKvPool(bytes);
+  bool one_device = true;
+  for (const Rank& r : ranks_) one_device &= r.device == ranks_.front().device;
+  if (!one_device && !split_pool_) {
+    return absl::FailedPreconditionError("CUDA ranks on several GPUs without a split pool");
+  }
+  // Each rank's slice: its layers' share of the stacked pool (bytes = Σ layers · LayerBytes).
+  const int64_t layers = int64_t{config_.num_layers} * parallel_.tensor_parallel;
+  if (bytes % layers != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a KV pool of ", bytes, " bytes is not whole layers of ", layers));
+  }
+  std::vector<int64_t> slices;
+  for (const Rank& r : ranks_) slices.push_back(bytes / layers * r.num_layers);
+  // On rank 0's thread (its GPU current): one allocation there holds every slice, or the split
+  // pool maps each slice onto its rank's GPU.
+  std::unique_ptr<DeviceAllocation> pool;
+  RETURN_IF_ERROR(OnEveryRank([&](int r) -> absl::Status {
+    if (r != 0) return absl::OkStatus();
+    if (split_pool_) {
+      ASSIGN_OR_RETURN(pool, split_pool_(slices));
+    } else {
+      ASSIGN_OR_RETURN(pool, ranks_[0].model->AllocateKvPool(bytes));
+    }
+    return absl::OkStatus();
+  }));
+  return pool;
 }
 
 absl::Status ParallelModel::Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
                                     void* kv_pool) {
-  if (!options.cuda_graph_sizes.empty()) {
-    return absl::InvalidArgumentError("a parallel group runs eagerly (no graphs)");
+  if (options.cuda_graph_sizes.empty()) return absl::OkStatus();
+  if (backend_ == Backend::kCuda) {
+    LOG(INFO) << "tensor-parallel CUDA ranks run every step eagerly: "
+              << options.cuda_graph_sizes.size() << " CUDA graph sizes not captured";
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError("a parallel group runs eagerly (no graphs)");
 }
 
 }  // namespace tandem

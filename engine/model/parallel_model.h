@@ -5,8 +5,17 @@
 // rank r to the next stage's rank r). The engine sees one Model; inside, each step runs on one
 // thread per rank, each rank running the queued steps in order (rank_threads.h), over in-process
 // communicators (comm/group/thread_communicator.h): one per stage for its TP ranks, one group-wide
-// for the stage-to-stage transfers. CPU backend only for now. Rank numbering: stage s, TP rank r is
-// rank s · TP + r.
+// for the stage-to-stage transfers. Rank numbering: stage s, TP rank r is rank s · TP + r.
+//
+// CUDA ranks (LoadCudaParallelModel; tensor parallelism only, PP > 1 on CUDA is Unimplemented):
+// each rank is a LlamaModel over its own CudaOps on its own device (device_placement.h: several
+// ranks may share one GPU when the user allows it), its thread keeping that device current
+// (Rank::enter before every call, setup calls included: ReserveStep, MemoryInfo, AllocateKvPool).
+// Their all-reduces go through NCCL (comm/group/nccl_communicator.h, blocking calls on the rank's
+// compute stream) when every rank has a GPU of its own, else through the in-process peer
+// communicator (comm/group/peer_communicator.h, enqueue-only, bitwise the CPU group's sums).
+// CUDA ranks run every step eagerly: no CUDA graphs (Prepare ignores the graph sizes; the peer
+// communicator's cross-stream events cannot be captured per rank) and no async scheduling.
 //
 // Sampling: TP rank 0 of the last stage alone computes the final norm, the lm_head (loaded on
 // that rank only) and the tokens; the other ranks stop after their last layer. Embeddings are
@@ -26,10 +35,14 @@
 // engine allocates the ranks' pools as one, stacked in rank order:
 //     [rank][layer of its stage][page][K|V][kv head of the rank][page_size][head_dim]
 // which is exactly the KvLayout of num_layers = TP · L and num_kv_heads = the rank's heads
-// (KvPoolLayout). A page id names the same page of every rank, the allocator and prefix cache
-// need nothing else, and a KV transfer between groups of the same TP and PP moves every rank's
-// page bytes; between groups of different TP or PP the TCP transport maps pages by layers and
-// KV-head ranges (comm/kv_head_map.h mirrors this stacking: keep the two in step).
+// (KvPoolLayout). CUDA ranks on one GPU: the pool is one allocation on it, each rank's slice in
+// its stacked place; ranks on several GPUs: one address range whose slices live on their ranks'
+// GPUs (a split pool, AllocateSplitDevicePool in engine/cuda/cuda_group.h), so the engine, the
+// allocator and the KV transports still see one pool of the stacked layout. A page id names the
+// same page of every rank, the allocator and prefix cache need nothing else, and a KV transfer
+// between groups of the same TP and PP moves every rank's page bytes; between groups of different
+// TP or PP the TCP transport maps pages by layers and KV-head ranges (comm/kv_head_map.h mirrors
+// this stacking: keep the two in step).
 //
 // Failures: a step's inputs are validated once before any rank starts (a bad batch is
 // InvalidArgument, the group stays usable). A rank that fails after that aborts every
@@ -47,12 +60,29 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "comm/group/communicator.h"
+#include "comm/group/peer_communicator.h"
 #include "comm/group/thread_communicator.h"
 #include "engine/model/model.h"
 #include "engine/model/rank_threads.h"
 
 namespace tandem {
+
+// One communicator group of a parallel group, whatever its kind: kept alive with the model, and
+// aborted with the others when a rank fails.
+struct CommGroupHandle {
+  std::shared_ptr<void> owner;
+  std::function<void(const absl::Status&)> abort;
+  std::function<absl::Status()> status;
+
+  template <typename Group>
+  static CommGroupHandle Of(std::shared_ptr<Group> group) {
+    Group* g = group.get();
+    return CommGroupHandle{std::move(group), [g](const absl::Status& s) { g->Abort(s); },
+                           [g] { return g->status(); }};
+  }
+};
 
 // A group's communicators: one per stage for its TP ranks (each of TP ranks), one for the
 // whole group (PP · TP ranks) for the stage-to-stage transfers. Tests inject faults into them.
@@ -65,6 +95,7 @@ struct ParallelGroups {
   // Fresh groups for `parallel` (every size >= 1).
   static absl::StatusOr<ParallelGroups> Create(const ParallelConfig& parallel,
                                                ThreadCommOptions options = {});
+  std::vector<CommGroupHandle> Handles() const;
 };
 
 class ParallelModel final : public Model {
@@ -76,14 +107,19 @@ class ParallelModel final : public Model {
     std::unique_ptr<Communicator> world_comm;
     std::unique_ptr<Model> model;
     int num_layers = 0;  // of its stage
+    int device = -1;     // CUDA: its GPU; CPU: -1
+    // Run on the rank's thread before each call on `model` (CUDA: makes `device` current); null:
+    // nothing to do.
+    std::function<absl::Status()> enter;
   };
-  // `ranks` in rank order (stage s, TP rank r at s · tp + r).
-  ParallelModel(const ModelConfig& config, const ParallelConfig& parallel, ParallelGroups groups,
-                std::vector<Rank> ranks);
+  // `ranks` in rank order (stage s, TP rank r at s · tp + r), all on `backend`; `groups`: every
+  // communicator group the ranks' communicators belong to.
+  ParallelModel(const ModelConfig& config, const ParallelConfig& parallel, Backend backend,
+                std::vector<CommGroupHandle> groups, std::vector<Rank> ranks);
   ~ParallelModel() override;
 
   const ModelConfig& config() const override { return config_; }
-  Backend backend() const override { return Backend::kCpu; }
+  Backend backend() const override { return backend_; }
   KvLayout KvPoolLayout(int page_size) const override;
   bool SupportsKvDtype(DType dtype) const override {
     return ranks_.front().model->SupportsKvDtype(dtype);
@@ -96,9 +132,20 @@ class ParallelModel final : public Model {
   absl::StatusOr<StepOutput> Collect() override;
   absl::Status ComputeLogits(const StepInputs& inputs, const KvLayout& layout, void* kv_pool,
                              float* logits) override;
+  // CUDA ranks: one pool on their GPU, or the split pool (SetSplitPoolAllocator), the ranks'
+  // slices stacked (the file comment). CPU: the engine allocates host memory.
+  absl::StatusOr<std::unique_ptr<DeviceAllocation>> AllocateKvPool(int64_t bytes) override;
+  // The ranks' devices combined (CombineRankMemory, device_placement.h).
+  absl::StatusOr<DeviceMemoryInfo> MemoryInfo() override;
   absl::Status ReserveStep(const StepCapacity& capacity) override;
   absl::Status Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
                        void* kv_pool) override;
+
+  // How the pool of CUDA ranks on several GPUs is allocated, from each rank's slice bytes
+  // ([rank]); once set it is used even for ranks on one GPU. Set before the engine is made.
+  using SplitPoolAllocator = std::function<absl::StatusOr<std::unique_ptr<DeviceAllocation>>(
+      const std::vector<int64_t>& slice_bytes)>;
+  void SetSplitPoolAllocator(SplitPoolAllocator allocate) { split_pool_ = std::move(allocate); }
 
   // Test hooks. `hook` is called on TP rank 0 of each stage as it starts its part of a launched
   // step (micro-batch ids count launches from 0), after the stage is marked busy; a test may
@@ -121,6 +168,9 @@ class ParallelModel final : public Model {
   }
   // Runs fn(rank) on every rank; a rank that fails aborts the group. Internal when any failed.
   absl::Status RunRanks(const std::function<absl::Status(int)>& fn);
+  // Runs fn(rank) on every rank's thread for set-up (nothing aborted); the first rank's error.
+  absl::Status OnEveryRank(const std::function<absl::Status(int)>& fn);
+  absl::Status Enter(int rank) const;
   absl::Status GroupStatus() const;
   void AbortAll(const absl::Status& reason);
   // The group-wide error of failed ranks' `results` (OK when all succeeded).
@@ -130,17 +180,40 @@ class ParallelModel final : public Model {
   ModelConfig config_;        // the whole model's
   ModelConfig shard_config_;  // one TP rank's heads (ShardConfig)
   ParallelConfig parallel_;
-  ParallelGroups groups_;
+  Backend backend_;
+  std::vector<CommGroupHandle> groups_;
   std::vector<Rank> ranks_;
   std::vector<int64_t> first_layer_;  // [rank]: where its pool starts, in the stacked layout
   std::deque<std::shared_ptr<Flight>> launched_;  // oldest first
   int64_t next_micro_batch_ = 0;
   StageHook stage_hook_;
+  SplitPoolAllocator split_pool_;
   mutable absl::Mutex stage_mu_;
   std::vector<int64_t> stage_busy_ ABSL_GUARDED_BY(stage_mu_);  // [stage]: micro-batch, or -1
   int max_busy_stages_ ABSL_GUARDED_BY(stage_mu_) = 0;
   RankThreads threads_;  // last: joined first
 };
+
+// What LoadCudaParallelModel takes beside the ParallelConfig.
+struct CudaGroupOptions {
+  // How long a rank waits for its peers in a collective (the communicators' deadline).
+  absl::Duration timeout = absl::Seconds(60);
+  // Tests: called with each tensor-parallel group's peer communicator group once it is made (to
+  // inject faults); not called for NCCL groups.
+  std::function<void(PeerCommGroup&)> on_peer_group = nullptr;
+  // Tests: use the peer communicator even when every rank has a GPU of its own.
+  bool force_peer_comm = false;
+  // Tests: allocate the KV pool as for ranks on several GPUs (a split pool) even on one.
+  bool split_kv_pool = false;
+};
+
+// Builds the tensor-parallel layout of the checkpoint in `dir` on the CUDA backend: rank r on
+// its device (PlaceRanksOnDevices with parallel.devices, parallel.allow_device_sharing), each
+// reading only its slices onto its GPU. InvalidArgument when the model does not split that way
+// or the placement is refused; Unimplemented for pipeline_parallel > 1 or quantized weights.
+absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& dir,
+                                                             const ParallelConfig& parallel,
+                                                             const CudaGroupOptions& options = {});
 
 // Builds the `parallel` layout of the checkpoint in `dir` on the CPU backend over `groups`
 // (sizes matching `parallel`; tests pass groups they inject faults into, LoadModel fresh ones).

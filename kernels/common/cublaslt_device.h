@@ -1,6 +1,9 @@
 // One cuBLASLt handle, workspace and plan cache per device, created on first use and kept for the
-// process lifetime. The bf16 GEMM (kernels/gemm/gemm_lt_cuda.cc) and the FP8 GEMM
-// (kernels/quant_gemm/fp8_gemm_lt_cuda.cc) each keep their own, keyed by their plan types.
+// process lifetime. The workspace is cuBLASLt's scratch while a GEMM runs, so two streams whose
+// GEMMs may run at once (tensor-parallel ranks sharing a GPU) must not share one: the device's
+// first stream uses `workspace`, every other stream gets its own (WorkspaceFor). The bf16 GEMM
+// (kernels/gemm/gemm_lt_cuda.cc) and the FP8 GEMM (kernels/quant_gemm/fp8_gemm_lt_cuda.cc) each
+// keep their own, keyed by their plan types.
 #pragma once
 
 #include <cublasLt.h>
@@ -21,8 +24,27 @@ template <typename Key, typename Plan>
 struct CublasLtDevice {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;  // workspace_bytes of CublasLtDeviceContext
+  size_t workspace_bytes = 0;
   std::map<Key, Plan> plans;  // guarded by mu
   std::mutex mu;
+  // The first stream seen, and the workspaces of the others (guarded by mu; never freed: a
+  // stream's first GEMM allocates it, so that first GEMM must not be under graph capture, as the
+  // model's eager run before each capture guarantees).
+  cudaStream_t first_stream = nullptr;
+  bool seen_stream = false;
+  std::map<cudaStream_t, void*> stream_workspaces;
+
+  // The workspace of `stream` (with mu held).
+  absl::StatusOr<void*> WorkspaceFor(cudaStream_t stream) {
+    if (!seen_stream) {
+      seen_stream = true;
+      first_stream = stream;
+    }
+    if (stream == first_stream) return workspace;
+    void*& ws = stream_workspaces[stream];
+    if (ws == nullptr) CUDA_RETURN_IF_ERROR(cudaMalloc(&ws, workspace_bytes));
+    return ws;
+  }
 };
 
 // The context of the calling thread's current device. Every call of one instantiation passes
@@ -40,6 +62,7 @@ absl::StatusOr<CublasLtDevice<Key, Plan>*> CublasLtDeviceContext(size_t workspac
     auto ctx = std::make_unique<CublasLtDevice<Key, Plan>>();
     CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&ctx->handle));
     CUDA_RETURN_IF_ERROR(cudaMalloc(&ctx->workspace, workspace_bytes));
+    ctx->workspace_bytes = workspace_bytes;
     slot = std::move(ctx);
   }
   return slot.get();

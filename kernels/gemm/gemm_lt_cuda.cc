@@ -127,9 +127,11 @@ absl::Status GemmCublasLt(const GemmArgs& args, cudaStream_t stream) {
   }
   // accumulate: D = A·B + C with C = D (in place, as cuBLASLt allows for equal layouts).
   const float alpha = 1.0f, beta = args.accumulate ? 1.0f : 0.0f;
+  auto workspace = dev.WorkspaceFor(stream);
+  if (!workspace.ok()) return workspace.status();
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
       dev.handle, plan->op, &alpha, args.w, plan->w_layout, args.a, plan->a_layout, &beta, args.c,
-      plan->c_layout, args.c, plan->c_layout, &plan->algo, dev.workspace, kWorkspaceBytes, stream));
+      plan->c_layout, args.c, plan->c_layout, &plan->algo, *workspace, kWorkspaceBytes, stream));
   return absl::OkStatus();
 }
 

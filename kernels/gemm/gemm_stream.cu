@@ -14,6 +14,7 @@
 #include <atomic>
 
 #include "base/cuda_check.h"
+#include "kernels/common/launch_config.cuh"
 #include "kernels/common/vec_util.cuh"
 #include "kernels/gemm/gemm_stream.h"
 
@@ -204,14 +205,15 @@ absl::Status Launch(const GemmArgs& args, SkinnyStream kind, cudaStream_t stream
   } else {
     const int64_t blocks = (args.n + kRows - 1) / kRows;
     constexpr int kSmem = kBulkStages * kStageBytes;
-    // Above the 48 KB default once the static shared memory is added: opt in (once per process;
-    // the attribute is per device, and setting it again is harmless).
-    static std::atomic<bool> raised{false};
-    if (!raised.load(std::memory_order_relaxed)) {
+    // Above the 48 KB default once the static shared memory is added: opt in, once per device
+    // (the attribute is per device: tensor-parallel ranks of one process run on several).
+    static std::atomic<int> raised[kMaxDevices];
+    const absl::StatusOr<int> set = CachedPerDevice(raised, []() -> absl::StatusOr<int> {
       CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
           SkinnyBulkKernel<kM, OutT>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-      raised.store(true, std::memory_order_relaxed);
-    }
+      return 1;
+    });
+    if (!set.ok()) return set.status();
     SkinnyBulkKernel<kM, OutT><<<blocks, kThreads, kSmem, stream>>>(args);
   }
   CUDA_RETURN_IF_LAUNCH_ERROR();

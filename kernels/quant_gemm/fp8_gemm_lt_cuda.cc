@@ -244,9 +244,11 @@ absl::Status Enqueue(LtDevice& dev, Plan& plan, const void* w, const void* w_sca
   }
   // accumulate: D = A·B + C with C = D (in place, as cuBLASLt allows for equal layouts).
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  auto workspace = dev.WorkspaceFor(stream);
+  if (!workspace.ok()) return workspace.status();
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(dev.handle, plan.op, &alpha, w, plan.w_layout, a,
                                         plan.a_layout, &beta, d, plan.d_layout, d, plan.d_layout,
-                                        &plan.algo, dev.workspace, kFp8LtWorkspaceBytes, stream));
+                                        &plan.algo, *workspace, kFp8LtWorkspaceBytes, stream));
   return absl::OkStatus();
 }
 

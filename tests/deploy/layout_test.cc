@@ -299,17 +299,21 @@ groups:
   const absl::Status on_cuda = CheckParallelBackend(*a);
   EXPECT_EQ(on_cuda.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(on_cuda.message().find("CPU backend only"), std::string::npos) << on_cuda;
+  // Tensor parallelism alone runs on cuda.
+  absl::StatusOr<Layout> tp = ParseLayout("groups: [{role: mixed, tensor_parallel: 2}]");
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  tp->backend = "cuda";
+  EXPECT_TRUE(CheckParallelBackend(*tp).ok());
   // Sizes of 1 need nothing of the backend.
   absl::StatusOr<Layout> one = ParseLayout("backend: cuda\ngroups: [{role: mixed}]");
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_TRUE(CheckParallelBackend(*one).ok());
 }
 
-TEST(Layout, TensorAndPipelineParallelRefusedOnCuda) {
-  for (const char* yaml : {"backend: cuda\ngroups: [{role: mixed, tensor_parallel: 2}]",
-                           "backend: cuda\ngroups: [{role: mixed, pipeline_parallel: 2}]",
-                           "backend: cuda\ngroups: [{role: prefill, tensor_parallel: 2},"
-                           " {role: decode, tensor_parallel: 2}]"}) {
+TEST(Layout, PipelineParallelRefusedOnCuda) {
+  for (const char* yaml : {"backend: cuda\ngroups: [{role: mixed, pipeline_parallel: 2}]",
+                           "backend: cuda\ngroups: [{role: prefill, tensor_parallel: 2,"
+                           " pipeline_parallel: 2}, {role: decode, tensor_parallel: 2}]"}) {
     absl::StatusOr<Layout> l = ParseLayout(yaml);
     ASSERT_FALSE(l.ok()) << yaml;
     EXPECT_EQ(l.status().code(), absl::StatusCode::kUnimplemented) << yaml;

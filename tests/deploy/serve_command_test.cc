@@ -265,16 +265,16 @@ TEST(ServeCommand, DefaultLayoutServesAndDrainsOnSigterm) {
   for (int pid : pids) EXPECT_NE(kill(pid, 0), 0) << "worker " << pid << " still running";
 }
 
-// A layout of tensor_parallel > 1 on the cuda backend stops `tandem serve` before it starts
-// anything, saying why (exit code 2, as for any bad layout).
-TEST(ServeCommand, TensorParallelLayoutOnCudaIsRefused) {
+// A layout of pipeline_parallel > 1 on the cuda backend stops `tandem serve` before it starts
+// anything, saying why (exit code 2, as for any bad layout). (tensor_parallel runs on cuda.)
+TEST(ServeCommand, PipelineParallelLayoutOnCudaIsRefused) {
   char tmpl[] = "/tmp/tandem-serve-test-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   const std::string bin = std::string(std::getenv("TANDEM_BINARY_DIR")) + "/bin";
   {
     std::ofstream layout(dir + "/tp2-cuda.yaml");
-    layout << "backend: cuda\ngroups:\n  - {role: mixed, tensor_parallel: 2}\n";
+    layout << "backend: cuda\ngroups:\n  - {role: mixed, pipeline_parallel: 2}\n";
   }
   auto serve =
       launcher::ChildProcess::Start({bin + "/tandem", "serve", "--layout", dir + "/tp2-cuda.yaml",
@@ -283,7 +283,7 @@ TEST(ServeCommand, TensorParallelLayoutOnCudaIsRefused) {
   ASSERT_TRUE(serve.ok()) << serve.status();
   EXPECT_EQ((*serve)->Wait(absl::Seconds(30)), std::optional<int>(2));
   const std::string out = ReadFile(dir + "/serve.out");
-  EXPECT_NE(out.find("run on the CPU backend only so far"), std::string::npos) << out;
+  EXPECT_NE(out.find("runs on the CPU backend only so far"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(dir + "/logs/router.log")) << "something was started";
 }
 

@@ -153,12 +153,22 @@ TEST(TensorParallelTest, ShapesThatDoNotSplitAreRefused) {
   EXPECT_EQ(FirstKvHead(c, TensorShard{1, 2}), 1);
 }
 
-TEST(TensorParallelTest, CudaRefusesTensorParallel) {
+TEST(TensorParallelTest, CudaRefusesWhatItDoesNotRunAndBadConfigs) {
   const std::string dir = MakeTiny("tiny-llama3");
-  EXPECT_EQ(LoadModel(dir, Backend::kCuda, ParallelConfig{.tensor_parallel = 2}).status().code(),
-            absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(LoadModel(dir, Backend::kCuda, ParallelConfig{.pipeline_parallel = 2}).status().code(),
-            absl::StatusCode::kUnimplemented);
+  // Tensor parallelism runs on CUDA (engine_cuda_tp_test), pipeline stages do not yet; tiny
+  // presets' head_dim is outside the CUDA kernels'; quantization does not combine with TP.
+  const absl::Status pp =
+      LoadModel(dir, Backend::kCuda, ParallelConfig{.pipeline_parallel = 2}).status();
+  EXPECT_EQ(pp.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(pp.message().find("pipeline_parallel > 1 on the CUDA backend"), std::string::npos)
+      << pp;
+  const absl::Status head =
+      LoadModel(dir, Backend::kCuda, ParallelConfig{.tensor_parallel = 2}).status();
+  EXPECT_EQ(head.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(head.message().find("head_dim"), std::string::npos) << head;
+  EXPECT_EQ(
+      LoadModel(dir, Backend::kCuda, ParallelConfig{.tensor_parallel = 2}, "int8").status().code(),
+      absl::StatusCode::kUnimplemented);
   EXPECT_EQ(LoadModel(dir, Backend::kCpu, ParallelConfig{.tensor_parallel = 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
   // tiny-llama3 has 2 layers: 3 stages do not fit.

@@ -1,0 +1,147 @@
+// The in-process peer communicator (comm/group/peer_communicator.h) over the real CUDA device
+// API (MakeCudaPeerApi) with every rank on GPU 0, each on its own CudaOps stream (label gpu;
+// part of engine_cuda_tp_test): all-reduce of 2-4 ranks on awkward counts, bf16 and f32, is the
+// rank-order fp32 sum rounded once, bitwise on every rank; 12 all-reduces back to back on the
+// same buffers (the events reused call after call) stay exact; all-gather concatenates.
+// Uploads go through CopyDeviceMemory (the legacy stream, after Allocate's zero fill there, and
+// complete before the rank's stream is used).
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/check.h"
+#include "comm/group/peer_communicator.h"
+#include "engine/cuda/cuda_device.h"
+#include "engine/cuda/cuda_group.h"
+#include "gtest/gtest.h"
+#include "kernels/common/dtype.h"
+
+namespace tandem {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device"
+
+struct Ranks {
+  std::vector<CudaRankOps> ops;
+  std::shared_ptr<PeerCommGroup> group;
+  std::vector<std::unique_ptr<Communicator>> comms;
+};
+
+Ranks MakeRanks(int n) {
+  Ranks r;
+  std::vector<PeerRank> places;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<CudaRankOps> ops = MakeCudaRankOps(0);
+    CHECK_OK(ops.status());
+    places.push_back(PeerRank{0, ops->stream});
+    r.ops.push_back(*std::move(ops));
+  }
+  absl::StatusOr<std::shared_ptr<PeerCommGroup>> g =
+      PeerCommGroup::Create(MakeCudaPeerApi(), places);
+  CHECK_OK(g.status());
+  r.group = *g;
+  for (int i = 0; i < n; ++i) r.comms.push_back(r.group->ForRank(i));
+  return r;
+}
+
+// Runs fn(rank) on one thread per rank (GPU 0 current) and joins them.
+void OnRanks(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      CHECK_OK(SetCudaDevice(0));
+      fn(r);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(CudaPeerCommTest, AllReduceOnOneGpuIsTheRankOrderSumOnEveryRank) {
+  SKIP_WITHOUT_GPU();
+  for (int n : {2, 3, 4}) {
+    for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{4099}, int64_t{(1 << 20) + 3}}) {
+      for (DType dtype : {DType::kBF16, DType::kF32}) {
+        SCOPED_TRACE(std::to_string(n) + " ranks, " + std::to_string(count) +
+                     (dtype == DType::kF32 ? " f32" : " bf16"));
+        Ranks ranks = MakeRanks(n);
+        const int64_t bytes = count * DTypeSize(dtype);
+        std::vector<std::vector<float>> values(n, std::vector<float>(count));
+        std::vector<std::vector<uint8_t>> host(n, std::vector<uint8_t>(bytes));
+        for (int r = 0; r < n; ++r) {
+          std::mt19937 rng(100 + r);
+          std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+          for (int64_t i = 0; i < count; ++i) {
+            float v = u(rng);
+            if (dtype == DType::kBF16) {
+              reinterpret_cast<uint16_t*>(host[r].data())[i] = F32ToBf16(v);
+              v = RoundToBf16(v);
+            } else {
+              reinterpret_cast<float*>(host[r].data())[i] = v;
+            }
+            values[r][i] = v;
+          }
+        }
+        std::vector<std::vector<uint8_t>> got(n, std::vector<uint8_t>(bytes));
+        OnRanks(n, [&](int r) {
+          Ops& ops = *ranks.ops[r].ops;
+          absl::StatusOr<std::unique_ptr<DeviceAllocation>> buf = ops.Allocate(bytes);
+          CHECK_OK(buf.status());
+          CHECK_OK(CopyDeviceMemory((*buf)->data(), host[r].data(), bytes));
+          EXPECT_TRUE(ranks.comms[r]->AllReduceSum((*buf)->data(), count, dtype).ok());
+          CHECK_OK(ops.CopyToHost(got[r].data(), (*buf)->data(), bytes));
+        });
+        std::vector<uint8_t> want(bytes);
+        for (int64_t i = 0; i < count; ++i) {
+          float sum = 0.0f;
+          for (int r = 0; r < n; ++r) sum += values[r][i];
+          if (dtype == DType::kBF16) {
+            reinterpret_cast<uint16_t*>(want.data())[i] = F32ToBf16(sum);
+          } else {
+            reinterpret_cast<float*>(want.data())[i] = sum;
+          }
+        }
+        for (int r = 0; r < n; ++r) EXPECT_TRUE(got[r] == want) << "rank " << r;
+      }
+    }
+  }
+}
+
+TEST(CudaPeerCommTest, BackToBackAllReducesAndAllGatherStayExact) {
+  SKIP_WITHOUT_GPU();
+  const int n = 3;
+  const int64_t count = 5000;
+  Ranks ranks = MakeRanks(n);
+  std::vector<std::vector<float>> got(n, std::vector<float>(count));
+  std::vector<std::vector<float>> gathered(n, std::vector<float>(n * count));
+  OnRanks(n, [&](int r) {
+    Ops& ops = *ranks.ops[r].ops;
+    absl::StatusOr<std::unique_ptr<DeviceAllocation>> buf = ops.Allocate(count * 4);
+    absl::StatusOr<std::unique_ptr<DeviceAllocation>> all = ops.Allocate(n * count * 4);
+    CHECK_OK(buf.status());
+    CHECK_OK(all.status());
+    // Small integers: every sum below is exact in f32.
+    std::vector<float> x(count, static_cast<float>(r + 1));
+    CHECK_OK(CopyDeviceMemory((*buf)->data(), x.data(), count * 4));
+    // x <- Σ x, 12 times without a host sync between: 6 · 3^11 at the end.
+    for (int k = 0; k < 12; ++k) {
+      EXPECT_TRUE(ranks.comms[r]->AllReduceSum((*buf)->data(), count, DType::kF32).ok());
+    }
+    EXPECT_TRUE(ranks.comms[r]->AllGather((*buf)->data(), (*all)->data(), count * 4).ok());
+    CHECK_OK(ops.CopyToHost(got[r].data(), (*buf)->data(), count * 4));
+    CHECK_OK(ops.CopyToHost(gathered[r].data(), (*all)->data(), n * count * 4));
+  });
+  const float want = 6.0f * std::pow(3.0f, 11.0f);
+  for (int r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < count; ++i) ASSERT_EQ(got[r][i], want) << "rank " << r << " " << i;
+    for (int64_t i = 0; i < n * count; ++i) ASSERT_EQ(gathered[r][i], want) << "rank " << r;
+  }
+  EXPECT_TRUE(ranks.group->status().ok());
+}
+
+}  // namespace
+}  // namespace tandem

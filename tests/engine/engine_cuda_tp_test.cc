@@ -1,0 +1,301 @@
+// Tensor parallelism on the CUDA backend (engine/model/parallel_model.h, LoadCudaParallelModel)
+// with every rank on GPU 0 (allow_device_sharing; the ranks' all-reduces through the in-process
+// peer communicator, comm/group/peer_communicator.h), against TP = 1 on CUDA (label gpu; skips
+// without a device):
+//   * the model: four prompts (1, 13, 45 and 300 tokens) as one continuous batch (64-token
+//     chunks, page size 16, scrambled pages, bf16 KV): last-prompt-position logits within the
+//     bf16 bound of the CUDA-vs-CPU tests (engine_cuda_test) and the same 40 greedy tokens up to
+//     a near tie, on Llama (TP 2, and TP 4 over 2 KV heads: each replicated on 2 ranks), Qwen3
+//     (QK-norm, TP 2) and Qwen2 (qkv bias, 14 query heads: TP 2 gives 7 per rank and one KV head);
+//   * the engine: a TP 2 group sizes its pool from the GPU's memory, ignores its graph sizes
+//     (eager) and serves batched requests with TP = 1's tokens; every page free afterwards; the
+//     split KV pool of ranks on several GPUs (here both slices on GPU 0) gives the same tokens;
+//   * an injected communicator fault in rank 1 fails the step with Internal naming it, within a
+//     few seconds (no hang), ends every request and refuses later work.
+// bf16 numerics: TP = 2 sums the o_proj / down_proj partials in another order than TP = 1's
+// GEMM (each partial rounded to bf16 before the all-reduce), so logits differ by rounding and a
+// greedy token may differ where the reference's top-2 margin is within that rounding.
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "base/check.h"
+#include "engine/cuda/cuda_device.h"
+#include "engine/cuda/cuda_group.h"
+#include "engine/engine.h"
+#include "engine/model/make_model.h"
+#include "engine/model/parallel_model.h"
+#include "gtest/gtest.h"
+#include "tests/engine/engine_test_util.h"
+#include "tests/engine/model/model_test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+using testing_util::GenerateGreedy;
+using testing_util::NewTempDir;
+using testing_util::SeqResult;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device"
+
+// engine_cuda_test's CUDA-vs-CPU bound (max |Δ logit| <= 0.05 · max(1, max |logit|)); TP on one
+// backend differs from TP = 1 by less (the same bf16 kernels, only the partial sums' order).
+constexpr double kLogitTolerance = 0.05;
+constexpr int kNewTokens = 40;
+
+// Each preset's checkpoint is written once per run (the tests share them: they only read).
+std::string Make(const std::string& preset) {
+  static std::map<std::string, std::string>* made_dirs = new std::map<std::string, std::string>;
+  auto it = made_dirs->find(preset);
+  if (it != made_dirs->end()) return it->second;
+  const std::string dir = NewTempDir("tp_" + preset);
+  absl::StatusOr<ModelConfig> made = MakeModel({.preset = preset, .out_dir = dir, .seed = 5});
+  CHECK_OK(made.status());
+  (*made_dirs)[preset] = dir;
+  return dir;
+}
+
+ParallelConfig SharedGpu(int tp) {
+  return ParallelConfig{.tensor_parallel = tp, .allow_device_sharing = true};
+}
+
+std::vector<std::vector<int32_t>> Prompts(int vocab) {
+  std::mt19937_64 rng(21);
+  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int n : {1, 13, 45, 300}) {
+    std::vector<int32_t> p(n);
+    for (int32_t& t : p) t = id(rng);
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
+// Tokens identical up to the first difference, which is allowed only at a near tie of the
+// reference; returns how many agreed.
+int SameUpToNearTie(const SeqResult& want, const SeqResult& got, double near_tie,
+                    const std::string& what) {
+  EXPECT_EQ(got.tokens.size(), want.tokens.size()) << what;
+  const size_t n = std::min(want.tokens.size(), got.tokens.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (want.tokens[i] == got.tokens[i]) continue;
+    EXPECT_LE(want.margins[i], near_tie)
+        << what << ": token " << i << " differs (" << want.tokens[i] << " vs " << got.tokens[i]
+        << ") with a top-2 margin of " << want.margins[i];
+    return static_cast<int>(i);
+  }
+  return static_cast<int>(n);
+}
+
+TEST(EngineCudaTpTest, TensorParallelOnOneGpuMatchesTp1) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* preset;
+    int tp;
+  };
+  for (const Case& c : {Case{"small-llama3", 2}, Case{"small-llama3", 4}, Case{"small-qwen3", 2},
+                        Case{"small-qwen2", 2}}) {
+    const std::string name = std::string(c.preset) + " TP " + std::to_string(c.tp);
+    SCOPED_TRACE(name);
+    const std::string dir = Make(c.preset);
+    absl::StatusOr<std::unique_ptr<Model>> tp1 = LoadModel(dir, Backend::kCuda);
+    ASSERT_TRUE(tp1.ok()) << tp1.status();
+    absl::StatusOr<std::unique_ptr<Model>> tpn = LoadModel(dir, Backend::kCuda, SharedGpu(c.tp));
+    ASSERT_TRUE(tpn.ok()) << tpn.status();
+    EXPECT_EQ((*tpn)->backend(), Backend::kCuda);
+    const auto prompts = Prompts((*tp1)->config().vocab_size);
+    const std::vector<SeqResult> want =
+        GenerateGreedy(**tp1, prompts, kNewTokens, 16, 64, DType::kBF16);
+    const std::vector<SeqResult> got =
+        GenerateGreedy(**tpn, prompts, kNewTokens, 16, 64, DType::kBF16);
+    ASSERT_EQ(got.size(), want.size());
+    int agreed = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::string what = name + " prompt " + std::to_string(prompts[i].size());
+      double scale = 1.0, err = 0.0;
+      for (float v : want[i].prompt_logits) scale = std::max(scale, std::fabs(double{v}));
+      ASSERT_EQ(got[i].prompt_logits.size(), want[i].prompt_logits.size());
+      for (size_t v = 0; v < want[i].prompt_logits.size(); ++v) {
+        ASSERT_TRUE(std::isfinite(got[i].prompt_logits[v])) << what << " logit " << v;
+        err = std::max(err, std::fabs(double{got[i].prompt_logits[v]} - want[i].prompt_logits[v]));
+      }
+      std::cout << what << ": max |TP - TP1| logit " << err << " = " << err / scale
+                << " of max |logit|\n";
+      EXPECT_LE(err, kLogitTolerance * scale) << what;
+      agreed += SameUpToNearTie(want[i], got[i], 2 * kLogitTolerance * scale, what);
+    }
+    std::cout << name << ": greedy tokens agreed " << agreed << " of "
+              << prompts.size() * kNewTokens << "\n";
+  }
+}
+
+EngineOptions CudaOptions(const std::string& dir, int tp) {
+  EngineOptions o;
+  o.model_dir = dir;
+  o.backend = Backend::kCuda;
+  o.tensor_parallel = tp;
+  o.allow_device_sharing = true;
+  // The pool from the GPU's memory (CombineRankMemory), a small share of it: the GPU may be
+  // shared with other tests.
+  o.gpu_memory_utilization = 0.2;
+  o.max_num_seqs = 32;
+  o.max_num_batched_tokens = 256;
+  o.cuda_graph_sizes = {1, 2, 4, 8};  // TP 1 replays graphs; the TP group runs eagerly
+  return o;
+}
+
+std::vector<EngineRequest> Requests(int vocab) {
+  std::vector<EngineRequest> out;
+  for (int i = 0; i < 12; ++i) {
+    EngineRequest r =
+        Request("r" + std::to_string(i), RandomPrompt(1 + (i * 53) % 400, vocab, i), 24, 0.0f);
+    r.sampling.ignore_eos = true;
+    r.sampling.logprobs = 2;  // the top-2 margin of each token, for the near-tie rule
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// engine_cuda_test's near-tie bound for engine runs (logprob units): bf16 rounding differences.
+constexpr double kNearTie = 0.25;
+
+struct Generated {
+  std::vector<int32_t> tokens;
+  std::vector<float> margins;  // top-2 logprob gap at each token
+};
+
+// Runs every request to completion together; every page free afterwards.
+std::map<std::string, Generated> RunAll(Engine& engine,
+                                        const std::vector<EngineRequest>& requests) {
+  for (const EngineRequest& r : requests) CHECK_OK(engine.AddRequest(r));
+  std::map<std::string, Generated> out;
+  while (engine.HasWork()) {
+    absl::StatusOr<std::vector<RequestOutput>> step = engine.Step();
+    CHECK_OK(step.status());
+    for (const RequestOutput& o : *step) {
+      EXPECT_NE(o.finish_reason, FinishReason::kError) << o.id << ": " << o.error;
+      Generated& g = out[o.id];
+      for (size_t i = 0; i < o.new_tokens.size(); ++i) {
+        g.tokens.push_back(o.new_tokens[i]);
+        const bool two = i < o.logprobs.size() && o.logprobs[i].top.size() >= 2;
+        g.margins.push_back(two ? o.logprobs[i].top[0].second - o.logprobs[i].top[1].second
+                                : INFINITY);
+      }
+    }
+  }
+  ExpectIdle(engine);
+  return out;
+}
+
+// Tokens identical up to a first difference at a near tie of `want`; returns how many agreed.
+int SameUpToNearTie(const Generated& want, const Generated& got, const std::string& what) {
+  EXPECT_EQ(got.tokens.size(), want.tokens.size()) << what;
+  const size_t n = std::min(want.tokens.size(), got.tokens.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (want.tokens[i] == got.tokens[i]) continue;
+    EXPECT_LE(want.margins[i], kNearTie) << what << ": token " << i << " differs";
+    return static_cast<int>(i);
+  }
+  return static_cast<int>(n);
+}
+
+TEST(EngineCudaTpTest, EngineServesTp2OnOneGpuWithTp1Tokens) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = Make("small-llama3");
+  absl::StatusOr<std::unique_ptr<Engine>> tp1 = Engine::Create(CudaOptions(dir, 1));
+  ASSERT_TRUE(tp1.ok()) << tp1.status();
+  const std::vector<EngineRequest> requests = Requests((*tp1)->model_config().vocab_size);
+  const std::map<std::string, Generated> want = RunAll(**tp1, requests);
+  tp1->reset();
+  absl::StatusOr<std::unique_ptr<Engine>> tp2 = Engine::Create(CudaOptions(dir, 2));
+  ASSERT_TRUE(tp2.ok()) << tp2.status();
+  Engine& e = **tp2;
+  EXPECT_TRUE(e.kv_pool_on_device());
+  EXPECT_GT(e.kv_layout().num_pages, 100);
+  EXPECT_EQ(e.kv_layout().num_layers, 2 * e.model_config().num_layers);
+  const std::map<std::string, Generated> got = RunAll(e, requests);
+  ASSERT_EQ(got.size(), want.size());
+  int agreed = 0, total = 0;
+  for (const auto& [id, w] : want) {
+    ASSERT_EQ(got.at(id).tokens.size(), size_t{24}) << id;
+    agreed += SameUpToNearTie(w, got.at(id), id);
+    total += static_cast<int>(w.tokens.size());
+  }
+  std::cout << "engine TP 2 on one GPU: " << agreed << " of " << total
+            << " greedy tokens identical to TP 1\n";
+  tp2->reset();
+
+  // The split pool (what ranks on several GPUs get: one address range, each rank's slice mapped
+  // on its GPU), here with both slices on GPU 0: the same computation over other memory, so
+  // bitwise TP 2's tokens.
+  absl::StatusOr<std::unique_ptr<Model>> split =
+      LoadCudaParallelModel(dir, SharedGpu(2), CudaGroupOptions{.split_kv_pool = true});
+  ASSERT_TRUE(split.ok()) << split.status();
+  absl::StatusOr<std::unique_ptr<Engine>> on_split =
+      Engine::CreateWithModel(CudaOptions(dir, 2), *std::move(split));
+  ASSERT_TRUE(on_split.ok()) << on_split.status();
+  const std::map<std::string, Generated> split_got = RunAll(**on_split, requests);
+  for (const auto& [id, g] : got) EXPECT_EQ(split_got.at(id).tokens, g.tokens) << id;
+}
+
+TEST(EngineCudaTpTest, AnInjectedCommunicatorFaultFailsTheStepWithoutHanging) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = Make("small-llama3");
+  // Rank 1's 11th all-reduce (two per layer, 4 layers: in the second step) fails the group.
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadCudaParallelModel(
+      dir, SharedGpu(2), CudaGroupOptions{.on_peer_group = [](PeerCommGroup& g) {
+        g.InjectFault(1, 10, absl::InternalError("rank 1 lost its device (injected)"));
+      }});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EngineOptions o = CudaOptions(dir, 2);
+  o.kv_memory_bytes = int64_t{256} << 20;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::CreateWithModel(o, *std::move(model));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Engine& e = **engine;
+  for (const EngineRequest& r : Requests(e.model_config().vocab_size)) {
+    ASSERT_TRUE(e.AddRequest(r).ok());
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<RequestOutput>> step;
+  int steps = 0;
+  while (e.HasWork() && steps < 100) {
+    step = e.Step();
+    ++steps;
+    if (!step.ok()) break;
+  }
+  ASSERT_FALSE(step.ok()) << "the fault never surfaced";
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(step.status().message().find("lost its device (injected)"), std::string::npos)
+      << step.status();
+  EXPECT_EQ(steps, 2);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ExpectIdle(e);
+  EXPECT_FALSE(e.HasWork());
+  EXPECT_EQ(e.AddRequest(Request("new", {1, 2}, 3)).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(EngineCudaTpTest, PlacementIsRefusedWithoutSharingAndPipelineStagesAreUnimplemented) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = Make("small-qwen3");
+  const int visible = CudaDeviceCount();
+  // More ranks than GPUs, without sharing: refused before anything is loaded.
+  const absl::Status crowded =
+      LoadModel(dir, Backend::kCuda, ParallelConfig{.tensor_parallel = 2 * visible}).status();
+  EXPECT_EQ(crowded.code(), absl::StatusCode::kInvalidArgument) << crowded;
+  EXPECT_NE(crowded.message().find("allow_device_sharing"), std::string::npos) << crowded;
+  const absl::Status named_twice =
+      LoadModel(dir, Backend::kCuda, ParallelConfig{.tensor_parallel = 2, .devices = {0, 0}})
+          .status();
+  EXPECT_EQ(named_twice.code(), absl::StatusCode::kInvalidArgument) << named_twice;
+  EXPECT_EQ(LoadModel(dir, Backend::kCuda, ParallelConfig{.pipeline_parallel = 2}).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace tandem::testing
