@@ -116,10 +116,10 @@ case "${1:-}" in
     # one GPU (TESTS, e.g. "engine_cuda_tp_test"), `tandem bench` latency + throughput at TP = 1
     # against run 29's numbers, then the decode attention at short contexts (the 256-sequence
     # FP8 step of `profile` spent 44% in attention at 2.2 TB/s) with ncu of the fused kernel.
-    run_test engine_cuda_test 240
     for spec in ${TESTS:-}; do
-      if [[ $spec == *:* ]]; then run_test "${spec%%:*}" 240 --gtest_filter="${spec#*:}"; else run_test "$spec" 240; fi
+      if [[ $spec == *:* ]]; then run_test "${spec%%:*}" 120 --gtest_filter="${spec#*:}"; else run_test "$spec" 120; fi
     done
+    run_test engine_cuda_test 180
     m=$MODELS/llama3-8b
     /usr/bin/time -f "make-model llama3-8b: %e s" $S/bin/tandem make-model --preset llama3-8b \
       --out "$m" >"$LOGS/make_model.log" 2>&1
