@@ -48,11 +48,7 @@ class PeerCommunicator final : public Communicator {
   const int rank_;
 };
 
-namespace {
-
-const char* OpName(int op) { return op == 0 ? "all-reduce" : "all-gather"; }
-
-}  // namespace
+namespace {}  // namespace
 
 absl::StatusOr<std::shared_ptr<PeerCommGroup>> PeerCommGroup::Create(
     std::shared_ptr<PeerDeviceApi> api, std::vector<PeerRank> ranks, PeerCommOptions options) {
@@ -72,12 +68,13 @@ absl::StatusOr<std::shared_ptr<PeerCommGroup>> PeerCommGroup::Create(
 
 PeerCommGroup::PeerCommGroup(std::shared_ptr<PeerDeviceApi> api, std::vector<PeerRank> ranks,
                              PeerCommOptions options)
-    : api_(std::move(api)), options_(options) {
+    : api_(std::move(api)),
+      options_(options),
+      barrier_(static_cast<int>(ranks.size()), &mu_, &status_, options.clock, options.timeout) {
   for (const PeerRank& r : ranks) ranks_.push_back(RankState{r});
   absl::MutexLock lock(&mu_);
   fault_calls_.assign(ranks_.size(), -1);
   fault_status_.resize(ranks_.size());
-  posts_.resize(ranks_.size());
 }
 
 PeerCommGroup::~PeerCommGroup() {
@@ -162,7 +159,7 @@ absl::Status PeerCommGroup::Collective(int rank, const Post& post, const char* w
   }
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Rendezvous(rank, post, what); !s.ok()) return s;
-  const std::vector<Post> posts = posts_;  // stable until every rank has completed
+  const std::vector<Post> posts = barrier_.posts();  // stable until every rank has completed
   mu_.Unlock();
   const absl::Status shared = Share(rank, post, posts);
   mu_.Lock();
@@ -217,52 +214,13 @@ absl::Status PeerCommGroup::Share(int rank, const Post& post, const std::vector<
 absl::Status PeerCommGroup::Rendezvous(int rank, const Post& post, const char* what) {
   // Aborted since the caller's check: the peers that were waiting have left (none will complete).
   if (!status_.ok()) return status_;
-  posts_[rank] = post;
-  const uint64_t generation = generation_;
-  const int n = size();
-  if (++arrived_ == n) {
-    // Every rank called the same collective with the same size: a mismatch is a caller bug that
-    // would otherwise read past a buffer.
-    for (int r = 0; r < n; ++r) {
-      const Post& p = posts_[r];
-      if (p.op != post.op || p.count != post.count || p.dtype != post.dtype) {
-        AbortLocked(absl::InvalidArgumentError(
-            absl::StrCat(what, ": rank ", r, " called ", OpName(static_cast<int>(p.op)), " of ",
-                         p.count, " while rank ", rank, " called ",
-                         OpName(static_cast<int>(post.op)), " of ", post.count)));
-        return status_;
-      }
-    }
-    arrived_ = 0;
-    ++generation_;
-    return absl::OkStatus();
+  if (absl::Status s = barrier_.Arrive(rank, post, what); !s.ok()) {
+    AbortLocked(s);
+    return status_;
   }
-  // Whether the rendezvous completed is decided by the generation alone, so every rank agrees.
-  auto passed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return generation_ != generation || !status_.ok();
-  };
-  const bool woke = options_.clock->AwaitWithDeadline(&mu_, absl::Condition(&passed),
-                                                      options_.clock->Now() + options_.timeout);
-  if (generation_ != generation) return absl::OkStatus();
-  if (!woke) {
-    AbortLocked(absl::DeadlineExceededError(
-        absl::StrCat("rank ", rank, " waited ", absl::FormatDuration(options_.timeout), " in ",
-                     what, " for its peers (", n - arrived_, " of ", n, " missing)")));
-  }
-  return status_;
+  return absl::OkStatus();
 }
 
-void PeerCommGroup::Complete() {
-  const uint64_t generation = completion_generation_;
-  if (++completed_ == size()) {
-    completed_ = 0;
-    ++completion_generation_;
-    return;
-  }
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return completion_generation_ != generation;
-  };
-  mu_.Await(absl::Condition(&done));
-}
+void PeerCommGroup::Complete() { barrier_.Leave(); }
 
 }  // namespace tandem

@@ -46,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
+#include "comm/group/collective_barrier.h"
 #include "comm/group/communicator.h"
 #include "kernels/common/dtype.h"
 
@@ -108,14 +109,8 @@ class PeerCommGroup : public std::enable_shared_from_this<PeerCommGroup> {
 
  private:
   friend class PeerCommunicator;
-  enum class Op { kAllReduce, kAllGather };
-  struct Post {
-    Op op = Op::kAllReduce;
-    int64_t count = 0;  // elements (all-reduce) or bytes (all-gather)
-    DType dtype = DType::kF32;
-    const void* send = nullptr;
-    void* recv = nullptr;
-  };
+  using Op = CollectiveOp;
+  using Post = CollectivePost;
   struct RankState {
     PeerRank place;
     PeerDeviceApi::Event ready = nullptr;
@@ -141,11 +136,7 @@ class PeerCommGroup : public std::enable_shared_from_this<PeerCommGroup> {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> fault_calls_ ABSL_GUARDED_BY(mu_);  // [rank]; -1: none armed
   std::vector<absl::Status> fault_status_ ABSL_GUARDED_BY(mu_);
-  std::vector<Post> posts_ ABSL_GUARDED_BY(mu_);
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  int completed_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t completion_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  CollectiveBarrier barrier_ ABSL_GUARDED_BY(mu_);  // the current collective's two waits
 };
 
 }  // namespace tandem

@@ -50,8 +50,6 @@ void Store(void* base, int64_t i, DType dtype, float v) {
   }
 }
 
-const char* OpName(int op) { return op == 0 ? "all-reduce" : "all-gather"; }
-
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<ThreadCommGroup>> ThreadCommGroup::Create(
@@ -64,10 +62,11 @@ absl::StatusOr<std::shared_ptr<ThreadCommGroup>> ThreadCommGroup::Create(
 }
 
 ThreadCommGroup::ThreadCommGroup(int size, ThreadCommOptions options)
-    : size_(size), options_(options) {
+    : size_(size),
+      options_(options),
+      barrier_(size, &mu_, &status_, options.clock, options.timeout) {
   absl::MutexLock lock(&mu_);
   faults_.resize(size);
-  posts_.resize(size);
   mailboxes_.resize(static_cast<size_t>(size) * size);
 }
 
@@ -113,53 +112,16 @@ absl::Status ThreadCommGroup::Enter(int rank, const char* what) {
 absl::Status ThreadCommGroup::Rendezvous(int rank, const Post& post, const char* what) {
   mu_.AssertHeld();
   if (absl::Status s = Enter(rank, what); !s.ok()) return s;
-  posts_[rank] = post;
-  const uint64_t generation = generation_;
-  if (++arrived_ == size_) {
-    // The last arrival checks that every rank called the same collective with the same size: a
-    // mismatch is a caller bug that would otherwise read past a buffer.
-    for (int r = 0; r < size_; ++r) {
-      const Post& p = posts_[r];
-      if (p.op != post.op || p.count != post.count || p.dtype != post.dtype) {
-        AbortLocked(absl::InvalidArgumentError(
-            absl::StrCat(what, ": rank ", r, " called ", OpName(static_cast<int>(p.op)), " of ",
-                         p.count, " while rank ", rank, " called ",
-                         OpName(static_cast<int>(post.op)), " of ", post.count)));
-        return status_;
-      }
-    }
-    arrived_ = 0;
-    ++generation_;
-    return absl::OkStatus();
+  if (absl::Status s = barrier_.Arrive(rank, post, what); !s.ok()) {
+    AbortLocked(s);
+    return status_;
   }
-  // Whether the rendezvous completed is decided by the generation alone, so every rank agrees:
-  // either all go on to copy, or none does.
-  auto passed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return generation_ != generation || !status_.ok();
-  };
-  const bool woke = options_.clock->AwaitWithDeadline(&mu_, absl::Condition(&passed),
-                                                      options_.clock->Now() + options_.timeout);
-  if (generation_ != generation) return absl::OkStatus();
-  if (!woke) {
-    AbortLocked(absl::DeadlineExceededError(
-        absl::StrCat("rank ", rank, " waited ", absl::FormatDuration(options_.timeout), " in ",
-                     what, " for its peers (", size_ - arrived_, " of ", size_, " missing)")));
-  }
-  return status_;
+  return absl::OkStatus();
 }
 
 void ThreadCommGroup::Complete() {
   mu_.AssertHeld();
-  const uint64_t generation = completion_generation_;
-  if (++completed_ == size_) {
-    completed_ = 0;
-    ++completion_generation_;
-    return;
-  }
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return completion_generation_ != generation;
-  };
-  mu_.Await(absl::Condition(&done));
+  barrier_.Leave();
 }
 
 absl::Status ThreadCommGroup::CollectiveAllReduce(int rank, void* data, int64_t count,
@@ -176,7 +138,7 @@ absl::Status ThreadCommGroup::CollectiveAllReduce(int rank, void* data, int64_t 
     return s;
   }
   std::vector<void*> buffers(size_);
-  for (int r = 0; r < size_; ++r) buffers[r] = posts_[r].recv;
+  for (int r = 0; r < size_; ++r) buffers[r] = barrier_.posts()[r].recv;
   // This rank's share; the other ranks touch other elements, so the copy runs unlocked.
   const int64_t begin = count * rank / size_;
   const int64_t end = count * (rank + 1) / size_;
@@ -201,7 +163,7 @@ absl::Status ThreadCommGroup::CollectiveAllGather(int rank, const void* send, vo
     return s;
   }
   std::vector<const void*> sends(size_);
-  for (int r = 0; r < size_; ++r) sends[r] = posts_[r].send;
+  for (int r = 0; r < size_; ++r) sends[r] = barrier_.posts()[r].send;
   mu_.Unlock();
   // Each rank fills its own recv buffer from everyone's send buffer (read only).
   for (int r = 0; r < size_; ++r) {

@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
+#include "comm/group/collective_barrier.h"
 #include "comm/group/communicator.h"
 
 namespace tandem {
@@ -57,14 +58,8 @@ class ThreadCommGroup : public std::enable_shared_from_this<ThreadCommGroup> {
 
  private:
   friend class ThreadCommunicator;
-  enum class Op { kAllReduce, kAllGather };
-  struct Post {
-    Op op = Op::kAllReduce;
-    int64_t count = 0;  // elements (all-reduce) or bytes (all-gather)
-    DType dtype = DType::kF32;
-    const void* send = nullptr;
-    void* recv = nullptr;
-  };
+  using Op = CollectiveOp;
+  using Post = CollectivePost;
   struct Fault {
     int64_t calls = -1;  // -1: none armed
     absl::Status status;
@@ -89,14 +84,7 @@ class ThreadCommGroup : public std::enable_shared_from_this<ThreadCommGroup> {
   mutable absl::Mutex mu_;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<Fault> faults_ ABSL_GUARDED_BY(mu_);  // [rank]
-  // The rendezvous of the current collective: posts [rank], how many arrived, and a generation
-  // that the last arrival advances (waiters leave when it moves).
-  std::vector<Post> posts_ ABSL_GUARDED_BY(mu_);
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  // The completion wait after the copies, likewise.
-  int completed_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t completion_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  CollectiveBarrier barrier_ ABSL_GUARDED_BY(mu_);  // the current collective's two waits
   // Point-to-point messages, [src * size + dst], oldest first.
   std::vector<std::deque<std::vector<uint8_t>>> mailboxes_ ABSL_GUARDED_BY(mu_);
 };
