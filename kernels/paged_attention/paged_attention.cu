@@ -79,7 +79,7 @@ enum class KvMode { kBf16, kFp8Dequant, kFp8Fused };
 // (the same bytes in flight per CTA as bf16, twice the keys); the dequantize kernel keeps three
 // beside its bf16 tile.
 // kCtas: CTAs per SM the variant is built for (__launch_bounds__); the fused kernel's three-CTA
-// variant (an experiment, FusedCtasPerSm) keeps four stages so that three CTAs' fit.
+// variant (an experiment, FusedCtasPerSm) keeps four stages so that three CTAs fit.
 template <KvMode kMode, int kCtas = 2>
 constexpr int DecodeStages() {
   if constexpr (kMode == KvMode::kFp8Fused) return kCtas == 3 ? 4 : 2 * kDecodeStages;
