@@ -21,15 +21,7 @@ export PYTHONUNBUFFERED=1 TANDEM_SOURCE_DIR=$PWD TANDEM_BINARY_DIR=$PWD/$S
 OUT=${OUT:-/tmp/s22-out}
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
-note() { echo "[${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
-run_test() {  # name timeout [args...]
-  local t=$1 limit=$2
-  shift 2
-  timeout "$limit" $S/tests/$t "$@" >"$LOGS/$t${TAG:-}.log" 2>&1
-  note "$t${TAG:-} exit=$?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' \
-    "$LOGS/$t${TAG:-}.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure$" -A3 "$LOGS/$t${TAG:-}.log" | head -24 >>"$OUT/summary.txt"
-}
+source engine/bench/runs/run_lib.sh  # note, run_test
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv >"$LOGS/smi.txt"
 
 # 1. IPC.
