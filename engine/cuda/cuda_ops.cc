@@ -213,7 +213,11 @@ absl::StatusOr<std::unique_ptr<DeviceAllocation>> CudaOps::Allocate(int64_t byte
     return OutOfMemory(bytes, "the KV pool");
   }
   auto allocation = std::make_unique<CudaAllocation>(p, bytes);
-  CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, static_cast<size_t>(bytes)));
+  // Zeroed on the compute stream and waited for: the stream is non-blocking (a plain cudaMemset
+  // on the legacy stream would not order before the first step), and the pool may be exported
+  // to another process (CUDA IPC) as soon as this returns.
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return std::unique_ptr<DeviceAllocation>(std::move(allocation));
 }
 
