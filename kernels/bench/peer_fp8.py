@@ -51,7 +51,7 @@ def quant_groupwise(a):
     return q, scale.view(m, k // 128).t().contiguous().t()
 
 
-SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096)]
+SHAPES = [(4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096), (4096, 128256)]  # + lm_head
 MS = [1, 8, 32, 128, 512, 2048, 8192]
 block_note = None
 for k, n in SHAPES:
