@@ -155,16 +155,23 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
   LOG(INFO) << "KV cache: " << layout.num_pages << " pages of " << layout.page_size << " tokens, "
             << KvCacheDtypeName(layout.dtype) << ", " << (layout.PoolBytes() >> 20) << " MiB";
   const absl::Time capture_start = Clock::Real()->Now();
+  // A model that runs every step eagerly (a tensor-parallel CUDA group) captures nothing; a draft
+  // model still gets the sizes.
+  std::vector<int> model_graphs = graph_sizes;
+  if (!model_graphs.empty() && !model->SupportsCudaGraphs()) {
+    LOG(INFO) << "the model runs every step eagerly (a parallel group): " << model_graphs.size()
+              << " CUDA graph sizes not captured";
+    model_graphs.clear();
+  }
   // With speculation, verify steps (1 + k tokens per sequence) get graphs of their own.
   const ModelPrepareOptions prepare{
       .capacity = capacity,
-      .cuda_graph_sizes = graph_sizes,
+      .cuda_graph_sizes = model_graphs,
       .verify_tokens_per_seq = spec.enabled() ? 1 + spec.num_speculative_tokens : 0};
   RETURN_IF_ERROR(model->Prepare(prepare, layout, kv_cache->pool()));
-  // A tensor-parallel group runs eagerly (ParallelModel::Prepare says so itself).
-  if (!graph_sizes.empty() && options.tensor_parallel == 1) {
-    LOG(INFO) << "captured " << graph_sizes.size() << " CUDA graphs (batch " << graph_sizes.front()
-              << " to " << graph_sizes.back() << ")"
+  if (!model_graphs.empty()) {
+    LOG(INFO) << "captured " << model_graphs.size() << " CUDA graphs (batch "
+              << model_graphs.front() << " to " << model_graphs.back() << ")"
               << (spec.enabled() ? " and their speculative verify graphs" : "") << " in "
               << absl::FormatDuration(
                      absl::Trunc(Clock::Real()->Now() - capture_start, absl::Milliseconds(1)));

@@ -115,6 +115,10 @@ bool SharesDevice(const std::vector<int>& devices) {
   return std::set<int>(devices.begin(), devices.end()).size() != devices.size();
 }
 
+bool OnOneDevice(const std::vector<int>& devices) {
+  return std::set<int>(devices.begin(), devices.end()).size() <= 1;
+}
+
 DeviceCommKind ChooseDeviceComm(const std::vector<int>& devices, bool nccl_available) {
   if (SharesDevice(devices) || !nccl_available) return DeviceCommKind::kPeer;
   return DeviceCommKind::kNccl;

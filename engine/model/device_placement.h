@@ -51,7 +51,8 @@ struct PoolChunk {
 std::vector<PoolChunk> SplitPoolChunks(const std::vector<int64_t>& slice_bytes,
                                        int64_t granularity);
 
-// Whether any two ranks share a device.
+// Whether any two ranks share a device, and whether all ranks are on one.
 bool SharesDevice(const std::vector<int>& devices);
+bool OnOneDevice(const std::vector<int>& devices);
 
 }  // namespace tandem

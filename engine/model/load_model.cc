@@ -3,8 +3,6 @@
 // CUDA ranks over NCCL or the in-process peer communicator.
 #include <unistd.h>
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -152,9 +150,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& 
   auto model = std::make_unique<ParallelModel>(
       config, parallel, Backend::kCuda, std::vector<CommGroupHandle>{std::move(group.handle)},
       std::move(ranks));
-  const bool one_device =
-      std::all_of(devices.begin(), devices.end(), [&](int d) { return d == devices.front(); });
-  if (!one_device || options.split_kv_pool) {
+  if (!OnOneDevice(devices) || options.split_kv_pool) {
     model->SetSplitPoolAllocator([devices](const std::vector<int64_t>& slices) {
       return AllocateSplitDevicePool(devices, slices);
     });

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
-#include "base/logging.h"
 #include "base/status_macros.h"
 #include "engine/model/device_placement.h"
 #include "engine/model/step_validation.h"
@@ -325,9 +324,9 @@ absl::StatusOr<DeviceMemoryInfo> ParallelModel::MemoryInfo() {
 
 absl::StatusOr<std::unique_ptr<DeviceAllocation>> ParallelModel::AllocateKvPool(int64_t bytes) {
   if (backend_ != Backend::kCuda) return Model::AllocateKvPool(bytes);
-  bool one_device = true;
-  for (const Rank& r : ranks_) one_device &= r.device == ranks_.front().device;
-  if (!one_device && !split_pool_) {
+  std::vector<int> devices;
+  for (const Rank& r : ranks_) devices.push_back(r.device);
+  if (!OnOneDevice(devices) && !split_pool_) {
     return absl::FailedPreconditionError("CUDA ranks on several GPUs without a split pool");
   }
   // Each rank's slice: its layers' share of the stacked pool (bytes = Σ layers · LayerBytes).
@@ -355,13 +354,10 @@ absl::StatusOr<std::unique_ptr<DeviceAllocation>> ParallelModel::AllocateKvPool(
 
 absl::Status ParallelModel::Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
                                     void* kv_pool) {
-  if (options.cuda_graph_sizes.empty()) return absl::OkStatus();
-  if (backend_ == Backend::kCuda) {
-    LOG(INFO) << "tensor-parallel CUDA ranks run every step eagerly: "
-              << options.cuda_graph_sizes.size() << " CUDA graph sizes not captured";
-    return absl::OkStatus();
+  if (!options.cuda_graph_sizes.empty()) {
+    return absl::InvalidArgumentError("a parallel group runs eagerly (no graphs)");
   }
-  return absl::InvalidArgumentError("a parallel group runs eagerly (no graphs)");
+  return absl::OkStatus();
 }
 
 }  // namespace tandem

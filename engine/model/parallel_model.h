@@ -14,8 +14,9 @@
 // Their all-reduces go through NCCL (comm/group/nccl_communicator.h, blocking calls on the rank's
 // compute stream) when every rank has a GPU of its own, else through the in-process peer
 // communicator (comm/group/peer_communicator.h, enqueue-only, bitwise the CPU group's sums).
-// CUDA ranks run every step eagerly: no CUDA graphs (Prepare ignores the graph sizes; the peer
-// communicator's cross-stream events cannot be captured per rank) and no async scheduling.
+// CUDA ranks run every step eagerly: no CUDA graphs (SupportsCudaGraphs is false, so the engine
+// asks for none; the peer communicator's cross-stream events cannot be captured per rank) and no
+// async scheduling.
 //
 // Sampling: TP rank 0 of the last stage alone computes the final norm, the lm_head (loaded on
 // that rank only) and the tokens; the other ranks stop after their last layer. Embeddings are
@@ -86,8 +87,8 @@ struct CommGroupHandle {
 
 // A group's communicators: one per stage for its TP ranks (each of TP ranks), one for the
 // whole group (PP · TP ranks) for the stage-to-stage transfers. Tests inject faults into them.
-// In-process (CPU backend) only: the CUDA backend's will be NCCL groups, from MakeNcclGroup
-// (comm/group/nccl_communicator.h), once that backend runs parallel ranks.
+// In-process threads (CPU backend); CUDA ranks get NCCL or peer groups from
+// LoadCudaParallelModel instead.
 struct ParallelGroups {
   std::vector<std::shared_ptr<ThreadCommGroup>> stages;  // [stage]
   std::shared_ptr<ThreadCommGroup> world;
@@ -138,6 +139,8 @@ class ParallelModel final : public Model {
   // The ranks' devices combined (CombineRankMemory, device_placement.h).
   absl::StatusOr<DeviceMemoryInfo> MemoryInfo() override;
   absl::Status ReserveStep(const StepCapacity& capacity) override;
+  // Every step runs eagerly, on either backend (the file comment).
+  bool SupportsCudaGraphs() const override { return false; }
   absl::Status Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
                        void* kv_pool) override;
 

@@ -58,6 +58,11 @@ TEST(DevicePlacementTest, NcclOnlyForDistinctGpusWhenBuilt) {
   EXPECT_EQ(ChooseDeviceComm({0, 1, 1, 2}, true), DeviceCommKind::kPeer);
   EXPECT_TRUE(SharesDevice({1, 2, 1}));
   EXPECT_FALSE(SharesDevice({0}));
+  // Whether one allocation can hold the pool: all on one device (sharing it, or a single rank).
+  EXPECT_TRUE(OnOneDevice({3}));
+  EXPECT_TRUE(OnOneDevice({1, 1, 1}));
+  EXPECT_FALSE(OnOneDevice({0, 0, 1}));
+  EXPECT_FALSE(OnOneDevice({0, 1}));
 }
 
 TEST(DevicePlacementTest, MemoryOfOneGpuSumsWhatItsRanksHold) {
