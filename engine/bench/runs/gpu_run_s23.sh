@@ -39,6 +39,27 @@ bench_tp() {  # tag [env...]: tandem bench throughput on $m with FP8 weights
   grep -E "KV cache|captured" "$LOGS/bench_$tag.log" | head -2 >>"$OUT/summary.txt"
 }
 
+ncu_decode() {  # tag B L page kernel ctas "grep pattern" [sections...]: ncu of one decode launch
+  local tag=$1 b=$2 l=$3 page=$4 kv=$5 ctas=$6 pattern=$7
+  shift 7
+  local sections=()
+  for s in "$@"; do sections+=(--section "$s"); done
+  TANDEM_FP8_FUSED_CTAS=$ctas timeout 120 ncu --clock-control none -k regex:DecodeKernel \
+    --launch-skip 20 --launch-count 1 "${sections[@]}" \
+    $S/bin/attention_bench one "$b" "$l" "$page" "$kv" >"$LOGS/ncu_$tag.txt" 2>&1
+  note "ncu $b x $l $tag exit=$?"
+  grep -E "$pattern" "$LOGS/ncu_$tag.txt" | head -16 >>"$OUT/summary.txt"
+}
+run_named_tests() {  # limit: each of TESTS ("bin" or "bin:gtest filter")
+  for spec in ${TESTS:-}; do
+    if [[ $spec == *:* ]]; then
+      run_test "${spec%%:*}" "$1" --gtest_filter="${spec#*:}"
+    else
+      run_test "$spec" "$1"
+    fi
+  done
+}
+
 case "${1:-}" in
   fp8)
     tools/gpu/check-sass.sh $S/bin/tandem $S/tests/attention_gpu_test >"$LOGS/check_sass.txt" 2>&1
@@ -93,13 +114,9 @@ case "${1:-}" in
       grep -E "op profile" -A40 "$LOGS/profile_${cfg%%:*}.log" | head -45 >>"$OUT/summary.txt"
     done
     for kv in bf16 fused; do
-      timeout 120 ncu --clock-control none -k regex:DecodeKernel --launch-skip 20 --launch-count 1 \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-        --section SchedulerStats --section Occupancy --section LaunchStats \
-        $S/bin/attention_bench one 128 4096 16 $kv >"$LOGS/ncu_$kv.txt" 2>&1
-      note "ncu $kv exit=$?"
-      grep -E "DRAM Throughput|Memory Throughput|Duration|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Achieved Occupancy|Stall" \
-        "$LOGS/ncu_$kv.txt" | head -16 >>"$OUT/summary.txt"
+      ncu_decode $kv 128 4096 16 $kv 2 \
+        "DRAM Throughput|Memory Throughput|Duration|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Achieved Occupancy|Stall" \
+        SpeedOfLight MemoryWorkloadAnalysis WarpStateStats SchedulerStats Occupancy LaunchStats
     done
     tar -C "$OUT" -czf "$OUT/logs_profile.tgz" logs && rm -rf "$LOGS"
     ;;
@@ -108,9 +125,7 @@ case "${1:-}" in
     # one GPU (TESTS, e.g. "engine_cuda_tp_test"), `tandem bench` latency + throughput at TP = 1
     # against run 29's numbers, then the decode attention at short contexts (the 256-sequence
     # FP8 step of `profile` spent 44% in attention at 2.2 TB/s) with ncu of the fused kernel.
-    for spec in ${TESTS:-}; do
-      if [[ $spec == *:* ]]; then run_test "${spec%%:*}" 120 --gtest_filter="${spec#*:}"; else run_test "$spec" 120; fi
-    done
+    run_named_tests 120
     run_test engine_cuda_test 180
     m=$MODELS/llama3-8b
     /usr/bin/time -f "make-model llama3-8b: %e s" $S/bin/tandem make-model --preset llama3-8b \
@@ -138,24 +153,14 @@ case "${1:-}" in
     for kv in bf16 fused fused3; do
       ctas=2
       [ $kv = fused3 ] && ctas=3
-      TANDEM_FP8_FUSED_CTAS=$ctas timeout 120 ncu --clock-control none -k regex:DecodeKernel \
-        --launch-skip 20 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
-        --section SchedulerStats --section Occupancy --section LaunchStats \
-        $S/bin/attention_bench one 256 640 16 ${kv%3} >"$LOGS/ncu_short_$kv.txt" 2>&1
-      note "ncu 256 x 640 $kv exit=$?"
-      grep -E "DRAM Throughput|Duration|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Achieved Occupancy" \
-        "$LOGS/ncu_short_$kv.txt" | head -8 >>"$OUT/summary.txt"
+      ncu_decode short_$kv 256 640 16 ${kv%3} $ctas \
+        "DRAM Throughput|Duration|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Achieved Occupancy" \
+        SpeedOfLight WarpStateStats SchedulerStats Occupancy LaunchStats
     done
     tar -C "$OUT" -czf "$OUT/logs_final.tgz" logs && rm -rf "$LOGS"
     ;;
   tests)
-    for spec in ${TESTS:-}; do
-      if [[ $spec == *:* ]]; then
-        run_test "${spec%%:*}" 240 --gtest_filter="${spec#*:}"
-      else
-        run_test "$spec" 240
-      fi
-    done
+    run_named_tests 240
     tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS"
     ;;
   *)
