@@ -20,12 +20,10 @@
 #include "engine/model/quant_weight.h"
 #include "gtest/gtest.h"
 #include "kernels/common/dtype.h"
+#include "tests/engine/cuda_skip.h"
 
 namespace tandem {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device"
 
 std::vector<uint16_t> RandomBf16(int64_t n, std::mt19937& rng, float mag) {
   std::uniform_real_distribution<float> u(-mag, mag);

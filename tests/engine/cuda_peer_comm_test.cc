@@ -19,12 +19,10 @@
 #include "engine/cuda/cuda_group.h"
 #include "gtest/gtest.h"
 #include "kernels/common/dtype.h"
+#include "tests/engine/cuda_skip.h"
 
 namespace tandem {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device"
 
 struct Ranks {
   std::vector<CudaRankOps> ops;

@@ -28,6 +28,7 @@
 #include "engine/model/model.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/engine/cuda_skip.h"
 #include "tests/engine/model/model_test_util.h"
 
 namespace tandem {
@@ -36,9 +37,6 @@ namespace {
 using testing_util::GenerateGreedy;
 using testing_util::NewTempDir;
 using testing_util::SeqResult;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device"
 
 // CUDA (bf16 activations, weights and KV) against the CPU backend (fp32 activations, fp32 KV,
 // the same bf16 weights): max |logit difference| <= kLogitTolerance * max(1, max |logit|).

@@ -31,6 +31,7 @@
 #include "engine/model/make_model.h"
 #include "engine/model/parallel_model.h"
 #include "gtest/gtest.h"
+#include "tests/engine/cuda_skip.h"
 #include "tests/engine/engine_test_util.h"
 #include "tests/engine/model/model_test_util.h"
 
@@ -40,9 +41,6 @@ namespace {
 using testing_util::GenerateGreedy;
 using testing_util::NewTempDir;
 using testing_util::SeqResult;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device"
 
 // engine_cuda_test's CUDA-vs-CPU bound (max |Δ logit| <= 0.05 · max(1, max |logit|)); TP on one
 // backend differs from TP = 1 by less (the same bf16 kernels, only the partial sums' order).
