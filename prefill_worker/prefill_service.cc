@@ -127,6 +127,7 @@ void PrefillService::OnOutput(Engine& engine, const RequestOutput& out, absl::Ti
       if (r.push != nullptr) {  // layer-wise: the layers are on their way; Finish may follow
         absl::MutexLock l(&r.push->mu);
         if (r.push->outcome == Push::Outcome::kPending) r.push->outcome = Push::Outcome::kCommit;
+        r.push->computed = now;
         r.phase = Phase::kTransferring;
       } else if (r.destination.has_value()) {
         StartTransfer(engine, out.id, r);
@@ -228,18 +229,23 @@ void PrefillService::TransferThread() {
       if (job.push != nullptr) active_pushes_.insert(job.push.get());
     }
     absl::StatusOr<KvTransferStats> result = RunTransfer(job);  // its op has ended
+    const absl::Time done = env_.clock->Now();
+    KvTransferStats stats = result.ok() ? *result : KvTransferStats{};
+    // Pages sent after the prefill: all of the transfer is exposed; layer-wise: what came after
+    // the prompt's result.
+    absl::Duration exposed = stats.duration;
     if (job.push != nullptr) {
       {
         absl::MutexLock l(&job.push->mu);
         job.push->reading = false;  // device copies: waited for when the op ended
+        exposed = std::max(absl::ZeroDuration(), done - job.push->computed);
       }
       absl::MutexLock l(&jobs_mu_);
       active_pushes_.erase(job.push.get());
     }
-    KvTransferStats stats = result.ok() ? *result : KvTransferStats{};
     // The push stays alive in the task: OnTransferDone compares it with the request's.
-    loop_->Post([this, id = job.request_id, push = job.push, st = result.status(),
-                 stats](Engine& e) { OnTransferDone(e, id, push.get(), st, stats); });
+    loop_->Post([this, id = job.request_id, push = job.push, st = result.status(), stats,
+                 exposed](Engine& e) { OnTransferDone(e, id, push.get(), st, stats, exposed); });
   }
 }
 
@@ -327,7 +333,8 @@ absl::Status PrefillService::SendStoredLayer(const TransferJob& job, KvSendOp& o
 }
 
 void PrefillService::OnTransferDone(Engine& engine, const std::string& id, const Push* push,
-                                    absl::Status status, const KvTransferStats& stats) {
+                                    absl::Status status, const KvTransferStats& stats,
+                                    absl::Duration exposed) {
   auto it = requests_.find(id);
   // A push belongs to one request: once that one is gone (ended, its pages freed), an id that
   // came back is another request's.
@@ -343,6 +350,7 @@ void PrefillService::OnTransferDone(Engine& engine, const std::string& id, const
     if (env_.metrics) {
       env_.metrics->ObserveKvTransfer(absl::ToDoubleSeconds(stats.duration), stats.bytes,
                                       stats.path);
+      env_.metrics->ObserveKvExposed(absl::ToDoubleSeconds(exposed));
       env_.metrics->CountRequestOutcome("prefill_done");
     }
     Finish(id, absl::OkStatus());

@@ -78,6 +78,9 @@ class PrefillService : public WorkerService, private KvPushListener {
     // outcome == kAbandon, readable without `mu`: the transfer's socket waits observe it, so a
     // SendLayer blocked on a silent peer ends at once and BeforeFree's wait stays short.
     std::atomic<bool> abandoned{false};
+    // When the prompt's result reached the host (its step ended): the transfer time after it is
+    // the exposed part (WorkerMetrics::ObserveKvExposed).
+    absl::Time computed ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
   };
   struct Request {
     std::shared_ptr<Channel> channel;
@@ -107,8 +110,9 @@ class PrefillService : public WorkerService, private KvPushListener {
   void AddOnLoop(Engine& engine, EngineRequest request, Request state);
   void OnOutput(Engine& engine, const RequestOutput& out, absl::Time step_start);
   void StartTransfer(Engine& engine, const std::string& id, Request& r);
+  // `exposed`: the transfer's time not overlapped with the prompt's compute (Push::computed).
   void OnTransferDone(Engine& engine, const std::string& id, const Push* push, absl::Status status,
-                      const KvTransferStats& stats);
+                      const KvTransferStats& stats, absl::Duration exposed);
   void Finish(const std::string& id, absl::Status status);
   void FailAllOnLoop(Engine& engine, const absl::Status& error) override;
   void TransferThread();

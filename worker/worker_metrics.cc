@@ -72,6 +72,12 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(
       hist(kv + "_seconds", "KV page transfer time, first byte to acknowledgment", PhaseBuckets());
   m->kv_transfer_bytes_ =
       hist(kv + "_bytes", "Bytes of KV pages moved per transfer", ByteBuckets());
+  if (role == "prefill") {
+    m->kv_exposed_ = hist(kv + "_exposed_seconds",
+                          "KV transfer time not overlapped with the prompt's compute: the prompt's "
+                          "result -> acknowledgment (layer-wise push), else the whole transfer",
+                          PhaseBuckets());
+  }
   m->first_decode_step_ =
       hist("tandem_worker_first_decode_step_seconds",
            "Joining the decode batch to the next sampled token", PhaseBuckets());
@@ -166,6 +172,9 @@ void WorkerMetrics::ObserveKvTransfer(double s, int64_t bytes, const std::string
   kv_transfer_time_->Observe(s);
   kv_transfer_bytes_->Observe(static_cast<double>(bytes));
   kv_paths_->Add({{"path", path}}).Increment();
+}
+void WorkerMetrics::ObserveKvExposed(double s) {
+  if (kv_exposed_ != nullptr) kv_exposed_->Observe(s);
 }
 void WorkerMetrics::SetKvCache(const std::string& kv_cache_dtype, int page_size, int num_pages) {
   kv_cache_->Add({{"kv_cache_dtype", kv_cache_dtype}, {"page_size", std::to_string(page_size)}})

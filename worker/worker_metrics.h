@@ -53,6 +53,10 @@ class WorkerMetrics {
   // `path`: the data path the pages took (KvTransferStats::path: tcp, ipc or nccl), counted in
   // <kv>_transfers_total{path}.
   void ObserveKvTransfer(double seconds, int64_t bytes, const std::string& path = "tcp");
+  // Prefill workers: the part of a transfer not hidden behind the prompt's compute (the prompt's
+  // result on the host -> the decode worker's acknowledgment; the whole transfer when the pages
+  // go after the prefill), tandem_worker_kv_send_exposed_seconds. Other roles: nothing.
+  void ObserveKvExposed(double seconds);
   // The configured KV transport (--kv-transport: tcp, ipc, nccl or auto), exported as
   // tandem_worker_kv_transport_info{kv_transport} = 1.
   void SetKvTransport(const std::string& kind);
@@ -79,6 +83,7 @@ class WorkerMetrics {
   prometheus::Histogram* prefill_time_ = nullptr;
   prometheus::Histogram* kv_transfer_time_ = nullptr;
   prometheus::Histogram* kv_transfer_bytes_ = nullptr;
+  prometheus::Histogram* kv_exposed_ = nullptr;  // prefill role only
   prometheus::Histogram* first_decode_step_ = nullptr;
   prometheus::Histogram* request_duration_ = nullptr;
   prometheus::Family<prometheus::Counter>* outcomes_ = nullptr;

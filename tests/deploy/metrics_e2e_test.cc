@@ -131,6 +131,12 @@ TEST(MetricsE2E, EachQuantityIsCountedOnceAcrossScrapeTargetsAndEqualsWhatWasSen
     EXPECT_TRUE(prefill.families.contains(f) && decode.families.contains(f)) << f;
   }
   EXPECT_EQ(prefill.Sum("tandem_worker_kv_send_seconds_count"), k);
+  // The part not overlapped with the prompt's compute: one per transfer, never more than the
+  // transfer itself (a millisecond each of slack: the two are read at slightly different points).
+  EXPECT_EQ(prefill.Sum("tandem_worker_kv_send_exposed_seconds_count"), k);
+  EXPECT_LE(prefill.Sum("tandem_worker_kv_send_exposed_seconds_sum"),
+            prefill.Sum("tandem_worker_kv_send_seconds_sum") + 1e-3 * k);
+  EXPECT_FALSE(decode.families.contains("tandem_worker_kv_receive_exposed_seconds"));
   EXPECT_EQ(decode.Sum("tandem_worker_kv_receive_seconds_count"), k);
   // By data path: host TCP here (CPU workers).
   EXPECT_EQ(prefill.Sum("tandem_worker_kv_send_transfers_total", {"path=\"tcp\""}), k);

@@ -329,6 +329,7 @@ TEST(WorkerMetricsTest, ServesTheWorkerFamiliesWithTheirLabels) {
   ASSERT_GT((*m)->port(), 0);
   (*m)->CountRequestOutcome("stop");
   (*m)->ObserveKvTransfer(0.25, 4096, "nccl");
+  (*m)->ObserveKvExposed(0.5);  // a receiver has no exposed time: nothing exported
   (*m)->SetKvTransport("auto");
   (*m)->SetKvCache("fp8", 16, 1234);
   std::optional<HttpResult> r = HttpGetOnce((*m)->port(), "/metrics");
@@ -348,6 +349,23 @@ TEST(WorkerMetricsTest, ServesTheWorkerFamiliesWithTheirLabels) {
                                  "role=\"decode\",worker=\"decode-7\",path=\"nccl\"} 1\n"));
   EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_transport_info{model_name=\"tiny\","
                                  "role=\"decode\",worker=\"decode-7\",kv_transport=\"auto\"} 1\n"));
+  EXPECT_THAT(r->body, Not(HasSubstr("exposed")));
+}
+
+// A prefill worker sends the pages and says how much of each transfer its compute did not hide.
+TEST(WorkerMetricsTest, PrefillWorkersExportTheExposedTransferTime) {
+  absl::StatusOr<std::unique_ptr<WorkerMetrics>> m =
+      WorkerMetrics::Create("127.0.0.1", 0, "prefill", "prefill-2", "tiny");
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->ObserveKvTransfer(0.25, 4096, "ipc");
+  (*m)->ObserveKvExposed(0.001);
+  (*m)->ObserveKvExposed(0.003);
+  std::optional<HttpResult> r = HttpGetOnce((*m)->port(), "/metrics");
+  ASSERT_TRUE(r.has_value());
+  const std::string labels = "{model_name=\"tiny\",role=\"prefill\",worker=\"prefill-2\"}";
+  EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_send_exposed_seconds_count" + labels + " 2\n"));
+  EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_send_exposed_seconds_sum" + labels + " 0.004"));
+  EXPECT_THAT(r->body, HasSubstr("tandem_worker_kv_send_seconds_count" + labels + " 1\n"));
 }
 
 }  // namespace
