@@ -42,25 +42,26 @@ struct PartialVec<2> {
 
 constexpr int kCombineBatch = 32;  // splits per round: one per lane
 
-// Shared memory CombineSplits stages partial rows in: [warps][kCombineBatch][D] bf16.
-template <int D, int kCombineThreads>
+// Shared memory CombineSplits stages partial rows in: [warps][kBatch][D] bf16.
+template <int D, int kCombineThreads, int kBatch = kCombineBatch>
 constexpr int CombineStageBytes() {
-  return kCombineThreads / 32 * kCombineBatch * D * static_cast<int>(sizeof(uint16_t));
+  return kCombineThreads / 32 * kBatch * D * static_cast<int>(sizeof(uint16_t));
 }
 
 // Combines the splits of one merge item (run by the CTA whose split finished last): for each
 // row, out = sum_k w_k O_k / sum_k w_k with w_k = 2^(lse_k - max lse). One warp per row (the
-// rows of a GQA group in parallel). Splits are taken 32 at a time: lane j reads the log-sum of
-// split k0 + j while the warp copies all 32 partial rows into its part of `stage` (cp.async, one
-// round trip per 32 splits: all of them at batch 1 L = 8k); then every lane sums its D / 32 dims
-// over the rows in a rolled loop, and a running maximum rescales what was summed before (the
-// online-softmax update), so the weights need no earlier pass over the log-sums. The loops are
+// rows of a GQA group in parallel). Splits are taken kBatch (<= 32) at a time: lane j reads the
+// log-sum of split k0 + j while the warp copies the kBatch partial rows into its part of `stage`
+// (cp.async, one round trip per 32 splits: all of them at batch 1 L = 8k; the stream kernel,
+// fp8_stream_decode.cu, takes 8 at a time in its smaller merge buffer); then every lane sums its D
+// / 32 dims over the rows in a rolled loop, and a running maximum rescales what was summed before
+// (the online-softmax update), so the weights need no earlier pass over the log-sums. The loops are
 // rolled because this code runs once per merge, on whichever SM arrives last, from a cold
 // instruction cache: fully unrolled (~500 instructions) it waited on instruction fetch for most
 // of its ~2 us (WORKLOG.md step 9). The partial rows are bf16 (as vLLM's split-KV partials): one
 // SM pulls every split's rows, and bf16 halves them. The copies bypass L1 (cp.async.cg): other
 // CTAs wrote the partials, and L1 is not coherent.
-template <int D, int kCombineThreads>
+template <int D, int kCombineThreads, int kBatch = kCombineBatch>
 __device__ void CombineSplits(const PagedAttentionArgs& a, const AttentionMergeItem& mi,
                               const uint16_t* partial_out, const float* partial_lse,
                               uint16_t* stage) {
@@ -69,13 +70,14 @@ __device__ void CombineSplits(const PagedAttentionArgs& a, const AttentionMergeI
   constexpr int kRowChunks = D * 2 / 16;  // 16-byte chunks per partial row
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = a.num_q_heads / a.num_kv_heads;
-  uint16_t* rows = stage + warp * kCombineBatch * D;  // this warp's [kCombineBatch][D]
+  static_assert(kBatch >= 1 && kBatch <= 32, "one split per lane");
+  uint16_t* rows = stage + warp * kBatch * D;  // this warp's [kBatch][D]
   for (int r = warp; r < mi.num_rows; r += kWarps) {
     const float* lse = partial_lse + int64_t{mi.first_partial} * kDecodeRows + r;
     float acc[kPer] = {};
     float sum = 0.0f, mx = -INFINITY;
-    for (int k0 = 0; k0 < mi.num_splits; k0 += kCombineBatch) {
-      const int count = min(kCombineBatch, mi.num_splits - k0);  // uniform over the warp
+    for (int k0 = 0; k0 < mi.num_splits; k0 += kBatch) {
+      const int count = min(kBatch, mi.num_splits - k0);  // uniform over the warp
       const uint16_t* src = partial_out + ((int64_t{mi.first_partial} + k0) * kDecodeRows + r) * D;
       __syncwarp();  // the previous round's reads of `rows` are done
       for (int c = lane; c < count * kRowChunks; c += 32) {

@@ -276,9 +276,11 @@ __device__ __forceinline__ void FinishFused(WarpAccum<D>& acc, const FusedState&
 }
 
 // Writes this thread's outputs of row g + 8 i (i = 0, 1) in head-dim order to `row` (fp32, D
-// floats, 16-byte aligned): per J, dims 64 J + 16 t + [0, 16) (see the layout above).
-template <int D>
-__device__ __forceinline__ void StoreFusedRow(const WarpAccum<D>& acc, int i, int t, float* row) {
+// floats, 16-byte aligned): per J, dims 64 J + 16 t + [0, 16) (see the layout above), times `e`;
+// kAdd: added to what `row` holds (the stream kernel's chained warp merge, fp8_stream_decode.cu).
+template <int D, bool kAdd = false>
+__device__ __forceinline__ void StoreFusedRow(const WarpAccum<D>& acc, int i, int t, float* row,
+                                              float e = 1.0f) {
 #pragma unroll
   for (int J = 0; J < D / 64; ++J) {
     float4* dst = reinterpret_cast<float4*>(row + 64 * J + 16 * t);
@@ -287,8 +289,13 @@ __device__ __forceinline__ void StoreFusedRow(const WarpAccum<D>& acc, int i, in
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int n = 8 * J + 4 * h;
-        dst[2 * c + h] = make_float4(acc.o[n][2 * i + c], acc.o[n + 1][2 * i + c],
-                                     acc.o[n + 2][2 * i + c], acc.o[n + 3][2 * i + c]);
+        float4 v = make_float4(acc.o[n][2 * i + c] * e, acc.o[n + 1][2 * i + c] * e,
+                               acc.o[n + 2][2 * i + c] * e, acc.o[n + 3][2 * i + c] * e);
+        if constexpr (kAdd) {
+          const float4 old = dst[2 * c + h];
+          v.x += old.x, v.y += old.y, v.z += old.z, v.w += old.w;
+        }
+        dst[2 * c + h] = v;
       }
     }
   }

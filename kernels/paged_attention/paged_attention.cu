@@ -14,7 +14,9 @@
 // of a tile into a bf16 tile in shared memory and runs the same ProcessTile; kFused, twice the
 // stages (half the bytes each; swizzled; plain copies, WORKLOG.md step 14) and each warp reads its
 // codes from the stage into f16 mma operands with the scales outside the dot products
-// (fp8_fused_tile.cuh).
+// (fp8_fused_tile.cuh). kFused runs plans without merges on its stream kernel
+// (fp8_stream_decode.cu: one pipeline across a CTA's items) unless TANDEM_FP8_FUSED_UNSPLIT says
+// otherwise (FusedUnsplitVariant).
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -27,8 +29,9 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/paged_attention/attention_combine.cuh"
 #include "kernels/paged_attention/attention_common.cuh"
-#include "kernels/paged_attention/decode_tile_copy.cuh"
+#include "kernels/paged_attention/decode_stage_load.cuh"
 #include "kernels/paged_attention/fp8_fused_tile.cuh"
+#include "kernels/paged_attention/fp8_stream_decode.h"
 #include "kernels/paged_attention/fp8_tile.cuh"
 #include "kernels/paged_attention/paged_attention.h"
 
@@ -79,7 +82,7 @@ enum class KvMode { kBf16, kFp8Dequant, kFp8Fused };
 // (the same bytes in flight per CTA as bf16, twice the keys); the dequantize kernel keeps three
 // beside its bf16 tile.
 // kCtas: CTAs per SM the variant is built for (__launch_bounds__); the fused kernel's three-CTA
-// variant (an experiment, FusedCtasPerSm) keeps four stages so that three CTAs fit.
+// variant (an experiment, FusedUnsplitVariant) keeps four stages so that three CTAs fit.
 template <KvMode kMode, int kCtas = 2>
 constexpr int DecodeStages() {
   if constexpr (kMode == KvMode::kFp8Fused) return kCtas == 3 ? 4 : 2 * kDecodeStages;
@@ -180,46 +183,6 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) *reinterpret_cast<uint2*>(dst + c + 32 * j) = packed[j];
   }
-}
-
-// Issues the K/V copies of one decode tile into `buf` (K, then V at + one tile): kEvictFirst
-// with the evict-first L2 policy `policy`, else as plain copies (copies carrying an
-// evict-normal policy measured ~10% slower than plain ones at batch 32-256: WORKLOG.md step 5).
-// `entries`: TileTableEntries of the tile where TablePerLane(view), else unused.
-// The fp8 tile: kSwizzle for the fused kernel's stages (fp8_tile.cuh).
-template <int D, bool kSwizzle, bool kEvictFirst>
-__device__ __forceinline__ void LoadDecodeTileFp8(const KvView& view, const Fp8Pages& geo,
-                                                  int32_t entries, int key0, int key_end,
-                                                  uint8_t* stage, uint64_t policy) {
-  constexpr int kThreads = kDecodeWarps * 32;
-  if (attention::TablePerLane(view)) {
-    CopyTileFp8TablePerLane<D, kDecodeKeys, kThreads, kSwizzle, kEvictFirst>(
-        view, geo, entries, key0, key_end, stage, policy);
-  } else {
-    LoadKvTileFp8<D, kDecodeKeys, kThreads, kSwizzle, kEvictFirst>(view, geo, key0, key_end, stage,
-                                                                   threadIdx.x, policy);
-  }
-}
-
-template <int D, bool kEvictFirst>
-__device__ __forceinline__ void LoadDecodeTile(const KvView& view, int32_t entries, int key0,
-                                               int key_end, __nv_bfloat16* buf, uint64_t policy) {
-  constexpr int kTile = TileElems<D, kDecodeKeys>();
-  constexpr int kThreads = kDecodeWarps * 32;
-  if (attention::TablePerLane(view)) {
-    attention::CopyTileTablePerLane<D, kDecodeKeys, kThreads, kEvictFirst>(
-        view, entries, key0, key_end, buf, buf + kTile, policy);
-  } else {
-    attention::LoadKvTile<D, kDecodeKeys, kThreads, kEvictFirst>(view, key0, key_end, buf,
-                                                                 buf + kTile, threadIdx.x, policy);
-  }
-}
-
-// The block-table entries of the tile at key0 (one per lane; 0 where the tile does not exist or
-// the pages take the generic copy).
-__device__ __forceinline__ int32_t DecodeTileEntries(const KvView& view, int key0, int key_end) {
-  if (!attention::TablePerLane(view) || key0 >= key_end) return 0;
-  return attention::TileTableEntries<kDecodeKeys>(view, key0, key_end);
 }
 
 // One CTA per work item at a time: the four warps share a DecodeStages-deep cp.async pipeline
@@ -396,18 +359,24 @@ absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan
   return absl::OkStatus();
 }
 
-// An experiment (WORKLOG.md step 15): TANDEM_FP8_FUSED_CTAS=3 runs plans without merges on a
-// fused variant of four stages with three CTAs per SM (168 registers) instead of six stages with
-// two; 2 or unset: the default. Read once per process; another value fails the launch.
-absl::StatusOr<int> FusedCtasPerSm() {
-  static const absl::StatusOr<int> ctas = []() -> absl::StatusOr<int> {
-    const char* v = std::getenv("TANDEM_FP8_FUSED_CTAS");
-    if (v == nullptr || *v == '\0' || std::string_view(v) == "2") return 2;
-    if (std::string_view(v) == "3") return 3;
-    return absl::InvalidArgumentError(std::string("TANDEM_FP8_FUSED_CTAS must be 2 or 3, not \"") +
-                                      v + "\"");
+// How the fused FP8 kernel runs plans without merges (large batches): kStream, the stream kernel
+// (fp8_stream_decode.cu: one pipeline per CTA across its items; WORKLOG.md step 16); kRing, this
+// file's DecodeKernel (six stages restarted at every item); kRing3, its four-stage variant with
+// three CTAs per SM (step 15). TANDEM_FP8_FUSED_UNSPLIT = "stream" | "ring" | "ring3" (read once
+// per process; unset or empty: kStream; another value fails every such launch). Plans with
+// merges take the split variant whatever the choice.
+enum class FusedUnsplit { kStream, kRing, kRing3 };
+
+absl::StatusOr<FusedUnsplit> FusedUnsplitVariant() {
+  static const absl::StatusOr<FusedUnsplit> variant = []() -> absl::StatusOr<FusedUnsplit> {
+    const char* v = std::getenv("TANDEM_FP8_FUSED_UNSPLIT");
+    if (v == nullptr || *v == '\0' || std::string_view(v) == "stream") return FusedUnsplit::kStream;
+    if (std::string_view(v) == "ring") return FusedUnsplit::kRing;
+    if (std::string_view(v) == "ring3") return FusedUnsplit::kRing3;
+    return absl::InvalidArgumentError(
+        std::string("TANDEM_FP8_FUSED_UNSPLIT must be stream, ring or ring3, not \"") + v + "\"");
   }();
-  return ctas;
+  return variant;
 }
 
 template <int D, KvMode kMode>
@@ -415,8 +384,10 @@ absl::Status LaunchDecodeMode(const PagedAttentionArgs& a, const AttentionPlan& 
                               cudaStream_t stream) {
   if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true, kMode>(a, plan, stream);
   if constexpr (kMode == KvMode::kFp8Fused) {
-    ASSIGN_OR_RETURN(const int ctas, FusedCtasPerSm());
-    if (ctas == 3) return LaunchDecodeKernel<D, false, kMode, 3>(a, plan, stream);
+    ASSIGN_OR_RETURN(const FusedUnsplit variant, FusedUnsplitVariant());
+    if (variant == FusedUnsplit::kStream) return LaunchFp8StreamDecode(a, plan, stream);
+    if (variant == FusedUnsplit::kRing3)
+      return LaunchDecodeKernel<D, false, kMode, 3>(a, plan, stream);
   }
   return LaunchDecodeKernel<D, false, kMode>(a, plan, stream);
 }

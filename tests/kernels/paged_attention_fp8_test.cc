@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/common/kv_layout.h"
+#include "kernels/paged_attention/fp8_stream_decode.h"
 #include "kernels/quant_gemm/fp8_e4m3.h"
 #include "kernels/rope_kv_store/rope_kv_store.h"
 #include "tests/kernels/attention_gpu_util.h"
@@ -108,9 +109,16 @@ std::vector<float> Fp8Reference(const AttentionBatch& b, const std::vector<uint8
   return want;
 }
 
+// How RunFp8 launches a decode: through PagedAttentionDecode, or the stream kernel directly
+// (whatever the plan), and whether the plan must have split merges.
+struct DirectStream {
+  bool on = false;
+  bool want_merges = false;
+};
+
 // One GPU run of `path` (decode: with fp8 decode kernel `kernel`) on the fp8 pages; bf16 output.
 std::vector<uint16_t> RunFp8(const AttentionBatch& b, const std::vector<uint8_t>& kv8, Path path,
-                             Fp8DecodeKernel kernel) {
+                             Fp8DecodeKernel kernel, DirectStream direct = {}) {
   testing::DeviceAttentionBatch dev(b);
   DeviceVector<uint8_t> d_kv(kv8);
   dev.args.kv_layer = d_kv.get();
@@ -122,7 +130,12 @@ std::vector<uint16_t> RunFp8(const AttentionBatch& b, const std::vector<uint8_t>
   absl::Status st;
   if (path == Path::kDecode) {
     EXPECT_TRUE((*plan)->BuildDecode(dev.shape, nullptr).ok());
-    st = PagedAttentionDecode(dev.args, **plan, nullptr);
+    if (direct.on) {
+      EXPECT_EQ((*plan)->num_merges() > 0, direct.want_merges) << (*plan)->num_merges();
+      st = attention::LaunchFp8StreamDecode(dev.args, **plan, nullptr);
+    } else {
+      st = PagedAttentionDecode(dev.args, **plan, nullptr);
+    }
   } else {
     EXPECT_TRUE((*plan)->BuildPrefill(dev.shape, nullptr).ok());
     st = PagedAttentionPrefill(dev.args, **plan, nullptr);
@@ -174,14 +187,35 @@ TEST(PagedAttentionFp8GpuTest, DecodeAwkwardShapes) {
   Check(std::vector<int>(64, 4100), std::vector<int>(64, 1), 32, 8, 128, 16, 4, Path::kDecode);
 }
 
+// The fused kernel's stream variant (fp8_stream_decode.h: one pipeline across a CTA's items)
+// launched directly. PagedAttentionDecode gives it only plans without merges, but a CUDA graph
+// captured with such a plan replays with whatever plan the next build makes, so it must be
+// right on split plans too (partials, the combine in its smaller merge buffer: 8 splits a
+// round). Unsplit: many items per CTA of mixed lengths (1-key items, items shorter than the
+// five-tile lead, so the producer runs several items ahead), more than 8 packed rows, the
+// generic copies (pages 1, 7).
+void CheckStream(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv,
+                 int d, int page_size, uint32_t seed, bool want_merges) {
+  SCOPED_TRACE(::testing::Message() << "stream kernel, nq " << nq << " nkv " << nkv << " d " << d
+                                    << " page " << page_size << " seed " << seed);
+  std::mt19937 rng(seed);
+  const AttentionBatch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
+  KvLayout layout;
+  const std::vector<uint8_t> kv8 = ToFp8(b, &layout);
+  ExpectClose(RunFp8(b, kv8, Path::kDecode, Fp8DecodeKernel::kFused, {true, want_merges}),
+              Fp8Reference(b, kv8));
+}
+
 // Small shapes for compute-sanitizer (memcheck, racecheck): both fp8 decode kernels, split plans
-// (one sequence, nkv 1) and unsplit ones (33 x 8 items fill the GPU), the per-lane copies (page
-// 16) and the generic ones (page 1), head dims 128 and 64.
+// (one sequence, nkv 1) and unsplit ones (33 x 8 items fill the GPU: the stream kernel), the
+// per-lane copies (page 16) and the generic ones (page 1), head dims 128 and 64; and the stream
+// kernel on a split plan.
 TEST(PagedAttentionFp8GpuTest, SmallForSanitizer) {
   TANDEM_SKIP_WITHOUT_GPU();
   Check({700}, {1}, 8, 1, 128, 16, 100, Path::kDecode);
   Check({333}, {2}, 8, 1, 64, 1, 101, Path::kDecode);
   Check(std::vector<int>(33, 300), std::vector<int>(33, 1), 32, 8, 128, 16, 102, Path::kDecode);
+  CheckStream({700}, {1}, 8, 1, 128, 16, 103, true);  // the stream kernel on a split plan
 }
 
 TEST(PagedAttentionFp8GpuTest, DecodeSeveralQueriesPerSequence) {
@@ -206,6 +240,21 @@ TEST(PagedAttentionFp8GpuTest, DecodeMagnitudesFarFromOne) {
           Path::kDecode, small_q);  // no splits
     Check({1777, 9}, {1, 1}, 8, 1, 64, page, 92 + page, Path::kDecode, large_q);
   }
+}
+
+TEST(PagedAttentionFp8GpuTest, StreamKernelOnSplitAndUnsplitPlans) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  for (int page : {1, 7, 16, 64}) {
+    CheckStream({32768}, {1}, 32, 8, 128, page, 110 + page, true);  // many splits a merge
+    CheckStream({1, 77, 1000, 4097}, {1, 1, 1, 1}, 32, 8, 128, page, 120 + page, true);
+    CheckStream({2500, 63}, {2, 3}, 16, 2, 64, page, 130 + page, true);  // 16, 24 rows
+    CheckStream(RandomLens(300, 900, rng), std::vector<int>(300, 1), 32, 8, 128, page, 140 + page,
+                false);
+    CheckStream(RandomLens(700, 400, rng), std::vector<int>(700, 1), 16, 2, 64, page, 150 + page,
+                false);
+  }
+  CheckStream(std::vector<int>(160, 2000), std::vector<int>(160, 3), 32, 8, 128, 16, 160, false);
 }
 
 TEST(PagedAttentionFp8GpuTest, DecodeDefaultKernel) {

@@ -10,7 +10,7 @@
 #      fresh`), mixed vs 1P1D over IPC, Qwen3-8B shapes (engine/bench/gpu_run_engine.sh sweep);
 #   4. the engine's and the 1P1D layout's FP8 KV tests with the fused kernel selected.
 # Staged here (reduced engine pack; carry: [".gpu-pack23"]):
-#   EXTRA_TESTS="kv_page_copy_gpu_test cuda_kv_ipc_test" engine/bench/runs/stage_s23.sh
+#   EXTRA_TESTS="kv_page_copy_gpu_test cuda_kv_ipc_test" PACK=.gpu-pack23 engine/bench/runs/stage_pack.sh
 # Usage there: engine/bench/runs/gpu_run_s22.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../.."

@@ -14,7 +14,7 @@
 #   final  the merged tree: engine GPU tests, TP = 2 on one GPU, TP = 1 bench, short-context
 #          decode attention.
 #   tests  named test binaries of the pack: TESTS="bin[:gtest filter] ..." (e.g. a helper's).
-# Staged here (carry: [".gpu-pack23"]): engine/bench/runs/stage_s23.sh
+# Staged here (carry: [".gpu-pack23"]): PACK=.gpu-pack23 engine/bench/runs/stage_pack.sh
 # Usage there: engine/bench/runs/gpu_run_s23.sh fp8|sweep|profile|final|tests
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -26,39 +26,8 @@ OUT=${OUT:-/tmp/s23-out}
 LOGS=$OUT/logs
 MODELS=${MODELS:-/tmp/tandem-models}
 mkdir -p "$LOGS" "$MODELS"
-source engine/bench/runs/run_lib.sh  # note, run_test
+source engine/bench/runs/run_lib.sh  # note, run_test, bench_tp, ncu_decode, run_named_tests
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv >"$LOGS/smi.txt"
-
-bench_tp() {  # tag [env...]: tandem bench throughput on $m with FP8 weights
-  local tag=$1
-  shift
-  env "$@" timeout 150 $S/bin/tandem bench --model "$m" --quantization fp8 \
-    --scenarios throughput --json "$LOGS/bench_$tag.json" ${BENCH_KV_ARGS:-} \
-    >"$LOGS/bench_$tag.log" 2>&1
-  note "bench $tag exit=$?: $(grep -E '^throughput' "$LOGS/bench_$tag.log" | head -2 | tr '\n' ' ')"
-  grep -E "KV cache|captured" "$LOGS/bench_$tag.log" | head -2 >>"$OUT/summary.txt"
-}
-
-ncu_decode() {  # tag B L page kernel ctas "grep pattern" [sections...]: ncu of one decode launch
-  local tag=$1 b=$2 l=$3 page=$4 kv=$5 ctas=$6 pattern=$7
-  shift 7
-  local sections=()
-  for s in "$@"; do sections+=(--section "$s"); done
-  TANDEM_FP8_FUSED_CTAS=$ctas timeout 120 ncu --clock-control none -k regex:DecodeKernel \
-    --launch-skip 20 --launch-count 1 "${sections[@]}" \
-    $S/bin/attention_bench one "$b" "$l" "$page" "$kv" >"$LOGS/ncu_$tag.txt" 2>&1
-  note "ncu $b x $l $tag exit=$?"
-  grep -E "$pattern" "$LOGS/ncu_$tag.txt" | head -16 >>"$OUT/summary.txt"
-}
-run_named_tests() {  # limit: each of TESTS ("bin" or "bin:gtest filter")
-  for spec in ${TESTS:-}; do
-    if [[ $spec == *:* ]]; then
-      run_test "${spec%%:*}" "$1" --gtest_filter="${spec#*:}"
-    else
-      run_test "$spec" "$1"
-    fi
-  done
-}
 
 case "${1:-}" in
   fp8)
@@ -114,7 +83,7 @@ case "${1:-}" in
       grep -E "op profile" -A40 "$LOGS/profile_${cfg%%:*}.log" | head -45 >>"$OUT/summary.txt"
     done
     for kv in bf16 fused; do
-      ncu_decode $kv 128 4096 16 $kv 2 \
+      ncu_decode $kv 128 4096 16 $kv \
         "DRAM Throughput|Memory Throughput|Duration|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Achieved Occupancy|Stall" \
         SpeedOfLight MemoryWorkloadAnalysis WarpStateStats SchedulerStats Occupancy LaunchStats
     done
@@ -153,7 +122,7 @@ case "${1:-}" in
     for kv in bf16 fused fused3; do
       ctas=2
       [ $kv = fused3 ] && ctas=3
-      ncu_decode short_$kv 256 640 16 ${kv%3} $ctas \
+      NCU_ENV="TANDEM_FP8_FUSED_CTAS=$ctas" ncu_decode short_$kv 256 640 16 ${kv%3} \
         "DRAM Throughput|Duration|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Achieved Occupancy" \
         SpeedOfLight WarpStateStats SchedulerStats Occupancy LaunchStats
     done

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Stages the binaries of engine/bench/runs/gpu_run_s23.sh and of the sweep
-# (engine/bench/gpu_run_engine.sh sweep): engine/bench/stage_engine.sh's layout
-# (.gpu-eng/{bin,tests,_libs}) with only what those calls run, packed as .gpu-pack23/eng.tar.xz
-# so that it fits the 64 MiB a call carries beside the working tree.
-# Usage: engine/bench/runs/stage_s23.sh [build dir, default build]
+# Stages the binaries of the session run scripts (engine/bench/runs/gpu_run_s2*.sh) and of the
+# sweep (engine/bench/gpu_run_engine.sh sweep): engine/bench/stage_engine.sh's layout
+# (.gpu-eng/{bin,tests,_libs}) with only what those calls run, packed as $PACK/eng.tar.xz
+# (default .gpu-pack) so that it fits the 64 MiB a call carries beside the working tree.
+# Usage: [PACK=.gpu-pack24] [EXTRA_TESTS="a_test b_test"] engine/bench/runs/stage_pack.sh [build dir]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 dir=${1:-build}
@@ -16,6 +16,7 @@ for b in "${bins[@]}"; do cp "$dir/bin/$b" "$stage/bin/"; done
 for t in "${tests[@]}"; do cp "$dir/tests/$t" "$stage/tests/"; done
 strip "$stage"/bin/* "$stage"/tests/*
 tools/gpu/bundle-libs.sh "$stage/_libs" "$stage"/bin/* "$stage"/tests/* >/dev/null
-mkdir -p .gpu-pack23
-tar -cf - "$stage" | xz -T2 -6 >.gpu-pack23/eng.tar.xz
-du -sh "$stage" .gpu-pack23/eng.tar.xz
+pack=${PACK:-.gpu-pack}
+mkdir -p "$pack"
+tar -cf - "$stage" | xz -T2 -6 >"$pack/eng.tar.xz"
+du -sh "$stage" "$pack/eng.tar.xz"

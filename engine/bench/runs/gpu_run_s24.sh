@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Session 24's GPU-machine calls, most important first in each, so that a call cut short still
+# brings back what it finished:
+#   stream  the fused FP8 decode kernel's stream variant (kernels/paged_attention/WORKLOG.md step
+#           16): the SASS check, the attention GPU tests (the stream kernel is the default for
+#           plans without merges), compute-sanitizer memcheck + racecheck on the small fp8 case
+#           and on the stream kernel's own test, decode attention at short and long contexts for
+#           bf16 / stream / ring / ring3 in the same process set, ncu at 256 x 640, then
+#           `tandem bench` throughput (256 x 128 in / 1024 out, Llama-3-8B shapes, FP8 weights
+#           quantized at load, FP8 KV) on the stream and the ring variant ([quant]'s 25,000).
+#   tests   named test binaries of the pack: TESTS="bin[:gtest filter] ..." (e.g. a helper's).
+# Staged here (carry: [".gpu-pack24"]):
+#   PACK=.gpu-pack24 EXTRA_TESTS="engine_cuda_tp_test" engine/bench/runs/stage_pack.sh
+# Usage there: engine/bench/runs/gpu_run_s24.sh stream|tests
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+[ -d .gpu-eng ] || tar -xJf .gpu-pack24/eng.tar.xz
+S=.gpu-eng
+source tools/gpu/gpu-env.sh --libs $S/_libs  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1 TANDEM_SOURCE_DIR=$PWD TANDEM_BINARY_DIR=$PWD/$S
+OUT=${OUT:-/tmp/s24-out}
+LOGS=$OUT/logs
+MODELS=${MODELS:-/tmp/tandem-models}
+mkdir -p "$LOGS" "$MODELS"
+source engine/bench/runs/run_lib.sh  # note, run_test, bench_tp, ncu_decode, run_named_tests
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv >"$LOGS/smi.txt"
+
+attention_one() {  # B L page kv variant: one `attention_bench one` shape, its graph time noted
+  local f=$LOGS/one_${1}_${2}_${3}_${4}_$5.log
+  TANDEM_FP8_FUSED_UNSPLIT=$5 timeout 60 $S/bin/attention_bench one "$1" "$2" "$3" "$4" >"$f" 2>&1
+  note "attention one $1 $2 $3 $4 $5: $(grep -m1 -oE ' us=[0-9.]+ TBps=[0-9.]+.*graph_us=[0-9.]+ graph_TBps=[0-9.]+' \
+    "$f" | cut -d' ' -f2-3,5-7)"
+}
+
+make_llama() {
+  m=$MODELS/llama3-8b
+  /usr/bin/time -f "make-model llama3-8b: %e s" $S/bin/tandem make-model --preset llama3-8b \
+    --out "$m" >"$LOGS/make_model.log" 2>&1
+  note "$(tail -1 "$LOGS/make_model.log")"
+}
+
+case "${1:-}" in
+  stream)
+    tools/gpu/check-sass.sh $S/bin/tandem $S/tests/attention_gpu_test >"$LOGS/check_sass.txt" 2>&1
+    note "check-sass exit=$?: $(grep -c clean "$LOGS/check_sass.txt") clean"
+    run_test attention_gpu_test 240
+    for tool in memcheck racecheck; do
+      timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $S/tests/attention_gpu_test \
+        --gtest_filter='PagedAttentionFp8GpuTest.SmallForSanitizer' >"$LOGS/san_$tool.log" 2>&1
+      note "compute-sanitizer $tool exit=$?: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' \
+        "$LOGS/san_$tool.log" | tr '\n' ' ')"
+    done
+    for shape in "256 640 16" "256 1024 16" "256 2048 16" "64 640 16" "128 4096 16" \
+      "32 4096 16" "256 4096 16" "32 8192 16" "32 4096 64"; do
+      attention_one $shape bf16 stream
+      for variant in stream ring ring3; do attention_one $shape fused $variant; done
+    done
+    for variant in stream ring; do
+      NCU_ENV="TANDEM_FP8_FUSED_UNSPLIT=$variant" ncu_decode short_$variant 256 640 16 fused \
+        "DRAM Throughput|Duration|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Achieved Occupancy|Registers" \
+        SpeedOfLight WarpStateStats SchedulerStats Occupancy LaunchStats
+    done
+    tar -C "$OUT" -czf "$OUT/logs_kernel.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
+    make_llama
+    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_stream
+    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_ring TANDEM_FP8_FUSED_UNSPLIT=ring
+    run_named_tests 200
+    tar -C "$OUT" -czf "$OUT/logs_bench.tgz" logs && rm -rf "$LOGS"
+    ;;
+  tests)
+    run_named_tests 240
+    tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS"
+    ;;
+  *)
+    echo "usage: $0 stream|tests" >&2
+    exit 2
+    ;;
+esac
+cat "$OUT/summary.txt"

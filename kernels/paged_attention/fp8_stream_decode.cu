@@ -1,0 +1,277 @@
+// The fused FP8 decode kernel, stream variant (WORKLOG.md step 16). The tile math is the fused
+// kernel's (fp8_fused_tile.cuh) and the work items are the plan's (attention_plan.h); what
+// differs from paged_attention.cu's DecodeKernel is the pipeline. There, a CTA restarts its
+// six-stage ring at every item: block-table entries, five prologue tiles, then the first compute,
+// and at the end a warp merge through the ring's shared memory, during which nothing is read. At
+// short contexts (10 tiles an item at 640 keys) that fixed cost took the kernel to 2.7 TB/s
+// against 3.5 at 4k (step 15). Here the ring runs across items: a producer cursor walks the CTA's
+// items (blockIdx.x, + gridDim.x, ...) tile by tile, five tiles ahead of the consumer, reading
+// each next item one item ahead and each tile's block-table entries one tile ahead; so the next
+// item's first tiles are in flight while the current item's last tiles compute and its warps
+// merge. The merge has shared memory of its own (one [16][D] fp32 buffer that the four warps
+// add into in turn, 9 KB, instead of four buffers, 35 KB, so that six stages and the merge fit
+// two CTAs per SM: 2 x 108 KB).
+//
+// Split items (a graph captured with a plan without merges may replay with a plan that has
+// them) are handled as in DecodeKernel: partial rows, the arrival counter, and the last CTA
+// combines, staging 8 splits at a time in the merge buffer (the stages hold the next tiles).
+// No PDL: the launch is plain, as DecodeKernel's unsplit variant.
+#include <cuda_bf16.h>
+
+#include <atomic>
+
+#include "base/cuda_check.h"
+#include "base/status_macros.h"
+#include "kernels/paged_attention/attention_combine.cuh"
+#include "kernels/paged_attention/attention_common.cuh"
+#include "kernels/paged_attention/decode_stage_load.cuh"
+#include "kernels/paged_attention/fp8_fused_tile.cuh"
+#include "kernels/paged_attention/fp8_stream_decode.h"
+
+namespace tandem::attention {
+namespace {
+
+constexpr int kStreamStages = 2 * kDecodeStages;  // as DecodeKernel's fused ring
+constexpr int kStreamCombineBatch = 8;            // splits staged per combine round
+
+// Row stride (floats) of the merge buffer: D + 8, as DecodeKernel's merge rows.
+template <int D>
+constexpr int StreamMergeStride() {
+  return D + 8;
+}
+
+// The merge buffer: [16][StreamMergeStride] fp32 rows, then [4][16] maxima and [4][16] sums.
+template <int D>
+constexpr int StreamMergeBytes() {
+  constexpr int kRows = kDecodeRows * StreamMergeStride<D>() * static_cast<int>(sizeof(float));
+  static_assert(CombineStageBytes<D, kDecodeWarps * 32, kStreamCombineBatch>() <= kRows,
+                "the split combine stages its rows in the merge buffer's rows");
+  return kRows + 2 * kDecodeWarps * kDecodeRows * static_cast<int>(sizeof(float));
+}
+
+template <int D>
+constexpr int StreamSmemBytes() {
+  return kStreamStages * Fp8StageBytes<D, kDecodeKeys>() + StreamMergeBytes<D>();
+}
+
+// Merges the four warps' softmax states of one item into `merge` (StreamMergeBytes) and writes
+// the output rows, or the bf16 partial rows and their log2-sum-exp (MergeWarpsAndStore's
+// contract, paged_attention.cu). The warps add their rows, scaled to the rows' common maximum,
+// into the one buffer in turn (warp 0 stores); only rows below it.num_rows are merged.
+template <int D>
+__device__ void MergeChainAndStore(const PagedAttentionArgs& a, const AttentionWorkItem& it,
+                                   WarpAccum<D>& acc, float* merge, uint16_t* partial_out,
+                                   float* partial_lse) {
+  constexpr int kStride = StreamMergeStride<D>();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float* o_s = merge;
+  float* m_s = o_s + kDecodeRows * kStride;
+  float* l_s = m_s + kDecodeWarps * kDecodeRows;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    acc.l[i] += __shfl_xor_sync(0xffffffffu, acc.l[i], 1);
+    acc.l[i] += __shfl_xor_sync(0xffffffffu, acc.l[i], 2);
+    if (t == 0) {
+      m_s[warp * kDecodeRows + g + 8 * i] = acc.m[i];
+      l_s[warp * kDecodeRows + g + 8 * i] = acc.l[i];
+    }
+  }
+  __syncthreads();
+  float e[2];  // this warp's weight in the merged rows g, g + 8
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float mx = -INFINITY;
+    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, m_s[w * kDecodeRows + g + 8 * i]);
+    e[i] = acc.m[i] == -INFINITY ? 0.0f : exp2f(acc.m[i] - mx);
+  }
+  const int halves = it.num_rows > 8 ? 2 : 1;  // rows g + 8 hold packed rows only past 8
+  for (int w = 0; w < kDecodeWarps; ++w) {
+    if (warp == w) {
+      for (int i = 0; i < halves; ++i) {
+        float* row = o_s + (g + 8 * i) * kStride;
+        if (w == 0) {
+          StoreFusedRow<D, false>(acc, i, t, row, e[i]);
+        } else {
+          StoreFusedRow<D, true>(acc, i, t, row, e[i]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  static_assert(kDecodeRows * 8 == kDecodeWarps * 32, "8 threads per row");
+  constexpr int kVecs = D / 32;  // float4 columns per thread
+  const int r = threadIdx.x >> 3;
+  const int c = (threadIdx.x & 7) * 4;
+  if (r >= it.num_rows) return;
+  float mx = -INFINITY;
+  for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, m_s[w * kDecodeRows + r]);
+  float sum = 0.0f;
+  for (int w = 0; w < kDecodeWarps; ++w) {
+    const float m = m_s[w * kDecodeRows + r];
+    sum += (m == -INFINITY ? 0.0f : exp2f(m - mx)) * l_s[w * kDecodeRows + r];
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  uint16_t* dst;
+  if (it.partial < 0) {
+    const int group = a.num_q_heads / a.num_kv_heads;
+    const int row = it.row_begin + r;
+    const int64_t token = it.token_begin + row / group;
+    const int head = it.kv_head * group + row % group;
+    dst = static_cast<uint16_t*>(a.out) + (token * a.num_q_heads + head) * D;
+  } else {
+    const int64_t slot = int64_t{it.partial} * kDecodeRows + r;
+    dst = partial_out + slot * D;
+    if (c == 0) partial_lse[slot] = sum > 0.0f ? mx + log2f(sum) : -INFINITY;
+  }
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    const float4 x = *reinterpret_cast<const float4*>(o_s + r * kStride + c + 32 * j);
+    *reinterpret_cast<uint2*>(dst + c + 32 * j) =
+        make_uint2(PackBf16(x.x * inv, x.y * inv), PackBf16(x.z * inv, x.w * inv));
+  }
+}
+
+// The producer's place in the CTA's tile stream: the next tile to issue (item idx, keys
+// [key0, key_end) of its sequence and KV head, the tile's block-table entries) and the item after
+// it (read one item ahead). idx >= the item count: the stream has ended. CTA-uniform.
+struct TileCursor {
+  int idx;
+  int seq, kv_head, key0, key_end;
+  int32_t entries;
+  int next_seq, next_kv_head, next_key_begin, next_key_end;
+};
+
+template <int D>
+__global__ void __launch_bounds__(kDecodeWarps * 32, 2)
+    Fp8StreamDecodeKernel(const __grid_constant__ PagedAttentionArgs a,
+                          const AttentionWorkItem* items, const AttentionMergeItem* merges,
+                          const int32_t* counts, int32_t* counters, uint16_t* partial_out,
+                          float* partial_lse, const Fp8Pages geo) {
+  extern __shared__ uint4 smem_raw[];
+  constexpr int kStage8 = Fp8StageBytes<D, kDecodeKeys>();
+  uint8_t* stages = reinterpret_cast<uint8_t*>(smem_raw);
+  float* merge = reinterpret_cast<float*>(stages + kStreamStages * kStage8);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float scale_log2 = a.scale * kLog2e;
+  const int stride = gridDim.x;
+  const int page_shift = PageShift(a.page_size);
+  const int num_items = counts[0];
+  auto view_of = [&](int seq, int kv_head) {
+    return KvView{static_cast<const __nv_bfloat16*>(a.kv_layer),
+                  a.block_tables + int64_t{seq} * a.max_pages_per_seq,
+                  a.num_kv_heads,
+                  a.page_size,
+                  page_shift,
+                  kv_head};
+  };
+  // Moves the cursor to the next item with keys (taking the one read ahead, reading the next).
+  auto next_item = [&](TileCursor& p) {
+    do {
+      p.idx += stride;
+      p.seq = p.next_seq, p.kv_head = p.next_kv_head;
+      p.key0 = p.next_key_begin, p.key_end = p.next_key_end;
+      p.next_key_begin = p.next_key_end = 0;
+      if (p.idx + stride < num_items) {
+        const AttentionWorkItem& n = items[p.idx + stride];
+        p.next_seq = n.seq, p.next_kv_head = n.kv_head;
+        p.next_key_begin = n.key_begin, p.next_key_end = n.key_end;
+      }
+    } while (p.idx < num_items && p.key0 >= p.key_end);
+    if (p.idx < num_items)
+      p.entries = DecodeTileEntries(view_of(p.seq, p.kv_head), p.key0, p.key_end);
+  };
+  // Issues the cursor's tile into `stage` (nothing once the stream has ended) and commits a copy
+  // group either way, so that the consumer's wait counts one group per tile.
+  auto produce = [&](TileCursor& p, int stage) {
+    if (p.idx < num_items) {
+      const KvView view = view_of(p.seq, p.kv_head);
+      LoadDecodeTileFp8<D, true, false>(view, geo, p.entries, p.key0, p.key_end,
+                                        stages + stage * kStage8, 0);
+      p.key0 += kDecodeKeys;
+      if (p.key0 < p.key_end) {
+        p.entries = DecodeTileEntries(view, p.key0, p.key_end);
+      } else {
+        next_item(p);
+      }
+    }
+    CpAsyncCommit();
+  };
+
+  // This launch's inputs (q, the cache) are complete: the kernel launches without PDL, so this
+  // returns at once; it keeps the kernel correct if it ever is launched with it.
+  cudaGridDependencySynchronize();
+  TileCursor p{};
+  p.idx = static_cast<int>(blockIdx.x) - stride;
+  if (static_cast<int>(blockIdx.x) < num_items) {
+    const AttentionWorkItem& n = items[blockIdx.x];
+    p.next_seq = n.seq, p.next_kv_head = n.kv_head;
+    p.next_key_begin = n.key_begin, p.next_key_end = n.key_end;
+  }
+  next_item(p);
+  for (int s = 0; s < kStreamStages - 1; ++s) produce(p, s);
+
+  int stage = 0;  // the consumer's: the stage of the next tile to compute
+  AttentionWorkItem next_it{};
+  if (static_cast<int>(blockIdx.x) < num_items) next_it = items[blockIdx.x];
+  for (int idx = blockIdx.x; idx < num_items; idx += stride) {
+    const AttentionWorkItem it = next_it;
+    if (idx + stride < num_items) next_it = items[idx + stride];
+    const int tiles = (it.key_end - it.key_begin + kDecodeKeys - 1) / kDecodeKeys;
+    const WarpRows<D> w = SliceRows<D>(a, it, it.row_begin, lane);
+    WarpAccum<D> acc;
+    InitAccum(acc);
+    FusedState fused;
+    fused.k_factor = LoadQueryFused(acc, w.q[0], w.q[1], lane, scale_log2);
+    for (int i = 0; i < tiles; ++i) {
+      produce(p, stage == 0 ? kStreamStages - 1 : stage - 1);  // the stage computed last
+      CpAsyncWait<kStreamStages - 1>();
+      __syncthreads();
+      const int key0 = it.key_begin + i * kDecodeKeys + warp * kDecodeWarpKeys;
+      const bool masked = key0 + kDecodeWarpKeys > w.min_limit;
+      if (key0 < w.max_limit) {
+        ProcessTileFused<D, kDecodeKeys>(acc, fused, stages + stage * kStage8,
+                                         warp * kDecodeWarpKeys, key0, w.limit, masked, lane);
+      }
+      __syncthreads();  // the stage is free for the producer
+      stage = stage + 1 == kStreamStages ? 0 : stage + 1;
+    }
+    if (tiles == 0) __syncthreads();  // the previous item's merge no longer reads `merge`
+    FinishFused(acc, fused);
+    MergeChainAndStore<D>(a, it, acc, merge, partial_out, partial_lse);
+    if (it.merge >= 0) {
+      const AttentionMergeItem mi = merges[it.merge];
+      if (ArriveLast(counters + it.merge, mi.num_splits)) {
+        CombineSplits<D, kDecodeWarps * 32, kStreamCombineBatch>(
+            a, mi, partial_out, partial_lse, reinterpret_cast<uint16_t*>(merge));
+      }
+    }
+  }
+}
+
+template <int D>
+absl::Status Launch(const PagedAttentionArgs& a, const AttentionPlan& plan, cudaStream_t stream) {
+  constexpr int kSmem = StreamSmemBytes<D>();
+  static std::atomic<int> cache[kMaxDevices];
+  ASSIGN_OR_RETURN(const int per_sm,
+                   BlocksPerSm(Fp8StreamDecodeKernel<D>, kDecodeWarps * 32, kSmem, cache));
+  Fp8StreamDecodeKernel<D><<<NumSms() * per_sm, kDecodeWarps * 32, kSmem, stream>>>(
+      a, plan.items(), plan.merges(), plan.counts(), plan.merge_counters(), plan.partial_out(),
+      plan.partial_lse(), Fp8Geometry(a));
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchFp8StreamDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
+                                   cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 64:
+      return Launch<64>(a, plan, stream);
+    case 128:
+      return Launch<128>(a, plan, stream);
+  }
+  return absl::InvalidArgumentError("unsupported head_dim");
+}
+
+}  // namespace tandem::attention
