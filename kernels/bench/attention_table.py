@@ -3,8 +3,9 @@
 Usage: attention_table.py LOG [LOG...] (lines from all logs are read together). Peers: the PyTorch
 SDPA lines of attention_peer.py, and FlashInfer's two decode paths from
 kernels/bench/peers/flashinfer_peer (impl=flashinfer_tc|flashinfer_cc, keyed by B, L, page and
-GQA group like tandem's decode rows). With FlashInfer lines present, a last table compares each
-decode shape at its best page size per implementation ([decode-tc]).
+GQA group like tandem's decode rows; SDPA's by B, L and group, 4 when not given). With FlashInfer
+lines present, a last table compares each decode shape at each implementation's best page size
+([decode-tc]).
 """
 import sys
 
@@ -25,6 +26,8 @@ def read(paths):
                 p = parse(line)
                 if p.get("impl") in FLASHINFER:
                     fi[(p["impl"], p["B"], p["L"], p["page"], p["group"])] = p
+                elif p["kernel"] == "decode":  # SDPA; lines without group= are group 4
+                    peers[("decode", p.get("B"), p.get("L"), p.get("group", "4"))] = p
                 else:
                     peers[(p["kernel"], p.get("B"), p.get("L"), p.get("backend", ""))] = p
     return ours, peers, fi
@@ -41,8 +44,8 @@ def fi_cell(p):
 
 
 def decode_row(r, peers, fi):
-    p = peers.get(("decode", r["B"], r["L"], ""), {})
     group = r.get("group", "4")
+    p = peers.get(("decode", r["B"], r["L"], group), {})
     key = (r["B"], r["L"], r["page"], group)
     line = (f"decode  B={r['B']:>3} L={r['L']:>5} page={r['page']:>3} group={group} "
             f"ips={r.get('ips')}: {r['us']:>8} us "
@@ -62,7 +65,7 @@ def best(rows, field):
     return min(vals) if vals else None
 
 
-def comparison(ours, fi):
+def comparison(ours, peers, fi):
     """Markdown table: per (B, L, group), each implementation at its best page size (back-to-back
     launches / graph replay; the ratio compares back-to-back launches)."""
     tandem = {}
@@ -71,8 +74,8 @@ def comparison(ours, fi):
             tandem.setdefault((r["B"], r["L"], r.get("group", "4")), []).append(r)
     shapes = sorted({k[1:3] + (k[4],) for k in fi}, key=lambda s: (int(s[2]), int(s[0]), int(s[1])))
     print("\n| B x L (group) | tandem us / graph us (page) | FlashInfer TC | FlashInfer CC | "
-          "tandem / best peer |")
-    print("| --- | --- | --- | --- | --- |")
+          "SDPA us | tandem / best peer |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for b, l, g in shapes:
         cells, peer_best = [], None
         t = tandem.get((b, l, g), [])
@@ -84,6 +87,10 @@ def comparison(ours, fi):
             cells.append(f"{u[0]:.1f} / {gr[0]:.1f} ({u[1]})" if u and gr else "-")
             if u:
                 peer_best = u[0] if peer_best is None else min(peer_best, u[0])
+        sdpa = peers.get(("decode", b, l, g), {}).get("us")
+        cells.append(sdpa or "-")
+        if sdpa:
+            peer_best = float(sdpa) if peer_best is None else min(peer_best, float(sdpa))
         ratio = f"{tu[0] / peer_best:.3f}" if tu and peer_best else "-"
         print(f"| {b} x {l} ({g}) | " + " | ".join(cells) + f" | {ratio} |")
 
@@ -106,7 +113,7 @@ def main(paths):
             print(f"rope_kv_store T={r['T']} qk_norm={r['qk_norm']}: {r['us']} us "
                   f"{r['TBps']} TB/s ({r['frac_copy']} of copy)")
     if fi:
-        comparison(ours, fi)
+        comparison(ours, peers, fi)
 
 
 if __name__ == "__main__":
