@@ -8,9 +8,9 @@
 # FlashInfer is never committed and tandem never depends on it: its headers, and the CCCL
 # release it vendors (a git submodule of it, newer than the toolkit's), are exported into .peer/
 # (git-ignored) from git: FLASHINFER_GIT and CCCL_GIT name local repositories (a clone or a bare
-# git dir) to export from; unset, they are cloned from GitHub into .peer/src/. FLASHINFER_REV
-# picks the FlashInfer commit (default: that repository's HEAD); CCCL's is the one that commit
-# pins. An existing export is reused (delete .peer/ to re-export). The stage holds
+# git dir) to export from; unset, the needed commits are fetched shallowly from GitHub into
+# .peer/src/. FLASHINFER_REV picks the FlashInfer commit (default: HEAD); CCCL's is the one that
+# commit pins. An existing export is reused (delete .peer/ to re-export). The stage holds
 # flashinfer_peer (CUDA runtime linked statically: nothing else to carry), attention_bench with
 # its bundled libraries, and FLASHINFER_COMMIT.
 set -euo pipefail
@@ -20,13 +20,17 @@ case "$stage" in .gpu-*) ;; *) echo "stage dir must be .gpu-* (git-ignored)" >&2
 peer=$PWD/.peer
 build=build-fipeer
 
-# The git dir of a clone or bare repository $1, else clones $2 (bare, blobs on demand) into $3.
-git_dir() {
-  if [ -n "$1" ]; then
-    if [ -d "$1/.git" ]; then echo "$1/.git"; else echo "$1"; fi
+# Prints the git dir and the commit to export: from the local repository $1 (a clone or a bare
+# git dir) at $3, or, with $1 empty, fetched shallowly from URL $2 at $3 into bare repository $4.
+source_rev() {
+  local git=$1 url=$2 rev=$3 dir=$4
+  if [ -n "$git" ]; then
+    [ -d "$git/.git" ] && git=$git/.git
+    echo "$git $(git --git-dir="$git" rev-parse "$rev^{commit}")"
   else
-    [ -d "$3" ] || git clone --quiet --bare --filter=blob:none "$2" "$3" >&2
-    echo "$3"
+    [ -d "$dir" ] || git init --quiet --bare "$dir"
+    git --git-dir="$dir" fetch --quiet --depth 1 "$url" "$rev" >&2
+    echo "$dir $(git --git-dir="$dir" rev-parse "FETCH_HEAD^{commit}")"
   fi
 }
 
@@ -40,9 +44,10 @@ export_tree() {
 }
 
 if [ ! -f "$peer/flashinfer/include/flashinfer/attention/decode.cuh" ]; then
-  fi_git=$(git_dir "${FLASHINFER_GIT:-}" https://github.com/flashinfer-ai/flashinfer.git \
+  read -r fi_git rev < <(source_rev "${FLASHINFER_GIT:-}" \
+    https://github.com/flashinfer-ai/flashinfer.git "${FLASHINFER_REV:-HEAD}" \
     "$peer/src/flashinfer.git")
-  rev=$(git --git-dir="$fi_git" rev-parse "${FLASHINFER_REV:-HEAD}^{commit}")
+  [ -n "${rev:-}" ] || { echo "no FlashInfer commit" >&2; exit 1; }
   export_tree "$fi_git" "$rev" "$peer/flashinfer" include LICENSE version.txt
   # The CCCL commit FlashInfer pins (its 3rdparty/cccl gitlink).
   git --git-dir="$fi_git" ls-tree "$rev" 3rdparty/cccl | awk '{print $3}' >"$peer/flashinfer/CCCL"
@@ -51,7 +56,9 @@ fi
 if [ ! -d "$peer/cccl/libcudacxx/include" ]; then
   cccl_rev=$(cat "$peer/flashinfer/CCCL")
   [ -n "$cccl_rev" ] || { echo "FlashInfer names no CCCL commit" >&2; exit 1; }
-  cccl_git=$(git_dir "${CCCL_GIT:-}" https://github.com/NVIDIA/cccl.git "$peer/src/cccl.git")
+  read -r cccl_git cccl_rev < <(source_rev "${CCCL_GIT:-}" https://github.com/NVIDIA/cccl.git \
+    "$cccl_rev" "$peer/src/cccl.git")
+  [ -n "${cccl_rev:-}" ] || { echo "no CCCL commit" >&2; exit 1; }
   export_tree "$cccl_git" "$cccl_rev" "$peer/cccl" libcudacxx/include cub/cub thrust/thrust LICENSE
 fi
 # FlashInfer's fp16.h includes one Boost header for a constexpr fabs; this stands in for it.
@@ -67,7 +74,8 @@ constexpr T fabs(T x) { return x < T(0) ? -x : x; }
 EOF
 
 # CCCL first: FlashInfer's newer CCCL must win over the toolkit's.
-inc="$peer/cccl/libcudacxx/include;$peer/cccl/cub;$peer/cccl/thrust;$peer/flashinfer/include;$peer/shim"
+inc="$peer/cccl/libcudacxx/include;$peer/cccl/cub;$peer/cccl/thrust"
+inc="$inc;$peer/flashinfer/include;$peer/shim"
 [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON
 cmake -B "$build" "-DTANDEM_FLASHINFER_INCLUDE=$inc" >/dev/null
 cmake --build "$build" --target flashinfer_peer attention_bench -j"${JOBS:-2}"
