@@ -45,6 +45,13 @@ constexpr int kDecodeShapes[][3] = {
     {32, 4096, 16},  {32, 4096, 64},  {32, 16384, 16}, {64, 4096, 16}, {64, 16384, 16},
     {128, 4096, 16}, {256, 2048, 16}, {256, 1024, 128}};
 
+// [decode-tc]'s shapes, {batch, keys per sequence, GQA group}, each at pages 16 and 64: the
+// shapes kernels/bench/peers/flashinfer_peer times FlashInfer's two decode paths at (group 4:
+// 32 query heads over 8 KV heads, Llama-3-8B; group 8: 64 query heads).
+constexpr int kDecodeTcShapes[][3] = {
+    {1, 8192, 4},   {8, 4096, 4},   {32, 4096, 4}, {64, 4096, 4}, {128, 4096, 4}, {64, 16384, 4},
+    {256, 2048, 4}, {256, 1024, 4}, {256, 640, 4}, {32, 4096, 8}, {128, 4096, 8}};
+
 // Median over `reps` of (time of `inner` calls of fn) / inner, in microseconds.
 double MedianUs(const std::function<void(int)>& fn, int inner, int reps,
                 cudaStream_t stream = nullptr) {
@@ -122,10 +129,11 @@ double GemmTflops() {
 
 // Decode: batch of `batch` sequences of `len` keys, one new token each. kv_dtype kF8E4M3: an fp8
 // cache (codes + per-token scales) read by the fp8 decode kernel `fp8_kernel`; TBps then counts
-// the fp8 page bytes read (codes + scales).
+// the fp8 page bytes read (codes + scales). num_q_heads: kNq (GQA group 4) or 64 (group 8), over
+// kNkv KV heads.
 void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPlan& plan,
                  DType kv_dtype = DType::kBF16,
-                 Fp8DecodeKernel fp8_kernel = Fp8DecodeKernel::kDefault) {
+                 Fp8DecodeKernel fp8_kernel = Fp8DecodeKernel::kDefault, int num_q_heads = kNq) {
   const int pages_per_seq = (len + page_size - 1) / page_size;
   const KvLayout page_layout{.num_layers = 1,
                              .num_pages = 1,
@@ -144,15 +152,15 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   const int64_t num_pages = int64_t{sets} * batch * pages_per_seq;
   void *kv, *q, *out;
   CK(cudaMalloc(&kv, num_pages * page_bytes));
-  CK(cudaMalloc(&q, int64_t{batch} * kNq * kD * 2));
-  CK(cudaMalloc(&out, int64_t{batch} * kNq * kD * 2));
+  CK(cudaMalloc(&q, int64_t{batch} * num_q_heads * kD * 2));
+  CK(cudaMalloc(&out, int64_t{batch} * num_q_heads * kD * 2));
   if (fp8) {
     // Codes 0x38 (1.0) and scales of bytes 0x38383838 (4.4e-5): finite values throughout.
     CK(cudaMemset(kv, 0x38, num_pages * page_bytes));
   } else {
     FillRandomBf16(kv, num_pages * page_bytes / 2, 4);
   }
-  FillRandomBf16(q, int64_t{batch} * kNq * kD, 5);
+  FillRandomBf16(q, int64_t{batch} * num_q_heads * kD, 5);
   // The block tables name a random permutation of the pool's pages (as an engine's allocator
   // after a while). TANDEM_BENCH_CONTIGUOUS_PAGES=1 (diagnostic): pages in pool order instead.
   std::vector<int32_t> ids(num_pages);
@@ -170,7 +178,7 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   CK(cudaMalloc(&d_starts, (batch + 1) * 4));
   CK(cudaMemcpy(d_lens, lens.data(), batch * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_starts, starts.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
-  CHECK_OK(plan.BuildDecode({lens.data(), starts.data(), batch, kNq, kNkv}, nullptr));
+  CHECK_OK(plan.BuildDecode({lens.data(), starts.data(), batch, num_q_heads, kNkv}, nullptr));
   PagedAttentionArgs a;
   a.q = q;
   a.out = out;
@@ -179,7 +187,7 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   a.query_start = d_starts;
   a.num_seqs = batch;
   a.num_tokens = batch;
-  a.num_q_heads = kNq;
+  a.num_q_heads = num_q_heads;
   a.num_kv_heads = kNkv;
   a.head_dim = kD;
   a.page_size = page_size;
@@ -226,7 +234,7 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   // A decode step's RopeKvStore -> attention pair (RopeKvStore rotates q in place in the fused
   // QKV buffer and stores each sequence's newest K/V row; it releases the attention at its
   // start): per pair, the attention with and without PDL.
-  const int heads = kNq + 2 * kNkv;
+  const int heads = num_q_heads + 2 * kNkv;
   void* qkv;
   CK(cudaMalloc(&qkv, int64_t{batch} * heads * kD * 2));
   FillRandomBf16(qkv, int64_t{batch} * heads * kD, 11);
@@ -249,7 +257,7 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
                        .kv_layer = kv,
                        .inv_freq = d_freq,
                        .num_tokens = batch,
-                       .num_q_heads = kNq,
+                       .num_q_heads = num_q_heads,
                        .num_kv_heads = kNkv,
                        .head_dim = kD,
                        .page_size = page_size,
@@ -293,13 +301,13 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   const double bytes = double(batch) * len * kNkv * 2 * (fp8 ? kD + 4 : kD * 2);
   const char* per_slot = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
   std::printf(
-      "RESULT kernel=decode kv=%s fp8_kernel=%s B=%d L=%d page=%d ips=%s us=%.2f TBps=%.3f "
-      "frac_copy=%.3f graph_us=%.2f graph_TBps=%.3f items=%d merges=%d graph_plain_us=%.2f "
-      "rope_pair_us=%.2f rope_pair_plain_us=%.2f\n",
+      "RESULT kernel=decode kv=%s fp8_kernel=%s B=%d L=%d page=%d group=%d ips=%s us=%.2f "
+      "TBps=%.3f frac_copy=%.3f graph_us=%.2f graph_TBps=%.3f items=%d merges=%d "
+      "graph_plain_us=%.2f rope_pair_us=%.2f rope_pair_plain_us=%.2f\n",
       fp8 ? "fp8" : "bf16", fp8 ? Fp8DecodeKernelName(fp8_kernel) : "-", batch, len, page_size,
-      per_slot ? per_slot : "default", us, bytes / us * 1e-6, bytes / us * 1e-6 / copy_tbs,
-      graph_us, bytes / graph_us * 1e-6, plan.num_items(), plan.num_merges(), graph_plain_us,
-      pair_us, pair_plain_us);
+      num_q_heads / kNkv, per_slot ? per_slot : "default", us, bytes / us * 1e-6,
+      bytes / us * 1e-6 / copy_tbs, graph_us, bytes / graph_us * 1e-6, plan.num_items(),
+      plan.num_merges(), graph_plain_us, pair_us, pair_plain_us);
   for (void* p : {kv, q, out}) CK(cudaFree(p));
   for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
 }
@@ -543,6 +551,21 @@ int main(int argc, char** argv) {
     auto plan = AttentionPlan::Create({});
     CHECK_OK(plan.status());
     for (const auto& c : kDecodeShapes) BenchDecode(c[0], c[1], c[2], copy, **plan);
+    return 0;
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "decode_tc") {
+    // [decode-tc]'s shapes at pages 16 and 64, groups 4 and 8, with the copy ceiling: tandem's
+    // side of the table beside kernels/bench/peers/flashinfer_peer (attention_table.py).
+    const double copy = CopyTbs();
+    std::printf("RESULT kernel=ceiling copy_TBps=%.3f gemm_TFLOPs=0\n", copy);
+    auto plan = AttentionPlan::Create({});
+    CHECK_OK(plan.status());
+    for (const auto& c : kDecodeTcShapes) {
+      for (int page : {16, 64}) {
+        BenchDecode(c[0], c[1], page, copy, **plan, DType::kBF16, Fp8DecodeKernel::kDefault,
+                    c[2] * kNkv);
+      }
+    }
     return 0;
   }
   if (argc > 1 && std::string_view(argv[1]) == "decode_as_prefill") {
