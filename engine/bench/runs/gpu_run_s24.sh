@@ -8,10 +8,14 @@
 #           bf16 / stream / ring / ring3 in the same process set, ncu at 256 x 640, then
 #           `tandem bench` throughput (256 x 128 in / 1024 out, Llama-3-8B shapes, FP8 weights
 #           quantized at load, FP8 KV) on the stream and the ring variant ([quant]'s 25,000).
+#   peers   [decode-tc]'s table: kernels/bench/runs/gpu_run_fipeer.sh (tandem's decode_tc shapes,
+#           FlashInfer's tensor-core and CUDA-core decode, SDPA), then the
+#           op profile of the served 256-sequence FP8 decode step with the stream and the ring
+#           variant. Carry .gpu-packfi too: .gpu-fipeer packed (tar -cf - .gpu-fipeer | xz).
 #   tests   named test binaries of the pack: TESTS="bin[:gtest filter] ..." (e.g. a helper's).
 # Staged here (carry: [".gpu-pack24"]):
 #   PACK=.gpu-pack24 EXTRA_TESTS="engine_cuda_tp_test" engine/bench/runs/stage_pack.sh
-# Usage there: engine/bench/runs/gpu_run_s24.sh stream|tests
+# Usage there: engine/bench/runs/gpu_run_s24.sh stream|peers|tests
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 [ -d .gpu-eng ] || tar -xJf .gpu-pack24/eng.tar.xz
@@ -67,12 +71,29 @@ case "${1:-}" in
     run_named_tests 200
     tar -C "$OUT" -czf "$OUT/logs_bench.tgz" logs && rm -rf "$LOGS"
     ;;
+  peers)
+    [ -d .gpu-fipeer ] || tar -xJf .gpu-packfi/fipeer.tar.xz  # kernels/bench/runs/stage_flashinfer_peer.sh's
+    OUT=$OUT/fipeer timeout 300 kernels/bench/runs/gpu_run_fipeer.sh all >"$LOGS/fipeer_run.txt" 2>&1
+    note "gpu_run_fipeer exit=$?"
+    cat "$OUT/fipeer/table.txt" >>"$OUT/summary.txt" 2>/dev/null
+    tar -C "$OUT" -czf "$OUT/logs_fipeer.tgz" fipeer && rm -rf "$OUT/fipeer"
+    make_llama
+    for variant in stream ring; do
+      TANDEM_FP8_FUSED_UNSPLIT=$variant TANDEM_OP_PROFILE=8 timeout 150 $S/bin/tandem bench \
+        --model "$m" --quantization fp8 --kv-cache-dtype fp8 --scenarios decode \
+        --batch-sizes 256 --contexts 640 --decode-tokens 40 >"$LOGS/profile_$variant.log" 2>&1
+      note "profile $variant exit=$?: $(grep -E '^decode' "$LOGS/profile_$variant.log" | head -1)"
+      grep -E "op profile of step .* \(256 sequences" -A14 "$LOGS/profile_$variant.log" | head -15 \
+        >>"$OUT/summary.txt"
+    done
+    tar -C "$OUT" -czf "$OUT/logs_profile.tgz" logs && rm -rf "$LOGS"
+    ;;
   tests)
     run_named_tests 240
     tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS"
     ;;
   *)
-    echo "usage: $0 stream|tests" >&2
+    echo "usage: $0 stream|peers|tests" >&2
     exit 2
     ;;
 esac
