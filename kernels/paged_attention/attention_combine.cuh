@@ -53,7 +53,7 @@ constexpr int CombineStageBytes() {
 // rows of a GQA group in parallel). Splits are taken kBatch (<= 32) at a time: lane j reads the
 // log-sum of split k0 + j while the warp copies the kBatch partial rows into its part of `stage`
 // (cp.async, one round trip per 32 splits: all of them at batch 1 L = 8k; the stream kernel,
-// fp8_stream_decode.cu, takes 8 at a time in its smaller merge buffer); then every lane sums its D
+// stream_decode.cu, takes 8 at a time in its smaller merge buffer); then every lane sums its D
 // / 32 dims over the rows in a rolled loop, and a running maximum rescales what was summed before
 // (the online-softmax update), so the weights need no earlier pass over the log-sums. The loops are
 // rolled because this code runs once per merge, on whichever SM arrives last, from a cold

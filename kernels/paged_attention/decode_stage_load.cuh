@@ -1,5 +1,5 @@
 // The decode kernels' tile loads into their pipeline stages (paged_attention.cu's DecodeKernel
-// and fp8_stream_decode.cu's stream kernel): the bf16 and fp8 copies of one kDecodeKeys tile,
+// and stream_decode.cu's stream kernel): the bf16 and fp8 copies of one kDecodeKeys tile,
 // through the block-table-per-lane fast path (decode_tile_copy.cuh, fp8_tile.cuh) where the
 // pages allow it, and the block-table entries that path reads one tile ahead.
 // Internal to kernels/paged_attention.

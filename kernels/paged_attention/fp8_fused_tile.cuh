@@ -277,7 +277,7 @@ __device__ __forceinline__ void FinishFused(WarpAccum<D>& acc, const FusedState&
 
 // Writes this thread's outputs of row g + 8 i (i = 0, 1) in head-dim order to `row` (fp32, D
 // floats, 16-byte aligned): per J, dims 64 J + 16 t + [0, 16) (see the layout above), times `e`;
-// kAdd: added to what `row` holds (the stream kernel's chained warp merge, fp8_stream_decode.cu).
+// kAdd: added to what `row` holds (the stream kernel's chained warp merge, stream_decode.cu).
 template <int D, bool kAdd = false>
 __device__ __forceinline__ void StoreFusedRow(const WarpAccum<D>& acc, int i, int t, float* row,
                                               float e = 1.0f) {

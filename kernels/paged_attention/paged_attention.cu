@@ -14,9 +14,9 @@
 // of a tile into a bf16 tile in shared memory and runs the same ProcessTile; kFused, twice the
 // stages (half the bytes each; swizzled; plain copies, WORKLOG.md step 14) and each warp reads its
 // codes from the stage into f16 mma operands with the scales outside the dot products
-// (fp8_fused_tile.cuh). kFused runs plans without merges on its stream kernel
-// (fp8_stream_decode.cu: one pipeline across a CTA's items) unless TANDEM_FP8_FUSED_UNSPLIT says
-// otherwise (FusedUnsplitVariant).
+// (fp8_fused_tile.cuh). bf16 and kFused run plans without merges on the stream kernel
+// (stream_decode.cu: one pipeline across a CTA's items) unless TANDEM_DECODE_UNSPLIT says
+// otherwise (UnsplitVariant).
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -31,9 +31,9 @@
 #include "kernels/paged_attention/attention_common.cuh"
 #include "kernels/paged_attention/decode_stage_load.cuh"
 #include "kernels/paged_attention/fp8_fused_tile.cuh"
-#include "kernels/paged_attention/fp8_stream_decode.h"
 #include "kernels/paged_attention/fp8_tile.cuh"
 #include "kernels/paged_attention/paged_attention.h"
+#include "kernels/paged_attention/stream_decode.h"
 
 #ifdef TANDEM_DECODE_TRACE
 #include <algorithm>
@@ -82,7 +82,7 @@ enum class KvMode { kBf16, kFp8Dequant, kFp8Fused };
 // (the same bytes in flight per CTA as bf16, twice the keys); the dequantize kernel keeps three
 // beside its bf16 tile.
 // kCtas: CTAs per SM the variant is built for (__launch_bounds__); the fused kernel's three-CTA
-// variant (an experiment, FusedUnsplitVariant) keeps four stages so that three CTAs fit.
+// variant (an experiment, UnsplitVariant) keeps four stages so that three CTAs fit.
 template <KvMode kMode, int kCtas = 2>
 constexpr int DecodeStages() {
   if constexpr (kMode == KvMode::kFp8Fused) return kCtas == 3 ? 4 : 2 * kDecodeStages;
@@ -359,22 +359,23 @@ absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan
   return absl::OkStatus();
 }
 
-// How the fused FP8 kernel runs plans without merges (large batches): kStream, the stream kernel
-// (fp8_stream_decode.cu: one pipeline per CTA across its items; WORKLOG.md step 16); kRing, this
-// file's DecodeKernel (six stages restarted at every item); kRing3, its four-stage variant with
-// three CTAs per SM (step 15). TANDEM_FP8_FUSED_UNSPLIT = "stream" | "ring" | "ring3" (read once
-// per process; unset or empty: kStream; another value fails every such launch). Plans with
-// merges take the split variant whatever the choice.
-enum class FusedUnsplit { kStream, kRing, kRing3 };
+// How plans without merges (large batches) run on a bf16 cache and on the fused FP8 kernel:
+// kStream, the stream kernel (stream_decode.cu: one pipeline per CTA across its items; WORKLOG.md
+// steps 16-17); kRing, this file's DecodeKernel (its ring restarted at every item); kRing3, the
+// fused kernel's four-stage variant with three CTAs per SM (step 15; bf16 takes kRing).
+// TANDEM_DECODE_UNSPLIT = "stream" | "ring" | "ring3" (read once per process; unset or empty:
+// kStream; another value fails every such launch). The dequantize kernel always runs its ring;
+// plans with merges take the split variant whatever the choice.
+enum class Unsplit { kStream, kRing, kRing3 };
 
-absl::StatusOr<FusedUnsplit> FusedUnsplitVariant() {
-  static const absl::StatusOr<FusedUnsplit> variant = []() -> absl::StatusOr<FusedUnsplit> {
-    const char* v = std::getenv("TANDEM_FP8_FUSED_UNSPLIT");
-    if (v == nullptr || *v == '\0' || std::string_view(v) == "stream") return FusedUnsplit::kStream;
-    if (std::string_view(v) == "ring") return FusedUnsplit::kRing;
-    if (std::string_view(v) == "ring3") return FusedUnsplit::kRing3;
+absl::StatusOr<Unsplit> UnsplitVariant() {
+  static const absl::StatusOr<Unsplit> variant = []() -> absl::StatusOr<Unsplit> {
+    const char* v = std::getenv("TANDEM_DECODE_UNSPLIT");
+    if (v == nullptr || *v == '\0' || std::string_view(v) == "stream") return Unsplit::kStream;
+    if (std::string_view(v) == "ring") return Unsplit::kRing;
+    if (std::string_view(v) == "ring3") return Unsplit::kRing3;
     return absl::InvalidArgumentError(
-        std::string("TANDEM_FP8_FUSED_UNSPLIT must be stream, ring or ring3, not \"") + v + "\"");
+        std::string("TANDEM_DECODE_UNSPLIT must be stream, ring or ring3, not \"") + v + "\"");
   }();
   return variant;
 }
@@ -383,11 +384,12 @@ template <int D, KvMode kMode>
 absl::Status LaunchDecodeMode(const PagedAttentionArgs& a, const AttentionPlan& plan,
                               cudaStream_t stream) {
   if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true, kMode>(a, plan, stream);
-  if constexpr (kMode == KvMode::kFp8Fused) {
-    ASSIGN_OR_RETURN(const FusedUnsplit variant, FusedUnsplitVariant());
-    if (variant == FusedUnsplit::kStream) return LaunchFp8StreamDecode(a, plan, stream);
-    if (variant == FusedUnsplit::kRing3)
+  if constexpr (kMode != KvMode::kFp8Dequant) {
+    ASSIGN_OR_RETURN(const Unsplit variant, UnsplitVariant());
+    if (variant == Unsplit::kStream) return LaunchStreamDecode(a, plan, stream);
+    if (kMode == KvMode::kFp8Fused && variant == Unsplit::kRing3) {
       return LaunchDecodeKernel<D, false, kMode, 3>(a, plan, stream);
+    }
   }
   return LaunchDecodeKernel<D, false, kMode>(a, plan, stream);
 }

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kernels/common/kv_layout.h"
-#include "kernels/paged_attention/fp8_stream_decode.h"
+#include "kernels/paged_attention/stream_decode.h"
 #include "kernels/quant_gemm/fp8_e4m3.h"
 #include "kernels/rope_kv_store/rope_kv_store.h"
 #include "tests/kernels/attention_gpu_util.h"
@@ -132,7 +132,7 @@ std::vector<uint16_t> RunFp8(const AttentionBatch& b, const std::vector<uint8_t>
     EXPECT_TRUE((*plan)->BuildDecode(dev.shape, nullptr).ok());
     if (direct.on) {
       EXPECT_EQ((*plan)->num_merges() > 0, direct.want_merges) << (*plan)->num_merges();
-      st = attention::LaunchFp8StreamDecode(dev.args, **plan, nullptr);
+      st = attention::LaunchStreamDecode(dev.args, **plan, nullptr);
     } else {
       st = PagedAttentionDecode(dev.args, **plan, nullptr);
     }
@@ -187,7 +187,7 @@ TEST(PagedAttentionFp8GpuTest, DecodeAwkwardShapes) {
   Check(std::vector<int>(64, 4100), std::vector<int>(64, 1), 32, 8, 128, 16, 4, Path::kDecode);
 }
 
-// The fused kernel's stream variant (fp8_stream_decode.h: one pipeline across a CTA's items)
+// The fused kernel's stream variant (stream_decode.h: one pipeline across a CTA's items)
 // launched directly. PagedAttentionDecode gives it only plans without merges, but a CUDA graph
 // captured with such a plan replays with whatever plan the next build makes, so it must be
 // right on split plans too (partials, the combine in its smaller merge buffer: 8 splits a

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/paged_attention/stream_decode.h"
 #include "kernels/rope_kv_store/rope_kv_store.h"
 #include "tests/kernels/attention_gpu_util.h"
 
@@ -42,13 +43,15 @@ std::vector<int> RandomLens(int n, int max_len, std::mt19937& rng) {
   return v;
 }
 
-// Small shapes for compute-sanitizer (memcheck, racecheck) runs: both paths, both head dims.
+// Small shapes for compute-sanitizer (memcheck, racecheck) runs: both paths, both head dims, and
+// a plan without merges (33 x 8 items: the stream kernel).
 TEST(PagedAttentionGpuTest, SmallBothPaths) {
   TANDEM_SKIP_WITHOUT_GPU();
   for (Path path : {Path::kDecode, Path::kPrefill}) {
     Check({1, 17, 300}, {1, 5, 70}, 8, 2, 128, 16, 31, path);
     Check({40, 9}, {40, 2}, 4, 1, 64, 32, 32, path);
   }
+  Check(std::vector<int>(33, 300), std::vector<int>(33, 1), 32, 8, 128, 16, 33, Path::kDecode);
 }
 
 TEST(PagedAttentionGpuTest, DecodeAwkwardLengths) {
@@ -177,6 +180,43 @@ TEST(PagedAttentionGpuTest, GraphReplaysARebuiltPlan) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// The stream kernel (stream_decode.h: one pipeline across a CTA's items) launched directly.
+// PagedAttentionDecode gives it only plans without merges, but a CUDA graph captured with such a
+// plan replays whatever plan the next build makes, so it must also be right on split plans
+// (partials, the combine 8 splits a round in its merge buffer). Unsplit: many items per CTA of
+// mixed lengths, 1-key items and items shorter than the ring, more than 8 packed rows, the
+// generic copies (pages 2, 24).
+void CheckStream(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv,
+                 int d, int page_size, uint32_t seed, bool want_merges) {
+  SCOPED_TRACE(::testing::Message() << "stream kernel, nq " << nq << " nkv " << nkv << " d " << d
+                                    << " page " << page_size << " seed " << seed);
+  std::mt19937 rng(seed);
+  const AttentionBatch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
+  DeviceAttentionBatch dev(b);
+  auto plan = AttentionPlan::Create({});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE((*plan)->BuildDecode(dev.shape, nullptr).ok());
+  EXPECT_EQ((*plan)->num_merges() > 0, want_merges) << (*plan)->num_merges();
+  ASSERT_TRUE(attention::LaunchStreamDecode(dev.args, **plan, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ExpectClose(dev.out.Download(), Reference(b));
+}
+
+TEST(PagedAttentionGpuTest, StreamKernelOnSplitAndUnsplitPlans) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(8);
+  for (int page : {2, 16, 24, 64}) {
+    CheckStream({32768}, {1}, 32, 8, 128, page, 210 + page, true);  // many splits a merge
+    CheckStream({1, 77, 1000, 4097}, {1, 1, 1, 1}, 32, 8, 128, page, 220 + page, true);
+    CheckStream({2500, 63}, {2, 3}, 16, 2, 64, page, 230 + page, true);  // 16, 24 rows
+    CheckStream(RandomLens(300, 900, rng), std::vector<int>(300, 1), 32, 8, 128, page, 240 + page,
+                false);
+    CheckStream(RandomLens(700, 400, rng), std::vector<int>(700, 1), 16, 2, 64, page, 250 + page,
+                false);
+  }
+  CheckStream(std::vector<int>(160, 2000), std::vector<int>(160, 3), 32, 8, 128, 16, 260, false);
 }
 
 // A decode step's RopeKvStore -> PagedAttentionDecode pair: RopeKvStore rotates q in place and

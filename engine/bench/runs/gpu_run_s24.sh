@@ -12,10 +12,16 @@
 #           FlashInfer's tensor-core and CUDA-core decode, SDPA), then the
 #           op profile of the served 256-sequence FP8 decode step with the stream and the ring
 #           variant. Carry .gpu-packfi too: .gpu-fipeer packed (tar -cf - .gpu-fipeer | xz).
+#   bf16    the stream kernel on a bf16 cache (WORKLOG.md step 17): the attention GPU tests and
+#           sanitizers, bf16 stream vs ring at short and long contexts (pages 64 and 16).
+#   final   the merged tree: the helpers' GPU tests (TESTS), the FP8 GEMM table with the
+#           cuBLASLt autotune and without (kb_bench fp8, TANDEM_LT_AUTOTUNE=0) beside
+#           torch._scaled_mm, then `tandem bench` throughput: FP8 weights + FP8 KV tuned and
+#           untuned, and a bf16 cache on the stream and the ring kernel.
 #   tests   named test binaries of the pack: TESTS="bin[:gtest filter] ..." (e.g. a helper's).
 # Staged here (carry: [".gpu-pack24"]):
 #   PACK=.gpu-pack24 EXTRA_TESTS="engine_cuda_tp_test" engine/bench/runs/stage_pack.sh
-# Usage there: engine/bench/runs/gpu_run_s24.sh stream|peers|tests
+# Usage there: engine/bench/runs/gpu_run_s24.sh stream|peers|bf16|final|tests
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 [ -d .gpu-eng ] || tar -xJf .gpu-pack24/eng.tar.xz
@@ -31,7 +37,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv >"$L
 
 attention_one() {  # B L page kv variant: one `attention_bench one` shape, its graph time noted
   local f=$LOGS/one_${1}_${2}_${3}_${4}_$5.log
-  TANDEM_FP8_FUSED_UNSPLIT=$5 timeout 60 $S/bin/attention_bench one "$1" "$2" "$3" "$4" >"$f" 2>&1
+  TANDEM_DECODE_UNSPLIT=$5 timeout 60 $S/bin/attention_bench one "$1" "$2" "$3" "$4" >"$f" 2>&1
   note "attention one $1 $2 $3 $4 $5: $(grep -m1 -oE ' us=[0-9.]+ TBps=[0-9.]+.*graph_us=[0-9.]+ graph_TBps=[0-9.]+' \
     "$f" | cut -d' ' -f2-3,5-7)"
 }
@@ -60,14 +66,14 @@ case "${1:-}" in
       for variant in stream ring ring3; do attention_one $shape fused $variant; done
     done
     for variant in stream ring; do
-      NCU_ENV="TANDEM_FP8_FUSED_UNSPLIT=$variant" ncu_decode short_$variant 256 640 16 fused \
+      NCU_ENV="TANDEM_DECODE_UNSPLIT=$variant" ncu_decode short_$variant 256 640 16 fused \
         "DRAM Throughput|Duration|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Achieved Occupancy|Registers" \
         SpeedOfLight WarpStateStats SchedulerStats Occupancy LaunchStats
     done
     tar -C "$OUT" -czf "$OUT/logs_kernel.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
     make_llama
     BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_stream
-    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_ring TANDEM_FP8_FUSED_UNSPLIT=ring
+    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_ring TANDEM_DECODE_UNSPLIT=ring
     run_named_tests 200
     tar -C "$OUT" -czf "$OUT/logs_bench.tgz" logs && rm -rf "$LOGS"
     ;;
@@ -79,7 +85,7 @@ case "${1:-}" in
     tar -C "$OUT" -czf "$OUT/logs_fipeer.tgz" fipeer && rm -rf "$OUT/fipeer"
     make_llama
     for variant in stream ring; do
-      TANDEM_FP8_FUSED_UNSPLIT=$variant TANDEM_OP_PROFILE=8 timeout 150 $S/bin/tandem bench \
+      TANDEM_DECODE_UNSPLIT=$variant TANDEM_OP_PROFILE=8 timeout 150 $S/bin/tandem bench \
         --model "$m" --quantization fp8 --kv-cache-dtype fp8 --scenarios decode \
         --batch-sizes 256 --contexts 640 --decode-tokens 40 >"$LOGS/profile_$variant.log" 2>&1
       note "profile $variant exit=$?: $(grep -E '^decode' "$LOGS/profile_$variant.log" | head -1)"
@@ -88,12 +94,47 @@ case "${1:-}" in
     done
     tar -C "$OUT" -czf "$OUT/logs_profile.tgz" logs && rm -rf "$LOGS"
     ;;
+  bf16)
+    run_test attention_gpu_test 200
+    for tool in memcheck racecheck; do
+      timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 $S/tests/attention_gpu_test \
+        --gtest_filter='PagedAttentionGpuTest.SmallBothPaths:PagedAttentionFp8GpuTest.SmallForSanitizer' \
+        >"$LOGS/san_$tool.log" 2>&1
+      note "compute-sanitizer $tool exit=$?: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' \
+        "$LOGS/san_$tool.log" | tr '\n' ' ')"
+    done
+    for shape in "256 640 64" "256 2048 64" "128 4096 64" "32 4096 64" "64 16384 64" \
+      "128 4096 16" "32 4096 16"; do
+      for variant in stream ring; do attention_one $shape bf16 $variant; done
+    done
+    tar -C "$OUT" -czf "$OUT/logs_bf16.tgz" logs && rm -rf "$LOGS"
+    ;;
+  final)
+    run_named_tests 150
+    timeout 120 $S/bin/kb_bench "$LOGS/fp8_tuned.jsonl" fp8 >"$LOGS/kb_fp8_tuned.log" 2>&1
+    note "kb_bench fp8 (autotune) exit=$?"
+    TANDEM_LT_AUTOTUNE=0 timeout 120 $S/bin/kb_bench "$LOGS/fp8_heur.jsonl" fp8 \
+      >"$LOGS/kb_fp8_heur.log" 2>&1
+    note "kb_bench fp8 (heuristic) exit=$?"
+    timeout 100 python3 kernels/bench/peer_fp8.py >"$LOGS/peer_fp8.log" 2>&1
+    note "peer_fp8 exit=$?"
+    tar -C "$OUT" -czf "$OUT/logs_final_kernels.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
+    make_llama
+    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_tuned
+    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_heuristic TANDEM_LT_AUTOTUNE=0
+    for variant in stream ring; do
+      TANDEM_DECODE_UNSPLIT=$variant timeout 100 $S/bin/tandem bench --model "$m" \
+        --scenarios throughput --kv-cache-dtype bf16 >"$LOGS/bench_bf16_$variant.log" 2>&1
+      note "bench bf16 $variant exit=$?: $(grep -E '^throughput' "$LOGS/bench_bf16_$variant.log" | head -1)"
+    done
+    tar -C "$OUT" -czf "$OUT/logs_final_bench.tgz" logs && rm -rf "$LOGS"
+    ;;
   tests)
     run_named_tests 240
     tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS"
     ;;
   *)
-    echo "usage: $0 stream|peers|tests" >&2
+    echo "usage: $0 stream|peers|bf16|final|tests" >&2
     exit 2
     ;;
 esac

@@ -1,16 +1,17 @@
-// The fused FP8 decode kernel, stream variant (WORKLOG.md step 16). The tile math is the fused
-// kernel's (fp8_fused_tile.cuh) and the work items are the plan's (attention_plan.h); what
-// differs from paged_attention.cu's DecodeKernel is the pipeline. There, a CTA restarts its
-// six-stage ring at every item: block-table entries, five prologue tiles, then the first compute,
-// and at the end a warp merge through the ring's shared memory, during which nothing is read. At
-// short contexts (10 tiles an item at 640 keys) that fixed cost took the kernel to 2.7 TB/s
-// against 3.5 at 4k (step 15). Here the ring runs across items: a producer cursor walks the CTA's
-// items (blockIdx.x, + gridDim.x, ...) tile by tile, five tiles ahead of the consumer, reading
+// The decode kernel's stream variant for plans without merges (WORKLOG.md steps 16-17), on a bf16
+// cache (ProcessTile, attention_tile.cuh) or with the fused FP8 tile (fp8_fused_tile.cuh); the
+// work items are the plan's (attention_plan.h). What differs from paged_attention.cu's
+// DecodeKernel is the pipeline. There, a CTA restarts its ring (six fp8 stages, three bf16 ones)
+// at every item: block-table entries, the prologue tiles, then the first compute, and at the end
+// a warp merge through the ring's shared memory, during which nothing is read. At short contexts
+// (10 tiles an item at 640 keys) that fixed cost took the fused fp8 kernel to 2.7 TB/s against
+// 3.5 at 4k (step 15). Here the ring runs across items: a producer cursor walks the CTA's items
+// (blockIdx.x, + gridDim.x, ...) tile by tile, kStages - 1 tiles ahead of the consumer, reading
 // each next item one item ahead and each tile's block-table entries one tile ahead; so the next
 // item's first tiles are in flight while the current item's last tiles compute and its warps
-// merge. The merge has shared memory of its own (one [16][D] fp32 buffer that the four warps
-// add into in turn, 9 KB, instead of four buffers, 35 KB, so that six stages and the merge fit
-// two CTAs per SM: 2 x 108 KB).
+// merge. The merge has shared memory of its own (one [16][D + 8] fp32 buffer that the four warps
+// add into in turn, 9 KB, instead of four buffers, 35 KB), so that the ring and the merge fit two
+// CTAs per SM: 2 x 108 KB (fp8), 2 x 111 KB (bf16).
 //
 // Split items (a graph captured with a plan without merges may replay with a plan that has
 // them) are handled as in DecodeKernel: partial rows, the arrival counter, and the last CTA
@@ -26,13 +27,17 @@
 #include "kernels/paged_attention/attention_common.cuh"
 #include "kernels/paged_attention/decode_stage_load.cuh"
 #include "kernels/paged_attention/fp8_fused_tile.cuh"
-#include "kernels/paged_attention/fp8_stream_decode.h"
+#include "kernels/paged_attention/stream_decode.h"
 
 namespace tandem::attention {
 namespace {
 
-constexpr int kStreamStages = 2 * kDecodeStages;  // as DecodeKernel's fused ring
-constexpr int kStreamCombineBatch = 8;            // splits staged per combine round
+// The ring's depth, as DecodeKernel's: six fp8 stages (half-size tiles), three bf16 ones.
+template <bool kFp8>
+constexpr int StreamStages() {
+  return kFp8 ? 2 * kDecodeStages : kDecodeStages;
+}
+constexpr int kStreamCombineBatch = 8;  // splits staged per combine round
 
 // Row stride (floats) of the merge buffer: D + 8, as DecodeKernel's merge rows.
 template <int D>
@@ -49,16 +54,45 @@ constexpr int StreamMergeBytes() {
   return kRows + 2 * kDecodeWarps * kDecodeRows * static_cast<int>(sizeof(float));
 }
 
-template <int D>
+// One stage: the fp8 tile's codes and scales, or the bf16 K and V tiles.
+template <int D, bool kFp8>
+constexpr int StreamStageBytes() {
+  return kFp8 ? Fp8StageBytes<D, kDecodeKeys>()
+              : 2 * TileElems<D, kDecodeKeys>() * static_cast<int>(sizeof(__nv_bfloat16));
+}
+
+template <int D, bool kFp8>
 constexpr int StreamSmemBytes() {
-  return kStreamStages * Fp8StageBytes<D, kDecodeKeys>() + StreamMergeBytes<D>();
+  return StreamStages<kFp8>() * StreamStageBytes<D, kFp8>() + StreamMergeBytes<D>();
 }
 
 // Merges the four warps' softmax states of one item into `merge` (StreamMergeBytes) and writes
 // the output rows, or the bf16 partial rows and their log2-sum-exp (MergeWarpsAndStore's
 // contract, paged_attention.cu). The warps add their rows, scaled to the rows' common maximum,
 // into the one buffer in turn (warp 0 stores); only rows below it.num_rows are merged.
-template <int D>
+// Row g + 8 i of this thread's accumulators, times e, into `row` in head-dim order (kAdd: added
+// to it): the fused fp8 tile's permuted layout (StoreFusedRow), or the bf16 tile's mma layout
+// (o[n][2 i], o[n][2 i + 1] are dims 8 n + 2 t, + 1).
+template <int D, bool kFp8, bool kAdd>
+__device__ __forceinline__ void StoreRow(const WarpAccum<D>& acc, int i, int t, float* row,
+                                         float e) {
+  if constexpr (kFp8) {
+    StoreFusedRow<D, kAdd>(acc, i, t, row, e);
+  } else {
+    auto* dst = reinterpret_cast<float2*>(row);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      float2 v = make_float2(acc.o[n][2 * i] * e, acc.o[n][2 * i + 1] * e);
+      if constexpr (kAdd) {
+        const float2 old = dst[n * 4 + t];
+        v.x += old.x, v.y += old.y;
+      }
+      dst[n * 4 + t] = v;
+    }
+  }
+}
+
+template <int D, bool kFp8>
 __device__ void MergeChainAndStore(const PagedAttentionArgs& a, const AttentionWorkItem& it,
                                    WarpAccum<D>& acc, float* merge, uint16_t* partial_out,
                                    float* partial_lse) {
@@ -90,9 +124,9 @@ __device__ void MergeChainAndStore(const PagedAttentionArgs& a, const AttentionW
       for (int i = 0; i < halves; ++i) {
         float* row = o_s + (g + 8 * i) * kStride;
         if (w == 0) {
-          StoreFusedRow<D, false>(acc, i, t, row, e[i]);
+          StoreRow<D, kFp8, false>(acc, i, t, row, e[i]);
         } else {
-          StoreFusedRow<D, true>(acc, i, t, row, e[i]);
+          StoreRow<D, kFp8, true>(acc, i, t, row, e[i]);
         }
       }
     }
@@ -141,16 +175,18 @@ struct TileCursor {
   int next_seq, next_kv_head, next_key_begin, next_key_end;
 };
 
-template <int D>
+template <int D, bool kFp8>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
-    Fp8StreamDecodeKernel(const __grid_constant__ PagedAttentionArgs a,
-                          const AttentionWorkItem* items, const AttentionMergeItem* merges,
-                          const int32_t* counts, int32_t* counters, uint16_t* partial_out,
-                          float* partial_lse, const Fp8Pages geo) {
+    StreamDecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
+                       const AttentionMergeItem* merges, const int32_t* counts, int32_t* counters,
+                       uint16_t* partial_out, float* partial_lse, const Fp8Pages geo) {
   extern __shared__ uint4 smem_raw[];
-  constexpr int kStage8 = Fp8StageBytes<D, kDecodeKeys>();
+  constexpr int kStages = StreamStages<kFp8>();
+  constexpr int kStageBytes = StreamStageBytes<D, kFp8>();
+  constexpr int kTile = TileElems<D, kDecodeKeys>();     // bf16: one K or V tile
+  constexpr int kSub = kDecodeWarpKeys * (D + kRowPad);  // bf16: one warp's quarter
   uint8_t* stages = reinterpret_cast<uint8_t*>(smem_raw);
-  float* merge = reinterpret_cast<float*>(stages + kStreamStages * kStage8);
+  float* merge = reinterpret_cast<float*>(stages + kStages * kStageBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float scale_log2 = a.scale * kLog2e;
   const int stride = gridDim.x;
@@ -185,8 +221,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   auto produce = [&](TileCursor& p, int stage) {
     if (p.idx < num_items) {
       const KvView view = view_of(p.seq, p.kv_head);
-      LoadDecodeTileFp8<D, true, false>(view, geo, p.entries, p.key0, p.key_end,
-                                        stages + stage * kStage8, 0);
+      if constexpr (kFp8) {
+        LoadDecodeTileFp8<D, true, false>(view, geo, p.entries, p.key0, p.key_end,
+                                          stages + stage * kStageBytes, 0);
+      } else {
+        LoadDecodeTile<D, false>(view, p.entries, p.key0, p.key_end,
+                                 reinterpret_cast<__nv_bfloat16*>(stages + stage * kStageBytes), 0);
+      }
       p.key0 += kDecodeKeys;
       if (p.key0 < p.key_end) {
         p.entries = DecodeTileEntries(view, p.key0, p.key_end);
@@ -208,7 +249,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     p.next_key_begin = n.key_begin, p.next_key_end = n.key_end;
   }
   next_item(p);
-  for (int s = 0; s < kStreamStages - 1; ++s) produce(p, s);
+  for (int s = 0; s < kStages - 1; ++s) produce(p, s);
 
   int stage = 0;  // the consumer's: the stage of the next tile to compute
   AttentionWorkItem next_it{};
@@ -221,23 +262,34 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     WarpAccum<D> acc;
     InitAccum(acc);
     FusedState fused;
-    fused.k_factor = LoadQueryFused(acc, w.q[0], w.q[1], lane, scale_log2);
+    if constexpr (kFp8) {
+      fused.k_factor = LoadQueryFused(acc, w.q[0], w.q[1], lane, scale_log2);
+    } else {
+      LoadQuery(acc, w.q[0], w.q[1], lane & 3);
+    }
     for (int i = 0; i < tiles; ++i) {
-      produce(p, stage == 0 ? kStreamStages - 1 : stage - 1);  // the stage computed last
-      CpAsyncWait<kStreamStages - 1>();
+      produce(p, stage == 0 ? kStages - 1 : stage - 1);  // the stage computed last
+      CpAsyncWait<kStages - 1>();
       __syncthreads();
       const int key0 = it.key_begin + i * kDecodeKeys + warp * kDecodeWarpKeys;
       const bool masked = key0 + kDecodeWarpKeys > w.min_limit;
       if (key0 < w.max_limit) {
-        ProcessTileFused<D, kDecodeKeys>(acc, fused, stages + stage * kStage8,
-                                         warp * kDecodeWarpKeys, key0, w.limit, masked, lane);
+        uint8_t* st = stages + stage * kStageBytes;
+        if constexpr (kFp8) {
+          ProcessTileFused<D, kDecodeKeys>(acc, fused, st, warp * kDecodeWarpKeys, key0, w.limit,
+                                           masked, lane);
+        } else {
+          const auto* buf = reinterpret_cast<const __nv_bfloat16*>(st) + warp * kSub;
+          ProcessTile<D, kDecodeWarpKeys>(acc, buf, buf + kTile, key0, w.limit, masked, scale_log2,
+                                          lane);
+        }
       }
       __syncthreads();  // the stage is free for the producer
-      stage = stage + 1 == kStreamStages ? 0 : stage + 1;
+      stage = stage + 1 == kStages ? 0 : stage + 1;
     }
     if (tiles == 0) __syncthreads();  // the previous item's merge no longer reads `merge`
-    FinishFused(acc, fused);
-    MergeChainAndStore<D>(a, it, acc, merge, partial_out, partial_lse);
+    if constexpr (kFp8) FinishFused(acc, fused);
+    MergeChainAndStore<D, kFp8>(a, it, acc, merge, partial_out, partial_lse);
     if (it.merge >= 0) {
       const AttentionMergeItem mi = merges[it.merge];
       if (ArriveLast(counters + it.merge, mi.num_splits)) {
@@ -248,13 +300,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   }
 }
 
-template <int D>
+template <int D, bool kFp8>
 absl::Status Launch(const PagedAttentionArgs& a, const AttentionPlan& plan, cudaStream_t stream) {
-  constexpr int kSmem = StreamSmemBytes<D>();
+  constexpr int kSmem = StreamSmemBytes<D, kFp8>();
   static std::atomic<int> cache[kMaxDevices];
   ASSIGN_OR_RETURN(const int per_sm,
-                   BlocksPerSm(Fp8StreamDecodeKernel<D>, kDecodeWarps * 32, kSmem, cache));
-  Fp8StreamDecodeKernel<D><<<NumSms() * per_sm, kDecodeWarps * 32, kSmem, stream>>>(
+                   BlocksPerSm(StreamDecodeKernel<D, kFp8>, kDecodeWarps * 32, kSmem, cache));
+  StreamDecodeKernel<D, kFp8><<<NumSms() * per_sm, kDecodeWarps * 32, kSmem, stream>>>(
       a, plan.items(), plan.merges(), plan.counts(), plan.merge_counters(), plan.partial_out(),
       plan.partial_lse(), Fp8Geometry(a));
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -263,13 +315,14 @@ absl::Status Launch(const PagedAttentionArgs& a, const AttentionPlan& plan, cuda
 
 }  // namespace
 
-absl::Status LaunchFp8StreamDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
-                                   cudaStream_t stream) {
+absl::Status LaunchStreamDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
+                                cudaStream_t stream) {
+  const bool fp8 = a.kv_dtype == DType::kF8E4M3;
   switch (a.head_dim) {
     case 64:
-      return Launch<64>(a, plan, stream);
+      return fp8 ? Launch<64, true>(a, plan, stream) : Launch<64, false>(a, plan, stream);
     case 128:
-      return Launch<128>(a, plan, stream);
+      return fp8 ? Launch<128, true>(a, plan, stream) : Launch<128, false>(a, plan, stream);
   }
   return absl::InvalidArgumentError("unsupported head_dim");
 }
