@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -20,6 +21,9 @@ struct MakeModelOptions {
   // gptq): the same random weights with the decoder's linear layers quantized in that layout.
   std::string quantization = "";
   int64_t quant_group_size = 128;  // awq, gptq
+  // Tests: these shapes instead of the preset's (the preset's tokenizer is kept; vocab_size is
+  // raised to the tokenizer's as for a preset).
+  std::optional<ModelConfig> config = std::nullopt;
 };
 
 // Returns the config written. NotFound for an unknown preset; Internal on I/O failure.
