@@ -37,6 +37,7 @@
 #include "engine/model/parallel_model.h"
 #include "engine/model/presets.h"
 #include "engine/model/quant_config.h"
+#include "engine/model/quant_shard.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_shard.h"
 #include "engine/model/weights.h"
@@ -91,13 +92,18 @@ struct Format {
   std::string flag;    // --quantization at load
   bool w8a8 = false;
   bool per_rank_act = false;  // per-token activation scales
-  std::string Name() const { return scheme.empty() ? "--quantization " + flag : scheme; }
+  int64_t group = 128;        // awq, gptq (-1: one group per row)
+  std::string Name() const {
+    if (scheme.empty()) return "--quantization " + flag;
+    return group == 128 ? scheme : scheme + " group " + std::to_string(group);
+  }
 };
 const Format kFormats[] = {{"fp8-block", "", true},
                            {"fp8-channel", "", true, true},
                            {"int8", ""},
                            {"awq", ""},
                            {"gptq", ""},
+                           {"gptq", "", false, false, -1},
                            {"", "fp8", true, true},
                            {"", "int8"},
                            {"", "int4"}};
@@ -168,7 +174,7 @@ TEST(QuantTensorParallelTest, EachRankHoldsExactlyItsSliceOfTheQuantizedWeights)
   const ModelConfig c = SplittableConfig();
   const std::string bf16_dir = Make("");
   for (const Format& f : kFormats) {
-    const std::string dir = f.scheme.empty() ? bf16_dir : Make(f.scheme);
+    const std::string dir = f.scheme.empty() ? bf16_dir : Make(f.scheme, "", f.group);
     absl::StatusOr<ModelConfig> config = ModelConfig::Load(dir);
     ASSERT_TRUE(config.ok()) << config.status();
     absl::StatusOr<QuantConfig> quant = QuantConfig::Resolve(dir, f.flag);
@@ -292,7 +298,7 @@ constexpr Layout kLayouts[] = {{2, 1}, {4, 1}, {2, 2}};
 void RunFormatsAgainstTp1(const std::string& bf16_dir, const std::string& preset,
                           const std::vector<Format>& formats, const std::vector<Layout>& layouts) {
   for (const Format& f : formats) {
-    const std::string dir = f.scheme.empty() ? bf16_dir : Make(f.scheme, preset);
+    const std::string dir = f.scheme.empty() ? bf16_dir : Make(f.scheme, preset, f.group);
     const std::vector<SeqResult> tp1 = Generate(dir, f.flag, 1, 1);
     for (const Layout& l : layouts) {
       const std::string what = (preset.empty() ? "splittable" : preset) + " " + f.Name() + " TP " +
@@ -342,6 +348,54 @@ void ExpectRefused(const std::string& dir, const std::string& flag, int tp,
   for (const std::string& n : needles) {
     EXPECT_NE(st.message().find(n), std::string::npos) << "\"" << n << "\" not in: " << st;
   }
+}
+
+TEST(QuantTensorParallelTest, CheckQuantSliceRules) {
+  auto config = [](const std::string& json) {
+    absl::StatusOr<QuantConfig> q =
+        QuantConfig::FromConfigJson(R"({"quantization_config": )" + json + "}");
+    CHECK_OK(q.status());
+    return *q;
+  };
+  const QuantConfig block = config(
+      R"({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]})");
+  // A [256, 320] weight: k ends in a partial block of 64.
+  auto check = [](const QuantConfig& q, int dim, int64_t begin, int64_t count) {
+    return CheckQuantSlice(q, "m", 256, 320, TensorSlice{dim, begin, count}, 2);
+  };
+  EXPECT_TRUE(check(block, 1, 0, 128).ok());
+  EXPECT_TRUE(check(block, 1, 256, 64).ok());  // the last, partial block, up to the edge
+  EXPECT_EQ(check(block, 1, 128, 64).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(check(block, 1, 64, 128).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(check(block, 0, 3, 61).ok());  // rows: any cut (per-row scales)
+  EXPECT_TRUE(check(block, -1, 0, 0).ok());
+  const QuantConfig awq = config(R"({"quant_method": "awq", "bits": 4, "group_size": 64})");
+  EXPECT_TRUE(check(awq, 0, 8, 16).ok());
+  EXPECT_EQ(check(awq, 0, 4, 16).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(check(awq, 1, 64, 128).ok());
+  EXPECT_TRUE(check(awq, 1, 256, 64).ok());
+  EXPECT_EQ(check(awq, 1, 64, 96).code(), absl::StatusCode::kInvalidArgument);
+  const QuantConfig gptq_row =
+      config(R"({"quant_method": "gptq", "bits": 4, "group_size": -1, "desc_act": false})");
+  EXPECT_TRUE(check(gptq_row, 1, 160, 160).ok());  // one group per row: replicated
+  EXPECT_EQ(check(gptq_row, 1, 4, 160).code(), absl::StatusCode::kInvalidArgument);  // packing
+  const QuantConfig gptq_12 =
+      config(R"({"quant_method": "gptq", "bits": 4, "group_size": 12, "desc_act": false})");
+  EXPECT_TRUE(check(gptq_12, 1, 24, 48).ok());  // lcm(12, 8)
+  EXPECT_EQ(check(gptq_12, 1, 12, 48).code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<QuantConfig> int4 = QuantConfig::FromConfigJson("{}");
+  ASSERT_TRUE(int4.ok());
+  int4->format = QuantConfig::Format::kLoadTimeInt4;
+  int4->group_size = 128;
+  EXPECT_TRUE(check(*int4, 1, 256, 64).ok());
+  EXPECT_EQ(check(*int4, 1, 160, 160).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(check(*int4, 0, 5, 7).ok());
+  const QuantConfig channel = config(
+      R"({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": )"
+      R"({"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", )"
+      R"("strategy": "channel", "symmetric": true, "dynamic": false}}}})");
+  EXPECT_TRUE(check(channel, 1, 7, 13).ok());
+  EXPECT_TRUE(check(channel, 0, 7, 13).ok());
 }
 
 TEST(QuantTensorParallelTest, CutsThroughABlockOrAGroupAreRefused) {
