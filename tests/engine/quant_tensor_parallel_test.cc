@@ -8,8 +8,11 @@
 //   * the model at TP 2, TP 4 and TP 2 x PP 2 against TP 1 of the same quantized checkpoint:
 //     three prompts (1, 13, 45 tokens) as one continuous batch, last-position logits within
 //     kSumOrderTolerance and the same 40 greedy tokens;
-//   * shard boundaries a format cannot cut (a 128-column fp8 block, an int4 group, the eight
-//     columns packed per int32) are InvalidArgument naming the tensor, its shape and the TP.
+//   * the engine (EngineOptions::quantization with tensor_parallel / pipeline_parallel): batched
+//     chunked requests give TP 1's tokens;
+//   * (quant_shard_test.cc) shard boundaries a format cannot cut (a 128-column fp8 block, an
+//     int4 group, the eight columns packed per int32) are InvalidArgument naming the tensor, its
+//     shape and the TP.
 // fp32 everywhere on the CPU, so TP differs from TP 1 by the summation order of the split GEMMs
 // and the all-reduce alone, with two FP8 W8A8 (dynamic activation scales) caveats:
 //   * the activations are rounded to e4m3, a step function: a summation-order difference in the
@@ -28,16 +31,17 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "base/check.h"
+#include "engine/engine.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/make_model.h"
 #include "engine/model/parallel_model.h"
 #include "engine/model/presets.h"
 #include "engine/model/quant_config.h"
-#include "engine/model/quant_shard.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensor_shard.h"
 #include "engine/model/weights.h"
@@ -338,84 +342,55 @@ TEST(QuantTensorParallelTest, PerChannelFormatsSplitUnevenShapes) {
       {{2, 1}, {4, 1}});
 }
 
-// --- Cuts a format cannot take -------------------------------------------------------------
+// --- The engine ------------------------------------------------------------------------------
 
-void ExpectRefused(const std::string& dir, const std::string& flag, int tp,
-                   const std::vector<std::string>& needles) {
-  const absl::Status st =
-      LoadModel(dir, Backend::kCpu, ParallelConfig{.tensor_parallel = tp}, flag).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-  for (const std::string& n : needles) {
-    EXPECT_NE(st.message().find(n), std::string::npos) << "\"" << n << "\" not in: " << st;
+// EngineOptions::quantization and a checkpoint's format reach the ranks through Engine::Create
+// (what `tandem serve --quantization X --tensor-parallel-size N` runs): 12 batched, chunked
+// greedy requests give TP 1's tokens.
+TEST(QuantTensorParallelTest, EngineBatchesGiveTp1Tokens) {
+  struct Case {
+    std::string scheme, flag;
+    Layout layout;
+  };
+  const std::string bf16_dir = Make("");
+  for (const Case& c :
+       {Case{"awq", "", {2, 1}}, Case{"", "int4", {4, 1}}, Case{"", "int8", {2, 2}}}) {
+    const std::string dir = c.scheme.empty() ? bf16_dir : Make(c.scheme);
+    auto options = [&](Layout l) {
+      EngineOptions o;
+      o.model_dir = dir;
+      o.quantization = c.flag;
+      o.page_size = 4;
+      o.num_pages = 512;
+      o.max_num_batched_tokens = 32;
+      o.tensor_parallel = l.tp;
+      o.pipeline_parallel = l.pp;
+      return o;
+    };
+    const std::string what = (c.scheme.empty() ? "--quantization " + c.flag : c.scheme) + " TP " +
+                             std::to_string(c.layout.tp) + " x PP " + std::to_string(c.layout.pp);
+    SCOPED_TRACE(what);
+    std::map<std::string, Finished> want, got;
+    for (bool tp1 : {true, false}) {
+      absl::StatusOr<std::unique_ptr<Engine>> engine =
+          Engine::Create(options(tp1 ? Layout{1, 1} : c.layout));
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      const int vocab = (*engine)->model_config().vocab_size;
+      for (int i = 0; i < 12; ++i) {
+        EngineRequest r =
+            Request("r" + std::to_string(i), RandomPrompt(1 + (i * 29) % 70, vocab, i), 10);
+        r.sampling.ignore_eos = true;
+        ASSERT_TRUE((*engine)->AddRequest(r).ok());
+      }
+      (tp1 ? want : got) = RunToCompletion(**engine);
+      ExpectIdle(**engine);
+    }
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [id, f] : want) {
+      EXPECT_EQ(f.tokens.size(), 10u) << id;
+      EXPECT_EQ(got.at(id).tokens, f.tokens) << id;
+    }
   }
-}
-
-TEST(QuantTensorParallelTest, CheckQuantSliceRules) {
-  auto config = [](const std::string& json) {
-    absl::StatusOr<QuantConfig> q =
-        QuantConfig::FromConfigJson(R"({"quantization_config": )" + json + "}");
-    CHECK_OK(q.status());
-    return *q;
-  };
-  const QuantConfig block = config(
-      R"({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]})");
-  // A [256, 320] weight: k ends in a partial block of 64.
-  auto check = [](const QuantConfig& q, int dim, int64_t begin, int64_t count) {
-    return CheckQuantSlice(q, "m", 256, 320, TensorSlice{dim, begin, count}, 2);
-  };
-  EXPECT_TRUE(check(block, 1, 0, 128).ok());
-  EXPECT_TRUE(check(block, 1, 256, 64).ok());  // the last, partial block, up to the edge
-  EXPECT_EQ(check(block, 1, 128, 64).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(check(block, 1, 64, 128).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(check(block, 0, 3, 61).ok());  // rows: any cut (per-row scales)
-  EXPECT_TRUE(check(block, -1, 0, 0).ok());
-  const QuantConfig awq = config(R"({"quant_method": "awq", "bits": 4, "group_size": 64})");
-  EXPECT_TRUE(check(awq, 0, 8, 16).ok());
-  EXPECT_EQ(check(awq, 0, 4, 16).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(check(awq, 1, 64, 128).ok());
-  EXPECT_TRUE(check(awq, 1, 256, 64).ok());
-  EXPECT_EQ(check(awq, 1, 64, 96).code(), absl::StatusCode::kInvalidArgument);
-  const QuantConfig gptq_row =
-      config(R"({"quant_method": "gptq", "bits": 4, "group_size": -1, "desc_act": false})");
-  EXPECT_TRUE(check(gptq_row, 1, 160, 160).ok());  // one group per row: replicated
-  EXPECT_EQ(check(gptq_row, 1, 4, 160).code(), absl::StatusCode::kInvalidArgument);  // packing
-  const QuantConfig gptq_12 =
-      config(R"({"quant_method": "gptq", "bits": 4, "group_size": 12, "desc_act": false})");
-  EXPECT_TRUE(check(gptq_12, 1, 24, 48).ok());  // lcm(12, 8)
-  EXPECT_EQ(check(gptq_12, 1, 12, 48).code(), absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<QuantConfig> int4 = QuantConfig::FromConfigJson("{}");
-  ASSERT_TRUE(int4.ok());
-  int4->format = QuantConfig::Format::kLoadTimeInt4;
-  int4->group_size = 128;
-  EXPECT_TRUE(check(*int4, 1, 256, 64).ok());
-  EXPECT_EQ(check(*int4, 1, 160, 160).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(check(*int4, 0, 5, 7).ok());
-  const QuantConfig channel = config(
-      R"({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": )"
-      R"({"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", )"
-      R"("strategy": "channel", "symmetric": true, "dynamic": false}}}})");
-  EXPECT_TRUE(check(channel, 1, 7, 13).ok());
-  EXPECT_TRUE(check(channel, 0, 7, 13).ok());
-}
-
-TEST(QuantTensorParallelTest, CutsThroughABlockOrAGroupAreRefused) {
-  // tiny-llama3: hidden 64, 4 heads of 16 (o_proj in_features 64), intermediate 176.
-  // fp8 block: o_proj's 64 columns are half of one 128-column block at TP 2.
-  ExpectRefused(Make("fp8-block", "tiny-llama3"), "", 2,
-                {"model.layers.0.self_attn.o_proj", "[64, 64]", "tensor_parallel 2", "in_features",
-                 "cutting at 32", "128x128 scale block"});
-  // awq group 16 at TP 4: gate_proj's 176 rows give 44 per rank, not a multiple of 8.
-  ExpectRefused(Make("awq", "tiny-llama3", 16), "", 4,
-                {"model.layers.0.mlp.gate_proj", "[176, 64]", "tensor_parallel 4", "out_features",
-                 "cutting at 44", "eight output columns"});
-  // gptq group 16 at TP 2: down_proj's 176 columns give 88 per rank, cutting a group.
-  ExpectRefused(Make("gptq", "tiny-llama3", 16), "", 2,
-                {"model.layers.0.mlp.down_proj", "[64, 176]", "tensor_parallel 2", "cutting at 88",
-                 "quantization group of 16"});
-  // --quantization int4 (groups of 128 along k) at TP 2: o_proj's 64 columns, cut at 32.
-  ExpectRefused(Make("", "tiny-llama3"), "int4", 2,
-                {"model.layers.0.self_attn.o_proj", "[64, 64]", "tensor_parallel 2",
-                 "cutting at 32", "quantization group of 128"});
 }
 
 }  // namespace
