@@ -131,14 +131,6 @@ absl::Status Validate(const Layout& l) {
     return absl::InvalidArgumentError(
         absl::StrCat("engine: quantization '", q, "' (want fp8, int8 or int4, or none)"));
   }
-  if (!q.empty()) {
-    for (const GroupSpec& g : l.groups) {
-      if (g.tensor_parallel > 1 || g.pipeline_parallel > 1) {
-        return absl::InvalidArgumentError(
-            "engine: quantization with tensor_parallel / pipeline_parallel > 1 is not built yet");
-      }
-    }
-  }
   const std::string& kv = l.engine.kv_cache_dtype;
   if (kv != "auto" && kv != "bf16" && kv != "fp8") {
     return absl::InvalidArgumentError(

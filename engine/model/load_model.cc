@@ -97,7 +97,8 @@ absl::StatusOr<DeviceGroup> MakeDeviceGroup(const std::vector<int>& devices,
 
 absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& dir,
                                                              const ParallelConfig& parallel,
-                                                             const CudaGroupOptions& options) {
+                                                             const CudaGroupOptions& options,
+                                                             const std::string& quantization) {
   const int tp = parallel.tensor_parallel;
   if (parallel.pipeline_parallel != 1) {
     return absl::UnimplementedError(
@@ -107,12 +108,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& 
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
   RETURN_IF_ERROR(CheckCudaSupports(config, dir));
   RETURN_IF_ERROR(CheckTensorParallel(config, tp));
-  ASSIGN_OR_RETURN(const QuantConfig quant, QuantConfig::Resolve(dir, ""));
-  if (quant.quantized()) {
-    return absl::UnimplementedError(
-        absl::StrCat(dir, ": quantized weights (", quant.Describe(),
-                     ") with tensor_parallel > 1 are not built yet on the CUDA backend"));
-  }
+  ASSIGN_OR_RETURN(const QuantConfig quant, QuantConfig::Resolve(dir, quantization));
   ASSIGN_OR_RETURN(
       const std::vector<int> devices,
       PlaceRanksOnDevices(tp, parallel.devices, CudaDeviceCount(), parallel.allow_device_sharing));
@@ -136,7 +132,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& 
     out.tp_comm = std::move(group.comms[r]);
     const GroupRank place{.tp_comm = out.tp_comm.get(), .samples = r == 0};
     ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(*checkpoint, config, DType::kBF16,
-                                                       TensorShard{r, tp}, StageLayers{}));
+                                                       TensorShard{r, tp}, StageLayers{}, quant));
     ASSIGN_OR_RETURN(out.model, LlamaModel::Create(rank_config, std::move(weights),
                                                    std::move(ops[r].ops), Backend::kCuda, place));
     ranks.push_back(std::move(out));
@@ -146,7 +142,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& 
             << absl::StrJoin(devices, ", ") << "], in "
             << absl::FormatDuration(
                    absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
-            << ": " << config.model_type;
+            << ": " << config.model_type
+            << (quant.quantized() ? ", weights " + quant.Describe() : std::string());
   auto model = std::make_unique<ParallelModel>(
       config, parallel, Backend::kCuda, std::vector<CommGroupHandle>{std::move(group.handle)},
       std::move(ranks));
@@ -160,7 +157,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& 
 
 absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
                                                          const ParallelConfig& parallel,
-                                                         ParallelGroups groups) {
+                                                         ParallelGroups groups,
+                                                         const std::string& quantization) {
   const int tp = parallel.tensor_parallel, pp = parallel.pipeline_parallel;
   if (static_cast<int>(groups.stages.size()) != pp || groups.world == nullptr ||
       groups.world->size() != tp * pp) {
@@ -174,6 +172,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
   RETURN_IF_ERROR(CheckTensorParallel(config, tp));
   RETURN_IF_ERROR(CheckPipelineParallel(config, pp));
   RETURN_IF_ERROR(CheckFitsInMemory(config, dir));
+  ASSIGN_OR_RETURN(const QuantConfig quant, QuantConfig::Resolve(dir, quantization));
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> checkpoint,
                    SafetensorsCheckpoint::Open(dir));
   const absl::Time start = Clock::Real()->Now();
@@ -195,7 +194,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
                             .next_stage_rank = stage.last_stage ? -1 : rank + tp};
       std::unique_ptr<Ops> ops = MakeRefOps();
       ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(*checkpoint, config, ops->compute_dtype(),
-                                                         TensorShard{r, tp}, stage));
+                                                         TensorShard{r, tp}, stage, quant));
       ASSIGN_OR_RETURN(out.model, LlamaModel::Create(rank_config, std::move(weights),
                                                      std::move(ops), Backend::kCpu, place));
       ranks.push_back(std::move(out));
@@ -205,7 +204,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
             << " x pipeline_parallel " << pp << ", in "
             << absl::FormatDuration(
                    absl::Trunc(Clock::Real()->Now() - start, absl::Milliseconds(1)))
-            << ": " << config.model_type;
+            << ": " << config.model_type
+            << (quant.quantized() ? ", weights " + quant.Describe() : std::string());
   std::vector<CommGroupHandle> handles = groups.Handles();
   return std::unique_ptr<Model>(std::make_unique<ParallelModel>(
       config, parallel, Backend::kCpu, std::move(handles), std::move(ranks)));
@@ -229,13 +229,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend
         absl::StrCat("pipeline micro_batches ", parallel.micro_batches, " must be >= 0"));
   }
   if (parallel.tensor_parallel > 1 || parallel.pipeline_parallel > 1) {
-    if (!quantization.empty()) {
-      return absl::UnimplementedError(
-          "--quantization with tensor_parallel / pipeline_parallel > 1 is not built yet");
-    }
-    if (backend == Backend::kCuda) return LoadCudaParallelModel(dir, parallel);
+    if (backend == Backend::kCuda) return LoadCudaParallelModel(dir, parallel, {}, quantization);
     ASSIGN_OR_RETURN(ParallelGroups groups, ParallelGroups::Create(parallel));
-    return LoadParallelModel(dir, parallel, std::move(groups));
+    return LoadParallelModel(dir, parallel, std::move(groups), quantization);
   }
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
   ASSIGN_OR_RETURN(const QuantConfig quant, QuantConfig::Resolve(dir, quantization));

@@ -37,7 +37,7 @@ absl::StatusOr<ModelConfig> MakeModel(const MakeModelOptions& options) {
   GeneratedTokenizerInfo info;
   RETURN_IF_ERROR(
       WriteTokenizerFiles(options.out_dir, preset.tokenizer, preset.tokenizer_spec, &info));
-  ModelConfig config = preset.config;
+  ModelConfig config = options.config.value_or(preset.config);
   if (config.vocab_size < info.vocab_size) config.vocab_size = info.vocab_size;
   config.bos_token_id = info.bos_id.value_or(-1);
   config.eos_token_ids.assign(info.eos_ids.begin(), info.eos_ids.end());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -19,7 +20,10 @@ struct MakeModelOptions {
   // "" (unquantized) or a scheme of quant_make_model.h (fp8-block, fp8-channel, int8, awq,
   // gptq): the same random weights with the decoder's linear layers quantized in that layout.
   std::string quantization = "";
-  int64_t quant_group_size = 128;  // awq, gptq
+  int64_t quant_group_size = 128;  // awq, gptq (gptq: -1 is one group per row)
+  // Tests: these shapes instead of the preset's (the preset's tokenizer is kept; vocab_size is
+  // raised to the tokenizer's as for a preset).
+  std::optional<ModelConfig> config = std::nullopt;
 };
 
 // Returns the config written. NotFound for an unknown preset; Internal on I/O failure.

@@ -156,8 +156,8 @@ inline bool IsBackendUnusable(const absl::Status& status) {
 // pipeline_parallel > 1 is Unimplemented). `quantization` (--quantization: "", "fp8", "int8" or
 // "int4") is applied to an unquantized checkpoint at load time; a checkpoint with a
 // quantization_config is read in its format either way (quant_config.h). Quantized weights run on
-// both backends (CUDA: engine/cuda/cuda_ops.h, Gemm), not with tensor / pipeline parallelism
-// (Unimplemented).
+// both backends (CUDA: engine/cuda/cuda_ops.h, Gemm), with tensor and pipeline parallelism too
+// (each rank reads and quantizes only its slices: quant_shard.h says where a format can be cut).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, Backend backend,
                                                  const ParallelConfig& parallel = {},
                                                  const std::string& quantization = "");

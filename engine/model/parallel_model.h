@@ -212,17 +212,22 @@ struct CudaGroupOptions {
 
 // Builds the tensor-parallel layout of the checkpoint in `dir` on the CUDA backend: rank r on
 // its device (PlaceRanksOnDevices with parallel.devices, parallel.allow_device_sharing), each
-// reading only its slices onto its GPU. InvalidArgument when the model does not split that way
-// or the placement is refused; Unimplemented for pipeline_parallel > 1 or quantized weights.
+// reading only its slices onto its GPU. Quantized weights (the checkpoint's format, or
+// `quantization` as LoadModel's) are sliced in their format (quant_shard.h) and uploaded by the
+// rank's own CudaOps. InvalidArgument when the model or its quantized weights do not split that
+// way or the placement is refused; Unimplemented for pipeline_parallel > 1.
 absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& dir,
                                                              const ParallelConfig& parallel,
-                                                             const CudaGroupOptions& options = {});
+                                                             const CudaGroupOptions& options = {},
+                                                             const std::string& quantization = "");
 
 // Builds the `parallel` layout of the checkpoint in `dir` on the CPU backend over `groups`
 // (sizes matching `parallel`; tests pass groups they inject faults into, LoadModel fresh ones).
-// Each rank reads only its slices. InvalidArgument when the model does not split that way.
+// Each rank reads only its slices, quantized ones included (`quantization` as LoadModel's;
+// quant_shard.h). InvalidArgument when the model or its quantized weights do not split that way.
 absl::StatusOr<std::unique_ptr<Model>> LoadParallelModel(const std::string& dir,
                                                          const ParallelConfig& parallel,
-                                                         ParallelGroups groups);
+                                                         ParallelGroups groups,
+                                                         const std::string& quantization = "");
 
 }  // namespace tandem

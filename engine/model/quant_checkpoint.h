@@ -21,6 +21,11 @@
 //
 // Wrong dtype, shape (including k or n not a multiple of the packing or the group) or a missing
 // tensor is InvalidArgument naming the tensor.
+//
+// With a tensor-parallel `slice` (of rank out of `tp`), only the slice's elements of each tensor
+// are read (from the mapped files), and the result is the canonical weight of that slice: the
+// same bytes as the slice of the whole weight. A slice the format cannot cut there (quant_shard.h)
+// is InvalidArgument.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,7 @@
 #include "engine/model/quant_config.h"
 #include "engine/model/quant_weight.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/tensor_shard.h"
 
 namespace tandem {
 
@@ -37,7 +43,7 @@ inline constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
 absl::StatusOr<QuantizedWeight> ReadQuantizedLinear(const SafetensorsCheckpoint& checkpoint,
                                                     const QuantConfig& quant,
-                                                    const std::string& module, int64_t n,
-                                                    int64_t k);
+                                                    const std::string& module, int64_t n, int64_t k,
+                                                    const TensorSlice& slice = {}, int tp = 1);
 
 }  // namespace tandem

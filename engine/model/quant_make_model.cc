@@ -179,7 +179,8 @@ absl::StatusOr<Packed> PackModule(const HfTensor& t, uint64_t seed, const std::s
   } else if (scheme == "fp8-channel" || scheme == "int8") {
     PackChannel(m, w, n, k, scheme == "fp8-channel", &p);
   } else {
-    RETURN_IF_ERROR(PackInt4(m, w, n, k, group_size, scheme == "awq", &p));
+    // GPTQ's group_size -1: one group of the whole row.
+    RETURN_IF_ERROR(PackInt4(m, w, n, k, group_size == -1 ? k : group_size, scheme == "awq", &p));
   }
   return p;
 }
@@ -227,7 +228,9 @@ absl::Status WriteQuantizedRandomWeights(const ModelConfig& config, uint64_t see
                                          const CheckpointWriteOptions& options,
                                          const std::string& scheme, int64_t group_size) {
   RETURN_IF_ERROR(QuantizationConfigJson(scheme, group_size).status());
-  if (group_size < 1) return absl::InvalidArgumentError("make-model: group size must be >= 1");
+  if (group_size < 1 && !(scheme == "gptq" && group_size == -1)) {
+    return absl::InvalidArgumentError("make-model: group size must be >= 1 (or -1 for gptq)");
+  }
   const std::vector<HfTensor> tensors = HfTensors(config);
   std::map<std::string, const HfTensor*> dense;                  // name -> tensor
   std::map<std::string, std::pair<std::string, int>> quantized;  // name -> (module, index)

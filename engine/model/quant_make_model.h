@@ -10,7 +10,7 @@
 //                weight-only (W8A16)
 //   awq          AutoAWQ GEMM: qweight/qzeros I32, scales F16, asymmetric, group_size
 //   gptq         AutoGPTQ (checkpoint_format gptq): qweight/qzeros/g_idx I32, scales F16,
-//                symmetric (stored zero 7), group_size, desc_act false
+//                symmetric (stored zero 7), group_size (-1: one group per row), desc_act false
 //
 // Embeddings, norms, biases and lm_head are written as in the unquantized checkpoint.
 #pragma once

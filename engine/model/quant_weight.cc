@@ -13,10 +13,13 @@ namespace {
 constexpr float kInt8Max = 127.0f;
 constexpr float kUint4Max = 15.0f;
 
-// One output channel (or group) of the 8-bit formats.
-void QuantizeSymmetric(const float* w, int64_t len, QuantCode code, uint8_t* out, float* scale) {
+// One output channel (or group) of the 8-bit formats; `given_amax` (if not null): the max |w| of
+// the whole row this is a part of.
+void QuantizeSymmetric(const float* w, int64_t len, QuantCode code, const float* given_amax,
+                       uint8_t* out, float* scale) {
   float amax = 0.0f;
   for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(w[i]));
+  if (given_amax != nullptr) amax = *given_amax;
   const float qmax = code == QuantCode::kFp8E4M3 ? kFp8E4M3Max : kInt8Max;
   const float s = amax > 0.0f ? amax / qmax : 1.0f;
   *scale = s;
@@ -75,7 +78,7 @@ std::vector<float> QuantizedWeight::Dequantize() const {
 }
 
 QuantizedWeight QuantizeWeight(const float* w, int64_t n, int64_t k, QuantCode code,
-                               int64_t group_size) {
+                               int64_t group_size, const float* row_amax) {
   QuantizedWeight q;
   q.code = code;
   q.n = n;
@@ -91,7 +94,8 @@ QuantizedWeight QuantizeWeight(const float* w, int64_t n, int64_t k, QuantCode c
     for (int64_t j = b; j < e; ++j) {
       const float* row = w + j * k;
       if (code != QuantCode::kUint4) {
-        QuantizeSymmetric(row, k, code, q.codes.data() + j * row_bytes, &q.scales[j]);
+        QuantizeSymmetric(row, k, code, row_amax == nullptr ? nullptr : row_amax + j,
+                          q.codes.data() + j * row_bytes, &q.scales[j]);
         continue;
       }
       for (int64_t g = 0; g < groups; ++g) {

@@ -37,8 +37,12 @@ struct QuantizedWeight {
 //   kUint4:   asymmetric groups of group_size along k (the last one may be partial):
 //             s = (max - min) / 15, zero = round(-min / s) in 0..15, codes round(w / s) + zero
 //             clamped to 0..15 (AWQ's quantizer; W4A16).
+// `row_amax` (8-bit codes; null: each row's own): max |w_j| of row j of a wider weight that w
+// is a column slice of, so the slice is quantized exactly as the same columns of the whole
+// weight (a row-parallel rank's part, quant_shard.h). uint4 groups need none: a slice starting
+// on a group boundary has the whole weight's groups.
 QuantizedWeight QuantizeWeight(const float* w, int64_t n, int64_t k, QuantCode code,
-                               int64_t group_size);
+                               int64_t group_size, const float* row_amax = nullptr);
 
 // Rows of `parts` one after the other (q, k, v -> qkv_proj). InvalidArgument when they differ
 // in code, k, group size or activation quantization (naming `what`).

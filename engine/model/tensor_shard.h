@@ -25,6 +25,17 @@ struct TensorShard {
   bool whole() const { return size == 1; }
 };
 
+// Part of a weight along one dimension: rows [begin, begin + count) of dim 0 (the output
+// features of an [out, in] nn.Linear weight: column-parallel) or of dim 1 (its input features:
+// row-parallel); dim -1: the whole tensor.
+struct TensorSlice {
+  int dim = -1;
+  int64_t begin = 0;
+  int64_t count = 0;
+
+  bool whole() const { return dim < 0; }
+};
+
 // The layers a pipeline stage holds, [first, first + count) (count -1: all of them), and
 // whether it is the first stage (embeds the tokens) and the last (norm, lm_head, sampling).
 struct StageLayers {

@@ -1,9 +1,11 @@
 #include "engine/model/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +13,7 @@
 #include "base/thread_pool.h"
 #include "engine/model/hf_tensors.h"
 #include "engine/model/quant_checkpoint.h"
+#include "engine/model/quant_shard.h"
 
 namespace tandem {
 namespace {
@@ -41,13 +44,7 @@ void Convert(const uint8_t* src, DType src_dtype, int64_t n, DType dst_dtype, ui
   });
 }
 
-// Part of a tensor along one dimension: rows [begin, begin + count) of dim 0 (the output
-// features of an [out, in] weight) or of dim 1 (its input features); dim -1: the whole tensor.
-struct Slice {
-  int dim = -1;
-  int64_t begin = 0;
-  int64_t count = 0;
-};
+using Slice = TensorSlice;
 struct Part {
   Part(std::string n, Slice s = {}) : name(std::move(n)), slice(s) {}  // NOLINT: implicit
   Part(const char* n) : name(n) {}                                     // NOLINT: implicit
@@ -81,11 +78,35 @@ uint8_t* ConvertSlice(const SafetensorsCheckpoint::Entry& e, const Slice& slice,
   return dst;
 }
 
+// max |w| of each row of the 2-D float tensor `e` (BF16/F16/F32), streamed from the mapped file.
+std::vector<float> RowAbsMax(const SafetensorsCheckpoint::Entry& e) {
+  const int64_t rows = e.info->shape[0], cols = e.info->shape[1];
+  const uint8_t* src = e.file->Data(*e.info);
+  const DType t = e.info->dtype;
+  std::vector<float> amax(rows, 0.0f);
+  ParallelFor(rows, 16, [&](int64_t b, int64_t end) {
+    for (int64_t r = b; r < end; ++r) {
+      for (int64_t i = r * cols; i < (r + 1) * cols; ++i) {
+        float v;
+        if (t == DType::kF32) {
+          std::memcpy(&v, src + 4 * i, 4);
+        } else {
+          uint16_t bits;
+          std::memcpy(&bits, src + 2 * i, 2);
+          v = t == DType::kBF16 ? Bf16ToF32(bits) : F16ToF32(bits);
+        }
+        amax[r] = std::max(amax[r], std::fabs(v));
+      }
+    }
+  });
+  return amax;
+}
+
 class Loader {
  public:
   Loader(const SafetensorsCheckpoint& ckpt, const ModelConfig& config, DType dtype,
-         const QuantConfig& quant)
-      : ckpt_(ckpt), dtype_(dtype), quant_(quant) {
+         const QuantConfig& quant, int tp)
+      : ckpt_(ckpt), dtype_(dtype), quant_(quant), tp_(tp) {
     for (const HfTensor& t : HfTensors(config)) expected_[t.spec.name] = t.spec.shape;
   }
 
@@ -93,30 +114,20 @@ class Loader {
   // dim 0 into one tensor of the compute dtype.
   absl::StatusOr<HostTensor> Load(const std::vector<Part>& parts) { return LoadAs(parts, dtype_); }
 
-  // A (fused) linear weight from the "<module>.weight" parts: quantized when quant_ says so.
+  // A (fused) linear weight from the "<module>.weight" parts (or their slices): quantized when
+  // quant_ says so, each part read in its format's layout or quantized at load, then fused.
   absl::StatusOr<HostTensor> LoadLinear(const std::vector<Part>& parts) {
     if (!quant_.quantized()) return Load(parts);
     std::vector<QuantizedWeight> quantized;
     for (const Part& part : parts) {
-      if (part.slice.dim >= 0) {
-        return absl::UnimplementedError(absl::StrCat(
-            part.name, ": tensor parallelism over quantized weights is not built yet"));
-      }
-      const std::string& name = part.name;
-      const std::vector<int64_t>& shape = expected_.at(name);
+      const std::vector<int64_t>& shape = expected_.at(part.name);
+      const std::string module = part.name.substr(0, part.name.size() - kWeightSuffix.size());
       if (quant_.load_time()) {
-        ASSIGN_OR_RETURN(HostTensor dense, LoadAs({name}, DType::kF32));
-        const QuantCode code =
-            quant_.format == QuantConfig::Format::kLoadTimeFp8    ? QuantCode::kFp8E4M3
-            : quant_.format == QuantConfig::Format::kLoadTimeInt8 ? QuantCode::kInt8
-                                                                  : QuantCode::kUint4;
-        quantized.push_back(QuantizeWeight(reinterpret_cast<const float*>(dense.data()), shape[0],
-                                           shape[1], code, quant_.group_size));
-        quantized.back().act_quant = quant_.act_quant;
+        ASSIGN_OR_RETURN(QuantizedWeight w, QuantizeAtLoad(part, module));
+        quantized.push_back(std::move(w));
       } else {
-        const std::string module = name.substr(0, name.size() - std::string(".weight").size());
-        ASSIGN_OR_RETURN(QuantizedWeight w,
-                         ReadQuantizedLinear(ckpt_, quant_, module, shape[0], shape[1]));
+        ASSIGN_OR_RETURN(QuantizedWeight w, ReadQuantizedLinear(ckpt_, quant_, module, shape[0],
+                                                                shape[1], part.slice, tp_));
         quantized.push_back(std::move(w));
       }
     }
@@ -175,9 +186,36 @@ class Loader {
     return e;
   }
 
+  // --quantization: the part (the rank's slice only) loaded as fp32 and quantized, equal to the
+  // same slice of the whole weight quantized (quant_shard.h: a cut the format cannot take is
+  // InvalidArgument). A row-parallel slice of a per-channel format takes the whole rows' max
+  // |w| (RowAbsMax: the whole tensor is read, never held).
+  absl::StatusOr<QuantizedWeight> QuantizeAtLoad(const Part& part, const std::string& module) {
+    const std::vector<int64_t>& shape = expected_.at(part.name);
+    RETURN_IF_ERROR(CheckQuantSlice(quant_, module, shape[0], shape[1], part.slice, tp_));
+    const QuantCode code = quant_.format == QuantConfig::Format::kLoadTimeFp8 ? QuantCode::kFp8E4M3
+                           : quant_.format == QuantConfig::Format::kLoadTimeInt8
+                               ? QuantCode::kInt8
+                               : QuantCode::kUint4;
+    std::vector<float> row_amax;
+    if (part.slice.dim == 1 && code != QuantCode::kUint4) {
+      ASSIGN_OR_RETURN(SafetensorsCheckpoint::Entry e, Check(part.name));
+      row_amax = RowAbsMax(e);
+    }
+    ASSIGN_OR_RETURN(HostTensor dense, LoadAs({part}, DType::kF32));
+    QuantizedWeight w =
+        QuantizeWeight(reinterpret_cast<const float*>(dense.data()), dense.shape[0], dense.shape[1],
+                       code, quant_.group_size, row_amax.empty() ? nullptr : row_amax.data());
+    w.act_quant = quant_.act_quant;
+    return w;
+  }
+
+  static constexpr std::string_view kWeightSuffix = ".weight";
+
   const SafetensorsCheckpoint& ckpt_;
   DType dtype_;
   const QuantConfig& quant_;
+  int tp_;  // tensor-parallel size (error messages)
   std::map<std::string, std::vector<int64_t>> expected_;
 };
 
@@ -259,7 +297,7 @@ absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint
         absl::StrCat("LoadWeights: rank ", shard.rank, " of ", shard.size));
   }
   RETURN_IF_ERROR(CheckTensorParallel(config, shard.size));
-  Loader loader(checkpoint, config, compute_dtype, quant);
+  Loader loader(checkpoint, config, compute_dtype, quant, shard.size);
   ModelWeights w;
   if (stage.count < 0) stage.count = config.num_layers;
   if (stage.first < 0 || stage.count < 1 || stage.first + stage.count > config.num_layers) {

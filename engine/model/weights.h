@@ -69,8 +69,10 @@ absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint
 // The same with the linear layers of every decoder layer (qkv_proj, o_proj, gate_up_proj,
 // down_proj) quantized as `quant` says: read from the checkpoint's format
 // (quant_checkpoint.h), or, for a load-time format, loaded as fp32 and quantized
-// (QuantizeWeight). Embeddings, norms, biases and lm_head stay in the compute dtype. Quantized
-// weights and a tensor-parallel shard together are Unimplemented.
+// (QuantizeWeight). Embeddings, norms, biases and lm_head stay in the compute dtype. With a
+// tensor-parallel shard (the first overload), each rank's quantized slices equal the same
+// slices of the whole quantized weights; a slice the format cannot cut is InvalidArgument
+// (quant_shard.h).
 absl::StatusOr<ModelWeights> LoadWeights(const SafetensorsCheckpoint& checkpoint,
                                          const ModelConfig& config, DType compute_dtype,
                                          const QuantConfig& quant);

@@ -134,6 +134,12 @@ TEST(Layout, EngineFieldsParse) {
         ParseLayout("engine: {quantization: " + q + "}\ngroups: [{role: mixed}]");
     ASSERT_TRUE(quant.ok()) << quant.status();
     EXPECT_EQ(quant->engine.quantization, q);
+    // With tensor / pipeline parallel groups too (each rank quantizes its slices).
+    absl::StatusOr<Layout> parallel = ParseLayout(
+        "backend: cpu\nengine: {quantization: " + q +
+        "}\ngroups: [{role: prefill, tensor_parallel: 2}, {role: decode, pipeline_parallel: 2}]");
+    ASSERT_TRUE(parallel.ok()) << parallel.status();
+    EXPECT_EQ(parallel->engine.quantization, q);
   }
   EXPECT_EQ(l->engine.kv_cache_dtype, "auto");
   for (const std::string d : {"auto", "bf16", "fp8"}) {
@@ -237,8 +243,6 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
        "speculative_config.model"},
       {"engine: {quantization: awq}\ngroups: [{role: mixed}]", "quantization 'awq'"},
       {"engine: {kv_cache_dtype: fp16}\ngroups: [{role: mixed}]", "kv_cache_dtype 'fp16'"},
-      {"backend: cpu\nengine: {quantization: int8}\ngroups: [{role: mixed, tensor_parallel: 2}]",
-       "quantization with tensor_parallel"},
       // A misspelt or unknown key anywhere is refused, never ignored.
       {"engine: {enable_prefix_cachng: false}\ngroups: [{role: mixed}]",
        "unknown key 'enable_prefix_cachng' in engine"},

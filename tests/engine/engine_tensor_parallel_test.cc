@@ -156,7 +156,7 @@ TEST(TensorParallelTest, ShapesThatDoNotSplitAreRefused) {
 TEST(TensorParallelTest, CudaRefusesWhatItDoesNotRunAndBadConfigs) {
   const std::string dir = MakeTiny("tiny-llama3");
   // Tensor parallelism runs on CUDA (engine_cuda_tp_test), pipeline stages do not yet; tiny
-  // presets' head_dim is outside the CUDA kernels'; quantization does not combine with TP.
+  // presets' head_dim is outside the CUDA kernels' (with --quantization too).
   const absl::Status pp =
       LoadModel(dir, Backend::kCuda, ParallelConfig{.pipeline_parallel = 2}).status();
   EXPECT_EQ(pp.code(), absl::StatusCode::kUnimplemented);
