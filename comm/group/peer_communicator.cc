@@ -104,7 +104,9 @@ PeerCommGroup::~PeerCommGroup() {
   absl::MutexLock lock(&mu_);
   for (size_t p = 0; p < pairs_.size(); ++p) {
     for (const std::unique_ptr<Slot>& slot : pairs_[p].slots) {
-      if (slot->buffer != nullptr) api_->Free(ranks_[p / ranks_.size()].place.device, slot->buffer);
+      const int device = ranks_[p / ranks_.size()].place.device;
+      if (slot->buffer != nullptr) api_->Free(device, slot->buffer);
+      for (void* old : slot->retired) api_->Free(device, old);
       if (slot->sent != nullptr) api_->DestroyEvent(slot->sent);
       if (slot->received != nullptr) api_->DestroyEvent(slot->received);
     }
@@ -298,26 +300,13 @@ absl::Status PeerCommGroup::PrepareSlot(int src, int dst, Slot& slot, int64_t by
     ASSIGN_OR_RETURN(slot.received, api_->CreateEvent(ranks_[dst].place.device));
   }
   if (slot.capacity >= bytes) return absl::OkStatus();
-  if (slot.buffer != nullptr) {
-    // Its last receiver may still be copying out of it: free it only once that is done.
-    const absl::Time deadline = options_.clock->Now() + options_.timeout;
-    for (;;) {
-      ASSIGN_OR_RETURN(const bool done, api_->EventDone(slot.received));
-      if (done) break;
-      RETURN_IF_ERROR(status());
-      if (options_.clock->Now() >= deadline) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("rank ", dst, "'s copy out of a staging buffer did not complete in ",
-                         absl::FormatDuration(options_.timeout)));
-      }
-      Clock::Real()->SleepFor(absl::Microseconds(50));  // a poll: no notification exists
-    }
-    api_->Free(device, slot.buffer);
-    slot.buffer = nullptr;
-    slot.capacity = 0;
-  }
   const int64_t capacity = SlotCapacity(bytes);
-  ASSIGN_OR_RETURN(slot.buffer, api_->Allocate(device, capacity));
+  ASSIGN_OR_RETURN(void* buffer, api_->Allocate(device, capacity));
+  // The old buffer's last receiver may still be copying out of it, and freeing device memory
+  // may wait for the whole device (behind a peer's collective that waits for this thread): it is
+  // kept until the group's end instead (powers of two: less than the slot's new size in all).
+  if (slot.buffer != nullptr) slot.retired.push_back(slot.buffer);
+  slot.buffer = buffer;
   slot.capacity = capacity;
   return absl::OkStatus();
 }

@@ -25,12 +25,12 @@
 // Send / Recv (pipeline stages: the residual stream from a stage's rank to the next stage's),
 // enqueue-only too, through staging slots of each ordered pair (src, dst) — device memory on
 // src's device with two events, `sent` (on src's device) and `received` (on dst's):
-//   Send: take a slot the receiver is done with (or a new one; one too small is regrown once
-//     its last `received` has completed, a host wait under the deadline), make src's stream
+//   Send: take a slot the receiver is done with (or a new one; one too small gets a new buffer
+//     of the next power of two, the old one kept until the group's end), make src's stream
 //     wait for the slot's last `received`, copy `data` into it on src's stream, record `sent`,
-//     and queue (slot, bytes) in the pair's FIFO mailbox. It returns without waiting for the
-//     receiver (the interface's buffered Send: `data` may be overwritten by later work on src's
-//     stream), so consecutive micro-batches queue one slot each;
+//     and queue (slot, bytes) in the pair's FIFO mailbox. It never waits on the host (for the
+//     receiver or the device: the interface's buffered Send, `data` free for later work on
+//     src's stream), so consecutive micro-batches queue one slot each;
 //   Recv: wait (on the host, under the deadline, abortable) for the pair's oldest message,
 //     check its size (InvalidArgument, the group aborted, when it is not `bytes`), make dst's
 //     stream wait for its `sent`, copy it into `data` on dst's stream, record `received`, and
@@ -92,12 +92,9 @@ class PeerDeviceApi {
   // Device-to-device (or peer) copy on `stream`.
   virtual absl::Status Copy(void* dst, const void* src, int64_t bytes, Stream stream) = 0;
   // Staging memory of Send / Recv: `bytes` (> 0) of device memory on `device`, contents
-  // undefined; ResourceExhausted when it has no room. Free releases it once no enqueued work
-  // uses it (the group's end, or a slot regrown after its events completed).
+  // undefined; ResourceExhausted when it has no room. Free releases it at the group's end.
   virtual absl::StatusOr<void*> Allocate(int device, int64_t bytes) = 0;
   virtual void Free(int device, void* memory) = 0;
-  // Whether the work before the last Record of `event` has completed (true if never recorded).
-  virtual absl::StatusOr<bool> EventDone(Event event) = 0;
 };
 
 // One rank: its device and the stream its buffers are written on (the backend's compute
@@ -149,6 +146,7 @@ class PeerCommGroup : public std::enable_shared_from_this<PeerCommGroup> {
   struct Slot {
     void* buffer = nullptr;  // on the sender's device, `capacity` bytes
     int64_t capacity = 0;
+    std::vector<void*> retired;               // outgrown buffers, freed at the group's end
     PeerDeviceApi::Event sent = nullptr;      // sender's device
     PeerDeviceApi::Event received = nullptr;  // receiver's device
     bool used = false;                        // `received` recorded at least once
@@ -171,7 +169,7 @@ class PeerCommGroup : public std::enable_shared_from_this<PeerCommGroup> {
   absl::Status SendTo(int rank, const void* data, int64_t bytes, int peer);
   absl::Status RecvFrom(int rank, void* data, int64_t bytes, int peer);
   // Makes a slot taken for a Send of `bytes` from `src` to `dst` ready to be written: events
-  // made, capacity grown (waiting for its last `received` first).
+  // made, capacity grown.
   absl::Status PrepareSlot(int src, int dst, Slot& slot, int64_t bytes);
   Pair& PairOf(int src, int dst) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return pairs_[static_cast<size_t>(src) * ranks_.size() + dst];

@@ -107,15 +107,6 @@ class CudaPeerApi final : public PeerDeviceApi {
     if (cudaSetDevice(device) == cudaSuccess) cudaFree(memory);
     cudaGetLastError();
   }
-  absl::StatusOr<bool> EventDone(Event event) override {
-    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (e == cudaErrorNotReady) {
-      cudaGetLastError();
-      return false;
-    }
-    CUDA_RETURN_IF_ERROR(e);
-    return true;
-  }
 };
 
 }  // namespace

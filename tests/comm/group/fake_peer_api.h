@@ -3,8 +3,8 @@
 // Copy on the host), which is what a stream that has waited for its events sees. Streams are rank
 // tags (StreamOf(rank)); events remember their device and a serial (creation order from 0).
 // Every stream call is logged per stream: "record <serial>", "wait <serial>", "reduce",
-// "copy <bytes>". Faults: a failing ReduceSum, Copy or Allocate on one rank or device, events
-// that never complete (EventDone false), refused peer access.
+// "copy <bytes>". Faults: a failing ReduceSum, Copy or Allocate on one rank or device, refused
+// peer access.
 #pragma once
 
 #include <cstring>
@@ -82,10 +82,6 @@ class FakePeerApi : public PeerDeviceApi {
     uint8_t* m = static_cast<uint8_t*>(memory);
     if (live_.erase(m) == 1) delete[] m;
   }
-  absl::StatusOr<bool> EventDone(Event) override {
-    absl::MutexLock lock(&mu_);
-    return !events_pending_;
-  }
 
   static Stream StreamOf(int rank) { return reinterpret_cast<Stream>(uintptr_t(rank + 1)); }
   static int StreamRank(Stream s) { return static_cast<int>(reinterpret_cast<uintptr_t>(s)) - 1; }
@@ -122,10 +118,6 @@ class FakePeerApi : public PeerDeviceApi {
     absl::MutexLock lock(&mu_);
     fail_allocate_ = v;
   }
-  void set_events_pending(bool v) {
-    absl::MutexLock lock(&mu_);
-    events_pending_ = v;
-  }
 
  private:
   absl::Status Log(Stream s, const std::string& what, Event e) {
@@ -145,7 +137,6 @@ class FakePeerApi : public PeerDeviceApi {
   int fail_reduce_on_ ABSL_GUARDED_BY(mu_) = -1;
   int fail_copy_on_ ABSL_GUARDED_BY(mu_) = -1;
   bool fail_allocate_ ABSL_GUARDED_BY(mu_) = false;
-  bool events_pending_ ABSL_GUARDED_BY(mu_) = false;
   bool refuse_peers_ = false;
 };
 

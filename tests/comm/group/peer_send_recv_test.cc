@@ -6,12 +6,13 @@
 //     wait for it) or both interleave; the sender may overwrite its buffer once Send returns;
 //   * each stream sees the protocol's order: the sender waits for a reused slot's `received`
 //     before its copy in and records `sent` after it, the receiver waits for `sent` before its
-//     copy out and records `received` after it; a slot is reused once received, and regrown only
-//     once its last copy out completed (a copy out that never completes is a deadline);
+//     copy out and records `received` after it; a slot is reused once received, an outgrown one
+//     gets a new buffer (the old one kept: its copy out may still run), all freed at the end;
 //   * a size mismatch, an injected fault in a send or a receive, an abort while a receive waits,
 //     a receive nobody sends to, a failed staging allocation or copy: every rank's call ends
 //     with a status, none hangs, and the group refuses later calls; bad arguments are refused
-//     without aborting; the group's end frees every staging buffer.
+//     without aborting.
+#include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
@@ -118,27 +119,21 @@ TEST(PeerSendRecvTest, EachStreamOrdersItsCopiesByTheSlotsEvents) {
   EXPECT_EQ(c.api->allocations(), 2);
 }
 
-TEST(PeerSendRecvTest, ASlotGrowsOnlyOnceItsCopyOutCompleted) {
-  Comms c(2, PeerCommOptions{.timeout = absl::Milliseconds(300)});
+TEST(PeerSendRecvTest, AnOutgrownSlotGetsANewBufferAndTheGroupFreesAllAtItsEnd) {
+  Comms c(2);
   std::vector<uint8_t> small = Message(1, 10), big = Message(2, 50000), got(50000);
   ASSERT_TRUE(c.ranks[0]->Send(small.data(), 10, 1).ok());
   ASSERT_TRUE(c.ranks[1]->Recv(got.data(), 10, 0).ok());
-  ASSERT_TRUE(c.ranks[0]->Send(big.data(), 50000, 1).ok());  // the slot regrown
+  // The slot's 4 KiB are too small: a 64 KiB buffer; the old one may still be read by the
+  // receiver's copy on the device, so it stays allocated.
+  ASSERT_TRUE(c.ranks[0]->Send(big.data(), 50000, 1).ok());
   ASSERT_TRUE(c.ranks[1]->Recv(got.data(), 50000, 0).ok());
   EXPECT_EQ(got, big);
+  ASSERT_TRUE(c.ranks[0]->Send(small.data(), 10, 1).ok());  // fits: no allocation
+  ASSERT_TRUE(c.ranks[1]->Recv(got.data(), 10, 0).ok());
+  EXPECT_TRUE(std::equal(small.begin(), small.end(), got.begin()));
   EXPECT_EQ(c.api->allocations(), 2);
-  EXPECT_EQ(c.api->live_allocations(), 1);
-  // The receiver's copy out of the big slot never completes (a hung GPU): a larger message
-  // cannot free the slot, and the sender gives up at the deadline instead of hanging.
-  c.api->set_events_pending(true);
-  std::vector<uint8_t> bigger(200000, 1);
-  const absl::Time start = absl::Now();
-  const absl::Status s = c.ranks[0]->Send(bigger.data(), 200000, 1);
-  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_NE(s.message().find("copy out of a staging buffer"), std::string::npos) << s;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_EQ(c.ranks[1]->Recv(got.data(), 10, 0).code(), absl::StatusCode::kDeadlineExceeded);
-  // The group's end frees every staging buffer.
+  EXPECT_EQ(c.api->live_allocations(), 2);
   std::shared_ptr<FakePeerApi> api = c.api;
   c.ranks.clear();
   c.group.reset();
