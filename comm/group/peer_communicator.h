@@ -28,9 +28,10 @@
 //   Send: take a slot the receiver is done with (or a new one; one too small gets a new buffer
 //     of the next power of two, the old one kept until the group's end), make src's stream
 //     wait for the slot's last `received`, copy `data` into it on src's stream, record `sent`,
-//     and queue (slot, bytes) in the pair's FIFO mailbox. It never waits on the host (for the
-//     receiver or the device: the interface's buffered Send, `data` free for later work on
-//     src's stream), so consecutive micro-batches queue one slot each;
+//     and queue (slot, bytes) in the pair's FIFO mailbox. It waits neither for the receiver
+//     nor for the device (the interface's buffered Send: `data` is free for later work on src's
+//     stream; beyond the enqueues it only allocates, when a slot is new or outgrown), so
+//     consecutive micro-batches queue one slot each;
 //   Recv: wait (on the host, under the deadline, abortable) for the pair's oldest message,
 //     check its size (InvalidArgument, the group aborted, when it is not `bytes`), make dst's
 //     stream wait for its `sent`, copy it into `data` on dst's stream, record `received`, and
