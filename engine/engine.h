@@ -35,7 +35,8 @@ struct EngineOptions {
   // ranks may share a GPU (--allow-device-sharing; engine/model/device_placement.h).
   std::vector<int> devices = {};
   bool allow_device_sharing = false;
-  // Pipeline stages (contiguous layer ranges), each of tensor_parallel ranks; CPU only.
+  // Pipeline stages (contiguous layer ranges), each of tensor_parallel ranks; CPU and CUDA (one
+  // GPU per rank, as for tensor_parallel; eager steps).
   int pipeline_parallel = 1;
   // With pipeline_parallel > 1: batches (micro-batches of disjoint sequences) in flight at once,
   // so that stage s runs one while stage s + 1 runs the one before (vLLM's batch queue); 0:

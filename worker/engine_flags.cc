@@ -36,9 +36,11 @@ void AddEngineFlags(CLI::App& app, EngineFlags* f) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_flag("--allow-device-sharing", o.allow_device_sharing,
-               "Let tensor-parallel ranks share a GPU when fewer are visible (slower; tests)");
-  app.add_option("--pipeline-parallel-size", o.pipeline_parallel,
-                 "Pipeline stages (layer ranges) of --tensor-parallel-size ranks each (cpu only)")
+               "Let the ranks (TP x PP) share a GPU when fewer are visible (slower; tests)");
+  app.add_option(
+         "--pipeline-parallel-size", o.pipeline_parallel,
+         "Pipeline stages (layer ranges) of --tensor-parallel-size ranks each (one GPU per rank "
+         "on cuda)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--pipeline-micro-batches", o.pipeline_micro_batches,

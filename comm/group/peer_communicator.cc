@@ -1,10 +1,12 @@
 #include "comm/group/peer_communicator.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "base/status_macros.h"
 
 namespace tandem {
 
@@ -32,23 +34,39 @@ class PeerCommunicator final : public Communicator {
         rank_, PeerCommGroup::Post{PeerCommGroup::Op::kAllGather, bytes, DType::kU8, send, recv},
         "all-gather");
   }
-  absl::Status Send(const void*, int64_t, int) override { return PointToPoint(); }
-  absl::Status Recv(void*, int64_t, int) override { return PointToPoint(); }
+  absl::Status Send(const void* data, int64_t bytes, int peer) override {
+    return group_->SendTo(rank_, data, bytes, peer);
+  }
+  absl::Status Recv(void* data, int64_t bytes, int peer) override {
+    return group_->RecvFrom(rank_, data, bytes, peer);
+  }
   void Abort(const absl::Status& reason) override { group_->Abort(reason); }
   absl::Status status() const override { return group_->status(); }
 
  private:
-  static absl::Status PointToPoint() {
-    return absl::UnimplementedError(
-        "send / recv between ranks of an in-process device group (pipeline stages on the CUDA "
-        "backend) are not built yet");
-  }
-
   std::shared_ptr<PeerCommGroup> group_;
   const int rank_;
 };
 
-namespace {}  // namespace
+namespace {
+
+// A staging slot's size for a message of `bytes`: a power of two of at least 4 KiB, so a pair
+// whose messages grow (longer prefill chunks) regrows its slots a few times only.
+int64_t SlotCapacity(int64_t bytes) {
+  int64_t capacity = 4096;
+  while (capacity < bytes) capacity *= 2;
+  return capacity;
+}
+
+absl::Status CheckPeer(const char* what, int rank, int size, int peer, int64_t bytes) {
+  if (peer < 0 || peer >= size || peer == rank || bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " between rank ", rank, " and rank ", peer,
+                                                   " of ", size, ", ", bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<PeerCommGroup>> PeerCommGroup::Create(
     std::shared_ptr<PeerDeviceApi> api, std::vector<PeerRank> ranks, PeerCommOptions options) {
@@ -75,12 +93,23 @@ PeerCommGroup::PeerCommGroup(std::shared_ptr<PeerDeviceApi> api, std::vector<Pee
   absl::MutexLock lock(&mu_);
   fault_calls_.assign(ranks_.size(), -1);
   fault_status_.resize(ranks_.size());
+  pairs_ = std::vector<Pair>(ranks_.size() * ranks_.size());  // Pair is not copyable
 }
 
 PeerCommGroup::~PeerCommGroup() {
   for (RankState& r : ranks_) {
     if (r.ready != nullptr) api_->DestroyEvent(r.ready);
     if (r.done != nullptr) api_->DestroyEvent(r.done);
+  }
+  absl::MutexLock lock(&mu_);
+  for (size_t p = 0; p < pairs_.size(); ++p) {
+    for (const std::unique_ptr<Slot>& slot : pairs_[p].slots) {
+      const int device = ranks_[p / ranks_.size()].place.device;
+      if (slot->buffer != nullptr) api_->Free(device, slot->buffer);
+      for (void* old : slot->retired) api_->Free(device, old);
+      if (slot->sent != nullptr) api_->DestroyEvent(slot->sent);
+      if (slot->received != nullptr) api_->DestroyEvent(slot->received);
+    }
   }
 }
 
@@ -135,6 +164,17 @@ absl::Status PeerCommGroup::status() const {
   return status_;
 }
 
+absl::Status PeerCommGroup::EnterLocked(int rank, const char* what) {
+  if (!status_.ok()) return status_;
+  if (fault_calls_[rank] >= 0 && fault_calls_[rank]-- == 0) {
+    const absl::Status& f = fault_status_[rank];
+    AbortLocked(
+        absl::Status(f.code(), absl::StrCat("rank ", rank, " in ", what, ": ", f.message())));
+    return status_;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PeerCommGroup::Fail(int rank, const char* what, const absl::Status& error) {
   absl::MutexLock lock(&mu_);
   AbortLocked(absl::Status(error.code(), absl::StrCat("rank ", rank, " of ", size(), " in ", what,
@@ -146,13 +186,7 @@ absl::Status PeerCommGroup::Collective(int rank, const Post& post, const char* w
   RankState& me = ranks_[rank];
   {
     absl::MutexLock lock(&mu_);
-    if (!status_.ok()) return status_;
-    if (fault_calls_[rank] >= 0 && fault_calls_[rank]-- == 0) {
-      const absl::Status& f = fault_status_[rank];
-      AbortLocked(
-          absl::Status(f.code(), absl::StrCat("rank ", rank, " in ", what, ": ", f.message())));
-      return status_;
-    }
+    if (absl::Status s = EnterLocked(rank, what); !s.ok()) return s;
   }
   if (absl::Status s = api_->Record(me.ready, me.place.stream); !s.ok()) {
     return Fail(rank, what, s);
@@ -222,5 +256,98 @@ absl::Status PeerCommGroup::Rendezvous(int rank, const Post& post, const char* w
 }
 
 void PeerCommGroup::Complete() { barrier_.Leave(); }
+
+absl::Status PeerCommGroup::SendTo(int rank, const void* data, int64_t bytes, int peer) {
+  RETURN_IF_ERROR(CheckPeer("send", rank, size(), peer, bytes));
+  int index = 0;
+  Slot* slot = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(EnterLocked(rank, "send"));
+    Pair& pair = PairOf(rank, peer);
+    // A free slot large enough, else any free one (regrown), else a new one.
+    auto it = std::find_if(pair.free.begin(), pair.free.end(),
+                           [&](int i) { return pair.slots[i]->capacity >= bytes; });
+    if (it == pair.free.end() && !pair.free.empty()) it = pair.free.begin();
+    if (it != pair.free.end()) {
+      index = *it;
+      pair.free.erase(it);
+    } else {
+      index = static_cast<int>(pair.slots.size());
+      pair.slots.push_back(std::make_unique<Slot>());
+    }
+    slot = pair.slots[index].get();
+  }
+  // The slot is this thread's until it is queued.
+  PeerDeviceApi::Stream stream = ranks_[rank].place.stream;
+  absl::Status s = PrepareSlot(rank, peer, *slot, bytes);
+  if (s.ok() && slot->used) s = api_->Wait(stream, slot->received);
+  if (s.ok() && bytes > 0) s = api_->Copy(slot->buffer, data, bytes, stream);
+  if (s.ok()) s = api_->Record(slot->sent, stream);
+  if (!s.ok()) return Fail(rank, "send", s);
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return status_;
+  PairOf(rank, peer).queue.push_back(Message{index, bytes});
+  return absl::OkStatus();
+}
+
+absl::Status PeerCommGroup::PrepareSlot(int src, int dst, Slot& slot, int64_t bytes) {
+  const int device = ranks_[src].place.device;
+  if (slot.sent == nullptr) {
+    ASSIGN_OR_RETURN(slot.sent, api_->CreateEvent(device));
+  }
+  if (slot.received == nullptr) {
+    ASSIGN_OR_RETURN(slot.received, api_->CreateEvent(ranks_[dst].place.device));
+  }
+  if (slot.capacity >= bytes) return absl::OkStatus();
+  const int64_t capacity = SlotCapacity(bytes);
+  ASSIGN_OR_RETURN(void* buffer, api_->Allocate(device, capacity));
+  // The old buffer's last receiver may still be copying out of it, and freeing device memory
+  // may wait for the whole device (behind a peer's collective that waits for this thread): it is
+  // kept until the group's end instead (powers of two: less than the slot's new size in all).
+  if (slot.buffer != nullptr) slot.retired.push_back(slot.buffer);
+  slot.buffer = buffer;
+  slot.capacity = capacity;
+  return absl::OkStatus();
+}
+
+absl::Status PeerCommGroup::RecvFrom(int rank, void* data, int64_t bytes, int peer) {
+  RETURN_IF_ERROR(CheckPeer("recv", rank, size(), peer, bytes));
+  Message message;
+  Slot* slot = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(EnterLocked(rank, "recv"));
+    Pair& pair = PairOf(peer, rank);
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !pair.queue.empty() || !status_.ok();
+    };
+    if (!options_.clock->AwaitWithDeadline(&mu_, absl::Condition(&ready),
+                                           options_.clock->Now() + options_.timeout)) {
+      AbortLocked(absl::DeadlineExceededError(absl::StrCat("rank ", rank, " waited ",
+                                                           absl::FormatDuration(options_.timeout),
+                                                           " for a message from rank ", peer)));
+    }
+    if (!status_.ok()) return status_;
+    message = pair.queue.front();
+    pair.queue.pop_front();
+    if (message.bytes != bytes) {
+      AbortLocked(absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank, " expected ", bytes, " bytes from rank ", peer, ", got ", message.bytes)));
+      return status_;
+    }
+    slot = pair.slots[message.slot].get();
+  }
+  // The slot is this thread's until it is handed back.
+  PeerDeviceApi::Stream stream = ranks_[rank].place.stream;
+  absl::Status s = api_->Wait(stream, slot->sent);
+  if (s.ok() && bytes > 0) s = api_->Copy(data, slot->buffer, bytes, stream);
+  if (s.ok()) s = api_->Record(slot->received, stream);
+  if (!s.ok()) return Fail(rank, "recv", s);
+  absl::MutexLock lock(&mu_);
+  slot->used = true;
+  PairOf(peer, rank).free.push_back(message.slot);
+  return absl::OkStatus();
+}
 
 }  // namespace tandem

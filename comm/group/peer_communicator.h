@@ -22,6 +22,24 @@
 // The events are reused call after call; the two host waits order each rank's re-record after
 // its peers' waits on the previous record.
 //
+// Send / Recv (pipeline stages: the residual stream from a stage's rank to the next stage's),
+// enqueue-only too, through staging slots of each ordered pair (src, dst) — device memory on
+// src's device with two events, `sent` (on src's device) and `received` (on dst's):
+//   Send: take a slot the receiver is done with (or a new one; one too small gets a new buffer
+//     of the next power of two, the old one kept until the group's end), make src's stream
+//     wait for the slot's last `received`, copy `data` into it on src's stream, record `sent`,
+//     and queue (slot, bytes) in the pair's FIFO mailbox. It waits neither for the receiver
+//     nor for the device (the interface's buffered Send: `data` is free for later work on src's
+//     stream; beyond the enqueues it only allocates, when a slot is new or outgrown), so
+//     consecutive micro-batches queue one slot each;
+//   Recv: wait (on the host, under the deadline, abortable) for the pair's oldest message,
+//     check its size (InvalidArgument, the group aborted, when it is not `bytes`), make dst's
+//     stream wait for its `sent`, copy it into `data` on dst's stream, record `received`, and
+//     hand the slot back to the sender.
+// Messages of a pair keep their order (one FIFO per pair) and never wait for each other's
+// device work on the host; a slot is reused only after its receiver's copy out (the stream
+// wait on `received`). A message of 0 bytes still takes its place in the FIFO (no copy).
+//
 // CUDA graphs: not capturable (a rank's stream waits on events its peers record outside its
 // capture); the CUDA ranks using this group run eagerly (engine/model/parallel_model.h).
 //
@@ -29,14 +47,15 @@
 // deadline, a mismatched call, an injected fault (InjectFault, as ThreadCommGroup's), or a device
 // API error (a failed enqueue: its status, Internal for a CUDA error). An error only returns; the
 // device work already enqueued by other ranks still runs to its end (it only moves memory), so a
-// rank's buffers hold undefined values after a failed call. Send and Recv (pipeline stages) are
-// Unimplemented.
+// rank's buffers hold undefined values after a failed call. A fault injected with InjectFault
+// counts every collective and every Send or Recv of the rank.
 //
 // Thread-safe: each rank's communicator is driven by its own thread; Abort, InjectFault and
 // status from any thread.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -73,6 +92,10 @@ class PeerDeviceApi {
                                  DType dtype, Stream stream) = 0;
   // Device-to-device (or peer) copy on `stream`.
   virtual absl::Status Copy(void* dst, const void* src, int64_t bytes, Stream stream) = 0;
+  // Staging memory of Send / Recv: `bytes` (> 0) of device memory on `device`, contents
+  // undefined; ResourceExhausted when it has no room. Free releases it at the group's end.
+  virtual absl::StatusOr<void*> Allocate(int device, int64_t bytes) = 0;
+  virtual void Free(int device, void* memory) = 0;
 };
 
 // One rank: its device and the stream its buffers are written on (the backend's compute
@@ -83,7 +106,8 @@ struct PeerRank {
 };
 
 struct PeerCommOptions {
-  // How long a rank waits for its peers to arrive at a collective; measured on `clock`.
+  // How long a rank waits for its peers to arrive at a collective, or for a message; measured
+  // on `clock`.
   absl::Duration timeout = absl::Seconds(60);
   Clock* clock = Clock::Real();
 };
@@ -101,8 +125,8 @@ class PeerCommGroup : public std::enable_shared_from_this<PeerCommGroup> {
   // Rank `rank`'s communicator (each rank's once; it keeps the group alive).
   std::unique_ptr<Communicator> ForRank(int rank);
 
-  // That rank's calls-th collective from now (0: the next) aborts the group with `status`
-  // instead of running (a dead rank thread, a lost device).
+  // That rank's calls-th collective or transfer (Send, Recv) from now (0: the next) aborts the
+  // group with `status` instead of running (a dead rank thread, a lost device).
   void InjectFault(int rank, int64_t calls, absl::Status status);
   void Abort(const absl::Status& reason);
   absl::Status status() const;
@@ -117,9 +141,40 @@ class PeerCommGroup : public std::enable_shared_from_this<PeerCommGroup> {
     PeerDeviceApi::Event done = nullptr;
   };
 
+  // A staging slot of one ordered pair (the file comment). Not guarded by mu_: its owner is
+  // whoever took it under mu_ — the sender from the pair's free list until it queues it, the
+  // receiver from the queue until it hands it back.
+  struct Slot {
+    void* buffer = nullptr;  // on the sender's device, `capacity` bytes
+    int64_t capacity = 0;
+    std::vector<void*> retired;               // outgrown buffers, freed at the group's end
+    PeerDeviceApi::Event sent = nullptr;      // sender's device
+    PeerDeviceApi::Event received = nullptr;  // receiver's device
+    bool used = false;                        // `received` recorded at least once
+  };
+  struct Message {
+    int slot = 0;
+    int64_t bytes = 0;
+  };
+  struct Pair {
+    std::vector<std::unique_ptr<Slot>> slots;  // every slot made, at stable addresses
+    std::vector<int> free;                     // slots the sender may take
+    std::deque<Message> queue;                 // sent, not received; oldest first
+  };
+
   PeerCommGroup(std::shared_ptr<PeerDeviceApi> api, std::vector<PeerRank> ranks,
                 PeerCommOptions options);
   absl::Status Init();
+  // The group's status, or the rank's armed fault fired (aborting the group) by this call.
+  absl::Status EnterLocked(int rank, const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SendTo(int rank, const void* data, int64_t bytes, int peer);
+  absl::Status RecvFrom(int rank, void* data, int64_t bytes, int peer);
+  // Makes a slot taken for a Send of `bytes` from `src` to `dst` ready to be written: events
+  // made, capacity grown.
+  absl::Status PrepareSlot(int src, int dst, Slot& slot, int64_t bytes);
+  Pair& PairOf(int src, int dst) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return pairs_[static_cast<size_t>(src) * ranks_.size() + dst];
+  }
   // Steps 1-4 of the file comment for `post` on `rank`; `share` enqueues step 3's own work.
   absl::Status Collective(int rank, const Post& post, const char* what);
   absl::Status Share(int rank, const Post& post, const std::vector<Post>& posts);
@@ -137,6 +192,7 @@ class PeerCommGroup : public std::enable_shared_from_this<PeerCommGroup> {
   std::vector<int64_t> fault_calls_ ABSL_GUARDED_BY(mu_);  // [rank]; -1: none armed
   std::vector<absl::Status> fault_status_ ABSL_GUARDED_BY(mu_);
   CollectiveBarrier barrier_ ABSL_GUARDED_BY(mu_);  // the current collective's two waits
+  std::vector<Pair> pairs_ ABSL_GUARDED_BY(mu_);    // [src * size + dst]
 };
 
 }  // namespace tandem

@@ -132,10 +132,6 @@ int RunServe(const ServeFlags& f) {
   if (layout->backend == "auto") {
     layout->backend = !model.empty() && CudaDeviceAvailable() ? "cuda" : "cpu";
   }
-  if (absl::Status st = launcher::CheckParallelBackend(*layout); !st.ok()) {
-    std::cerr << "tandem serve: " << st.message() << std::endl;
-    return 2;
-  }
   if (model.empty()) {
     if (layout->backend != "cpu") {
       std::cerr << "tandem serve: --model DIR is required with the cuda backend" << std::endl;

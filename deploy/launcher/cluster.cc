@@ -150,7 +150,6 @@ absl::StatusOr<int> PickFreePort(const std::string& host) {
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Layout& layout,
                                                         const ClusterOptions& options) {
-  if (absl::Status st = CheckParallelBackend(layout); !st.ok()) return st;
   std::unique_ptr<Cluster> c(new Cluster);
   c->log_dir_ = options.log_dir;
   c->cluster_token_ = RandomHex(32);

@@ -118,11 +118,6 @@ absl::Status Validate(const Layout& l) {
       }
     }
   }
-  // An explicit cuda backend is refused here; auto is resolved by `tandem serve`, which checks
-  // again (CheckParallelBackend).
-  if (l.backend == "cuda") {
-    if (absl::Status st = CheckParallelBackend(l); !st.ok()) return st;
-  }
   if (!(l.engine.gpu_memory_utilization > 0.0 && l.engine.gpu_memory_utilization <= 1.0)) {
     return absl::InvalidArgumentError("engine: gpu_memory_utilization must be in (0, 1]");
   }
@@ -167,20 +162,6 @@ std::string RouterHttpHost(const Layout& l) {
 }
 
 std::string ConnectHost(const std::string& host) { return host == "0.0.0.0" ? "127.0.0.1" : host; }
-
-absl::Status CheckParallelBackend(const Layout& l) {
-  for (const GroupSpec& g : l.groups) {
-    if (g.pipeline_parallel > 1 && l.backend != "cpu") {
-      return absl::UnimplementedError(absl::StrCat(
-          "groups: pipeline_parallel > 1 (", g.role, ": TP ", g.tensor_parallel, " PP ",
-          g.pipeline_parallel,
-          ") runs on the CPU backend only so far (tensor_parallel runs on "
-          "cuda too); the backend is ",
-          l.backend, l.backend == "auto" ? " (not resolved yet)" : "", ": set backend: cpu"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 namespace {
 

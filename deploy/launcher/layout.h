@@ -1,8 +1,8 @@
 // Layout: what `tandem serve` brings up on one node, read from a YAML file (deploy/layouts/).
 // One router plus worker groups; each group is `count` identical worker processes of one role.
 // tensor_parallel / pipeline_parallel become each worker's --tensor-parallel-size /
-// --pipeline-parallel-size: one engine of TP x PP ranks (threads) per worker; on cuda tensor
-// parallelism only (pipeline_parallel > 1 is refused), rank r on the worker's r-th GPU. Prefill and
+// --pipeline-parallel-size: one engine of TP x PP ranks (threads) per worker, on either backend
+// (on cuda rank r on the worker's r-th GPU). Prefill and
 // decode groups may differ in sizes: the TCP KV transport maps their pages (comm/kv_head_map.h);
 // kv_transport ipc / nccl copy pages unchanged and need equal sizes (refused otherwise; auto then
 // uses tcp). Every group's TP must split the model (checked as each worker loads it). GPU lists set
@@ -119,12 +119,6 @@ std::string RouterHttpHost(const Layout& l);
 // An address a client on this machine connects to for a listener bound to `host`: 127.0.0.1
 // for 0.0.0.0, else `host`.
 std::string ConnectHost(const std::string& host);
-
-// Unimplemented when a group has pipeline_parallel > 1 and the backend is not cpu (pipeline
-// stages run on the CPU backend only so far; tensor_parallel runs on both). ParseLayout checks it
-// for an explicit `cuda`; call it again once `auto` is resolved (`tandem serve` does;
-// Cluster::Start too, where an unresolved `auto` is refused as well).
-absl::Status CheckParallelBackend(const Layout& l);
 
 // A group's gpus against its workers and ranks (GroupSpec::gpus): InvalidArgument for a list of
 // another length, a negative GPU, or a worker whose ranks would share a GPU without

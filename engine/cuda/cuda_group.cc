@@ -89,6 +89,24 @@ class CudaPeerApi final : public PeerDeviceApi {
                                          static_cast<cudaStream_t>(stream)));
     return absl::OkStatus();
   }
+  absl::StatusOr<void*> Allocate(int device, int64_t bytes) override {
+    DeviceGuard guard;
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    void* memory = nullptr;
+    const cudaError_t e = cudaMalloc(&memory, static_cast<size_t>(bytes));
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return absl::ResourceExhaustedError(absl::StrCat("GPU ", device, " has no room for a ", bytes,
+                                                       "-byte pipeline staging buffer"));
+    }
+    CUDA_RETURN_IF_ERROR(e);
+    return memory;
+  }
+  void Free(int device, void* memory) override {
+    DeviceGuard guard;
+    if (cudaSetDevice(device) == cudaSuccess) cudaFree(memory);
+    cudaGetLastError();
+  }
 };
 
 }  // namespace

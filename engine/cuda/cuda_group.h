@@ -28,10 +28,11 @@ struct CudaRankOps {
 };
 absl::StatusOr<CudaRankOps> MakeCudaRankOps(int device);
 
-// The PeerDeviceApi over the CUDA runtime: events, stream waits, the PeerReduceSum kernel and
-// cudaMemcpyAsync; EnablePeers turns on peer access between distinct devices (FailedPrecondition
-// where the hardware has none). Each call runs on the calling thread's current device, which
-// must be the stream's (the ranks' threads have theirs current).
+// The PeerDeviceApi over the CUDA runtime: events, stream waits, the PeerReduceSum kernel,
+// cudaMemcpyAsync, and cudaMalloc'd staging buffers; EnablePeers
+// turns on peer access between distinct devices (FailedPrecondition where the hardware has none).
+// Each call runs on the calling thread's current device, which must be the stream's (the ranks'
+// threads have theirs current).
 std::shared_ptr<PeerDeviceApi> MakeCudaPeerApi();
 
 // The KV pool of ranks on several devices: one address range of slice_bytes[i] for rank i laid

@@ -53,12 +53,15 @@ absl::StatusOr<std::vector<int>> PlaceRanksOnDevices(int num_ranks, const std::v
 }
 
 DeviceMemoryInfo CombineRankMemory(const std::vector<DeviceMemoryInfo>& ranks,
-                                   const std::vector<int>& devices) {
+                                   const std::vector<int>& devices,
+                                   const std::vector<int64_t>& shares) {
   struct PerDevice {
     DeviceMemoryInfo info;
     int64_t ranks = 0;
+    int64_t share = 0;
   };
   std::map<int, PerDevice> by_device;
+  int64_t total = 0;
   for (size_t r = 0; r < ranks.size() && r < devices.size(); ++r) {
     PerDevice& d = by_device[devices[r]];
     if (d.ranks == 0)
@@ -66,15 +69,19 @@ DeviceMemoryInfo CombineRankMemory(const std::vector<DeviceMemoryInfo>& ranks,
     else
       d.info.own_bytes += ranks[r].own_bytes;
     ++d.ranks;
+    const int64_t share = r < shares.size() ? std::max<int64_t>(shares[r], 0) : 1;
+    d.share += share;
+    total += share;
   }
-  const int64_t n = static_cast<int64_t>(std::min(ranks.size(), devices.size()));
   DeviceMemoryInfo out;
   bool first = true;
   for (const auto& [device, d] : by_device) {
-    // Scaled by n / k (exact in a double for any memory size there is).
+    // Scaled by T / k (exact in a double for any memory size there is); a device holding no
+    // share of the pool does not limit it.
+    if (d.share == 0) continue;
     auto scale = [&](int64_t x) {
-      return static_cast<int64_t>(static_cast<double>(x) * static_cast<double>(n) /
-                                  static_cast<double>(d.ranks));
+      return static_cast<int64_t>(static_cast<double>(x) * static_cast<double>(total) /
+                                  static_cast<double>(d.share));
     };
     const DeviceMemoryInfo s{scale(d.info.free_bytes), scale(d.info.total_bytes),
                              scale(d.info.own_bytes)};

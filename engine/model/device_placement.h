@@ -8,6 +8,7 @@
 // accident: a group of more ranks than visible GPUs, or a list naming one twice, is refused.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,13 +29,15 @@ enum class DeviceCommKind { kPeer, kNccl };
 DeviceCommKind ChooseDeviceComm(const std::vector<int>& devices, bool nccl_available);
 
 // The memory the engine sizes a group's KV pool from (engine/kv_budget.h), given each rank's
-// MemoryInfo ([rank], of the rank's device) and devices ([rank]): the pool is split evenly over
-// the ranks (its layers stacked: parallel_model.h), so a device holding k of the n ranks holds
-// k/n of it; each device's free, total and own bytes (own: summed over its ranks) are scaled by
-// n/k, and the group reports the smallest free and total and the largest own of those — the
-// pool the tightest device allows. One device: its own numbers, own summed.
+// MemoryInfo ([rank], of the rank's device), devices ([rank]) and each rank's share of the pool
+// (shares[rank]: its layers in the stacked layout, parallel_model.h — pipeline stages may hold
+// different numbers of layers; empty: equal shares). A device whose ranks hold k of the shares'
+// total T holds k/T of the pool, so its free, total and own bytes (own: summed over its ranks)
+// are scaled by T/k, and the group reports the smallest free and total and the largest own of
+// those — the pool the tightest device allows. One device: its own numbers, own summed.
 DeviceMemoryInfo CombineRankMemory(const std::vector<DeviceMemoryInfo>& ranks,
-                                   const std::vector<int>& devices);
+                                   const std::vector<int>& devices,
+                                   const std::vector<int64_t>& shares = {});
 
 // A KV pool for ranks on several devices is one address range of the ranks' slices laid end to
 // end (the stacked layout, parallel_model.h), mapped in chunks of whole granules (the driver's

@@ -1,6 +1,7 @@
 // LoadModel: config.json + safetensors weights of a Hugging Face folder → a Model on a backend;
 // and the parallel groups' loaders (parallel_model.h): CPU ranks over thread communicators,
-// CUDA ranks over NCCL or the in-process peer communicator.
+// CUDA ranks over NCCL or the in-process peer communicator (cuda_rank_groups.h; pipeline stages
+// on CUDA: load_cuda_pipeline.cc).
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
@@ -10,9 +11,8 @@
 #include "base/clock.h"
 #include "base/logging.h"
 #include "base/status_macros.h"
-#include "comm/group/nccl_communicator.h"
-#include "comm/nccl_api.h"
 #include "engine/cuda/cuda_group.h"
+#include "engine/model/cuda_rank_groups.h"
 #include "engine/model/device_placement.h"
 #include "engine/model/hf_tensors.h"
 #include "engine/model/llama_model.h"
@@ -41,58 +41,6 @@ absl::Status CheckFitsInMemory(const ModelConfig& config, const std::string& dir
   return absl::OkStatus();
 }
 
-// What the CUDA kernels cover (kernels/*/README.md); anything else runs on the CPU backend.
-absl::Status CheckCudaSupports(const ModelConfig& c, const std::string& dir) {
-  if (c.head_dim != 64 && c.head_dim != 128) {
-    return absl::UnimplementedError(absl::StrCat(
-        dir, ": head_dim ", c.head_dim, " is not supported by the CUDA attention kernels (64 or ",
-        "128); use --backend cpu"));
-  }
-  return absl::OkStatus();
-}
-
-// The communicator group of CUDA tensor-parallel ranks on `devices` (their compute streams in
-// `ops`), and each rank's communicator.
-struct DeviceGroup {
-  CommGroupHandle handle;
-  std::vector<std::unique_ptr<Communicator>> comms;
-};
-
-absl::StatusOr<DeviceGroup> MakeDeviceGroup(const std::vector<int>& devices,
-                                            const std::vector<CudaRankOps>& ops,
-                                            const CudaGroupOptions& options) {
-  const int n = static_cast<int>(devices.size());
-  DeviceGroup g;
-  absl::StatusOr<std::shared_ptr<NcclApi>> nccl =
-      absl::FailedPreconditionError("ranks share a GPU");
-  if (!SharesDevice(devices) && !options.force_peer_comm) nccl = MakeCudaNccl();
-  if (ChooseDeviceComm(devices, nccl.ok()) == DeviceCommKind::kNccl) {
-    std::vector<NcclRank> ranks;
-    for (int r = 0; r < n; ++r) ranks.push_back(NcclRank{devices[r], ops[r].stream});
-    ASSIGN_OR_RETURN(std::shared_ptr<NcclCommGroup> group,
-                     MakeNcclGroup(*nccl, ranks, NcclGroupOptions{.timeout = options.timeout}));
-    for (int r = 0; r < n; ++r) g.comms.push_back(group->ForRank(r));
-    g.handle = CommGroupHandle::Of(std::move(group));
-    LOG(INFO) << "tensor-parallel ranks on GPUs [" << absl::StrJoin(devices, ", ")
-              << "]: NCCL all-reduce";
-    return g;
-  }
-  std::vector<PeerRank> ranks;
-  for (int r = 0; r < n; ++r) ranks.push_back(PeerRank{devices[r], ops[r].stream});
-  ASSIGN_OR_RETURN(
-      std::shared_ptr<PeerCommGroup> group,
-      PeerCommGroup::Create(MakeCudaPeerApi(), ranks, PeerCommOptions{.timeout = options.timeout}));
-  if (options.on_peer_group) options.on_peer_group(*group);
-  for (int r = 0; r < n; ++r) g.comms.push_back(group->ForRank(r));
-  g.handle = CommGroupHandle::Of(std::move(group));
-  LOG(INFO) << "tensor-parallel ranks on GPUs [" << absl::StrJoin(devices, ", ")
-            << "]: in-process peer all-reduce"
-            << (nccl.ok() || SharesDevice(devices)
-                    ? ""
-                    : " (no NCCL: " + std::string(nccl.status().message()) + ")");
-  return g;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& dir,
@@ -101,9 +49,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& 
                                                              const std::string& quantization) {
   const int tp = parallel.tensor_parallel;
   if (parallel.pipeline_parallel != 1) {
-    return absl::UnimplementedError(
-        "pipeline_parallel > 1 on the CUDA backend is not built yet (tensor_parallel is); use "
-        "--backend cpu for pipeline stages");
+    return LoadCudaPipelineModel(dir, parallel, options, quantization);
   }
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::Load(dir));
   RETURN_IF_ERROR(CheckCudaSupports(config, dir));
@@ -119,7 +65,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& 
   for (int r = 0; r < tp; ++r) {
     ASSIGN_OR_RETURN(ops[r], MakeCudaRankOps(devices[r]));
   }
-  ASSIGN_OR_RETURN(DeviceGroup group, MakeDeviceGroup(devices, ops, options));
+  std::vector<void*> streams;
+  for (const CudaRankOps& o : ops) streams.push_back(o.stream);
+  ASSIGN_OR_RETURN(
+      DeviceGroup group,
+      MakeDeviceGroup(devices, streams, options, "tensor-parallel ranks", options.on_peer_group));
   const ModelConfig rank_config = ShardConfig(config, tp);
   std::vector<ParallelModel::Rank> ranks;
   for (int r = 0; r < tp; ++r) {

@@ -40,7 +40,7 @@ struct ModelPrepareOptions {
 struct ParallelConfig {
   // Ranks the layers' heads and features are split over (parallel_model.h); CPU and CUDA.
   int tensor_parallel = 1;
-  // Stages the layers are split over, each of tensor_parallel ranks; CPU only.
+  // Stages the layers are split over, each of tensor_parallel ranks; CPU and CUDA.
   int pipeline_parallel = 1;
   // With pipeline_parallel > 1: steps (micro-batches, of disjoint sequences) in flight at once,
   // so the stages overlap (parallel_model.h); 0: pipeline_parallel; 1: one at a time (the
@@ -152,8 +152,8 @@ inline bool IsBackendUnusable(const absl::Status& status) {
 // Loads config.json and the safetensors weights of the Hugging Face folder `dir`.
 // NotFound / InvalidArgument / Unimplemented with a message naming the file or tensor at fault.
 // With parallel.tensor_parallel or pipeline_parallel > 1 each rank reads only its slice of the
-// weights (tensor_shard.h) and the model is a ParallelModel (CUDA: tensor parallelism only,
-// pipeline_parallel > 1 is Unimplemented). `quantization` (--quantization: "", "fp8", "int8" or
+// weights (tensor_shard.h) and its stage's layers, and the model is a ParallelModel (on both
+// backends). `quantization` (--quantization: "", "fp8", "int8" or
 // "int4") is applied to an unquantized checkpoint at load time; a checkpoint with a
 // quantization_config is read in its format either way (quant_config.h). Quantized weights run on
 // both backends (CUDA: engine/cuda/cuda_ops.h, Gemm), with tensor and pipeline parallelism too

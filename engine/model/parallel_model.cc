@@ -314,12 +314,16 @@ absl::StatusOr<DeviceMemoryInfo> ParallelModel::MemoryInfo() {
   if (backend_ != Backend::kCuda) return DeviceMemoryInfo{};
   std::vector<DeviceMemoryInfo> infos(ranks_.size());
   std::vector<int> devices;
-  for (const Rank& r : ranks_) devices.push_back(r.device);
+  std::vector<int64_t> layers;  // each rank's share of the stacked pool
+  for (const Rank& r : ranks_) {
+    devices.push_back(r.device);
+    layers.push_back(r.num_layers);
+  }
   RETURN_IF_ERROR(OnEveryRank([&](int r) -> absl::Status {
     ASSIGN_OR_RETURN(infos[r], ranks_[r].model->MemoryInfo());
     return absl::OkStatus();
   }));
-  return CombineRankMemory(infos, devices);
+  return CombineRankMemory(infos, devices, layers);
 }
 
 absl::StatusOr<std::unique_ptr<DeviceAllocation>> ParallelModel::AllocateKvPool(int64_t bytes) {

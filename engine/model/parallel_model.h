@@ -7,20 +7,24 @@
 // communicators (comm/group/thread_communicator.h): one per stage for its TP ranks, one group-wide
 // for the stage-to-stage transfers. Rank numbering: stage s, TP rank r is rank s · TP + r.
 //
-// CUDA ranks (LoadCudaParallelModel; tensor parallelism only, PP > 1 on CUDA is Unimplemented):
-// each rank is a LlamaModel over its own CudaOps on its own device (device_placement.h: several
-// ranks may share one GPU when the user allows it), its thread keeping that device current
-// (Rank::enter before every call, setup calls included: ReserveStep, MemoryInfo, AllocateKvPool).
-// Their all-reduces go through NCCL (comm/group/nccl_communicator.h, blocking calls on the rank's
-// compute stream) when every rank has a GPU of its own, else through the in-process peer
-// communicator (comm/group/peer_communicator.h, enqueue-only, bitwise the CPU group's sums).
-// CUDA ranks run every step eagerly: no CUDA graphs (SupportsCudaGraphs is false, so the engine
-// asks for none; the peer communicator's cross-stream events cannot be captured per rank) and no
-// async scheduling.
+// CUDA ranks (LoadCudaParallelModel; pipeline stages: LoadCudaPipelineModel, cuda_rank_groups.h):
+// each rank is a LlamaModel over its own CudaOps on its own device (device_placement.h: TP · PP
+// ranks over the devices, several sharing one GPU only when the user allows it), its thread
+// keeping that device current (Rank::enter before every call, setup calls included: ReserveStep,
+// MemoryInfo, AllocateKvPool), its weights (its stage's layers, its slices of them) read onto it.
+// Each communicator group (a stage's TP ranks; the group-wide one of the stage-to-stage
+// transfers) is NCCL (comm/group/nccl_communicator.h, blocking calls on the ranks' compute
+// streams) when each of its ranks has a GPU of its own, else the in-process peer communicator
+// (comm/group/peer_communicator.h: enqueue-only all-reduces, bitwise the CPU group's sums, and
+// Send / Recv through staging slots and per-pair FIFO mailboxes, so a stage's thread enqueues
+// micro-batch k + 1 without waiting for the next stage to take micro-batch k). CUDA ranks run
+// every step eagerly: no CUDA graphs (SupportsCudaGraphs is false, so the engine asks for none;
+// the peer communicator's cross-stream events cannot be captured per rank); TP alone runs one
+// step at a time, PP keeps micro-batches in flight as below.
 //
 // Sampling: TP rank 0 of the last stage alone computes the final norm, the lm_head (loaded on
 // that rank only) and the tokens; the other ranks stop after their last layer. Embeddings are
-// on every rank of the first stage.
+// on every rank of the first stage (and on the sampling rank for tied embeddings).
 //
 // Micro-batches in flight (PP > 1): Launch queues a step on every rank (RankThreads::Submit)
 // and returns; up to MaxStepsInFlight() (ParallelConfig::micro_batches, default PP) launched
@@ -202,20 +206,25 @@ struct CudaGroupOptions {
   // How long a rank waits for its peers in a collective (the communicators' deadline).
   absl::Duration timeout = absl::Seconds(60);
   // Tests: called with each tensor-parallel group's peer communicator group once it is made (to
-  // inject faults); not called for NCCL groups.
+  // inject faults; with pipeline stages, once per stage in stage order); not called for NCCL
+  // groups.
   std::function<void(PeerCommGroup&)> on_peer_group = nullptr;
+  // Tests: the same for the group-wide communicator of the stage-to-stage transfers
+  // (pipeline_parallel > 1).
+  std::function<void(PeerCommGroup&)> on_peer_world_group = nullptr;
   // Tests: use the peer communicator even when every rank has a GPU of its own.
   bool force_peer_comm = false;
   // Tests: allocate the KV pool as for ranks on several GPUs (a split pool) even on one.
   bool split_kv_pool = false;
 };
 
-// Builds the tensor-parallel layout of the checkpoint in `dir` on the CUDA backend: rank r on
-// its device (PlaceRanksOnDevices with parallel.devices, parallel.allow_device_sharing), each
-// reading only its slices onto its GPU. Quantized weights (the checkpoint's format, or
-// `quantization` as LoadModel's) are sliced in their format (quant_shard.h) and uploaded by the
+// Builds the `parallel` layout of the checkpoint in `dir` on the CUDA backend: rank r on its
+// device (PlaceRanksOnDevices over TP · PP ranks with parallel.devices,
+// parallel.allow_device_sharing), each reading only its stage's layers and its slices onto its
+// GPU (pipeline_parallel > 1: LoadCudaPipelineModel). Quantized weights (the checkpoint's format,
+// or `quantization` as LoadModel's) are sliced in their format (quant_shard.h) and uploaded by the
 // rank's own CudaOps. InvalidArgument when the model or its quantized weights do not split that
-// way or the placement is refused; Unimplemented for pipeline_parallel > 1.
+// way (heads, layers, blocks) or the placement is refused; FailedPrecondition without a GPU.
 absl::StatusOr<std::unique_ptr<Model>> LoadCudaParallelModel(const std::string& dir,
                                                              const ParallelConfig& parallel,
                                                              const CudaGroupOptions& options = {},

@@ -273,57 +273,33 @@ TEST(Layout, MistakesAreRefusedWithTheirField) {
   EXPECT_EQ(LoadLayout("/nonexistent.yaml").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(Layout, TensorAndPipelineParallelAcceptedOnTheCpuBackend) {
-  absl::StatusOr<Layout> l = ParseLayout(R"(
-backend: cpu
+TEST(Layout, TensorAndPipelineParallelAcceptedOnEitherBackend) {
+  for (const char* backend : {"cpu", "cuda", "auto"}) {
+    SCOPED_TRACE(backend);
+    absl::StatusOr<Layout> l = ParseLayout(absl::StrCat("backend: ", backend, R"(
 groups:
   - {role: prefill, count: 2, tensor_parallel: 2, pipeline_parallel: 2}
   - {role: decode, tensor_parallel: 2, pipeline_parallel: 2}
   - {role: mixed, tensor_parallel: 4}
-)");
-  ASSERT_TRUE(l.ok()) << l.status();
-  ASSERT_EQ(l->groups.size(), 3u);
-  EXPECT_EQ(l->groups[0].tensor_parallel, 2);
-  EXPECT_EQ(l->groups[0].pipeline_parallel, 2);
-  EXPECT_EQ(l->groups[1].tensor_parallel, 2);
-  EXPECT_EQ(l->groups[1].pipeline_parallel, 2);
-  EXPECT_EQ(l->groups[2].tensor_parallel, 4);
-  EXPECT_EQ(l->groups[2].pipeline_parallel, 1);
-  EXPECT_TRUE(CheckParallelBackend(*l).ok());
-  // auto parses (`tandem serve` resolves it first), and is refused until resolved to cpu.
-  absl::StatusOr<Layout> a = ParseLayout("groups: [{role: mixed, pipeline_parallel: 2}]");
-  ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(a->backend, "auto");
-  const absl::Status unresolved = CheckParallelBackend(*a);
-  EXPECT_EQ(unresolved.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(unresolved.message().find("not resolved"), std::string::npos) << unresolved;
-  a->backend = "cpu";
-  EXPECT_TRUE(CheckParallelBackend(*a).ok());
-  a->backend = "cuda";  // what auto gives with a model and a visible GPU
-  const absl::Status on_cuda = CheckParallelBackend(*a);
-  EXPECT_EQ(on_cuda.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(on_cuda.message().find("CPU backend only"), std::string::npos) << on_cuda;
-  // Tensor parallelism alone runs on cuda.
-  absl::StatusOr<Layout> tp = ParseLayout("groups: [{role: mixed, tensor_parallel: 2}]");
-  ASSERT_TRUE(tp.ok()) << tp.status();
-  tp->backend = "cuda";
-  EXPECT_TRUE(CheckParallelBackend(*tp).ok());
-  // Sizes of 1 need nothing of the backend.
-  absl::StatusOr<Layout> one = ParseLayout("backend: cuda\ngroups: [{role: mixed}]");
-  ASSERT_TRUE(one.ok()) << one.status();
-  EXPECT_TRUE(CheckParallelBackend(*one).ok());
-}
-
-TEST(Layout, PipelineParallelRefusedOnCuda) {
-  for (const char* yaml : {"backend: cuda\ngroups: [{role: mixed, pipeline_parallel: 2}]",
-                           "backend: cuda\ngroups: [{role: prefill, tensor_parallel: 2,"
-                           " pipeline_parallel: 2}, {role: decode, tensor_parallel: 2}]"}) {
-    absl::StatusOr<Layout> l = ParseLayout(yaml);
-    ASSERT_FALSE(l.ok()) << yaml;
-    EXPECT_EQ(l.status().code(), absl::StatusCode::kUnimplemented) << yaml;
-    EXPECT_NE(l.status().message().find("CPU backend only"), std::string::npos)
-        << yaml << " -> " << l.status();
+)"));
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ(l->backend, backend);
+    ASSERT_EQ(l->groups.size(), 3u);
+    EXPECT_EQ(l->groups[0].tensor_parallel, 2);
+    EXPECT_EQ(l->groups[0].pipeline_parallel, 2);
+    EXPECT_EQ(l->groups[1].tensor_parallel, 2);
+    EXPECT_EQ(l->groups[1].pipeline_parallel, 2);
+    EXPECT_EQ(l->groups[2].tensor_parallel, 4);
+    EXPECT_EQ(l->groups[2].pipeline_parallel, 1);
   }
+  // Pipeline stages on cuda still count their ranks' GPUs: 2 x 2 ranks on 2 GPUs share them.
+  const absl::Status shared =
+      ParseLayout(
+          "backend: cuda\ngroups: [{role: mixed, tensor_parallel: 2, pipeline_parallel: 2,"
+          " gpus: [0, 1, 0, 1]}]")
+          .status();
+  EXPECT_EQ(shared.code(), absl::StatusCode::kInvalidArgument) << shared;
+  EXPECT_NE(shared.message().find("allow_device_sharing"), std::string::npos) << shared;
 }
 
 // Groups of different sizes: the TCP transport maps their pages (tcp, or auto, which falls

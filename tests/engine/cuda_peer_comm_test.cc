@@ -2,7 +2,10 @@
 // API (MakeCudaPeerApi) with every rank on GPU 0, each on its own CudaOps stream (label gpu;
 // part of engine_cuda_tp_test): all-reduce of 2-4 ranks on awkward counts, bf16 and f32, is the
 // rank-order fp32 sum rounded once, bitwise on every rank; 12 all-reduces back to back on the
-// same buffers (the events reused call after call) stay exact; all-gather concatenates.
+// same buffers (the events reused call after call) stay exact; all-gather concatenates; Send /
+// Recv between two ranks' streams keep 16 micro-batches of growing and shrinking sizes in order
+// and bitwise, the sender overwriting its buffer on its stream right after each Send and
+// running all its sends before the receiver takes any.
 // Uploads go through CopyDeviceMemory (the legacy stream, after Allocate's zero fill there, and
 // complete before the rank's stream is used).
 #include <cmath>
@@ -13,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "base/check.h"
 #include "comm/group/peer_communicator.h"
 #include "engine/cuda/cuda_device.h"
@@ -139,6 +143,58 @@ TEST(CudaPeerCommTest, BackToBackAllReducesAndAllGatherStayExact) {
     for (int64_t i = 0; i < n * count; ++i) ASSERT_EQ(gathered[r][i], want) << "rank " << r;
   }
   EXPECT_TRUE(ranks.group->status().ok());
+}
+
+TEST(CudaPeerCommTest, SendRecvKeepMicroBatchesInOrderAcrossStreams) {
+  SKIP_WITHOUT_GPU();
+  const int kBatches = 16;
+  const std::vector<int64_t> sizes = {1, 7, 4099, (1 << 20) + 3, 13, 100003, 2, (1 << 22) + 1};
+  auto size_of = [&](int k) { return sizes[k % sizes.size()]; };
+  const int64_t max_bytes = (1 << 22) + 1;
+  Ranks ranks = MakeRanks(2);
+  std::shared_ptr<PeerDeviceApi> api = MakeCudaPeerApi();
+  std::vector<std::vector<uint8_t>> want(kBatches), got(kBatches);
+  for (int k = 0; k < kBatches; ++k) {
+    std::mt19937 rng(500 + k);
+    want[k].resize(size_of(k));
+    for (uint8_t& b : want[k]) b = static_cast<uint8_t>(rng());
+  }
+  // The sender's sources, uploaded before the threads start.
+  std::vector<std::unique_ptr<DeviceAllocation>> sources;
+  for (int k = 0; k < kBatches; ++k) {
+    absl::StatusOr<std::unique_ptr<DeviceAllocation>> a = ranks.ops[0].ops->Allocate(size_of(k));
+    CHECK_OK(a.status());
+    CHECK_OK(CopyDeviceMemory((*a)->data(), want[k].data(), size_of(k)));
+    sources.push_back(*std::move(a));
+  }
+  absl::Notification all_sent;
+  OnRanks(2, [&](int r) {
+    Ops& ops = *ranks.ops[r].ops;
+    absl::StatusOr<std::unique_ptr<DeviceAllocation>> work = ops.Allocate(max_bytes);
+    CHECK_OK(work.status());
+    // A synchronous upload: Allocate's zero fill (the legacy stream) is done before the rank's
+    // stream writes the buffer.
+    const std::vector<uint8_t> zeros(max_bytes, 0);
+    CHECK_OK(CopyDeviceMemory((*work)->data(), zeros.data(), max_bytes));
+    if (r == 0) {
+      // One working buffer, rewritten on the stream right after each Send: the message must be
+      // the bytes at the Send, not at the receiver's copy.
+      for (int k = 0; k < kBatches; ++k) {
+        CHECK_OK(api->Copy((*work)->data(), sources[k]->data(), size_of(k), ranks.ops[0].stream));
+        EXPECT_TRUE(ranks.comms[0]->Send((*work)->data(), size_of(k), 1).ok()) << k;
+      }
+      all_sent.Notify();
+      return;
+    }
+    all_sent.WaitForNotification();  // every message queued before the first is taken
+    for (int k = 0; k < kBatches; ++k) {
+      EXPECT_TRUE(ranks.comms[1]->Recv((*work)->data(), size_of(k), 0).ok()) << k;
+      got[k].resize(size_of(k));
+      CHECK_OK(ops.CopyToHost(got[k].data(), (*work)->data(), size_of(k)));
+    }
+  });
+  for (int k = 0; k < kBatches; ++k) EXPECT_TRUE(got[k] == want[k]) << "micro-batch " << k;
+  EXPECT_TRUE(ranks.group->status().ok()) << ranks.group->status();
 }
 
 }  // namespace

@@ -145,9 +145,10 @@ double Compare(const std::vector<SeqResult>& want, const std::vector<SeqResult>&
   return worst;
 }
 
-void RunAgainstTp1(const std::string& preset, int tp, const Format& f) {
+void RunAgainstTp1(const std::string& preset, int tp, const Format& f, int pp = 1) {
   SKIP_WITHOUT_GPU();
-  const std::string name = preset + " " + f.Name() + " TP " + std::to_string(tp);
+  const std::string name = preset + " " + f.Name() + " TP " + std::to_string(tp) +
+                           (pp > 1 ? " x PP " + std::to_string(pp) : "");
   SCOPED_TRACE(name);
   const std::string dir = Make(preset, f.scheme);
   std::vector<SeqResult> tp1;
@@ -156,9 +157,10 @@ void RunAgainstTp1(const std::string& preset, int tp, const Format& f) {
     ASSERT_TRUE(m.ok()) << m.status();
     tp1 = Generate(**m);
   }
-  absl::StatusOr<std::unique_ptr<Model>> tpn =
-      LoadModel(dir, Backend::kCuda,
-                ParallelConfig{.tensor_parallel = tp, .allow_device_sharing = true}, f.flag);
+  absl::StatusOr<std::unique_ptr<Model>> tpn = LoadModel(
+      dir, Backend::kCuda,
+      ParallelConfig{.tensor_parallel = tp, .pipeline_parallel = pp, .allow_device_sharing = true},
+      f.flag);
   ASSERT_TRUE(tpn.ok()) << tpn.status();
   ASSERT_EQ((*tpn)->backend(), Backend::kCuda);
   const std::vector<SeqResult> got = Generate(**tpn);
@@ -196,6 +198,11 @@ TEST(EngineCudaQuantTpTest, LoadTimeInt4Tp2) { RunAgainstTp1("small-llama3", 2, 
 TEST(EngineCudaQuantTpTest, Fp8BlockTp4) { RunAgainstTp1("small-qwen3", 4, kFp8Block); }
 TEST(EngineCudaQuantTpTest, AwqTp4) { RunAgainstTp1("small-qwen3", 4, kAwq); }
 TEST(EngineCudaQuantTpTest, LoadTimeInt4Tp4) { RunAgainstTp1("small-qwen3", 4, kLoadInt4); }
+// Pipeline stages of CUDA ranks (LoadCudaPipelineModel) with quantized weights: each stage's
+// ranks read their layers' slices in the checkpoint's format, or quantize them at load.
+TEST(EngineCudaQuantTpTest, Fp8BlockTp2Pp2) { RunAgainstTp1("small-llama3", 2, kFp8Block, 2); }
+TEST(EngineCudaQuantTpTest, AwqPp2) { RunAgainstTp1("small-llama3", 1, kAwq, 2); }
+TEST(EngineCudaQuantTpTest, LoadTimeInt8Pp2) { RunAgainstTp1("small-llama3", 1, kLoadInt8, 2); }
 
 TEST(EngineCudaQuantTpTest, CutsThroughA128BlockOrGroupAreRefused) {
   SKIP_WITHOUT_GPU();

@@ -11,7 +11,8 @@
 //     (eager) and serves batched requests with TP = 1's tokens; every page free afterwards; the
 //     split KV pool of ranks on several GPUs (here both slices on GPU 0) gives the same tokens;
 //   * an injected communicator fault in rank 1 fails the step with Internal naming it, within a
-//     few seconds (no hang), ends every request and refuses later work.
+//     few seconds (no hang), ends every request and refuses later work;
+//   * placements refused without allow_device_sharing.
 // bf16 numerics: TP = 2 sums the o_proj / down_proj partials in another order than TP = 1's
 // GEMM (each partial rounded to bf16 before the all-reduce), so logits differ by rounding and a
 // greedy token may differ where the reference's top-2 margin is within that rounding.
@@ -278,7 +279,7 @@ TEST(EngineCudaTpTest, AnInjectedCommunicatorFaultFailsTheStepWithoutHanging) {
   EXPECT_EQ(e.AddRequest(Request("new", {1, 2}, 3)).code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST(EngineCudaTpTest, PlacementIsRefusedWithoutSharingAndPipelineStagesAreUnimplemented) {
+TEST(EngineCudaTpTest, PlacementIsRefusedWithoutSharing) {
   SKIP_WITHOUT_GPU();
   const std::string dir = Make("small-qwen3");
   const int visible = CudaDeviceCount();
@@ -291,8 +292,13 @@ TEST(EngineCudaTpTest, PlacementIsRefusedWithoutSharingAndPipelineStagesAreUnimp
       LoadModel(dir, Backend::kCuda, ParallelConfig{.tensor_parallel = 2, .devices = {0, 0}})
           .status();
   EXPECT_EQ(named_twice.code(), absl::StatusCode::kInvalidArgument) << named_twice;
-  EXPECT_EQ(LoadModel(dir, Backend::kCuda, ParallelConfig{.pipeline_parallel = 2}).status().code(),
-            absl::StatusCode::kUnimplemented);
+  // Pipeline stages count their ranks the same way (engine_cuda_pp_test runs them).
+  const absl::Status stages =
+      LoadModel(dir, Backend::kCuda,
+                ParallelConfig{.tensor_parallel = 2 * visible, .pipeline_parallel = 2})
+          .status();
+  EXPECT_EQ(stages.code(), absl::StatusCode::kInvalidArgument) << stages;
+  EXPECT_NE(stages.message().find("allow_device_sharing"), std::string::npos) << stages;
 }
 
 }  // namespace

@@ -91,6 +91,24 @@ TEST(DevicePlacementTest, MemoryOfSeveralGpusIsTheTightestScaledUp) {
   EXPECT_EQ(CombineRankMemory({}, {}).total_bytes, 0);
 }
 
+TEST(DevicePlacementTest, PipelineStagesOfUnevenLayersWeighTheirDevices) {
+  const int64_t g = int64_t{1} << 30;
+  const DeviceMemoryInfo same{90 * g, 90 * g, 3 * g};
+  // PP 2 over 5 layers, one rank per GPU: stage 0 holds 3 of the 5 layers' pages, so GPU 0
+  // limits the pool to 90 · 5/3 (an even split would claim 180 and overfill GPU 0).
+  const DeviceMemoryInfo pp = CombineRankMemory({same, same}, {0, 1}, {3, 2});
+  EXPECT_EQ(pp.free_bytes, 150 * g);
+  EXPECT_EQ(pp.total_bytes, 150 * g);
+  EXPECT_EQ(pp.own_bytes, 15 * g / 2);  // the largest: GPU 1's 3 · 5/2 (GPU 0's is 3 · 5/3)
+  // Equal shares are the unweighted rule; every rank on one GPU is its own numbers.
+  EXPECT_EQ(CombineRankMemory({same, same}, {0, 1}, {4, 4}).free_bytes, 180 * g);
+  EXPECT_EQ(CombineRankMemory({same, same}, {0, 0}, {3, 2}).free_bytes, 90 * g);
+  // TP 2 x PP 2 over 5 layers on two GPUs, a stage per GPU: GPU 0 holds 2 · 3 of 10 shares.
+  const DeviceMemoryInfo tp_pp =
+      CombineRankMemory({same, same, same, same}, {0, 0, 1, 1}, {3, 3, 2, 2});
+  EXPECT_EQ(tp_pp.free_bytes, 150 * g);
+}
+
 TEST(DevicePlacementTest, SplitPoolChunksFollowTheSlicesByGranule) {
   const int64_t g = 100;
   // Aligned slices: one chunk each, on its own device.
