@@ -13,30 +13,24 @@ cd "$(dirname "$0")/../../.."
 S=.gpu-eng
 source tools/gpu/gpu-env.sh --libs $S/_libs  # NVLink multicast off, CUDA paths
 OUT=${OUT:-/tmp/lttune-out}
-mkdir -p "$OUT"
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+source engine/bench/runs/run_lib.sh  # note, run_test
 what=${1:-all}
-note() { echo "[${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
-run_test() {  # name timeout [args...]
-  local t=$1 limit=$2
-  shift 2
-  timeout "$limit" $S/tests/$t "$@" >"$OUT/$t.log" 2>&1
-  note "$t exit=$?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$OUT/$t.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure$" -A3 "$OUT/$t.log" | head -24 >>"$OUT/summary.txt"
-  grep -E "^tuned " "$OUT/$t.log" >>"$OUT/summary.txt"
-}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv >"$OUT/smi.txt"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv >"$LOGS/smi.txt"
 if [[ $what == test || $what == all ]]; then
   run_test fp8_gemm_lt_gpu_test 300
   run_test kernels_kb_gpu_test 300 --gtest_filter='GemmCudaTest.*'
+  grep -hE "^tuned " "$LOGS/fp8_gemm_lt_gpu_test.log" "$LOGS/kernels_kb_gpu_test.log" >>"$OUT/summary.txt"
   run_test engine_cuda_test 420 --gtest_filter='*Fp8*:*Quantized*'
-  note "engine_cuda_test: $(grep -c 'cuBLASLt .*: candidate' "$OUT/engine_cuda_test.log") plans tuned," \
-    "$(grep -c 'untimed' "$OUT/engine_cuda_test.log") untimed"
+  note "engine_cuda_test: $(grep -c 'cuBLASLt .*: candidate' "$LOGS/engine_cuda_test.log") plans" \
+    "tuned, $(grep -c 'untimed' "$LOGS/engine_cuda_test.log") untimed"
 fi
 if [[ $what == bench || $what == all ]]; then
-  timeout 500 $S/bin/kb_bench "$OUT/lttune.jsonl" lttune >"$OUT/lttune.log" 2>&1 ||
-    note "kb_bench lttune failed: $(tail -3 "$OUT/lttune.log")"
+  timeout 500 $S/bin/kb_bench "$LOGS/lttune.jsonl" lttune >"$LOGS/lttune.log" 2>&1 ||
+    note "kb_bench lttune failed: $(tail -3 "$LOGS/lttune.log")"
   echo "== cuBLASLt plans, the heuristic's first against tuned (us) =="
-  grep -E "^  lttune\." "$OUT/lttune.log"
+  grep -E "^  lttune\." "$LOGS/lttune.log"
 fi
 echo "== status =="
 cat "$OUT/summary.txt"
