@@ -104,6 +104,11 @@ int64_t LtTuneBucket(int64_t rows);
 // Whether cuBLASLt accepts `algo` for the problem's shape within its workspace.
 bool LtAlgoFits(const LtTuneProblem& p, const cublasLtMatmulAlgo_t& algo);
 
+// Enqueues a one-thread kernel that spins for `ns` nanoseconds on `stream` (the tuner queues each
+// sample's launches behind it, so a sample times the GPU running them back to back, as a graph
+// replay does, not the host's launch rate; cublaslt_autotune.cu).
+cudaError_t LaunchLtTuneDelay(int64_t ns, cudaStream_t stream);
+
 // Process-wide counters (tests check that tuning ran; monotonic).
 struct LtTuneStats {
   int64_t plans_timed = 0;       // plans whose candidates were timed

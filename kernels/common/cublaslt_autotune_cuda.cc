@@ -20,13 +20,17 @@ namespace {
 // samples, then kSamples samples of `reps` back-to-back launches each, reps chosen so a sample
 // lasts about kSampleUs (one launch's time is near the events' resolution for small GEMMs);
 // candidates slower than kSlowUs get kSlowSamples samples, which bounds a plan's tuning at
-// about 16 x 6 launches of its slowest candidates.
+// about 16 x 6 launches of its slowest candidates. Each timed run waits behind a delay kernel
+// of kDelayBaseNs + kDelayPerLaunchNs per launch, longer than the host takes to enqueue them
+// (a cublasLtMatmul call costs the host a few µs, as long as a small GEMM runs).
 constexpr int kWarmups = 1;
 constexpr int kSamples = 5;
 constexpr int kSlowSamples = 3;
 constexpr float kSlowUs = 1000.0f;
 constexpr float kSampleUs = 50.0f;
 constexpr int kMaxReps = 16;
+constexpr int64_t kDelayBaseNs = 10'000;
+constexpr int64_t kDelayPerLaunchNs = 10'000;
 
 std::atomic<int> g_override{-1};  // -1: TANDEM_LT_AUTOTUNE decides; else 0 / 1
 std::atomic<int64_t> g_plans_timed{0}, g_candidates_timed{0}, g_plans_untimed{0},
@@ -76,7 +80,10 @@ class TuneResources {
 float TimeLaunches(const LtTuneProblem& p, const cublasLtMatmulAlgo_t& algo, const TuneResources& r,
                    int launches) {
   const float alpha = 1.0f;
-  if (cudaEventRecord(r.start(), p.stream) != cudaSuccess) return -1;
+  if (LaunchLtTuneDelay(kDelayBaseNs + kDelayPerLaunchNs * launches, p.stream) != cudaSuccess ||
+      cudaEventRecord(r.start(), p.stream) != cudaSuccess) {
+    return -1;
+  }
   for (int i = 0; i < launches; ++i) {
     const cublasStatus_t st = cublasLtMatmul(
         p.handle, p.op, &alpha, p.a, p.a_layout, p.b, p.b_layout, &p.beta, r.d(), p.d_layout, r.d(),
