@@ -1,9 +1,10 @@
 // Autotuning of cuBLASLt algorithms when a plan is made (the bf16 GEMM, kernels/gemm/
 // gemm_lt_cuda.cc, and the FP8 GEMM, kernels/quant_gemm/fp8_gemm_lt_cuda.cc): the plan asks the
 // heuristic for up to kLtTuneMaxCandidates algorithms, times each on the plan's own shape and
-// keeps the fastest, as TensorRT-LLM's GEMM profiler does. The heuristic's first choice is often
-// not the fastest where the output has few tiles for the SMs (Llama-3-8B's O and down
-// projections, n = 4096, at a decode batch of 256: kernels/quant_gemm/WORKLOG.md step 5).
+// keeps the fastest, as TensorRT-LLM's GEMM profiler does. The heuristic's first choice may not
+// be the fastest where the output has few tiles for the SMs (Llama-3-8B's O and down
+// projections, n = 4096, at a decode batch of 256; kernels/quant_gemm/WORKLOG.md step 5, the
+// gain to be measured).
 //
 // Timing never touches the caller's output: each candidate writes a scratch D of the plan's
 // shape (for beta = 1 plans also its C: D = C in place, as the real call), allocated for the
@@ -11,8 +12,8 @@
 // descriptor carries, and uses the call stream's cuBLASLt workspace. The choice falls back to
 // the heuristic's first when tuning is off, when the stream is capturing a CUDA graph, when the
 // scratch cannot be allocated, or when no candidate ran; a candidate that errors is skipped.
-// Timing synchronises the stream, so a plan's first call is slow (a few ms; up to ~1 s for the
-// largest prefill shapes) and steady-state calls are unchanged.
+// Timing synchronises the stream, so a plan's first call is slow (~10-25 ms at decode shapes;
+// up to ~1 s for the largest prefill shapes) and steady-state calls are unchanged.
 //
 // Tuning buckets bound the cost for eager steps whose row counts vary (prefill chunks): rows
 // 1..8 are tuned each, rows up to 512 in buckets of 8 (the decode graphs' batch sizes are 1, 2,
