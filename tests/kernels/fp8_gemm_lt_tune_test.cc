@@ -3,8 +3,8 @@
 // n = 4096, 6144; m % 4 != 0 takes the block modes' tail plan) give the reference's result —
 // whichever candidate wins — and accumulate plans add exactly one product to c (the timing runs
 // wrote scratch outputs, never c); timing really ran and nothing fell back. A plan made under
-// graph capture takes the heuristic's first untimed and still computes the reference. The
-// switch and the buckets need no device.
+// graph capture takes the heuristic's first untimed and still computes the reference, and a
+// plan made with tuning switched off times nothing. The switch and the buckets need no device.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -67,6 +67,18 @@ TEST(LtAutotuneTest, TunedFp8PlansMatchTheReferenceAndWriteOnce) {
   EXPECT_EQ(after.plans_untimed, before.plans_untimed) << "a plan fell back untimed";
   std::cout << "tuned " << timed << " FP8 plans over "
             << after.candidates_timed - before.candidates_timed << " candidates\n";
+}
+
+// Switched off, a new plan takes the heuristic's first without timing anything.
+TEST(LtAutotuneTest, SwitchedOffPlansAreNotTimed) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  ScopedLtAutotune off(false);
+  const LtTuneStats before = GetLtTuneStats();
+  CheckFp8Lt({Layout::kBlock, 72, 4096, 512, false, true, false});
+  const LtTuneStats after = GetLtTuneStats();
+  EXPECT_EQ(after.plans_timed, before.plans_timed);
+  EXPECT_EQ(after.plans_untimed, before.plans_untimed);
+  EXPECT_EQ(after.bucket_reuses, before.bucket_reuses);
 }
 
 // The engine plans outside capture (its eager step before each capture); a plan first made
