@@ -2,9 +2,10 @@
 // Llama-3-8B: hidden 4096, intermediate 12288, vocab 152064; the sampler also at Gemma 3's
 // 262144). Prints one row per kernel and shape: median time, achieved TB/s or TFLOP/s, and the
 // fraction of the ceiling measured in the same run.
-// Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling|logits|quant|fp8]
+// Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling|logits|quant|fp8|lttune]
 // (logits: LogitsProcess and Logprobs, kernels/bench/logits_bench.cc; fp8: the large-m FP8
-// W8A8 GEMM paths, kernels/bench/fp8_bench.cc, not in "all")
+// W8A8 GEMM paths, kernels/bench/fp8_bench.cc; lttune: the cuBLASLt plans untuned against
+// tuned, kernels/bench/lt_tune_bench.cc; fp8 and lttune not in "all")
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "kernels/bench/bench_util.h"
 #include "kernels/bench/fp8_bench.h"
 #include "kernels/bench/logits_bench.h"
+#include "kernels/bench/lt_tune_bench.h"
 #include "kernels/bench/quant_bench.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
@@ -493,5 +495,6 @@ int main(int argc, char** argv) {
   if (only == "all" || only == "quant") BenchQuantGemm(c);
   if (only == "fp8") BenchFp8Gemm(c);
   if (only == "fp8norm") BenchFp8NormGemm(c);
+  if (only == "lttune") BenchLtTune(c);
   return 0;
 }

@@ -26,6 +26,8 @@ struct CublasLtDevice {
   void* workspace = nullptr;  // workspace_bytes of CublasLtDeviceContext
   size_t workspace_bytes = 0;
   std::map<Key, Plan> plans;  // guarded by mu
+  // The timed winner per tuning bucket (cublaslt_autotune.h: ChooseLtAlgo); guarded by mu.
+  std::map<Key, cublasLtMatmulAlgo_t> tuned;
   std::mutex mu;
   // The first stream seen, and the workspaces of the others (guarded by mu; never freed: a
   // stream's first GEMM allocates it, so that first GEMM must not be under graph capture, as the

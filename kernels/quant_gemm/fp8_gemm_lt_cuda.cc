@@ -1,10 +1,11 @@
 // The cuBLASLt half of the FP8 W8A8 path (fp8_gemm_lt.h): format checks, the weight-scale
 // packing, the per-device handle + workspace + plan cache (the conventions of
-// kernels/gemm/gemm_lt_cuda.cc: plans per shape, the heuristic's first algorithm, scale / bias
-// pointers set on the cached descriptor under the device's mutex before each enqueue), and the
-// matmuls. Every cuBLASLt call is checked; a refusal while planning (no algorithm, or a
-// configuration cuBLASLt calls unsupported) is cached and returned as Unimplemented, so the
-// caller's fallback costs no further heuristic query.
+// kernels/gemm/gemm_lt_cuda.cc: plans per shape, the algorithm tuned among the heuristic's
+// candidates (kernels/common/cublaslt_autotune.h), scale / bias pointers set on the cached
+// descriptor under the device's mutex before each enqueue), and the matmuls. Every cuBLASLt call is
+// checked; a refusal while planning (no algorithm, or a configuration cuBLASLt calls unsupported)
+// is cached and returned as Unimplemented, so the caller's fallback costs no further heuristic
+// query.
 #include <cublasLt.h>
 #include <cublas_v2.h>  // cublasGetStatusString, used by CUBLAS_RETURN_IF_ERROR
 #include <cuda_runtime.h>
@@ -15,10 +16,12 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
+#include "kernels/common/cublaslt_autotune.h"
 #include "kernels/common/cublaslt_device.h"
 #include "kernels/quant_gemm/fp8_gemm_lt.h"
 #include "kernels/quant_gemm/fp8_gemm_lt_layout.h"
@@ -66,8 +69,9 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// (rows of the call, n, k, weight scale mode, D fp32 (the tail), bias, accumulate) -> plan.
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, bool, bool>;
+// (rows of the call, n, k, weight scale mode, D fp32 (the tail), bias, accumulate, tuned) ->
+// plan (rows first: ChooseLtAlgo's bucket).
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, bool, bool, bool>;
 
 using LtDevice = CublasLtDevice<PlanKey, Plan>;  // kernels/common/cublaslt_device.h
 
@@ -95,11 +99,22 @@ absl::Status PlanStatus(cublasStatus_t st, const char* what, const PlanKey& key)
     if (absl::Status _s = PlanStatus((expr), what, key); !_s.ok()) return _s; \
   } while (0)
 
-// Descriptors and the heuristic's algorithm for one configuration; the scale (and bias)
-// pointers of the first call are set before the query (each call sets its own after).
-absl::Status MakePlan(LtDevice& dev, const PlanKey& key, Modes modes, const void* w_scales,
-                      const void* a_scales, const void* bias, Plan& plan) {
-  const auto [rows, n, k, wmode, d_f32, has_bias, accumulate] = key;
+// The pointers of the call that makes a plan: its scale and bias pointers go on the
+// descriptor (each call sets its own after), and the tuner reads w and a and runs on the
+// stream's workspace.
+struct PlanCall {
+  const void* w = nullptr;  // [n, k] e4m3 codes (cuBLASLt's A)
+  const void* w_scales = nullptr;
+  const void* a = nullptr;  // [rows, k] e4m3 activation codes (B)
+  const void* a_scales = nullptr;
+  const void* bias = nullptr;
+  void* workspace = nullptr;  // the stream's (kFp8LtWorkspaceBytes)
+  cudaStream_t stream = nullptr;
+};
+
+// The descriptors of one configuration.
+absl::Status MakeDescriptors(const PlanKey& key, Modes modes, const PlanCall& call, Plan& plan) {
+  const auto [rows, n, k, wmode, d_f32, has_bias, accumulate, tune] = key;
   const cudaDataType_t d_type = d_f32 ? CUDA_R_32F : CUDA_R_16BF;
   PLAN_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
   const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
@@ -122,10 +137,10 @@ absl::Status MakePlan(LtDevice& dev, const PlanKey& key, Modes modes, const void
                                             sizeof(b_mode)),
              "B_SCALE_MODE");
   PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                            &w_scales, sizeof(w_scales)),
+                                            &call.w_scales, sizeof(call.w_scales)),
              "A_SCALE_POINTER");
   PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                            &a_scales, sizeof(a_scales)),
+                                            &call.a_scales, sizeof(call.a_scales)),
              "B_SCALE_POINTER");
   if (has_bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
@@ -136,32 +151,44 @@ absl::Status MakePlan(LtDevice& dev, const PlanKey& key, Modes modes, const void
     PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                               &bias_type, sizeof(bias_type)),
                "BIAS_DATA_TYPE");
-    PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                              sizeof(bias)),
+    PLAN_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                              &call.bias, sizeof(call.bias)),
                "BIAS_POINTER");
   }
   PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.w_layout, CUDA_R_8F_E4M3, k, n, k), "w layout");
   PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.a_layout, CUDA_R_8F_E4M3, k, rows, k), "a layout");
   PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.d_layout, d_type, n, rows, n), "d layout");
-  cublasLtMatmulPreference_t pref = nullptr;
-  PLAN_CHECK(cublasLtMatmulPreferenceCreate(&pref), "preference");
-  size_t ws = kFp8LtWorkspaceBytes;
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(dev.handle, plan.op, plan.w_layout, plan.a_layout,
-                                        plan.d_layout, plan.d_layout, pref, 1, &result, &found);
+  return absl::OkStatus();
+}
+
+// Descriptors and the algorithm for one configuration: the heuristic's first, or with tuning
+// the fastest of its candidates on this call's inputs.
+absl::Status MakePlan(LtDevice& dev, const PlanKey& key, Modes modes, const PlanCall& call,
+                      Plan& plan) {
+  RETURN_IF_ERROR(MakeDescriptors(key, modes, call, plan));
+  const auto [rows, n, k, wmode, d_f32, has_bias, accumulate, tune] = key;
+  const LtTuneProblem problem{
+      .handle = dev.handle,
+      .op = plan.op,
+      .a_layout = plan.w_layout,
+      .b_layout = plan.a_layout,
+      .d_layout = plan.d_layout,
+      .a = call.w,
+      .b = call.a,
+      .d_bytes = static_cast<size_t>(rows * n * (d_f32 ? 4 : 2)),
+      .beta = accumulate ? 1.0f : 0.0f,
+      .workspace = call.workspace,
+      .workspace_bytes = kFp8LtWorkspaceBytes,
+      .stream = call.stream,
+      .label = absl::StrCat("FP8 rows=", rows, " n=", n, " k=", k, " weight scales ", wmode,
+                            d_f32 ? " fp32 tail" : "", accumulate ? " accumulate" : "",
+                            has_bias ? " bias" : "")};
+  std::vector<cublasLtMatmulHeuristicResult_t> found;
+  PLAN_CHECK(LtHeuristic(problem, tune ? kLtTuneMaxCandidates : 1, found), "heuristic");
+  if (found.empty()) {
+    return absl::UnimplementedError(absl::StrCat("cuBLASLt FP8: no algorithm for ", problem.label));
   }
-  cublasLtMatmulPreferenceDestroy(pref);
-  PLAN_CHECK(st, "heuristic");
-  if (found == 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "cuBLASLt FP8: no algorithm for rows=", rows, " n=", n, " k=", k, " weight scales ", wmode,
-        accumulate ? " accumulate" : "", has_bias ? " bias" : ""));
-  }
-  plan.algo = result.algo;
+  plan.algo = ChooseLtAlgo(dev, key, problem, found.data(), static_cast<int>(found.size()));
   return absl::OkStatus();
 }
 
@@ -174,13 +201,14 @@ void DestroyPlan(Plan& p) {  // a failed plan's partial descriptors (failures ar
   p.w_layout = p.a_layout = p.d_layout = nullptr;
 }
 
-// The cached plan for `key` (made on first use; a refusal is cached as its status).
-absl::StatusOr<Plan*> GetPlan(LtDevice& dev, const PlanKey& key, Modes modes, const void* w_scales,
-                              const void* a_scales, const void* bias) {
+// The cached plan for `key` (made on first use; a refusal is cached as its status, a failure
+// to get the stream's workspace is returned uncached).
+absl::StatusOr<Plan*> GetPlan(LtDevice& dev, const PlanKey& key, Modes modes, PlanCall call) {
   auto it = dev.plans.find(key);
   if (it == dev.plans.end()) {
+    ASSIGN_OR_RETURN(call.workspace, dev.WorkspaceFor(call.stream));
     Plan fresh;
-    fresh.status = MakePlan(dev, key, modes, w_scales, a_scales, bias, fresh);
+    fresh.status = MakePlan(dev, key, modes, call, fresh);
     if (!fresh.status.ok()) DestroyPlan(fresh);
     it = dev.plans.emplace(key, fresh).first;  // std::map nodes are stable; never erased
   }
@@ -201,8 +229,9 @@ Calls CallsOf(const QuantGemmArgs& args, const Fp8LtWeight& w) {
   c.layout = Fp8LtLayout(args.act_quant == ActQuant::kFp8PerTokenGroup, args.m, args.k, args.n);
   c.modes = ModesOf(w.mode);
   const int mode = static_cast<int>(w.mode);
-  c.main = {c.layout.main_rows, args.n, args.k, mode, false, args.bias != nullptr, args.accumulate};
-  c.tail = {kFp8LtTailRows, args.n, args.k, mode, true, false, false};
+  const bool tune = LtAutotuneEnabled(), bias = args.bias != nullptr;
+  c.main = {c.layout.main_rows, args.n, args.k, mode, false, bias, args.accumulate, tune};
+  c.tail = {kFp8LtTailRows, args.n, args.k, mode, true, false, false, tune};
   return c;
 }
 
@@ -273,7 +302,13 @@ absl::Status Run(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
   int64_t main_rows = l.main_rows;
   bool split = l.tail;
   if (main_rows > 0) {
-    absl::StatusOr<Plan*> p = GetPlan(*dev, calls.main, calls.modes, w.scales, a_scales, args.bias);
+    const PlanCall call{.w = w.w,
+                        .w_scales = w.scales,
+                        .a = codes,
+                        .a_scales = a_scales,
+                        .bias = args.bias,
+                        .stream = stream};
+    absl::StatusOr<Plan*> p = GetPlan(*dev, calls.main, calls.modes, call);
     if (!p.ok() && absl::IsUnimplemented(p.status()) && !l.block && l.tail_start < args.m) {
       // Outer vectors refused at m % 4 != 0 too: the block modes' split (the layout holds the
       // tail's scales for this case; the vector's prefix serves the main rows).
@@ -281,14 +316,18 @@ absl::Status Run(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
       main_rows = l.tail_start;
       PlanKey key = calls.main;
       std::get<0>(key) = main_rows;
-      p = main_rows > 0 ? GetPlan(*dev, key, calls.modes, w.scales, a_scales, args.bias)
-                        : absl::StatusOr<Plan*>(nullptr);
+      p = main_rows > 0 ? GetPlan(*dev, key, calls.modes, call) : absl::StatusOr<Plan*>(nullptr);
     }
     if (!p.ok()) return p.status();
     main = *p;
   }
   if (split) {
-    ASSIGN_OR_RETURN(tail, GetPlan(*dev, calls.tail, calls.modes, w.scales, tail_scales, nullptr));
+    const PlanCall call{.w = w.w,
+                        .w_scales = w.scales,
+                        .a = codes + l.tail_start * args.k,
+                        .a_scales = tail_scales,
+                        .stream = stream};
+    ASSIGN_OR_RETURN(tail, GetPlan(*dev, calls.tail, calls.modes, call));
   }
   RETURN_IF_ERROR(quantize());
   if (main != nullptr) {

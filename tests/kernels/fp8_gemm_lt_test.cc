@@ -32,24 +32,12 @@
 #include "kernels/quant_gemm/fp8_gemm_lt_layout.h"
 #include "kernels/quant_gemm/quant_gemm.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/fp8_gemm_lt_check.h"
 
 namespace tandem {
 namespace {
 
 using testing::DeviceBuffer;
-
-enum class Layout {
-  kChannel,      // group_size k, activations per token: outer vectors
-  kBlock,        // group 128, one scale per 128x128 block: BLK128x128 + VEC128
-  kBlockRows,    // group 128, scales differing per row: VEC128 on both sides
-  kChannelRows,  // group_size k with per-token-group activations: VEC128 on both sides
-};
-
-struct Case {
-  Layout layout;
-  int64_t m, n, k;
-  bool bias, accumulate, a_f32;
-};
 
 uint8_t RandomFp8(std::mt19937& rng) {
   uint8_t b = static_cast<uint8_t>(rng());
@@ -122,7 +110,32 @@ Weight MakeWeight(Layout layout, int64_t n, int64_t k, std::mt19937& rng) {
   return w;
 }
 
-void Check(const Case& c) {
+// Fp8GemmLt on `stream`, captured into a graph and launched when `capture` (the plan is then
+// made under capture: the tuner's fallback).
+void RunGemm(const QuantGemmArgs& d, const Fp8LtWeight& lt, const DeviceBuffer& scratch,
+             int64_t scratch_bytes, cudaStream_t stream, bool capture) {
+  if (!capture) {
+    const absl::Status st = Fp8GemmLt(d, lt, scratch.get(), scratch_bytes, stream);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return;
+  }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const absl::Status st = Fp8GemmLt(d, lt, scratch.get(), scratch_bytes, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+}  // namespace
+
+void CheckFp8Lt(const Fp8LtCase& c, cudaStream_t stream, bool capture) {
   SCOPED_TRACE(::testing::Message() << "layout " << static_cast<int>(c.layout) << " m " << c.m
                                     << " n " << c.n << " k " << c.k << " bias " << c.bias
                                     << " accumulate " << c.accumulate << " a f32 " << c.a_f32);
@@ -197,9 +210,7 @@ void Check(const Case& c) {
                        .n = c.n,
                        .k = c.k,
                        .mode = packed->mode};
-  const absl::Status st = Fp8GemmLt(d, lt, scratch.get(), scratch_bytes, nullptr);
-  ASSERT_TRUE(st.ok()) << st;
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(RunGemm(d, lt, scratch, scratch_bytes, stream, capture));
   std::vector<uint8_t> got_h(c0_h.size());
   dc.Download(got_h.data());
   const std::vector<float> got = DecodeBf16(got_h);
@@ -214,6 +225,8 @@ void Check(const Case& c) {
             << " k " << c.k << ": worst error " << worst << " of the tolerance\n";
 }
 
+namespace {
+
 TEST(Fp8GemmLtTest, MatchesReferenceOnAwkwardShapes) {
   TANDEM_SKIP_WITHOUT_GPU();
   for (Layout layout :
@@ -223,7 +236,7 @@ TEST(Fp8GemmLtTest, MatchesReferenceOnAwkwardShapes) {
       // L = 3); n = 400: a partial 128-row block.
       for (auto [n, k] : {std::pair<int64_t, int64_t>{144, 272}, {400, 528}, {256, 1024}}) {
         const bool bias = m % 2 == 1 && m != 257;
-        Check({layout, m, n, k, bias, m == 100 || m == 257, m == 33 && n == 144});
+        CheckFp8Lt({layout, m, n, k, bias, m == 100 || m == 257, m == 33 && n == 144});
       }
     }
   }

@@ -2,11 +2,13 @@
 #include "kernels/gemm/gemm.h"
 
 #include <cmath>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/cublaslt_autotune.h"
 #include "kernels/gemm/gemm_variants.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -251,6 +253,31 @@ TEST(GemmCudaTest, CublasLtAndFallbackPaths) {
   CheckCase({.m = 17, .n = 33, .k = 37, .bias = true}, 9);
   CheckCase({.m = 5, .n = 19, .k = 70, .a = DType::kF32, .w = DType::kF32, .c = DType::kF32}, 10);
   CheckCase({.m = 2, .n = 7, .k = 13, .a = DType::kF32, .path = Path::kFallback}, 11);
+}
+
+// Plans tuned among the heuristic's candidates (kernels/common/cublaslt_autotune.h, forced on)
+// on decode-like shapes, n = 4096 and 6144: whichever candidate wins gives the reference, and
+// accumulate adds exactly one product to c (the timing wrote scratch outputs only). Each
+// accumulate case makes its plan (tuned at beta = 1), which the plain case after it reuses;
+// m = 250 comes after 256, its bucket's tuned plan.
+TEST(GemmCudaTest, TunedCublasLtPlansOnDecodeShapes) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  ScopedLtAutotune on(true);
+  const LtTuneStats before = GetLtTuneStats();
+  uint64_t seed = 100;
+  for (int64_t m : {1, 7, 33, 256, 250}) {
+    for (int64_t n : {4096, 6144}) {
+      CheckCase({.m = m, .n = n, .k = 264, .path = Path::kCublasLt, .accumulate = true}, seed++);
+      CheckCase({.m = m, .n = n, .k = 264, .bias = m == 7, .path = Path::kCublasLt}, seed++);
+    }
+  }
+  const LtTuneStats after = GetLtTuneStats();
+  const int64_t timed = after.plans_timed - before.plans_timed;
+  EXPECT_GE(timed, 1) << "no plan was tuned";
+  EXPECT_GT(after.candidates_timed - before.candidates_timed, timed);
+  EXPECT_EQ(after.plans_untimed, before.plans_untimed) << "a plan fell back untimed";
+  std::cout << "tuned " << timed << " bf16 plans, " << after.bucket_reuses - before.bucket_reuses
+            << " took their bucket's winner\n";
 }
 
 TEST(GemmCudaTest, AlignedPathsRejectMisalignedShapes) {

@@ -1,0 +1,143 @@
+// Autotuning of cuBLASLt algorithms when a plan is made (the bf16 GEMM, kernels/gemm/
+// gemm_lt_cuda.cc, and the FP8 GEMM, kernels/quant_gemm/fp8_gemm_lt_cuda.cc): the plan asks the
+// heuristic for up to kLtTuneMaxCandidates algorithms, times each on the plan's own shape and
+// keeps the fastest, as TensorRT-LLM's GEMM profiler does. The heuristic's first choice may not
+// be the fastest where the output has few tiles for the SMs (Llama-3-8B's O and down
+// projections, n = 4096, at a decode batch of 256; kernels/quant_gemm/WORKLOG.md step 5, the
+// gain to be measured).
+//
+// Timing never touches the caller's output: each candidate writes a scratch D of the plan's
+// shape (for beta = 1 plans also its C: D = C in place, as the real call), allocated for the
+// tuning and freed after; it reads the call's own A and B and the scale / bias pointers the
+// descriptor carries, and uses the call stream's cuBLASLt workspace. The choice falls back to
+// the heuristic's first when tuning is off, when the stream is capturing a CUDA graph, when the
+// scratch cannot be allocated, or when no candidate ran; a candidate that errors is skipped.
+// Timing synchronises the stream, so a plan's first call is slow (~10-25 ms at decode shapes;
+// up to ~1 s for the largest prefill shapes) and steady-state calls are unchanged.
+//
+// Tuning buckets bound the cost for eager steps whose row counts vary (prefill chunks): rows
+// 1..8 are tuned each, rows up to 512 in buckets of 8 (the decode graphs' batch sizes are 1, 2,
+// 4 and multiples of 8, each its own bucket, and are planned first, at capture warm-up), larger
+// rows in power-of-two buckets. The first plan of a bucket is timed; later plans of the bucket
+// take its winner if cuBLASLt accepts it for their shape (cublasLtMatmulAlgoCheck), else the
+// heuristic's first.
+//
+// The choice may differ between runs (timing noise between near-equal algorithms): every
+// algorithm computes the same product up to fp32 summation order, which the GEMMs' contracts
+// already allow.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/common/cublaslt_device.h"
+
+namespace tandem {
+
+// The most candidates a plan asks the heuristic for.
+inline constexpr int kLtTuneMaxCandidates = 16;
+
+// Whether plans made from now on are tuned: TANDEM_LT_AUTOTUNE, read once per process ("0":
+// off, the heuristic's first choice; unset or anything else: on), unless SetLtAutotune has
+// overridden it.
+bool LtAutotuneEnabled();
+// Overrides TANDEM_LT_AUTOTUNE for plans made after the call (benchmarks and tests compare both
+// in one process; the plan caches key on the flag, so tuned and untuned plans coexist).
+void SetLtAutotune(bool on);
+
+// SetLtAutotune(on) for a scope, then the switch as it was (tests and benchmarks).
+class ScopedLtAutotune {
+ public:
+  explicit ScopedLtAutotune(bool on) : was_(LtAutotuneEnabled()) { SetLtAutotune(on); }
+  ~ScopedLtAutotune() { SetLtAutotune(was_); }
+  ScopedLtAutotune(const ScopedLtAutotune&) = delete;
+  ScopedLtAutotune& operator=(const ScopedLtAutotune&) = delete;
+
+ private:
+  bool was_;
+};
+
+// One plan's matmul as the tuner runs it: D = alpha A·B + beta D (C = D), alpha 1.
+struct LtTuneProblem {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;  // with the scale / bias pointers of the plan's first call
+  cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
+  const void* a = nullptr;  // cuBLASLt's A and B (device; read only)
+  const void* b = nullptr;
+  size_t d_bytes = 0;  // bytes of D in d_layout (the scratch the candidates write)
+  float beta = 0.0f;   // 1 for accumulate plans
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;
+  std::string label;  // names the plan in the log line ("FP8 rows=256 n=4096 k=4096 ...")
+};
+
+// The heuristic's candidates for the problem's descriptors within p.workspace_bytes, best first,
+// at most `max` (into `out`); returns the query's status, which callers map to their own
+// refusals (an empty `out` with success: no algorithm).
+cublasStatus_t LtHeuristic(const LtTuneProblem& p, int max,
+                           std::vector<cublasLtMatmulHeuristicResult_t>& out);
+
+// What TuneLtAlgo chose.
+struct LtTuneChoice {
+  int index = 0;         // into the candidates; 0 when nothing was timed
+  int timed = 0;         // candidates that ran; 0: untimed (the heuristic's first)
+  float first_us = 0;    // median time of candidate 0 (0 if it failed or nothing was timed)
+  float chosen_us = 0;   // median time of the choice
+  const char* why = "";  // why nothing was timed, when timed == 0
+};
+
+// Times candidates[0 .. count) on the problem (warm-up, then the median of a few cudaEvent-timed
+// samples on p.stream) and returns the fastest; never fails (untimed: index 0). Logs the choice
+// once (INFO) against the heuristic's first.
+LtTuneChoice TuneLtAlgo(const LtTuneProblem& p, const cublasLtMatmulHeuristicResult_t* candidates,
+                        int count);
+
+// The tuning bucket of a plan's rows (above).
+int64_t LtTuneBucket(int64_t rows);
+
+// Whether cuBLASLt accepts `algo` for the problem's shape within its workspace.
+bool LtAlgoFits(const LtTuneProblem& p, const cublasLtMatmulAlgo_t& algo);
+
+// Enqueues a one-thread kernel that spins for `ns` nanoseconds on `stream` (the tuner queues each
+// sample's launches behind it, so a sample times the GPU running them back to back, as a graph
+// replay does, not the host's launch rate; cublaslt_autotune.cu).
+cudaError_t LaunchLtTuneDelay(int64_t ns, cudaStream_t stream);
+
+// Process-wide counters (tests check that tuning ran; monotonic).
+struct LtTuneStats {
+  int64_t plans_timed = 0;       // plans whose candidates were timed
+  int64_t candidates_timed = 0;  // candidates that ran, over those plans
+  int64_t plans_untimed = 0;     // tuning plans that kept the heuristic's first untimed
+  int64_t bucket_reuses = 0;     // plans that took their bucket's winner
+};
+LtTuneStats GetLtTuneStats();
+void CountLtBucketReuse();
+
+// The algorithm for a plan of `key` (std::get<0>(key): its rows) among the heuristic's
+// candidates: its bucket's winner when one fits, else TuneLtAlgo's choice (recorded as the
+// bucket's winner when timed). With dev.mu held.
+template <typename Key, typename Plan>
+cublasLtMatmulAlgo_t ChooseLtAlgo(CublasLtDevice<Key, Plan>& dev, const Key& key,
+                                  const LtTuneProblem& p,
+                                  const cublasLtMatmulHeuristicResult_t* candidates, int count) {
+  if (count <= 1) return candidates[0].algo;
+  Key bucket = key;
+  std::get<0>(bucket) = LtTuneBucket(std::get<0>(key));
+  if (auto it = dev.tuned.find(bucket); it != dev.tuned.end()) {
+    if (!LtAlgoFits(p, it->second)) return candidates[0].algo;
+    CountLtBucketReuse();
+    return it->second;
+  }
+  const LtTuneChoice choice = TuneLtAlgo(p, candidates, count);
+  if (choice.timed > 0) dev.tuned.emplace(bucket, candidates[choice.index].algo);
+  return candidates[choice.index].algo;
+}
+
+}  // namespace tandem
