@@ -43,9 +43,12 @@ namespace tandem {
 // The most candidates a plan asks the heuristic for.
 inline constexpr int kLtTuneMaxCandidates = 16;
 
-// Whether plans made from now on are tuned: TANDEM_LT_AUTOTUNE, read once per process ("0":
-// off, the heuristic's first choice; unset or anything else: on), unless SetLtAutotune has
-// overridden it.
+// Whether plans made from now on are tuned: TANDEM_LT_AUTOTUNE, read once per process ("1": on;
+// unset or anything else: off, the heuristic's first choice), unless SetLtAutotune has
+// overridden it. Off by default: on an H200 (run 36) cuBLASLt offered a single FP8 algorithm for
+// every served shape, the bf16 lm_head's best of 8 was the heuristic's first, and Llama-3-8B FP8
+// throughput was the same tuned and untuned (23,404 / 23,486 tokens/s) with graph capture
+// 1.1 s slower (kernels/quant_gemm/WORKLOG.md step 5).
 bool LtAutotuneEnabled();
 // Overrides TANDEM_LT_AUTOTUNE for plans made after the call (benchmarks and tests compare both
 // in one process; the plan caches key on the flag, so tuned and untuned plans coexist).
@@ -112,22 +115,29 @@ cudaError_t LaunchLtTuneDelay(int64_t ns, cudaStream_t stream);
 
 // Process-wide counters (tests check that tuning ran; monotonic).
 struct LtTuneStats {
-  int64_t plans_timed = 0;       // plans whose candidates were timed
-  int64_t candidates_timed = 0;  // candidates that ran, over those plans
-  int64_t plans_untimed = 0;     // tuning plans that kept the heuristic's first untimed
-  int64_t bucket_reuses = 0;     // plans that took their bucket's winner
+  int64_t plans_timed = 0;             // plans whose candidates were timed
+  int64_t candidates_timed = 0;        // candidates that ran, over those plans
+  int64_t plans_untimed = 0;           // tuning plans that kept the heuristic's first untimed
+  int64_t bucket_reuses = 0;           // plans that took their bucket's winner
+  int64_t plans_single_candidate = 0;  // tuning plans whose heuristic offered one algorithm
 };
 LtTuneStats GetLtTuneStats();
 void CountLtBucketReuse();
+void CountLtSingleCandidate(const std::string& label);  // counted and logged once per plan
 
 // The algorithm for a plan of `key` (std::get<0>(key): its rows) among the heuristic's
 // candidates: its bucket's winner when one fits, else TuneLtAlgo's choice (recorded as the
-// bucket's winner when timed). With dev.mu held.
+// bucket's winner when timed). `tuning`: the plan asked for candidates (a single one is counted
+// in plans_single_candidate). With dev.mu held.
 template <typename Key, typename Plan>
 cublasLtMatmulAlgo_t ChooseLtAlgo(CublasLtDevice<Key, Plan>& dev, const Key& key,
                                   const LtTuneProblem& p,
-                                  const cublasLtMatmulHeuristicResult_t* candidates, int count) {
-  if (count <= 1) return candidates[0].algo;
+                                  const cublasLtMatmulHeuristicResult_t* candidates, int count,
+                                  bool tuning) {
+  if (count <= 1) {
+    if (tuning) CountLtSingleCandidate(p.label);
+    return candidates[0].algo;
+  }
   Key bucket = key;
   std::get<0>(bucket) = LtTuneBucket(std::get<0>(key));
   if (auto it = dev.tuned.find(bucket); it != dev.tuned.end()) {

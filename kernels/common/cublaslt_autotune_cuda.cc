@@ -34,12 +34,12 @@ constexpr int64_t kDelayPerLaunchNs = 10'000;
 
 std::atomic<int> g_override{-1};  // -1: TANDEM_LT_AUTOTUNE decides; else 0 / 1
 std::atomic<int64_t> g_plans_timed{0}, g_candidates_timed{0}, g_plans_untimed{0},
-    g_bucket_reuses{0};
+    g_bucket_reuses{0}, g_plans_single{0};
 
 bool FromEnv() {
   static const bool on = [] {
     const char* v = std::getenv("TANDEM_LT_AUTOTUNE");
-    return v == nullptr || std::string_view(v) != "0";
+    return v != nullptr && std::string_view(v) == "1";
   }();
   return on;
 }
@@ -212,7 +212,13 @@ LtTuneStats GetLtTuneStats() {
   return LtTuneStats{.plans_timed = g_plans_timed.load(),
                      .candidates_timed = g_candidates_timed.load(),
                      .plans_untimed = g_plans_untimed.load(),
-                     .bucket_reuses = g_bucket_reuses.load()};
+                     .bucket_reuses = g_bucket_reuses.load(),
+                     .plans_single_candidate = g_plans_single.load()};
+}
+
+void CountLtSingleCandidate(const std::string& label) {
+  g_plans_single.fetch_add(1);
+  LOG(INFO) << "cuBLASLt " << label << ": the heuristic offers one algorithm, nothing to tune";
 }
 
 void CountLtBucketReuse() { g_bucket_reuses.fetch_add(1); }

@@ -71,10 +71,10 @@ inline bool GemmFusesNorm(int64_t m) { return m >= 1 && m <= kSkinnyMaxM; }
 // The paths behind Gemm(), exposed for tests and benchmarks. Each returns InvalidArgument when
 // its alignment or dtype requirements are not met (the fallback has none).
 absl::Status GemmSkinny(const GemmArgs& args, cudaStream_t stream);  // m <= 16
-// GemmCublasLt's plans (per m, n, k, c dtype, bias) take the fastest of cuBLASLt's heuristic
-// candidates, timed on the plan's first call, which then allocates scratch outputs and
-// synchronises (kernels/common/cublaslt_autotune.h; untimed under graph capture, and with
-// TANDEM_LT_AUTOTUNE=0 the heuristic's first).
+// GemmCublasLt's plans (per m, n, k, c dtype, bias) take the heuristic's first algorithm, or with
+// TANDEM_LT_AUTOTUNE=1 the fastest of its candidates, timed on the plan's first call, which then
+// allocates scratch outputs and synchronises (kernels/common/cublaslt_autotune.h; untimed under
+// graph capture).
 absl::Status GemmCublasLt(const GemmArgs& args, cudaStream_t stream);  // any m
 absl::Status GemmFallback(const GemmArgs& args, cudaStream_t stream);
 

@@ -188,7 +188,7 @@ absl::Status MakePlan(LtDevice& dev, const PlanKey& key, Modes modes, const Plan
   if (found.empty()) {
     return absl::UnimplementedError(absl::StrCat("cuBLASLt FP8: no algorithm for ", problem.label));
   }
-  plan.algo = ChooseLtAlgo(dev, key, problem, found.data(), static_cast<int>(found.size()));
+  plan.algo = ChooseLtAlgo(dev, key, problem, found.data(), static_cast<int>(found.size()), tune);
   return absl::OkStatus();
 }
 

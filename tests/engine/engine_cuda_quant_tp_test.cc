@@ -8,7 +8,8 @@
 //     intermediate 3072: 768 per rank) at TP 4 for fp8 block, awq and --quantization int4;
 //   * four prompts (1, 13, 45 and 300 tokens) as one continuous batch (64-token chunks, page
 //     size 16, scrambled pages, bf16 KV): last-prompt-position logits within kLogitTolerance of
-//     TP 1 and 32 greedy tokens identical up to a near tie of the reference;
+//     TP 1 (kFp8LogitTolerance for the FP8 formats) and 32 greedy tokens identical up to a near
+//     tie of the reference;
 //   * small-llama3 at TP 4 (704 down_proj columns per rank) refused for the formats that cut
 //     along k in blocks or groups of 128.
 // Numerics: bf16 activations, each rank's o_proj / down_proj partial rounded to bf16 before the
@@ -44,7 +45,13 @@ using testing_util::GenerateGreedy;
 using testing_util::NewTempDir;
 using testing_util::SeqResult;
 
-constexpr double kLogitTolerance = 0.05;   // engine_cuda_tp_test's bf16 bound
+constexpr double kLogitTolerance = 0.05;  // engine_cuda_tp_test's bf16 bound
+// FP8 W8A8: TP 1 and TP N round each activation to e4m3 from bf16 inputs that differ in their
+// summation order (the all-reduce), so a rounding boundary crossed moves a value by a whole e4m3
+// step; engine_cuda_test's FP8 bound (CUDA against the CPU backend) for the same reason. Run 36
+// (H200): 0.076-0.102 for every FP8 format at TP 2 / 4 / 2 x PP 2, against 0.015-0.018 for int8,
+// awq, gptq and int4 (bf16 activations), which stay under kLogitTolerance.
+constexpr double kFp8LogitTolerance = 0.15;
 constexpr double kPerRankActBound = 0.25;  // CPU: <= 0.092 on random tiny models
 constexpr double kNearTie = 0.1;           // of max(1, max |logit|): 2x kLogitTolerance
 constexpr int kNewTokens = 32;
@@ -55,6 +62,7 @@ struct Format {
   bool per_rank_act = false;
   bool cuts_k_in_128 = false;  // fp8 block, int4: row-parallel slices on multiples of 128
   std::string Name() const { return scheme.empty() ? "--quantization " + flag : scheme; }
+  bool Fp8() const { return scheme.starts_with("fp8") || flag == "fp8"; }
 };
 
 std::string Make(const std::string& preset, const std::string& scheme) {
@@ -170,7 +178,7 @@ void RunAgainstTp1(const std::string& preset, int tp, const Format& f, int pp = 
   std::cout << name << ": max |TP - TP1| logit " << worst
             << " of max |logit|, greedy tokens agreed " << agreed << " of " << 4 * kNewTokens
             << (f.per_rank_act ? " (TP 1 with per-rank activation groups)" : "") << "\n";
-  EXPECT_LE(worst, kLogitTolerance) << name;
+  EXPECT_LE(worst, f.Fp8() ? kFp8LogitTolerance : kLogitTolerance) << name;
   if (f.per_rank_act) {
     const double plain = Compare(tp1, got, /*tokens=*/false, name, nullptr);
     std::cout << name << ": against plain TP 1 " << plain << "\n";
