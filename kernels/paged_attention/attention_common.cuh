@@ -83,6 +83,26 @@ __device__ void StoreOutput(const PagedAttentionArgs& a, const WarpRows<D>& w, W
   }
 }
 
+// Where a decode item's merged packed row r goes (bf16, D values): its output row, or its split's
+// partial slot, whose log2-sum-exp (mx + log2(sum), -inf for a row that saw no key) `write_lse`
+// stores. `sum`: the row's softmax sum at maximum `mx` (log2 domain).
+template <int D>
+__device__ __forceinline__ uint16_t* MergedRowDst(const PagedAttentionArgs& a,
+                                                  const AttentionWorkItem& it, int r,
+                                                  bool write_lse, float mx, float sum,
+                                                  uint16_t* partial_out, float* partial_lse) {
+  if (it.partial < 0) {
+    const int group = a.num_q_heads / a.num_kv_heads;
+    const int row = it.row_begin + r;
+    const int64_t token = it.token_begin + row / group;
+    const int head = it.kv_head * group + row % group;
+    return static_cast<uint16_t*>(a.out) + (token * a.num_q_heads + head) * D;
+  }
+  const int64_t slot = int64_t{it.partial} * kDecodeRows + r;
+  if (write_lse) partial_lse[slot] = sum > 0.0f ? mx + log2f(sum) : -INFINITY;
+  return partial_out + slot * D;
+}
+
 inline absl::Status CheckArgs(const PagedAttentionArgs& a, const AttentionPlan& plan) {
   if (a.dtype != DType::kBF16 || (a.kv_dtype != DType::kBF16 && a.kv_dtype != DType::kF8E4M3)) {
     return absl::InvalidArgumentError(

@@ -168,18 +168,7 @@ __device__ void MergeWarpsAndStore(const PagedAttentionArgs& a, const AttentionW
       packed[j] = make_uint2(attention::PackBf16(x.x * inv, x.y * inv),
                              attention::PackBf16(x.z * inv, x.w * inv));
     }
-    uint16_t* dst;
-    if (it.partial < 0) {
-      const int group = a.num_q_heads / a.num_kv_heads;
-      const int row = it.row_begin + r;
-      const int64_t token = it.token_begin + row / group;
-      const int head = it.kv_head * group + row % group;
-      dst = static_cast<uint16_t*>(a.out) + (token * a.num_q_heads + head) * D;
-    } else {
-      const int64_t slot = int64_t{it.partial} * kDecodeRows + r;
-      dst = partial_out + slot * D;
-      if (c == 0) partial_lse[slot] = sum > 0.0f ? mx + log2f(sum) : -INFINITY;
-    }
+    uint16_t* dst = MergedRowDst<D>(a, it, r, c == 0, mx, sum, partial_out, partial_lse);
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) *reinterpret_cast<uint2*>(dst + c + 32 * j) = packed[j];
   }
