@@ -41,8 +41,11 @@
 namespace tandem::testing {
 namespace {
 
+using testing_util::ExpectSameGenerations;
+using testing_util::ExpectSameUpToNearTie;
 using testing_util::GenerateGreedy;
 using testing_util::NewTempDir;
+using testing_util::RandomPrompts;
 using testing_util::SeqResult;
 
 // engine_cuda_tp_test's bound: max |Δ logit| <= 0.05 · max(1, max |logit|).
@@ -73,33 +76,6 @@ struct Layout {
   }
 };
 
-std::vector<std::vector<int32_t>> Prompts(int vocab) {
-  std::mt19937_64 rng(23);
-  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int n : {1, 13, 45, 300}) {
-    std::vector<int32_t> p(n);
-    for (int32_t& t : p) t = id(rng);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-
-// Tokens identical up to the first difference, allowed only where `margins` (the reference's
-// top-2 gap at each token) is within `near_tie`; returns how many agreed.
-int SameUpToNearTie(const std::vector<int32_t>& want, const std::vector<float>& margins,
-                    const std::vector<int32_t>& got, double near_tie, const std::string& what) {
-  EXPECT_EQ(got.size(), want.size()) << what;
-  const size_t n = std::min(want.size(), got.size());
-  for (size_t i = 0; i < n; ++i) {
-    if (want[i] == got[i]) continue;
-    EXPECT_LE(margins[i], near_tie) << what << ": token " << i << " differs (" << want[i] << " vs "
-                                    << got[i] << "), top-2 margin " << margins[i];
-    return static_cast<int>(i);
-  }
-  return static_cast<int>(n);
-}
-
 TEST(EngineCudaPpTest, PipelineStagesOnOneGpuMatchTheSingleGpuModel) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -118,28 +94,13 @@ TEST(EngineCudaPpTest, PipelineStagesOnOneGpuMatchTheSingleGpuModel) {
     ASSERT_TRUE(pp.ok()) << pp.status();
     EXPECT_EQ((*pp)->backend(), Backend::kCuda);
     EXPECT_EQ((*pp)->KvPoolLayout(16).num_layers, c.layout.tp * (*one)->config().num_layers);
-    const auto prompts = Prompts((*one)->config().vocab_size);
+    const auto prompts = RandomPrompts({1, 13, 45, 300}, (*one)->config().vocab_size, 23);
     const std::vector<SeqResult> want =
         GenerateGreedy(**one, prompts, kNewTokens, 16, 64, DType::kBF16);
     const std::vector<SeqResult> got =
         GenerateGreedy(**pp, prompts, kNewTokens, 16, 64, DType::kBF16);
     ASSERT_EQ(got.size(), want.size());
-    int agreed = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const std::string what = name + " prompt " + std::to_string(prompts[i].size());
-      double scale = 1.0, err = 0.0;
-      for (float v : want[i].prompt_logits) scale = std::max(scale, std::fabs(double{v}));
-      ASSERT_EQ(got[i].prompt_logits.size(), want[i].prompt_logits.size());
-      for (size_t v = 0; v < want[i].prompt_logits.size(); ++v) {
-        ASSERT_TRUE(std::isfinite(got[i].prompt_logits[v])) << what << " logit " << v;
-        err = std::max(err, std::fabs(double{got[i].prompt_logits[v]} - want[i].prompt_logits[v]));
-      }
-      std::cout << what << ": max |PP - 1 GPU| logit " << err << " = " << err / scale
-                << " of max |logit|\n";
-      EXPECT_LE(err, kLogitTolerance * scale) << what;
-      agreed += SameUpToNearTie(want[i].tokens, want[i].margins, got[i].tokens,
-                                2 * kLogitTolerance * scale, what);
-    }
+    const int agreed = ExpectSameGenerations(want, got, prompts, kLogitTolerance, name);
     std::cout << name << ": greedy tokens agreed " << agreed << " of "
               << prompts.size() * kNewTokens << "\n";
   }
@@ -226,7 +187,7 @@ TEST(EngineCudaPpTest, EngineKeepsTwoMicroBatchesInFlightWithTheSingleGpuTokens)
     int agreed = 0, total = 0;
     for (const auto& [id, w] : want.out) {
       ASSERT_EQ(got.out.at(id).tokens.size(), size_t{kNewTokens}) << id;
-      agreed += SameUpToNearTie(w.tokens, w.margins, got.out.at(id).tokens, kNearTie, id);
+      agreed += ExpectSameUpToNearTie(w.tokens, w.margins, got.out.at(id).tokens, kNearTie, id);
       total += static_cast<int>(w.tokens.size());
     }
     std::cout << "engine " << layout.Name() << " on one GPU: " << agreed << " of " << total

@@ -41,8 +41,12 @@
 namespace tandem::testing {
 namespace {
 
+using testing_util::ExpectSameUpToNearTie;
 using testing_util::GenerateGreedy;
+using testing_util::MaxAbs;
 using testing_util::NewTempDir;
+using testing_util::RandomPrompts;
+using testing_util::RelativeLogitError;
 using testing_util::SeqResult;
 
 constexpr double kLogitTolerance = 0.05;  // engine_cuda_tp_test's bf16 bound
@@ -76,21 +80,9 @@ std::string Make(const std::string& preset, const std::string& scheme) {
   return dir;
 }
 
-std::vector<std::vector<int32_t>> Prompts(int vocab) {
-  std::mt19937_64 rng(21);
-  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int n : {1, 13, 45, 300}) {
-    std::vector<int32_t> p(n);
-    for (int32_t& t : p) t = id(rng);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-
 std::vector<SeqResult> Generate(Model& model) {
-  return GenerateGreedy(model, Prompts(model.config().vocab_size), kNewTokens, 16, 64,
-                        DType::kBF16);
+  return GenerateGreedy(model, RandomPrompts({1, 13, 45, 300}, model.config().vocab_size, 21),
+                        kNewTokens, 16, 64, DType::kBF16);
 }
 
 // TP 1 on CUDA whose o_proj and down_proj quantize their activations per token and group of
@@ -99,25 +91,11 @@ std::vector<SeqResult> Tp1WithRankActGroups(const std::string& dir, const std::s
                                             int tp) {
   absl::StatusOr<ModelConfig> config = ModelConfig::Load(dir);
   CHECK_OK(config.status());
-  absl::StatusOr<QuantConfig> quant = QuantConfig::Resolve(dir, flag);
-  CHECK_OK(quant.status());
-  absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> ckpt = SafetensorsCheckpoint::Open(dir);
-  CHECK_OK(ckpt.status());
-  absl::StatusOr<ModelWeights> weights = LoadWeights(**ckpt, *config, DType::kBF16, *quant);
-  CHECK_OK(weights.status());
-  for (LayerWeights& l : weights->layers) {
-    for (HostTensor* t : {&l.o_proj, &l.down_proj}) {
-      auto q = std::make_shared<QuantizedWeight>(*t->quant);
-      CHECK(q->act_quant == ActQuant::kFp8PerToken);
-      q->act_quant = ActQuant::kFp8PerTokenGroup;
-      q->act_group_size = q->k / tp;
-      t->quant = std::move(q);
-    }
-  }
   absl::StatusOr<std::unique_ptr<Ops>> ops = MakeCudaOps();
   CHECK_OK(ops.status());
   absl::StatusOr<std::unique_ptr<LlamaModel>> model =
-      LlamaModel::Create(*config, *std::move(weights), *std::move(ops), Backend::kCuda);
+      LlamaModel::Create(*config, testing_util::RankActGroupWeights(dir, flag, tp, DType::kBF16),
+                         *std::move(ops), Backend::kCuda);
   CHECK_OK(model.status());
   return Generate(**model);
 }
@@ -129,26 +107,13 @@ double Compare(const std::vector<SeqResult>& want, const std::vector<SeqResult>&
   EXPECT_EQ(got.size(), want.size()) << what;
   double worst = 0.0;
   for (size_t s = 0; s < std::min(want.size(), got.size()); ++s) {
-    double scale = 1.0, err = 0.0;
-    for (float v : want[s].prompt_logits) scale = std::max(scale, std::fabs(double{v}));
-    EXPECT_EQ(got[s].prompt_logits.size(), want[s].prompt_logits.size()) << what;
-    for (size_t v = 0; v < std::min(want[s].prompt_logits.size(), got[s].prompt_logits.size());
-         ++v) {
-      EXPECT_TRUE(std::isfinite(got[s].prompt_logits[v])) << what << " logit " << v;
-      err = std::max(err, std::fabs(double{got[s].prompt_logits[v]} - want[s].prompt_logits[v]));
-    }
-    worst = std::max(worst, err / scale);
+    const std::string prompt = what + " prompt " + std::to_string(s);
+    worst =
+        std::max(worst, RelativeLogitError(want[s].prompt_logits, got[s].prompt_logits, prompt));
     if (!tokens) continue;
-    EXPECT_EQ(got[s].tokens.size(), want[s].tokens.size()) << what;
-    for (size_t i = 0; i < std::min(want[s].tokens.size(), got[s].tokens.size()); ++i) {
-      if (want[s].tokens[i] != got[s].tokens[i]) {
-        EXPECT_LE(want[s].margins[i], kNearTie * scale)
-            << what << " prompt " << s << ": token " << i << " differs (" << want[s].tokens[i]
-            << " vs " << got[s].tokens[i] << ") with a top-2 margin of " << want[s].margins[i];
-        break;
-      }
-      ++*agreed;
-    }
+    *agreed +=
+        ExpectSameUpToNearTie(want[s].tokens, want[s].margins, got[s].tokens,
+                              kNearTie * std::max(1.0, MaxAbs(want[s].prompt_logits)), prompt);
   }
   return worst;
 }

@@ -34,8 +34,11 @@
 namespace tandem {
 namespace {
 
+using testing_util::ExpectSameUpToNearTie;
 using testing_util::GenerateGreedy;
+using testing_util::MaxAbs;
 using testing_util::NewTempDir;
+using testing_util::RandomPrompts;
 using testing_util::SeqResult;
 
 // CUDA (bf16 activations, weights and KV) against the CPU backend (fp32 activations, fp32 KV,
@@ -59,41 +62,6 @@ std::string Make(const std::string& preset, uint64_t seed = 7, const std::string
       MakeModel({.preset = preset, .out_dir = dir, .seed = seed, .quantization = scheme});
   CHECK_OK(made.status());
   return dir;
-}
-
-std::vector<std::vector<int32_t>> RandomPrompts(const std::vector<int>& lengths, int vocab,
-                                                uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int n : lengths) {
-    std::vector<int32_t> p(n);
-    for (int32_t& t : p) t = id(rng);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-
-double MaxAbs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, std::fabs(double{x}));
-  return m;
-}
-
-// Compares `got` with the reference `want` token by token; a first difference is allowed only
-// where want's top-2 margin was <= `near_tie`. Returns the number of tokens that agreed.
-int ExpectSameUpToNearTie(const std::vector<int32_t>& want, const std::vector<float>& margins,
-                          const std::vector<int32_t>& got, double near_tie,
-                          const std::string& what) {
-  EXPECT_EQ(want.size(), got.size()) << what;
-  const size_t n = std::min(want.size(), got.size());
-  for (size_t i = 0; i < n; ++i) {
-    if (want[i] == got[i]) continue;
-    EXPECT_LE(margins[i], near_tie) << what << ": token " << i << " differs (" << want[i] << " vs "
-                                    << got[i] << ") with a top-2 margin of " << margins[i];
-    return static_cast<int>(i);
-  }
-  return static_cast<int>(n);
 }
 
 // How a comparison's weights are quantized: a pre-quantized checkpoint (make-model scheme) or

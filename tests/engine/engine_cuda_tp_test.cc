@@ -39,8 +39,11 @@
 namespace tandem::testing {
 namespace {
 
+using testing_util::ExpectSameGenerations;
+using testing_util::ExpectSameUpToNearTie;
 using testing_util::GenerateGreedy;
 using testing_util::NewTempDir;
+using testing_util::RandomPrompts;
 using testing_util::SeqResult;
 
 // engine_cuda_test's CUDA-vs-CPU bound (max |Δ logit| <= 0.05 · max(1, max |logit|)); TP on one
@@ -64,34 +67,6 @@ ParallelConfig SharedGpu(int tp) {
   return ParallelConfig{.tensor_parallel = tp, .allow_device_sharing = true};
 }
 
-std::vector<std::vector<int32_t>> Prompts(int vocab) {
-  std::mt19937_64 rng(21);
-  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int n : {1, 13, 45, 300}) {
-    std::vector<int32_t> p(n);
-    for (int32_t& t : p) t = id(rng);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-
-// Tokens identical up to the first difference, which is allowed only at a near tie of the
-// reference; returns how many agreed.
-int SameUpToNearTie(const SeqResult& want, const SeqResult& got, double near_tie,
-                    const std::string& what) {
-  EXPECT_EQ(got.tokens.size(), want.tokens.size()) << what;
-  const size_t n = std::min(want.tokens.size(), got.tokens.size());
-  for (size_t i = 0; i < n; ++i) {
-    if (want.tokens[i] == got.tokens[i]) continue;
-    EXPECT_LE(want.margins[i], near_tie)
-        << what << ": token " << i << " differs (" << want.tokens[i] << " vs " << got.tokens[i]
-        << ") with a top-2 margin of " << want.margins[i];
-    return static_cast<int>(i);
-  }
-  return static_cast<int>(n);
-}
-
 TEST(EngineCudaTpTest, TensorParallelOnOneGpuMatchesTp1) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -108,27 +83,13 @@ TEST(EngineCudaTpTest, TensorParallelOnOneGpuMatchesTp1) {
     absl::StatusOr<std::unique_ptr<Model>> tpn = LoadModel(dir, Backend::kCuda, SharedGpu(c.tp));
     ASSERT_TRUE(tpn.ok()) << tpn.status();
     EXPECT_EQ((*tpn)->backend(), Backend::kCuda);
-    const auto prompts = Prompts((*tp1)->config().vocab_size);
+    const auto prompts = RandomPrompts({1, 13, 45, 300}, (*tp1)->config().vocab_size, 21);
     const std::vector<SeqResult> want =
         GenerateGreedy(**tp1, prompts, kNewTokens, 16, 64, DType::kBF16);
     const std::vector<SeqResult> got =
         GenerateGreedy(**tpn, prompts, kNewTokens, 16, 64, DType::kBF16);
     ASSERT_EQ(got.size(), want.size());
-    int agreed = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const std::string what = name + " prompt " + std::to_string(prompts[i].size());
-      double scale = 1.0, err = 0.0;
-      for (float v : want[i].prompt_logits) scale = std::max(scale, std::fabs(double{v}));
-      ASSERT_EQ(got[i].prompt_logits.size(), want[i].prompt_logits.size());
-      for (size_t v = 0; v < want[i].prompt_logits.size(); ++v) {
-        ASSERT_TRUE(std::isfinite(got[i].prompt_logits[v])) << what << " logit " << v;
-        err = std::max(err, std::fabs(double{got[i].prompt_logits[v]} - want[i].prompt_logits[v]));
-      }
-      std::cout << what << ": max |TP - TP1| logit " << err << " = " << err / scale
-                << " of max |logit|\n";
-      EXPECT_LE(err, kLogitTolerance * scale) << what;
-      agreed += SameUpToNearTie(want[i], got[i], 2 * kLogitTolerance * scale, what);
-    }
+    const int agreed = ExpectSameGenerations(want, got, prompts, kLogitTolerance, name);
     std::cout << name << ": greedy tokens agreed " << agreed << " of "
               << prompts.size() * kNewTokens << "\n";
   }
@@ -192,18 +153,6 @@ std::map<std::string, Generated> RunAll(Engine& engine,
   return out;
 }
 
-// Tokens identical up to a first difference at a near tie of `want`; returns how many agreed.
-int SameUpToNearTie(const Generated& want, const Generated& got, const std::string& what) {
-  EXPECT_EQ(got.tokens.size(), want.tokens.size()) << what;
-  const size_t n = std::min(want.tokens.size(), got.tokens.size());
-  for (size_t i = 0; i < n; ++i) {
-    if (want.tokens[i] == got.tokens[i]) continue;
-    EXPECT_LE(want.margins[i], kNearTie) << what << ": token " << i << " differs";
-    return static_cast<int>(i);
-  }
-  return static_cast<int>(n);
-}
-
 TEST(EngineCudaTpTest, EngineServesTp2OnOneGpuWithTp1Tokens) {
   SKIP_WITHOUT_GPU();
   const std::string dir = Make("small-llama3");
@@ -223,7 +172,7 @@ TEST(EngineCudaTpTest, EngineServesTp2OnOneGpuWithTp1Tokens) {
   int agreed = 0, total = 0;
   for (const auto& [id, w] : want) {
     ASSERT_EQ(got.at(id).tokens.size(), size_t{24}) << id;
-    agreed += SameUpToNearTie(w, got.at(id), id);
+    agreed += ExpectSameUpToNearTie(w.tokens, w.margins, got.at(id).tokens, kNearTie, id);
     total += static_cast<int>(w.tokens.size());
   }
   std::cout << "engine TP 2 on one GPU: " << agreed << " of " << total

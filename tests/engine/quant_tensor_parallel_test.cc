@@ -243,23 +243,9 @@ std::vector<SeqResult> Tp1WithRankActGroups(const std::string& dir, const std::s
                                             int tp) {
   absl::StatusOr<ModelConfig> config = ModelConfig::Load(dir);
   CHECK_OK(config.status());
-  absl::StatusOr<QuantConfig> quant = QuantConfig::Resolve(dir, flag);
-  CHECK_OK(quant.status());
-  absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> ckpt = SafetensorsCheckpoint::Open(dir);
-  CHECK_OK(ckpt.status());
-  absl::StatusOr<ModelWeights> weights = LoadWeights(**ckpt, *config, DType::kF32, *quant);
-  CHECK_OK(weights.status());
-  for (LayerWeights& l : weights->layers) {
-    for (HostTensor* t : {&l.o_proj, &l.down_proj}) {
-      auto q = std::make_shared<QuantizedWeight>(*t->quant);
-      CHECK(q->act_quant == ActQuant::kFp8PerToken);
-      q->act_quant = ActQuant::kFp8PerTokenGroup;
-      q->act_group_size = q->k / tp;
-      t->quant = std::move(q);
-    }
-  }
   absl::StatusOr<std::unique_ptr<LlamaModel>> model =
-      LlamaModel::Create(*config, *std::move(weights), MakeRefOps(), Backend::kCpu);
+      LlamaModel::Create(*config, testing_util::RankActGroupWeights(dir, flag, tp, DType::kF32),
+                         MakeRefOps(), Backend::kCpu);
   CHECK_OK(model.status());
   return Generate(**model);
 }

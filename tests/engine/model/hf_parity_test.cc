@@ -27,6 +27,7 @@ namespace {
 
 using json = nlohmann::json;
 using testing_util::GenerateGreedy;
+using testing_util::MaxAbs;
 using testing_util::NewTempDir;
 using testing_util::ReadFileOrDie;
 using testing_util::SeqResult;
@@ -60,12 +61,6 @@ json LoadGolden() {
   json j = json::parse(ReadFileOrDie(path), nullptr, false);
   CHECK(!j.is_discarded()) << path;
   return j;
-}
-
-double MaxAbs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, std::fabs(static_cast<double>(x)));
-  return m;
 }
 
 void CheckCase(const std::string& preset, const json& want, const SeqResult& got, int vocab) {

@@ -7,10 +7,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 
 #include "base/check.h"
+#include "engine/model/quant_config.h"
+#include "engine/model/quant_weight.h"
+#include "engine/model/safetensors.h"
 #include "gtest/gtest.h"
 
 namespace tandem::testing_util {
@@ -153,6 +157,89 @@ std::vector<SeqResult> GenerateGreedy(Model& model,
     }
   }
   return results;
+}
+
+ModelWeights RankActGroupWeights(const std::string& dir, const std::string& flag, int tp,
+                                 DType dtype) {
+  absl::StatusOr<ModelConfig> config = ModelConfig::Load(dir);
+  CHECK_OK(config.status());
+  absl::StatusOr<QuantConfig> quant = QuantConfig::Resolve(dir, flag);
+  CHECK_OK(quant.status());
+  absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> ckpt = SafetensorsCheckpoint::Open(dir);
+  CHECK_OK(ckpt.status());
+  absl::StatusOr<ModelWeights> weights = LoadWeights(**ckpt, *config, dtype, *quant);
+  CHECK_OK(weights.status());
+  for (LayerWeights& l : weights->layers) {
+    for (HostTensor* t : {&l.o_proj, &l.down_proj}) {
+      auto q = std::make_shared<QuantizedWeight>(*t->quant);
+      CHECK(q->act_quant == ActQuant::kFp8PerToken);
+      q->act_quant = ActQuant::kFp8PerTokenGroup;
+      q->act_group_size = q->k / tp;
+      t->quant = std::move(q);
+    }
+  }
+  return *std::move(weights);
+}
+
+std::vector<std::vector<int32_t>> RandomPrompts(const std::vector<int>& lengths, int vocab,
+                                                uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, vocab - 1);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int n : lengths) {
+    std::vector<int32_t> p(n);
+    for (int32_t& t : p) t = id(rng);
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
+double MaxAbs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, std::fabs(double{x}));
+  return m;
+}
+
+double RelativeLogitError(const std::vector<float>& want, const std::vector<float>& got,
+                          const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  double err = 0.0;
+  for (size_t v = 0; v < std::min(want.size(), got.size()); ++v) {
+    EXPECT_TRUE(std::isfinite(got[v])) << what << " logit " << v;
+    err = std::max(err, std::fabs(double{got[v]} - want[v]));
+  }
+  return err / std::max(1.0, MaxAbs(want));
+}
+
+int ExpectSameUpToNearTie(const std::vector<int32_t>& want, const std::vector<float>& margins,
+                          const std::vector<int32_t>& got, double near_tie,
+                          const std::string& what) {
+  EXPECT_EQ(want.size(), got.size()) << what;
+  const size_t n = std::min(want.size(), got.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (want[i] == got[i]) continue;
+    EXPECT_LE(margins[i], near_tie) << what << ": token " << i << " differs (" << want[i] << " vs "
+                                    << got[i] << ") with a top-2 margin of " << margins[i];
+    return static_cast<int>(i);
+  }
+  return static_cast<int>(n);
+}
+
+int ExpectSameGenerations(const std::vector<SeqResult>& want, const std::vector<SeqResult>& got,
+                          const std::vector<std::vector<int32_t>>& prompts, double logit_tolerance,
+                          const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  int agreed = 0;
+  for (size_t i = 0; i < std::min({want.size(), got.size(), prompts.size()}); ++i) {
+    const std::string name = what + " prompt " + std::to_string(prompts[i].size());
+    const double err = RelativeLogitError(want[i].prompt_logits, got[i].prompt_logits, name);
+    std::cout << name << ": max logit difference " << err << " of max |logit|\n";
+    EXPECT_LE(err, logit_tolerance) << name;
+    agreed += ExpectSameUpToNearTie(
+        want[i].tokens, want[i].margins, got[i].tokens,
+        2 * logit_tolerance * std::max(1.0, MaxAbs(want[i].prompt_logits)), name);
+  }
+  return agreed;
 }
 
 }  // namespace tandem::testing_util

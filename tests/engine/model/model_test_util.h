@@ -1,5 +1,6 @@
-// Helpers for the engine/model tests: scratch folders, file I/O, and a tiny generation loop over
-// Model::Forward with a paged KV cache.
+// Helpers for the engine/model tests: scratch folders, file I/O, a tiny generation loop over
+// Model::Forward with a paged KV cache, and the comparisons of two models' outputs (random
+// prompts, relative logit error, greedy tokens identical up to a near tie).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "engine/model/model.h"
+#include "engine/model/weights.h"
 
 namespace tandem::testing_util {
 
@@ -31,5 +33,37 @@ struct SeqResult {
 std::vector<SeqResult> GenerateGreedy(Model& model,
                                       const std::vector<std::vector<int32_t>>& prompts,
                                       int new_tokens, int page_size, int chunk, DType kv_dtype);
+
+// The quantized checkpoint in `dir` (or `flag`, --quantization at load) as TP 1 weights whose
+// o_proj and down_proj quantize their activations per token and group of k / tp: what tp ranks
+// with per-token FP8 scales compute on their row-parallel layers (CHECK-fails on other formats).
+ModelWeights RankActGroupWeights(const std::string& dir, const std::string& flag, int tp,
+                                 DType dtype);
+
+// Prompts of the given lengths, token ids uniform over the vocabulary (mt19937_64 from `seed`).
+std::vector<std::vector<int32_t>> RandomPrompts(const std::vector<int>& lengths, int vocab,
+                                                uint64_t seed);
+
+double MaxAbs(const std::vector<float>& v);
+
+// max |got - want| over the logits (each must be finite: an EXPECT per bad one) divided by
+// max(1, max |want|).
+double RelativeLogitError(const std::vector<float>& want, const std::vector<float>& got,
+                          const std::string& what);
+
+// Compares `got` with the reference `want` token by token; a first difference is allowed only
+// where want's top-2 margin was <= `near_tie` (an EXPECT otherwise). Returns the number of tokens
+// that agreed.
+int ExpectSameUpToNearTie(const std::vector<int32_t>& want, const std::vector<float>& margins,
+                          const std::vector<int32_t>& got, double near_tie,
+                          const std::string& what);
+
+// Per prompt (named `what` + its length): the last prompt position's logits within
+// `logit_tolerance` (RelativeLogitError) and the greedy tokens the same up to a near tie of
+// 2 x logit_tolerance x max(1, max |logit|); prints each prompt's error. Returns the tokens that
+// agreed. `prompts` gives the lengths for the names.
+int ExpectSameGenerations(const std::vector<SeqResult>& want, const std::vector<SeqResult>& got,
+                          const std::vector<std::vector<int32_t>>& prompts, double logit_tolerance,
+                          const std::string& what);
 
 }  // namespace tandem::testing_util
