@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
       LoadQuery(acc, w.q[0], w.q[1], lane & 3);
     }
     for (int i = 0; i < tiles; ++i) {
-      produce(p, stage == 0 ? kStages - 1 : stage - 1);  // the stage computed last
+      produce(p, stage == 0 ? kStages - 1 : stage - 1);  // the ring's free stage
       CpAsyncWait<kStages - 1>();
       __syncthreads();
       const int key0 = it.key_begin + i * kDecodeKeys + warp * kDecodeWarpKeys;
