@@ -4,6 +4,23 @@
 
 namespace tandem {
 
+void GroupFailure::Fail(const absl::Status& reason) {
+  if (status_.ok()) status_ = reason.ok() ? absl::AbortedError("communicator aborted") : reason;
+}
+
+void GroupFailure::Inject(int rank, int64_t calls, absl::Status status) {
+  fault_calls_[rank] = calls;
+  faults_[rank] = std::move(status);
+}
+
+absl::Status GroupFailure::Enter(int rank, const char* what) {
+  if (status_.ok() && fault_calls_[rank] >= 0 && fault_calls_[rank]-- == 0) {
+    const absl::Status& f = faults_[rank];
+    Fail(absl::Status(f.code(), absl::StrCat("rank ", rank, " in ", what, ": ", f.message())));
+  }
+  return status_;
+}
+
 const char* CollectiveOpName(CollectiveOp op) {
   return op == CollectiveOp::kAllReduce ? "all-reduce" : "all-gather";
 }

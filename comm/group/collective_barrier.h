@@ -1,3 +1,9 @@
+// The pieces shared by the in-process communicator groups (thread_communicator.h over host
+// memory, peer_communicator.h over device memory).
+//
+// GroupFailure: the group's status (OK until its first failure, which it keeps) and the faults
+// tests inject per rank (InjectFault). Not a lock of its own: guarded by the group's mutex.
+//
 // CollectiveBarrier: the two waits of one collective in an in-process communicator group
 // (thread_communicator.h over host memory, peer_communicator.h over device memory). Every rank
 // posts its call and waits until all have (Arrive: the last arrival checks that they called the
@@ -19,6 +25,25 @@
 #include "kernels/common/dtype.h"
 
 namespace tandem {
+
+class GroupFailure {
+ public:
+  explicit GroupFailure(int size) : fault_calls_(size, -1), faults_(size) {}
+  // OK, or the group's first failure.
+  const absl::Status& status() const { return status_; }
+  // Fails the group with `reason` (Aborted for an OK one) unless it has failed already.
+  void Fail(const absl::Status& reason);
+  // Arms `rank`'s fault: its `calls`-th call from now (0: the next) fails the group with `status`.
+  void Inject(int rank, int64_t calls, absl::Status status);
+  // Counts a call `what` of `rank`: the group's status, after firing the rank's armed fault when
+  // it is due ("rank R in WHAT: ...").
+  absl::Status Enter(int rank, const char* what);
+
+ private:
+  absl::Status status_;
+  std::vector<int64_t> fault_calls_;  // [rank]; -1: none armed
+  std::vector<absl::Status> faults_;  // [rank]
+};
 
 enum class CollectiveOp { kAllReduce, kAllGather };
 const char* CollectiveOpName(CollectiveOp op);

@@ -88,11 +88,11 @@ PeerCommGroup::PeerCommGroup(std::shared_ptr<PeerDeviceApi> api, std::vector<Pee
                              PeerCommOptions options)
     : api_(std::move(api)),
       options_(options),
-      barrier_(static_cast<int>(ranks.size()), &mu_, &status_, options.clock, options.timeout) {
+      failure_(static_cast<int>(ranks.size())),
+      barrier_(static_cast<int>(ranks.size()), &mu_, &failure_.status(), options.clock,
+               options.timeout) {
   for (const PeerRank& r : ranks) ranks_.push_back(RankState{r});
   absl::MutexLock lock(&mu_);
-  fault_calls_.assign(ranks_.size(), -1);
-  fault_status_.resize(ranks_.size());
   pairs_ = std::vector<Pair>(ranks_.size() * ranks_.size());  // Pair is not copyable
 }
 
@@ -144,8 +144,7 @@ std::unique_ptr<Communicator> PeerCommGroup::ForRank(int rank) {
 void PeerCommGroup::InjectFault(int rank, int64_t calls, absl::Status status) {
   CHECK(rank >= 0 && rank < size() && calls >= 0 && !status.ok());
   absl::MutexLock lock(&mu_);
-  fault_calls_[rank] = calls;
-  fault_status_[rank] = std::move(status);
+  failure_.Inject(rank, calls, std::move(status));
 }
 
 void PeerCommGroup::Abort(const absl::Status& reason) {
@@ -153,33 +152,22 @@ void PeerCommGroup::Abort(const absl::Status& reason) {
   AbortLocked(reason);
 }
 
-void PeerCommGroup::AbortLocked(const absl::Status& reason) {
-  if (status_.ok()) {
-    status_ = reason.ok() ? absl::AbortedError("communicator aborted") : reason;
-  }
-}
+void PeerCommGroup::AbortLocked(const absl::Status& reason) { failure_.Fail(reason); }
 
 absl::Status PeerCommGroup::status() const {
   absl::MutexLock lock(&mu_);
-  return status_;
+  return failure_.status();
 }
 
 absl::Status PeerCommGroup::EnterLocked(int rank, const char* what) {
-  if (!status_.ok()) return status_;
-  if (fault_calls_[rank] >= 0 && fault_calls_[rank]-- == 0) {
-    const absl::Status& f = fault_status_[rank];
-    AbortLocked(
-        absl::Status(f.code(), absl::StrCat("rank ", rank, " in ", what, ": ", f.message())));
-    return status_;
-  }
-  return absl::OkStatus();
+  return failure_.Enter(rank, what);
 }
 
 absl::Status PeerCommGroup::Fail(int rank, const char* what, const absl::Status& error) {
   absl::MutexLock lock(&mu_);
   AbortLocked(absl::Status(error.code(), absl::StrCat("rank ", rank, " of ", size(), " in ", what,
                                                       ": ", error.message())));
-  return status_;
+  return failure_.status();
 }
 
 absl::Status PeerCommGroup::Collective(int rank, const Post& post, const char* what) {
@@ -202,7 +190,7 @@ absl::Status PeerCommGroup::Collective(int rank, const Post& post, const char* w
                                                          what, ": ", shared.message())));
   }
   Complete();
-  if (!status_.ok()) return status_;
+  if (!failure_.status().ok()) return failure_.status();
   mu_.Unlock();
   absl::Status waited;
   for (int q = 0; q < size() && waited.ok(); ++q) {
@@ -212,7 +200,7 @@ absl::Status PeerCommGroup::Collective(int rank, const Post& post, const char* w
   if (!waited.ok()) {
     AbortLocked(absl::Status(waited.code(), absl::StrCat("rank ", rank, " of ", size(), " in ",
                                                          what, ": ", waited.message())));
-    return status_;
+    return failure_.status();
   }
   return absl::OkStatus();
 }
@@ -247,10 +235,10 @@ absl::Status PeerCommGroup::Share(int rank, const Post& post, const std::vector<
 
 absl::Status PeerCommGroup::Rendezvous(int rank, const Post& post, const char* what) {
   // Aborted since the caller's check: the peers that were waiting have left (none will complete).
-  if (!status_.ok()) return status_;
+  if (!failure_.status().ok()) return failure_.status();
   if (absl::Status s = barrier_.Arrive(rank, post, what); !s.ok()) {
     AbortLocked(s);
-    return status_;
+    return failure_.status();
   }
   return absl::OkStatus();
 }
@@ -286,7 +274,7 @@ absl::Status PeerCommGroup::SendTo(int rank, const void* data, int64_t bytes, in
   if (s.ok()) s = api_->Record(slot->sent, stream);
   if (!s.ok()) return Fail(rank, "send", s);
   absl::MutexLock lock(&mu_);
-  if (!status_.ok()) return status_;
+  if (!failure_.status().ok()) return failure_.status();
   PairOf(rank, peer).queue.push_back(Message{index, bytes});
   return absl::OkStatus();
 }
@@ -320,7 +308,7 @@ absl::Status PeerCommGroup::RecvFrom(int rank, void* data, int64_t bytes, int pe
     RETURN_IF_ERROR(EnterLocked(rank, "recv"));
     Pair& pair = PairOf(peer, rank);
     auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !pair.queue.empty() || !status_.ok();
+      return !pair.queue.empty() || !failure_.status().ok();
     };
     if (!options_.clock->AwaitWithDeadline(&mu_, absl::Condition(&ready),
                                            options_.clock->Now() + options_.timeout)) {
@@ -328,13 +316,13 @@ absl::Status PeerCommGroup::RecvFrom(int rank, void* data, int64_t bytes, int pe
                                                            absl::FormatDuration(options_.timeout),
                                                            " for a message from rank ", peer)));
     }
-    if (!status_.ok()) return status_;
+    if (!failure_.status().ok()) return failure_.status();
     message = pair.queue.front();
     pair.queue.pop_front();
     if (message.bytes != bytes) {
       AbortLocked(absl::InvalidArgumentError(absl::StrCat(
           "rank ", rank, " expected ", bytes, " bytes from rank ", peer, ", got ", message.bytes)));
-      return status_;
+      return failure_.status();
     }
     slot = pair.slots[message.slot].get();
   }

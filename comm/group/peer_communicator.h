@@ -188,9 +188,7 @@ class PeerCommGroup : public std::enable_shared_from_this<PeerCommGroup> {
   const PeerCommOptions options_;
   std::vector<RankState> ranks_;
   mutable absl::Mutex mu_;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> fault_calls_ ABSL_GUARDED_BY(mu_);  // [rank]; -1: none armed
-  std::vector<absl::Status> fault_status_ ABSL_GUARDED_BY(mu_);
+  GroupFailure failure_ ABSL_GUARDED_BY(mu_);
   CollectiveBarrier barrier_ ABSL_GUARDED_BY(mu_);  // the current collective's two waits
   std::vector<Pair> pairs_ ABSL_GUARDED_BY(mu_);    // [src * size + dst]
 };

@@ -64,9 +64,9 @@ absl::StatusOr<std::shared_ptr<ThreadCommGroup>> ThreadCommGroup::Create(
 ThreadCommGroup::ThreadCommGroup(int size, ThreadCommOptions options)
     : size_(size),
       options_(options),
-      barrier_(size, &mu_, &status_, options.clock, options.timeout) {
+      failure_(size),
+      barrier_(size, &mu_, &failure_.status(), options.clock, options.timeout) {
   absl::MutexLock lock(&mu_);
-  faults_.resize(size);
   mailboxes_.resize(static_cast<size_t>(size) * size);
 }
 
@@ -78,7 +78,7 @@ std::unique_ptr<Communicator> ThreadCommGroup::ForRank(int rank) {
 void ThreadCommGroup::InjectFault(int rank, int64_t calls, absl::Status status) {
   CHECK(rank >= 0 && rank < size_ && calls >= 0 && !status.ok());
   absl::MutexLock lock(&mu_);
-  faults_[rank] = Fault{calls, std::move(status)};
+  failure_.Inject(rank, calls, std::move(status));
 }
 
 void ThreadCommGroup::Abort(const absl::Status& reason) {
@@ -86,27 +86,16 @@ void ThreadCommGroup::Abort(const absl::Status& reason) {
   AbortLocked(reason);
 }
 
-void ThreadCommGroup::AbortLocked(const absl::Status& reason) {
-  if (status_.ok()) {
-    status_ = reason.ok() ? absl::AbortedError("communicator aborted") : reason;
-  }
-}
+void ThreadCommGroup::AbortLocked(const absl::Status& reason) { failure_.Fail(reason); }
 
 absl::Status ThreadCommGroup::status() const {
   absl::MutexLock lock(&mu_);
-  return status_;
+  return failure_.status();
 }
 
 absl::Status ThreadCommGroup::Enter(int rank, const char* what) {
   mu_.AssertHeld();
-  if (!status_.ok()) return status_;
-  Fault& f = faults_[rank];
-  if (f.calls >= 0 && f.calls-- == 0) {
-    AbortLocked(absl::Status(f.status.code(),
-                             absl::StrCat("rank ", rank, " in ", what, ": ", f.status.message())));
-    return status_;
-  }
-  return absl::OkStatus();
+  return failure_.Enter(rank, what);
 }
 
 absl::Status ThreadCommGroup::Rendezvous(int rank, const Post& post, const char* what) {
@@ -114,7 +103,7 @@ absl::Status ThreadCommGroup::Rendezvous(int rank, const Post& post, const char*
   if (absl::Status s = Enter(rank, what); !s.ok()) return s;
   if (absl::Status s = barrier_.Arrive(rank, post, what); !s.ok()) {
     AbortLocked(s);
-    return status_;
+    return failure_.status();
   }
   return absl::OkStatus();
 }
@@ -195,20 +184,22 @@ absl::Status ThreadCommGroup::RecvFrom(int rank, void* data, int64_t bytes, int 
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Enter(rank, "recv"); !s.ok()) return s;
   std::deque<std::vector<uint8_t>>& box = mailboxes_[static_cast<size_t>(peer) * size_ + rank];
-  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !box.empty() || !status_.ok(); };
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !box.empty() || !failure_.status().ok();
+  };
   if (!options_.clock->AwaitWithDeadline(&mu_, absl::Condition(&ready),
                                          options_.clock->Now() + options_.timeout)) {
     AbortLocked(absl::DeadlineExceededError(absl::StrCat("rank ", rank, " waited ",
                                                          absl::FormatDuration(options_.timeout),
                                                          " for a message from rank ", peer)));
   }
-  if (!status_.ok()) return status_;
+  if (!failure_.status().ok()) return failure_.status();
   std::vector<uint8_t> message = std::move(box.front());
   box.pop_front();
   if (static_cast<int64_t>(message.size()) != bytes) {
     AbortLocked(absl::InvalidArgumentError(absl::StrCat(
         "rank ", rank, " expected ", bytes, " bytes from rank ", peer, ", got ", message.size())));
-    return status_;
+    return failure_.status();
   }
   if (bytes > 0) std::memcpy(data, message.data(), bytes);
   return absl::OkStatus();

@@ -60,11 +60,6 @@ class ThreadCommGroup : public std::enable_shared_from_this<ThreadCommGroup> {
   friend class ThreadCommunicator;
   using Op = CollectiveOp;
   using Post = CollectivePost;
-  struct Fault {
-    int64_t calls = -1;  // -1: none armed
-    absl::Status status;
-  };
-
   ThreadCommGroup(int size, ThreadCommOptions options);
 
   // Counts the rank's call and fires an armed fault; the group's status otherwise.
@@ -82,8 +77,7 @@ class ThreadCommGroup : public std::enable_shared_from_this<ThreadCommGroup> {
   const int size_;
   const ThreadCommOptions options_;
   mutable absl::Mutex mu_;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  std::vector<Fault> faults_ ABSL_GUARDED_BY(mu_);  // [rank]
+  GroupFailure failure_ ABSL_GUARDED_BY(mu_);
   CollectiveBarrier barrier_ ABSL_GUARDED_BY(mu_);  // the current collective's two waits
   // Point-to-point messages, [src * size + dst], oldest first.
   std::vector<std::deque<std::vector<uint8_t>>> mailboxes_ ABSL_GUARDED_BY(mu_);
