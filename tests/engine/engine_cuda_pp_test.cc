@@ -41,10 +41,10 @@
 namespace tandem::testing {
 namespace {
 
+using testing_util::CachedCheckpoint;
 using testing_util::ExpectSameGenerations;
 using testing_util::ExpectSameUpToNearTie;
 using testing_util::GenerateGreedy;
-using testing_util::NewTempDir;
 using testing_util::RandomPrompts;
 using testing_util::SeqResult;
 
@@ -54,15 +54,7 @@ constexpr int kNewTokens = 40;
 // engine_cuda_test's near-tie bound for engine runs (logprob units).
 constexpr double kNearTie = 0.25;
 
-std::string Make(const std::string& preset) {
-  static std::map<std::string, std::string>* made_dirs = new std::map<std::string, std::string>;
-  auto it = made_dirs->find(preset);
-  if (it != made_dirs->end()) return it->second;
-  const std::string dir = NewTempDir("pp_" + preset);
-  CHECK_OK(MakeModel({.preset = preset, .out_dir = dir, .seed = 9}).status());
-  (*made_dirs)[preset] = dir;
-  return dir;
-}
+std::string Make(const std::string& preset) { return CachedCheckpoint(preset, 9); }
 
 struct Layout {
   int tp = 1;
@@ -268,25 +260,10 @@ TEST(EngineCudaPpTest, AnInjectedCommunicatorFaultFailsTheGroupWithoutHanging) {
       ASSERT_TRUE(e.AddRequest(r).ok());
     }
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::vector<RequestOutput>> step;
-    int steps = 0, max_in_flight = 0;
-    while (e.HasWork() && steps < 200) {
-      max_in_flight = std::max(max_in_flight, e.Stats().num_batches_in_flight);
-      step = e.Step();
-      ++steps;
-      if (!step.ok()) break;
-    }
-    ASSERT_FALSE(step.ok()) << "the fault never surfaced";
-    EXPECT_EQ(step.status().code(), absl::StatusCode::kInternal);
-    EXPECT_NE(step.status().message().find("lost its device (injected)"), std::string::npos)
-        << step.status();
-    EXPECT_EQ(max_in_flight, 2);
+    const StepsUntilFailure run = StepUntilFailure(e, 200);
+    EXPECT_EQ(run.max_in_flight, 2);
     EXPECT_LT(absl::Now() - start, absl::Seconds(20));
-    EXPECT_EQ(e.Stats().num_batches_in_flight, 0);
-    ExpectIdle(e);
-    EXPECT_FALSE(e.HasWork());
-    EXPECT_EQ(e.AddRequest(Request("new", {1, 2}, 3)).code(),
-              absl::StatusCode::kFailedPrecondition);
+    ExpectFailedByInjectedFault(e, run.status);
   }
 }
 

@@ -41,10 +41,10 @@
 namespace tandem::testing {
 namespace {
 
+using testing_util::CachedCheckpoint;
 using testing_util::ExpectSameUpToNearTie;
 using testing_util::GenerateGreedy;
 using testing_util::MaxAbs;
-using testing_util::NewTempDir;
 using testing_util::RandomPrompts;
 using testing_util::RelativeLogitError;
 using testing_util::SeqResult;
@@ -70,14 +70,7 @@ struct Format {
 };
 
 std::string Make(const std::string& preset, const std::string& scheme) {
-  static std::map<std::string, std::string>* made = new std::map<std::string, std::string>;
-  const std::string key = preset + "/" + scheme;
-  if (auto it = made->find(key); it != made->end()) return it->second;
-  const std::string dir = NewTempDir("cqtp_" + preset + "_" + scheme);
-  CHECK_OK(
-      MakeModel({.preset = preset, .out_dir = dir, .seed = 5, .quantization = scheme}).status());
-  (*made)[key] = dir;
-  return dir;
+  return CachedCheckpoint(preset, 5, scheme);
 }
 
 std::vector<SeqResult> Generate(Model& model) {

@@ -39,10 +39,10 @@
 namespace tandem::testing {
 namespace {
 
+using testing_util::CachedCheckpoint;
 using testing_util::ExpectSameGenerations;
 using testing_util::ExpectSameUpToNearTie;
 using testing_util::GenerateGreedy;
-using testing_util::NewTempDir;
 using testing_util::RandomPrompts;
 using testing_util::SeqResult;
 
@@ -52,16 +52,7 @@ constexpr double kLogitTolerance = 0.05;
 constexpr int kNewTokens = 40;
 
 // Each preset's checkpoint is written once per run (the tests share them: they only read).
-std::string Make(const std::string& preset) {
-  static std::map<std::string, std::string>* made_dirs = new std::map<std::string, std::string>;
-  auto it = made_dirs->find(preset);
-  if (it != made_dirs->end()) return it->second;
-  const std::string dir = NewTempDir("tp_" + preset);
-  absl::StatusOr<ModelConfig> made = MakeModel({.preset = preset, .out_dir = dir, .seed = 5});
-  CHECK_OK(made.status());
-  (*made_dirs)[preset] = dir;
-  return dir;
-}
+std::string Make(const std::string& preset) { return CachedCheckpoint(preset, 5); }
 
 ParallelConfig SharedGpu(int tp) {
   return ParallelConfig{.tensor_parallel = tp, .allow_device_sharing = true};
@@ -210,22 +201,10 @@ TEST(EngineCudaTpTest, AnInjectedCommunicatorFaultFailsTheStepWithoutHanging) {
     ASSERT_TRUE(e.AddRequest(r).ok());
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::vector<RequestOutput>> step;
-  int steps = 0;
-  while (e.HasWork() && steps < 100) {
-    step = e.Step();
-    ++steps;
-    if (!step.ok()) break;
-  }
-  ASSERT_FALSE(step.ok()) << "the fault never surfaced";
-  EXPECT_EQ(step.status().code(), absl::StatusCode::kInternal);
-  EXPECT_NE(step.status().message().find("lost its device (injected)"), std::string::npos)
-      << step.status();
-  EXPECT_EQ(steps, 2);
+  const StepsUntilFailure run = StepUntilFailure(e, 100);
+  EXPECT_EQ(run.steps, 2);
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  ExpectIdle(e);
-  EXPECT_FALSE(e.HasWork());
-  EXPECT_EQ(e.AddRequest(Request("new", {1, 2}, 3)).code(), absl::StatusCode::kFailedPrecondition);
+  ExpectFailedByInjectedFault(e, run.status);
 }
 
 TEST(EngineCudaTpTest, PlacementIsRefusedWithoutSharing) {

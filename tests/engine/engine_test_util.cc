@@ -1,5 +1,6 @@
 #include "tests/engine/engine_test_util.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -92,6 +93,32 @@ void CopyPages(Engine& from, const std::vector<int32_t>& src, Engine& to,
           src_layout.PageBytes());
     }
   }
+}
+
+StepsUntilFailure StepUntilFailure(Engine& engine, int max_steps) {
+  StepsUntilFailure r;
+  while (engine.HasWork() && r.steps < max_steps) {
+    r.max_in_flight = std::max(r.max_in_flight, engine.Stats().num_batches_in_flight);
+    absl::StatusOr<std::vector<RequestOutput>> step = engine.Step();
+    ++r.steps;
+    if (!step.ok()) {
+      r.status = step.status();
+      break;
+    }
+  }
+  return r;
+}
+
+void ExpectFailedByInjectedFault(Engine& engine, const absl::Status& failure) {
+  ASSERT_FALSE(failure.ok()) << "the fault never surfaced";
+  EXPECT_EQ(failure.code(), absl::StatusCode::kInternal) << failure;
+  EXPECT_NE(failure.message().find("lost its device (injected)"), std::string::npos) << failure;
+  EXPECT_EQ(engine.Stats().num_batches_in_flight, 0);
+  ExpectIdle(engine);
+  EXPECT_FALSE(engine.HasWork());
+  EXPECT_EQ(engine.Step().status(), failure);
+  EXPECT_EQ(engine.AddRequest(Request("new", {1, 2}, 3)).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace tandem::testing

@@ -44,6 +44,21 @@ void CopyPages(Engine& from, const std::vector<int32_t>& src, Engine& to,
 EngineRequest Request(const std::string& id, std::vector<int32_t> prompt, int max_tokens,
                       float temperature = 0.0f);
 
+// Steps `engine` while it has work (at most max_steps) until a step fails: that step's status
+// (OK when none failed), the steps taken, and the most batches in flight before a step.
+struct StepsUntilFailure {
+  absl::Status status;
+  int steps = 0;
+  int max_in_flight = 0;
+};
+StepsUntilFailure StepUntilFailure(Engine& engine, int max_steps);
+
+// After a step failed from a rank fault a test injected (its message has "lost its device
+// (injected)"): the failure is Internal and names it, nothing is in flight and every page is
+// free (ExpectIdle), the engine has no work, a later step returns the same failure, and a new
+// request is refused.
+void ExpectFailedByInjectedFault(Engine& engine, const absl::Status& failure);
+
 // Deterministic pseudo-random prompt of `len` tokens in [0, vocab).
 std::vector<int32_t> RandomPrompt(int len, int vocab, uint32_t seed);
 

@@ -8,10 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/check.h"
+#include "engine/model/make_model.h"
 #include "engine/model/quant_config.h"
 #include "engine/model/quant_weight.h"
 #include "engine/model/safetensors.h"
@@ -157,6 +161,19 @@ std::vector<SeqResult> GenerateGreedy(Model& model,
     }
   }
   return results;
+}
+
+std::string CachedCheckpoint(const std::string& preset, uint64_t seed, const std::string& scheme) {
+  static absl::Mutex mu;
+  static auto* made = new std::map<std::string, std::string>;
+  const std::string key = absl::StrCat(preset, "/", seed, "/", scheme);
+  absl::MutexLock lock(&mu);
+  if (auto it = made->find(key); it != made->end()) return it->second;
+  const std::string dir = NewTempDir(absl::StrCat("ckpt_", preset, "_", seed, "_", scheme));
+  CHECK_OK(
+      MakeModel({.preset = preset, .out_dir = dir, .seed = seed, .quantization = scheme}).status());
+  (*made)[key] = dir;
+  return dir;
 }
 
 ModelWeights RankActGroupWeights(const std::string& dir, const std::string& flag, int tp,

@@ -14,6 +14,10 @@ namespace tandem::testing_util {
 
 // A fresh empty folder under the test temp dir, unique per call.
 std::string NewTempDir(const std::string& tag);
+// make-model's `preset` checkpoint from `seed`, quantized with `scheme` ("" for bf16), written
+// once per process and shared by the tests that only read it.
+std::string CachedCheckpoint(const std::string& preset, uint64_t seed,
+                             const std::string& scheme = "");
 std::string ReadFileOrDie(const std::string& path);
 void WriteFileOrDie(const std::string& path, const std::string& text);
 
