@@ -27,7 +27,11 @@ namespace tandem::attention_bench {
 // BenchDecode's contract: attention_bench.h.
 void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPlan& plan,
                  DType kv_dtype, Fp8DecodeKernel fp8_kernel, int num_q_heads) {
-  const int pages_per_seq = (len + page_size - 1) / page_size;
+  // TANDEM_BENCH_RAGGED=1: sequence lengths drawn uniformly from [1, 2 len - 1] (mean len, as
+  // a served batch's), else all len.
+  const bool ragged = std::getenv("TANDEM_BENCH_RAGGED") != nullptr;
+  const int max_len = ragged ? 2 * len - 1 : len;
+  const int pages_per_seq = (max_len + page_size - 1) / page_size;
   const KvLayout page_layout{.num_layers = 1,
                              .num_pages = 1,
                              .page_size = page_size,
@@ -65,6 +69,10 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   CK(cudaMalloc(&tables, ids.size() * 4));
   CK(cudaMemcpy(tables, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
   std::vector<int32_t> lens(batch, len), starts(batch + 1);
+  if (ragged) {
+    std::mt19937 rng(7);
+    for (int32_t& l : lens) l = 1 + static_cast<int32_t>(rng() % max_len);
+  }
   std::iota(starts.begin(), starts.end(), 0);
   int32_t *d_lens, *d_starts;
   CK(cudaMalloc(&d_lens, batch * 4));
@@ -131,9 +139,11 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   void* qkv;
   CK(cudaMalloc(&qkv, int64_t{batch} * heads * kD * 2));
   FillRandomBf16(qkv, int64_t{batch} * heads * kD, 11);
-  std::vector<int32_t> positions(batch, len - 1), slots(int64_t{sets} * batch);
+  std::vector<int32_t> positions(batch), slots(int64_t{sets} * batch);
+  for (int s = 0; s < batch; ++s) positions[s] = lens[s] - 1;
   for (int64_t i = 0; i < int64_t{sets} * batch; ++i) {
-    slots[i] = ids[i * pages_per_seq + (len - 1) / page_size] * page_size + (len - 1) % page_size;
+    const int pos = positions[i % batch];
+    slots[i] = ids[i * pages_per_seq + pos / page_size] * page_size + pos % page_size;
   }
   std::vector<float> inv_freq(kD / 2);
   for (int i = 0; i < kD / 2; ++i) inv_freq[i] = std::pow(5e5f, -2.0f * i / kD);
@@ -191,16 +201,17 @@ void BenchDecode(int batch, int len, int page_size, double copy_tbs, AttentionPl
   }
 #endif
   // K and V bytes read: bf16 values, or fp8 codes plus their fp32 scales.
-  const double bytes = double(batch) * len * kNkv * 2 * (fp8 ? kD + 4 : kD * 2);
+  const double keys = std::accumulate(lens.begin(), lens.end(), 0.0);
+  const double bytes = keys * kNkv * 2 * (fp8 ? kD + 4 : kD * 2);
   const char* per_slot = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
   std::printf(
-      "RESULT kernel=decode kv=%s fp8_kernel=%s B=%d L=%d page=%d group=%d ips=%s us=%.2f "
+      "RESULT kernel=decode kv=%s fp8_kernel=%s B=%d L=%d%s page=%d group=%d ips=%s us=%.2f "
       "TBps=%.3f frac_copy=%.3f graph_us=%.2f graph_TBps=%.3f items=%d merges=%d "
       "graph_plain_us=%.2f rope_pair_us=%.2f rope_pair_plain_us=%.2f\n",
-      fp8 ? "fp8" : "bf16", fp8 ? Fp8DecodeKernelName(fp8_kernel) : "-", batch, len, page_size,
-      num_q_heads / kNkv, per_slot ? per_slot : "default", us, bytes / us * 1e-6,
-      bytes / us * 1e-6 / copy_tbs, graph_us, bytes / graph_us * 1e-6, plan.num_items(),
-      plan.num_merges(), graph_plain_us, pair_us, pair_plain_us);
+      fp8 ? "fp8" : "bf16", fp8 ? Fp8DecodeKernelName(fp8_kernel) : "-", batch, len,
+      ragged ? " ragged=1" : "", page_size, num_q_heads / kNkv, per_slot ? per_slot : "default", us,
+      bytes / us * 1e-6, bytes / us * 1e-6 / copy_tbs, graph_us, bytes / graph_us * 1e-6,
+      plan.num_items(), plan.num_merges(), graph_plain_us, pair_us, pair_plain_us);
   for (void* p : {kv, q, out}) CK(cudaFree(p));
   for (int32_t* p : {tables, d_lens, d_starts}) CK(cudaFree(p));
 }

@@ -4,7 +4,7 @@
 # (.gpu-eng/{bin,tests,_libs}) with only what those calls run, packed as $PACK/eng.tar.xz
 # (default .gpu-pack) so that it fits the 64 MiB a call carries beside the working tree.
 # Usage: [PACK=.gpu-pack24] [BINS=".." | EXTRA_BINS="kb_bench"] [TEST_BINS=".." | EXTRA_TESTS="a_test"]
-#        engine/bench/runs/stage_pack.sh [build dir]
+#        [NO_BUILD=1] engine/bench/runs/stage_pack.sh [build dir]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 dir=${1:-build}
@@ -13,7 +13,8 @@ stage=.gpu-eng
 bins=(${BINS:-tandem tandem-router tandem-decode-worker tandem-prefill-worker tandem-loadgen
   attention_bench} ${EXTRA_BINS:-})
 tests=(${TEST_BINS:-attention_gpu_test engine_cuda_test disagg_equality_gpu_test} ${EXTRA_TESTS:-})
-cmake --build "$dir" --target "${bins[@]}" "${tests[@]}" -j"$(nproc)"
+# NO_BUILD=1: stage what the build directory holds (another build may be running in it).
+[ -n "${NO_BUILD:-}" ] || cmake --build "$dir" --target "${bins[@]}" "${tests[@]}" -j"$(nproc)"
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/tests"
 for b in "${bins[@]}"; do cp "$dir/bin/$b" "$stage/bin/"; done
 for t in "${tests[@]}"; do cp "$dir/tests/$t" "$stage/tests/"; done

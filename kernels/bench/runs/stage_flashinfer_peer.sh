@@ -5,6 +5,9 @@
 #
 #   kernels/bench/runs/stage_flashinfer_peer.sh [stage dir, default .gpu-fipeer]
 #
+# BUILD_DIR: the build directory (default build-fipeer); an existing tandem build is reused, the
+# peer's target added to it (its other targets' flags do not change). JOBS: parallel jobs (2).
+#
 # FlashInfer is never committed and tandem never depends on it: its headers, and the CCCL
 # release it vendors (a git submodule of it, newer than the toolkit's), are exported into .peer/
 # (git-ignored) from git: FLASHINFER_GIT and CCCL_GIT name local repositories (a clone or a bare
@@ -18,7 +21,7 @@ cd "$(dirname "$0")/../../.."
 stage=${1:-.gpu-fipeer}
 case "$stage" in .gpu-*) ;; *) echo "stage dir must be .gpu-* (git-ignored)" >&2; exit 2 ;; esac
 peer=$PWD/.peer
-build=build-fipeer
+build=${BUILD_DIR:-build-fipeer}  # BUILD_DIR: an existing build directory to reuse
 
 # Prints the git dir and the commit to export: from the local repository $1 (a clone or a bare
 # git dir) at $3, or, with $1 empty, fetched shallowly from URL $2 at $3 into bare repository $4.
