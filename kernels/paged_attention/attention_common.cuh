@@ -18,6 +18,7 @@ namespace tandem::attention {
 
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeKeys = 64;  // per tile; each warp computes a quarter of it
+static_assert(kDecodeKeys == kDecodeTileKeys, "the decode plans split and cut at whole tiles");
 constexpr int kDecodeWarpKeys = kDecodeKeys / kDecodeWarps;
 constexpr int kDecodeStages = 3;
 constexpr int kPrefillWarps = 4;  // each owns kPrefillRows / 4 rows

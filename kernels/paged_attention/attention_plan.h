@@ -16,7 +16,12 @@
 // writes the output directly.
 //
 // The kernels read the item counts from device memory and loop over items with a fixed grid,
-// so a captured graph stays valid while the counts stay within capacity.
+// so a captured graph stays valid while the counts stay within capacity. CTA c of a grid of
+// DecodeSlots() CTAs takes items c, c + grid, c + 2 grid, ...; a decode plan without splits whose
+// units (sequence, KV head, rows) would leave some CTAs with far more tiles than others is
+// balanced: the units are cut between CTAs so each computes an even share of the tiles, with a
+// merge at each cut and empty items (no rows, no keys) where a CTA has fewer pieces. The decode
+// plans are built on the host by decode_plan.h's DecodePlanner (tested without a GPU).
 #pragma once
 
 #include <cstdint>
@@ -25,45 +30,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common/stream.h"
+#include "kernels/paged_attention/attention_items.h"
+#include "kernels/paged_attention/decode_plan.h"
 
 namespace tandem {
-
-inline constexpr int kDecodeRows = 16;        // packed rows per decode item (one mma row tile)
-inline constexpr int kPrefillRows = 128;      // packed rows per prefill item (4 warps x 32)
-inline constexpr int kMaxDecodeSplits = 256;  // splits of one key range, at most
-
-struct AttentionWorkItem {
-  int32_t seq = 0;
-  int32_t kv_head = 0;
-  int32_t row_begin = 0;  // first packed row
-  int32_t num_rows = 0;
-  int32_t key_begin = 0;  // key positions [key_begin, key_end)
-  int32_t key_end = 0;
-  int32_t partial = -1;  // workspace slot of the partial result; -1: write the output
-  int32_t merge = -1;    // the merge item this split belongs to; -1: none
-  // Copies of the batch layout, so a kernel starts its loads without first reading it:
-  int32_t token_begin = 0;  // query_start[seq]: the row of q/out of the sequence's first token
-  int32_t first_pos = 0;    // seq_lens[seq] - q_len: the position of that token
-};
-
-struct AttentionMergeItem {
-  int32_t seq = 0;
-  int32_t kv_head = 0;
-  int32_t row_begin = 0;
-  int32_t num_rows = 0;
-  int32_t first_partial = 0;  // the splits use partial slots [first_partial, + num_splits)
-  int32_t num_splits = 0;
-  int32_t token_begin = 0;  // query_start[seq]
-};
-
-// Host-side copy of what a plan needs to know about the batch (all host pointers).
-struct AttentionBatchShape {
-  const int32_t* seq_lens = nullptr;     // [num_seqs]
-  const int32_t* query_start = nullptr;  // [num_seqs + 1]
-  int num_seqs = 0;
-  int num_q_heads = 0;
-  int num_kv_heads = 0;
-};
 
 class AttentionPlan {
  public:
@@ -115,6 +85,11 @@ class AttentionPlan {
   int num_items() const { return num_items_; }
   int num_merges() const { return num_merges_; }
   int num_partials() const { return num_partials_; }
+  // Whether the last BuildDecode / PlanDecode split key ranges to fill the GPU (FlashDecoding:
+  // small batches, a few tiles an item; the split decode kernel's plans). False for a plan of
+  // whole key ranges, or one that cuts them only to even out the CTAs' work (balanced: merges at
+  // the cuts, decode_plan.h).
+  bool split_kv() const { return split_kv_; }
 
   // Number of decode CTAs the GPU runs at once: sets the split target.
   static int DecodeSlots();
@@ -137,6 +112,8 @@ class AttentionPlan {
   int num_items_ = 0;
   int num_merges_ = 0;
   int num_partials_ = 0;
+  bool split_kv_ = false;
+  DecodePlanner decode_planner_;  // its scratch is kept across steps
 };
 
 }  // namespace tandem

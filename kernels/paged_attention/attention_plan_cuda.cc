@@ -12,34 +12,7 @@
 namespace tandem {
 namespace {
 
-constexpr int kMinSplitKeys = 256;   // a split shorter than this costs more to merge than it saves
-constexpr int kSplitGranule = 64;    // keys per decode tile: splits are whole tiles
 constexpr int kDecodeCtasPerSm = 2;  // the decode kernel's occupancy (104 KB smem per CTA)
-// Decode items per resident CTA: 1 (one wave, fewest merges) measured equal or faster than 2
-// at every benchmarked shape. TANDEM_DECODE_ITEMS_PER_SLOT overrides it (benchmarks).
-constexpr int kItemsPerSlot = 1;
-
-int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
-
-// Number of packed rows of sequence s and the key count its last row in [row_begin, row_end)
-// can see.
-int RowsOf(const AttentionBatchShape& b, int s) {
-  return (b.query_start[s + 1] - b.query_start[s]) * (b.num_q_heads / b.num_kv_heads);
-}
-int KeyEnd(const AttentionBatchShape& b, int s, int row_end) {
-  const int group = b.num_q_heads / b.num_kv_heads;
-  const int q_len = b.query_start[s + 1] - b.query_start[s];
-  return b.seq_lens[s] - q_len + (row_end - 1) / group + 1;
-}
-
-// The chunk one key range is split by: about `chunk` (at most kMaxDecodeSplits splits), evened
-// out so the splits of one range have equal length up to one tile.
-int SplitChunk(int key_end, int chunk) {
-  // Rounded, not ceiled: a range 1.2 chunks long stays one split (no merge, one item).
-  const int splits =
-      std::clamp(static_cast<int>((key_end + chunk / 2) / chunk), 1, kMaxDecodeSplits);
-  return CeilDiv(CeilDiv(key_end, splits), kSplitGranule) * kSplitGranule;
-}
 
 }  // namespace
 
@@ -129,70 +102,28 @@ const int32_t* AttentionPlan::host_counts() const {
 
 absl::Status AttentionPlan::PlanDecode(const AttentionBatchShape& b) {
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
-  const int tile_rows = kDecodeRows;
-  int64_t total_keys = 0;
-  for (int s = 0; s < b.num_seqs; ++s) {
-    total_keys += int64_t{b.num_kv_heads} * CeilDiv(RowsOf(b, s), tile_rows) * b.seq_lens[s];
-  }
-  // Benchmark switch, read once per process (BuildDecode runs every step).
+  // Benchmark switches, read once per process (PlanDecode runs every step).
+  // TANDEM_DECODE_ITEMS_PER_SLOT: the split target's items per CTA (1: one wave, fewest merges,
+  // measured equal or faster than 2 at every benchmarked shape); TANDEM_DECODE_BALANCE:
+  // DecodeBalance (decode_plan.h).
   static const int per_slot = [] {
     const char* env = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
-    return env != nullptr ? std::max(1, std::atoi(env)) : kItemsPerSlot;
+    return env != nullptr ? std::max(1, std::atoi(env)) : 1;
   }();
-  const int64_t target = int64_t{per_slot} * DecodeSlots();
-  int chunk = std::max<int>(kMinSplitKeys, CeilDiv(total_keys, std::max<int64_t>(target, 1)));
-  chunk = CeilDiv(chunk, kSplitGranule) * kSplitGranule;
-  // Grow the chunk until the partial results fit the workspace.
-  for (;;) {
-    int64_t partials = 0;
-    for (int s = 0; s < b.num_seqs; ++s) {
-      const int rows = RowsOf(b, s);
-      for (int r = 0; r < rows; r += tile_rows) {
-        const int key_end = KeyEnd(b, s, std::min(rows, r + tile_rows));
-        const int splits = CeilDiv(key_end, SplitChunk(key_end, chunk));
-        if (splits > 1) partials += int64_t{splits} * b.num_kv_heads;
-      }
-    }
-    if (partials <= capacity_.max_partials) break;
-    chunk *= 2;
-  }
+  static const absl::StatusOr<DecodeBalance> balance =
+      ParseDecodeBalance(std::getenv("TANDEM_DECODE_BALANCE"));
+  RETURN_IF_ERROR(balance.status());
   auto* items = reinterpret_cast<AttentionWorkItem*>(staging_);
   auto* merges = reinterpret_cast<AttentionMergeItem*>(items + capacity_.max_items);
-  int n = 0, m = 0, p = 0;
-  for (int s = 0; s < b.num_seqs; ++s) {
-    const int rows = RowsOf(b, s);
-    for (int h = 0; h < b.num_kv_heads; ++h) {
-      for (int r = 0; r < rows; r += tile_rows) {
-        const int num_rows = std::min(tile_rows, rows - r);
-        const int key_end = KeyEnd(b, s, r + num_rows);
-        const int group_chunk = SplitChunk(key_end, chunk);
-        const int splits = CeilDiv(key_end, group_chunk);
-        if (n + splits > capacity_.max_items || m + (splits > 1) > capacity_.max_merges) {
-          return absl::ResourceExhaustedError(
-              absl::StrCat("attention plan capacity exceeded at seq ", s));
-        }
-        const int merge = splits > 1 ? m : -1;
-        const int q0 = b.query_start[s];
-        const int first_pos = b.seq_lens[s] - (b.query_start[s + 1] - q0);
-        if (splits > 1) merges[m++] = {s, h, r, num_rows, p, splits, q0};
-        for (int k = 0; k < splits; ++k) {
-          items[n++] = {s,
-                        h,
-                        r,
-                        num_rows,
-                        k * group_chunk,
-                        std::min(key_end, (k + 1) * group_chunk),
-                        splits > 1 ? p++ : -1,
-                        merge,
-                        q0,
-                        first_pos};
-        }
-      }
-    }
-  }
-  num_items_ = n;
-  num_merges_ = m;
-  num_partials_ = p;
+  ASSIGN_OR_RETURN(
+      const DecodePlanCounts counts,
+      decode_planner_.Plan(b, {DecodeSlots(), per_slot, *balance},
+                           {capacity_.max_items, capacity_.max_merges, capacity_.max_partials},
+                           items, merges));
+  num_items_ = counts.items;
+  num_merges_ = counts.merges;
+  num_partials_ = counts.partials;
+  split_kv_ = counts.split_kv;
   SetHostCounts();
   return absl::OkStatus();
 }
@@ -201,13 +132,14 @@ absl::Status AttentionPlan::PlanPrefill(const AttentionBatchShape& b) {
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(uploaded_));
   std::vector<AttentionWorkItem> list;
   for (int s = 0; s < b.num_seqs; ++s) {
-    const int rows = RowsOf(b, s);
+    const int rows = PackedRows(b, s);
     for (int h = 0; h < b.num_kv_heads; ++h) {
       for (int r = 0; r < rows; r += kPrefillRows) {
         const int num_rows = std::min(kPrefillRows, rows - r);
         const int q0 = b.query_start[s];
         const int first_pos = b.seq_lens[s] - (b.query_start[s + 1] - q0);
-        list.push_back({s, h, r, num_rows, 0, KeyEnd(b, s, r + num_rows), -1, -1, q0, first_pos});
+        list.push_back(
+            {s, h, r, num_rows, 0, RowsKeyEnd(b, s, r + num_rows), -1, -1, q0, first_pos});
       }
     }
   }

@@ -354,7 +354,8 @@ absl::Status LaunchDecodeKernel(const PagedAttentionArgs& a, const AttentionPlan
 // fused kernel's four-stage variant with three CTAs per SM (step 15; bf16 takes kRing).
 // TANDEM_DECODE_UNSPLIT = "stream" | "ring" | "ring3" (read once per process; unset or empty:
 // kStream; another value fails every such launch). The dequantize kernel always runs its ring;
-// plans with merges take the split variant whatever the choice.
+// plans that split key ranges (AttentionPlan::split_kv) take the split variant whatever the
+// choice; balanced plans (merges only where a unit is cut between two CTAs) count as unsplit.
 enum class Unsplit { kStream, kRing, kRing3 };
 
 absl::StatusOr<Unsplit> UnsplitVariant() {
@@ -372,7 +373,7 @@ absl::StatusOr<Unsplit> UnsplitVariant() {
 template <int D, KvMode kMode>
 absl::Status LaunchDecodeMode(const PagedAttentionArgs& a, const AttentionPlan& plan,
                               cudaStream_t stream) {
-  if (plan.num_merges() > 0) return LaunchDecodeKernel<D, true, kMode>(a, plan, stream);
+  if (plan.split_kv()) return LaunchDecodeKernel<D, true, kMode>(a, plan, stream);
   if constexpr (kMode != KvMode::kFp8Dequant) {
     ASSIGN_OR_RETURN(const Unsplit variant, UnsplitVariant());
     if (variant == Unsplit::kStream) return LaunchStreamDecode(a, plan, stream);
@@ -392,7 +393,7 @@ absl::StatusOr<Fp8DecodeKernel> Fp8Kernel(const PagedAttentionArgs& a) {
   return from_env;
 }
 
-// The variant follows the plan's last build (host copy of its merge count). Both variants
+// The variant follows the plan's last build (its host-side split_kv). Both variants
 // compute the same function for any plan, so a graph captured with one plan and replayed with
 // a rebuilt one stays correct; only the choice of variant is the captured one.
 template <int D>

@@ -13,12 +13,14 @@
 // add into in turn, 9 KB, instead of four buffers, 35 KB), so that the ring and the merge fit two
 // CTAs per SM: 2 x 108 KB (fp8), 2 x 111 KB (bf16).
 //
-// Split items (a graph captured with a plan without merges may replay with a plan that has
-// them) are handled as in DecodeKernel: partial rows, the arrival counter, and the last CTA
-// combines, staging 8 splits at a time in the merge buffer (the stages hold the next tiles).
+// Split items (the cuts of a balanced plan, decode_plan.h; or a split plan, which a graph
+// captured with an unsplit one may replay) are handled as in DecodeKernel: partial rows, the
+// arrival counter, and the last CTA combines, staging 8 splits at a time in the merge buffer
+// (the stages hold the next tiles). Empty items (a balanced plan's gaps) cost a merge's syncs.
 // No PDL: the launch is plain, as DecodeKernel's unsplit variant.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "base/cuda_check.h"
@@ -295,7 +297,10 @@ absl::Status Launch(const PagedAttentionArgs& a, const AttentionPlan& plan, cuda
   static std::atomic<int> cache[kMaxDevices];
   ASSIGN_OR_RETURN(const int per_sm,
                    BlocksPerSm(StreamDecodeKernel<D, kFp8>, kDecodeWarps * 32, kSmem, cache));
-  StreamDecodeKernel<D, kFp8><<<NumSms() * per_sm, kDecodeWarps * 32, kSmem, stream>>>(
+  // Balanced plans lay CTA c's pieces out at a stride of DecodeSlots(): launch that many CTAs
+  // (any grid computes the same function; only the balance needs this one).
+  const int grid = std::min(NumSms() * per_sm, AttentionPlan::DecodeSlots());
+  StreamDecodeKernel<D, kFp8><<<grid, kDecodeWarps * 32, kSmem, stream>>>(
       a, plan.items(), plan.merges(), plan.counts(), plan.merge_counters(), plan.partial_out(),
       plan.partial_lse(), Fp8Geometry(a));
   CUDA_RETURN_IF_ERROR(cudaGetLastError());

@@ -157,4 +157,15 @@ inline void ExpectClose(const std::vector<uint16_t>& got, const std::vector<floa
   EXPECT_LT(max_err, 2e-2);
 }
 
+// What a decode plan must be (AttentionPlan::split_kv, attention_plan.h): split to fill the GPU;
+// unsplit (whole key ranges, or balanced); balanced (unsplit, with merges at the cuts).
+enum class WantPlan { kSplit, kUnsplit, kBalanced };
+
+inline void ExpectPlan(const AttentionPlan& plan, WantPlan want) {
+  EXPECT_EQ(plan.split_kv(), want == WantPlan::kSplit) << plan.num_merges() << " merges";
+  if (want == WantPlan::kBalanced) {
+    EXPECT_GT(plan.num_merges(), 0) << "a balanced plan cuts units between CTAs";
+  }
+}
+
 }  // namespace tandem::testing

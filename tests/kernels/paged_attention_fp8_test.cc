@@ -25,7 +25,9 @@ namespace {
 using testing::AttentionBatch;
 using testing::DeviceVector;
 using testing::ExpectClose;
+using testing::ExpectPlan;
 using testing::MakeBatch;
+using testing::WantPlan;
 using Path = testing::AttentionPath;
 
 // The bf16 batch's pages quantized as RopeKvStoreRef stores them; NaN rows (unwritten slots)
@@ -110,10 +112,10 @@ std::vector<float> Fp8Reference(const AttentionBatch& b, const std::vector<uint8
 }
 
 // How RunFp8 launches a decode: through PagedAttentionDecode, or the stream kernel directly
-// (whatever the plan), and whether the plan must have split merges.
+// (whatever the plan), and what the plan must be.
 struct DirectStream {
   bool on = false;
-  bool want_merges = false;
+  WantPlan want = WantPlan::kUnsplit;
 };
 
 // One GPU run of `path` (decode: with fp8 decode kernel `kernel`) on the fp8 pages; bf16 output.
@@ -131,7 +133,7 @@ std::vector<uint16_t> RunFp8(const AttentionBatch& b, const std::vector<uint8_t>
   if (path == Path::kDecode) {
     EXPECT_TRUE((*plan)->BuildDecode(dev.shape, nullptr).ok());
     if (direct.on) {
-      EXPECT_EQ((*plan)->num_merges() > 0, direct.want_merges) << (*plan)->num_merges();
+      ExpectPlan(**plan, direct.want);
       st = attention::LaunchStreamDecode(dev.args, **plan, nullptr);
     } else {
       st = PagedAttentionDecode(dev.args, **plan, nullptr);
@@ -188,34 +190,38 @@ TEST(PagedAttentionFp8GpuTest, DecodeAwkwardShapes) {
 }
 
 // The fused kernel's stream variant (stream_decode.h: one pipeline across a CTA's items)
-// launched directly. PagedAttentionDecode gives it only plans without merges, but a CUDA graph
+// launched directly. PagedAttentionDecode gives it unsplit and balanced plans (the cuts'
+// partials, the combine in its smaller merge buffer: 8 splits a round), but a CUDA graph
 // captured with such a plan replays with whatever plan the next build makes, so it must be
-// right on split plans too (partials, the combine in its smaller merge buffer: 8 splits a
-// round). Unsplit: many items per CTA of mixed lengths (1-key items, items shorter than the
-// five-tile lead, so the producer runs several items ahead), more than 8 packed rows, the
-// generic copies (pages 1, 7).
+// right on split plans too. Unsplit and balanced: many items per CTA of mixed lengths (1-key
+// items, items shorter than the five-tile lead, so the producer runs several items ahead), more
+// than 8 packed rows, the generic copies (pages 1, 7).
 void CheckStream(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv,
-                 int d, int page_size, uint32_t seed, bool want_merges) {
+                 int d, int page_size, uint32_t seed, WantPlan want) {
   SCOPED_TRACE(::testing::Message() << "stream kernel, nq " << nq << " nkv " << nkv << " d " << d
                                     << " page " << page_size << " seed " << seed);
   std::mt19937 rng(seed);
   const AttentionBatch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
   KvLayout layout;
   const std::vector<uint8_t> kv8 = ToFp8(b, &layout);
-  ExpectClose(RunFp8(b, kv8, Path::kDecode, Fp8DecodeKernel::kFused, {true, want_merges}),
+  ExpectClose(RunFp8(b, kv8, Path::kDecode, Fp8DecodeKernel::kFused, {true, want}),
               Fp8Reference(b, kv8));
 }
 
 // Small shapes for compute-sanitizer (memcheck, racecheck): both fp8 decode kernels, split plans
 // (one sequence, nkv 1) and unsplit ones (33 x 8 items fill the GPU: the stream kernel), the
 // per-lane copies (page 16) and the generic ones (page 1), head dims 128 and 64; and the stream
-// kernel on a split plan.
+// kernel on a split plan and on a balanced one.
 TEST(PagedAttentionFp8GpuTest, SmallForSanitizer) {
   TANDEM_SKIP_WITHOUT_GPU();
   Check({700}, {1}, 8, 1, 128, 16, 100, Path::kDecode);
   Check({333}, {2}, 8, 1, 64, 1, 101, Path::kDecode);
   Check(std::vector<int>(33, 300), std::vector<int>(33, 1), 32, 8, 128, 16, 102, Path::kDecode);
-  CheckStream({700}, {1}, 8, 1, 128, 16, 103, true);  // the stream kernel on a split plan
+  CheckStream({700}, {1}, 8, 1, 128, 16, 103, WantPlan::kSplit);  // the stream kernel, split
+  // One long sequence among many short ones: a balanced plan (cuts, merges, empty items).
+  std::vector<int> lens(1057, 64);
+  lens[0] = 384;
+  CheckStream(lens, std::vector<int>(1057, 1), 4, 1, 128, 16, 104, WantPlan::kBalanced);
 }
 
 TEST(PagedAttentionFp8GpuTest, DecodeSeveralQueriesPerSequence) {
@@ -242,19 +248,26 @@ TEST(PagedAttentionFp8GpuTest, DecodeMagnitudesFarFromOne) {
   }
 }
 
-TEST(PagedAttentionFp8GpuTest, StreamKernelOnSplitAndUnsplitPlans) {
+TEST(PagedAttentionFp8GpuTest, StreamKernelOnSplitUnsplitAndBalancedPlans) {
   TANDEM_SKIP_WITHOUT_GPU();
   std::mt19937 rng(7);
   for (int page : {1, 7, 16, 64}) {
-    CheckStream({32768}, {1}, 32, 8, 128, page, 110 + page, true);  // many splits a merge
-    CheckStream({1, 77, 1000, 4097}, {1, 1, 1, 1}, 32, 8, 128, page, 120 + page, true);
-    CheckStream({2500, 63}, {2, 3}, 16, 2, 64, page, 130 + page, true);  // 16, 24 rows
+    CheckStream({32768}, {1}, 32, 8, 128, page, 110 + page, WantPlan::kSplit);  // many a merge
+    CheckStream({1, 77, 1000, 4097}, {1, 1, 1, 1}, 32, 8, 128, page, 120 + page, WantPlan::kSplit);
+    CheckStream({2500, 63}, {2, 3}, 16, 2, 64, page, 130 + page, WantPlan::kSplit);  // 16, 24 rows
     CheckStream(RandomLens(300, 900, rng), std::vector<int>(300, 1), 32, 8, 128, page, 140 + page,
-                false);
+                WantPlan::kUnsplit);
     CheckStream(RandomLens(700, 400, rng), std::vector<int>(700, 1), 16, 2, 64, page, 150 + page,
-                false);
+                WantPlan::kUnsplit);
+    std::vector<int> lens(100, 640);  // one long sequence among short ones: balanced
+    lens[0] = 3000;
+    CheckStream(lens, std::vector<int>(100, 1), 32, 8, 128, page, 160 + page, WantPlan::kBalanced);
   }
-  CheckStream(std::vector<int>(160, 2000), std::vector<int>(160, 3), 32, 8, 128, 16, 160, false);
+  CheckStream(std::vector<int>(160, 2000), std::vector<int>(160, 3), 32, 8, 128, 16, 170,
+              WantPlan::kUnsplit);
+  std::vector<int> lens(120, 600);  // balanced, 12 packed rows a sequence
+  lens[0] = 2000;
+  CheckStream(lens, std::vector<int>(120, 3), 32, 8, 128, 16, 171, WantPlan::kBalanced);
 }
 
 TEST(PagedAttentionFp8GpuTest, DecodeDefaultKernel) {

@@ -22,10 +22,12 @@ using testing::AttentionBatch;
 using testing::DeviceAttentionBatch;
 using testing::DeviceVector;
 using testing::ExpectClose;
+using testing::ExpectPlan;
 using testing::kNanBf16;
 using testing::MakeBatch;
 using testing::Reference;
 using testing::RunGpu;
+using testing::WantPlan;
 
 using Path = testing::AttentionPath;
 
@@ -43,8 +45,17 @@ std::vector<int> RandomLens(int n, int max_len, std::mt19937& rng) {
   return v;
 }
 
+// n sequences: the first `long_len` keys long, the others `short_len` (a decode plan balances
+// them: the strided layout leaves the long one's CTAs with most of the work).
+std::vector<int> LongAndShort(int n, int long_len, int short_len) {
+  std::vector<int> v(n, short_len);
+  v[0] = long_len;
+  return v;
+}
+
 // Small shapes for compute-sanitizer (memcheck, racecheck) runs: both paths, both head dims, and
-// a plan without merges (33 x 8 items: the stream kernel).
+// a plan without merges (33 x 8 items: the stream kernel) and a balanced one (one long sequence
+// among many short ones: cut between CTAs, merges, empty items).
 TEST(PagedAttentionGpuTest, SmallBothPaths) {
   TANDEM_SKIP_WITHOUT_GPU();
   for (Path path : {Path::kDecode, Path::kPrefill}) {
@@ -52,6 +63,7 @@ TEST(PagedAttentionGpuTest, SmallBothPaths) {
     Check({40, 9}, {40, 2}, 4, 1, 64, 32, 32, path);
   }
   Check(std::vector<int>(33, 300), std::vector<int>(33, 1), 32, 8, 128, 16, 33, Path::kDecode);
+  Check(LongAndShort(1057, 384, 64), std::vector<int>(1057, 1), 4, 1, 64, 16, 34, Path::kDecode);
 }
 
 TEST(PagedAttentionGpuTest, DecodeAwkwardLengths) {
@@ -183,13 +195,13 @@ TEST(PagedAttentionGpuTest, GraphReplaysARebuiltPlan) {
 }
 
 // The stream kernel (stream_decode.h: one pipeline across a CTA's items) launched directly.
-// PagedAttentionDecode gives it only plans without merges, but a CUDA graph captured with such a
-// plan replays whatever plan the next build makes, so it must also be right on split plans
-// (partials, the combine 8 splits a round in its merge buffer). Unsplit: many items per CTA of
-// mixed lengths, 1-key items and items shorter than the ring, more than 8 packed rows, the
-// generic copies (pages 2, 24).
+// PagedAttentionDecode gives it unsplit and balanced plans (the cuts' merges: partials, the
+// combine 8 splits a round in its merge buffer), but a CUDA graph captured with such a plan
+// replays whatever plan the next build makes, so it must also be right on split plans.
+// Unsplit and balanced: many items per CTA of mixed lengths, 1-key items and items shorter than
+// the ring, more than 8 packed rows, the generic copies (pages 2, 24).
 void CheckStream(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv,
-                 int d, int page_size, uint32_t seed, bool want_merges) {
+                 int d, int page_size, uint32_t seed, WantPlan want) {
   SCOPED_TRACE(::testing::Message() << "stream kernel, nq " << nq << " nkv " << nkv << " d " << d
                                     << " page " << page_size << " seed " << seed);
   std::mt19937 rng(seed);
@@ -198,25 +210,33 @@ void CheckStream(const std::vector<int>& lens, const std::vector<int>& q_lens, i
   auto plan = AttentionPlan::Create({});
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE((*plan)->BuildDecode(dev.shape, nullptr).ok());
-  EXPECT_EQ((*plan)->num_merges() > 0, want_merges) << (*plan)->num_merges();
+  ExpectPlan(**plan, want);
   ASSERT_TRUE(attention::LaunchStreamDecode(dev.args, **plan, nullptr).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ExpectClose(dev.out.Download(), Reference(b));
 }
 
-TEST(PagedAttentionGpuTest, StreamKernelOnSplitAndUnsplitPlans) {
+TEST(PagedAttentionGpuTest, StreamKernelOnSplitUnsplitAndBalancedPlans) {
   TANDEM_SKIP_WITHOUT_GPU();
   std::mt19937 rng(8);
   for (int page : {2, 16, 24, 64}) {
-    CheckStream({32768}, {1}, 32, 8, 128, page, 210 + page, true);  // many splits a merge
-    CheckStream({1, 77, 1000, 4097}, {1, 1, 1, 1}, 32, 8, 128, page, 220 + page, true);
-    CheckStream({2500, 63}, {2, 3}, 16, 2, 64, page, 230 + page, true);  // 16, 24 rows
+    CheckStream({32768}, {1}, 32, 8, 128, page, 210 + page, WantPlan::kSplit);  // many a merge
+    CheckStream({1, 77, 1000, 4097}, {1, 1, 1, 1}, 32, 8, 128, page, 220 + page, WantPlan::kSplit);
+    CheckStream({2500, 63}, {2, 3}, 16, 2, 64, page, 230 + page, WantPlan::kSplit);  // 16, 24 rows
     CheckStream(RandomLens(300, 900, rng), std::vector<int>(300, 1), 32, 8, 128, page, 240 + page,
-                false);
+                WantPlan::kUnsplit);
     CheckStream(RandomLens(700, 400, rng), std::vector<int>(700, 1), 16, 2, 64, page, 250 + page,
-                false);
+                WantPlan::kUnsplit);
+    CheckStream(LongAndShort(100, 3000, 640), std::vector<int>(100, 1), 32, 8, 128, page,
+                260 + page, WantPlan::kBalanced);
   }
-  CheckStream(std::vector<int>(160, 2000), std::vector<int>(160, 3), 32, 8, 128, 16, 260, false);
+  CheckStream(std::vector<int>(160, 2000), std::vector<int>(160, 3), 32, 8, 128, 16, 270,
+              WantPlan::kUnsplit);
+  // Balanced with several query tokens a sequence (12 and 24 packed rows: 1 and 2 row groups).
+  CheckStream(LongAndShort(120, 2000, 600), std::vector<int>(120, 3), 32, 8, 128, 16, 271,
+              WantPlan::kBalanced);
+  CheckStream(LongAndShort(120, 3000, 600), std::vector<int>(120, 3), 64, 8, 128, 64, 272,
+              WantPlan::kBalanced);
 }
 
 // A decode step's RopeKvStore -> PagedAttentionDecode pair: RopeKvStore rotates q in place and
