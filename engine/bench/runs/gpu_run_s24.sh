@@ -42,13 +42,6 @@ attention_one() {  # B L page kv variant: one `attention_bench one` shape, its g
     "$f" | cut -d' ' -f2-3,5-7)"
 }
 
-make_llama() {
-  m=$MODELS/llama3-8b
-  /usr/bin/time -f "make-model llama3-8b: %e s" $S/bin/tandem make-model --preset llama3-8b \
-    --out "$m" >"$LOGS/make_model.log" 2>&1
-  note "$(tail -1 "$LOGS/make_model.log")"
-}
-
 case "${1:-}" in
   stream)
     tools/gpu/check-sass.sh $S/bin/tandem $S/tests/attention_gpu_test >"$LOGS/check_sass.txt" 2>&1

@@ -45,13 +45,6 @@ attention_ab() {
   done
 }
 
-make_llama() {
-  m=$MODELS/llama3-8b
-  /usr/bin/time -f "make-model llama3-8b: %e s" $S/bin/tandem make-model --preset llama3-8b \
-    --out "$m" >"$LOGS/make_model.log" 2>&1
-  note "$(tail -1 "$LOGS/make_model.log")"
-}
-
 case "${1:-}" in
   balance)
     for shape in "256 1024 64" "256 2048 64" "128 4096 64" "64 4096 64" "256 640 64"; do

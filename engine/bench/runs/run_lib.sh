@@ -1,4 +1,5 @@
-# Shared by the session run scripts of this folder (sourced, after S, OUT and LOGS are set):
+# Shared by the session run scripts of this folder (sourced, after S, OUT, LOGS and MODELS are
+# set):
 #   note MESSAGE...          a timestamped line on stdout and in $OUT/summary.txt
 #   run_test NAME LIMIT ARGS  $S/tests/NAME under `timeout LIMIT`, its log in $LOGS (suffix $TAG),
 #                            its gtest verdict and first failures in the summary
@@ -6,6 +7,7 @@
 #   bench_tp TAG [ENV=V...]  `tandem bench` throughput on $m with FP8 weights ($BENCH_KV_ARGS)
 #   ncu_decode TAG B L PAGE KV PATTERN [SECTIONS...]  ncu of one `attention_bench one` decode
 #                            launch (environment $NCU_ENV), the PATTERN lines in the summary
+#   make_llama               a random Llama-3-8B-shaped checkpoint in $MODELS/llama3-8b (sets m)
 note() { echo "[${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
 run_test() {
   local t=$1 limit=$2
@@ -44,4 +46,10 @@ ncu_decode() {
     $S/bin/attention_bench one "$b" "$l" "$page" "$kv" >"$LOGS/ncu_$tag.txt" 2>&1
   note "ncu $b x $l $tag exit=$?"
   grep -E "$pattern" "$LOGS/ncu_$tag.txt" | head -16 >>"$OUT/summary.txt"
+}
+make_llama() {
+  m=$MODELS/llama3-8b
+  /usr/bin/time -f "make-model llama3-8b: %e s" $S/bin/tandem make-model --preset llama3-8b \
+    --out "$m" >"$LOGS/make_model.log" 2>&1
+  note "$(tail -1 "$LOGS/make_model.log")"
 }
