@@ -7,13 +7,17 @@
 //               timed once every sequence has its first token)
 //   prefill     one prompt of each --prefill-lens: TTFT, tokens/s, TFLOP/s (GEMMs + attention)
 //   throughput  --num-prompts requests of --input-len tokens generating --output-len each, all
-//               submitted at once: output tokens/s over the whole run
+//               submitted at once: output tokens/s over the whole run; with
+//               --random-range-ratio R (vLLM's random dataset) each request's input and output
+//               lengths are drawn uniformly from [len (1 - R), len (1 + R)] instead (ragged
+//               contexts, as served batches have)
 // Prompts are random token ids (with --prompt-period N, a random N-token phrase repeated, which
 // n-gram speculation can look up); EOS is ignored so every request runs its full length. With
 // speculative decoding on (--speculative-method), every scenario also reports the proposals,
 // acceptance rate and mean accepted length of its own steps. Results print as a table and, with
 // --json FILE, as JSON.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -56,7 +60,8 @@ struct BenchOptions {
   int num_prompts = 256;
   int input_len = 128;
   int output_len = 1024;
-  double bandwidth_gbs = 4800;  // H200 HBM3e, the vendor's figure
+  double random_range_ratio = 0;  // throughput: lengths uniform in [len (1 - R), len (1 + R)]
+  double bandwidth_gbs = 4800;    // H200 HBM3e, the vendor's figure
   uint64_t seed = 0;
   int prompt_period = 0;  // 0: random prompts; N: a random N-token phrase repeated
   std::string json_path;
@@ -78,8 +83,13 @@ class Bench {
 
   // Submits `n` requests of `prompt` random tokens generating `tokens` each.
   absl::Status Submit(int n, int prompt, int tokens) {
+    return SubmitEach(std::vector<int>(n, prompt), std::vector<int>(n, tokens));
+  }
+  // Submits request i with prompts[i] random tokens generating outputs[i].
+  absl::Status SubmitEach(const std::vector<int>& prompts, const std::vector<int>& outputs) {
     std::uniform_int_distribution<int32_t> id(0, engine_->model_config().vocab_size - 1);
-    for (int i = 0; i < n; ++i) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const int prompt = prompts[i], tokens = outputs[i];
       EngineRequest r;
       r.id = absl::StrCat("bench-", next_id_++);
       r.prompt_tokens.resize(prompt);
@@ -261,11 +271,21 @@ class Bench {
 
   absl::StatusOr<json> Throughput() {
     const int n = o_.num_prompts, in = o_.input_len, out = o_.output_len;
-    json j = {{"num_prompts", n}, {"input_len", in}, {"output_len", out}};
-    if (!Fits(std::min(n, o_.engine.engine.max_num_seqs), in + out)) {
+    const std::vector<int> ins = RandomLengths(n, in), outs = RandomLengths(n, out);
+    int64_t input_tokens = 0;
+    int longest = 0;
+    for (int i = 0; i < n; ++i) {
+      input_tokens += ins[i];
+      longest = std::max(longest, ins[i] + outs[i]);
+    }
+    json j = {{"num_prompts", n},
+              {"input_len", in},
+              {"output_len", out},
+              {"random_range_ratio", o_.random_range_ratio}};
+    if (!Fits(std::min(n, o_.engine.engine.max_num_seqs), longest)) {
       j["note"] = "not every sequence fits at once: the scheduler preempts";
     }
-    if (absl::Status s = Submit(n, in, out); !s.ok()) return s;
+    if (absl::Status s = SubmitEach(ins, outs); !s.ok()) return s;
     const EngineStats before = engine_->Stats();
     const absl::Time t0 = Clock::Real()->Now();
     ASSIGN_OR_RETURN(StepLog log, RunToEnd());
@@ -274,14 +294,20 @@ class Bench {
     int64_t tokens = 0;
     for (int t : log.tokens) tokens += t;
     j["seconds"] = seconds;
+    j["input_tokens"] = input_tokens;
+    j["output_tokens"] = tokens;
     j["output_tokens_per_s"] = tokens / seconds;
-    j["total_tokens_per_s"] = (tokens + int64_t{n} * in) / seconds;
+    j["total_tokens_per_s"] = (tokens + input_tokens) / seconds;
     j["preemptions"] = after.num_preemptions_total - before.num_preemptions_total;
     j["host_share"] = HostShare(before, after);
+    const std::string ragged =
+        o_.random_range_ratio > 0
+            ? absl::StrFormat(", lengths +-%.0f%%", 100 * o_.random_range_ratio)
+            : "";
     Row(
-        absl::StrFormat("throughput %d x (%d in, %d out): %.0f output tokens/s in %.1f s, "
+        absl::StrFormat("throughput %d x (%d in, %d out%s): %.0f output tokens/s in %.1f s, "
                         "host share %.1f%%",
-                        n, in, out, j["output_tokens_per_s"].get<double>(), seconds,
+                        n, in, out, ragged, j["output_tokens_per_s"].get<double>(), seconds,
                         100 * j["host_share"].get<double>()));
     AddSpec(before, after, &j);
     return j;
@@ -289,6 +315,19 @@ class Bench {
 
  private:
   bool Speculating() const { return o_.engine.engine.speculative.enabled(); }
+
+  // n lengths of about `len`: all `len`, or with --random-range-ratio R uniform in
+  // [floor(len (1 - R)), ceil(len (1 + R))], at least 1 (vLLM's random dataset).
+  std::vector<int> RandomLengths(int n, int len) {
+    const double r = o_.random_range_ratio;
+    if (r <= 0) return std::vector<int>(n, len);
+    std::uniform_int_distribution<int> pick(
+        std::max(1, static_cast<int>(std::floor(len * (1 - r)))),
+        std::max(1, static_cast<int>(std::ceil(len * (1 + r)))));
+    std::vector<int> lens(n);
+    for (int& l : lens) l = pick(rng_);
+    return lens;
+  }
 
   // Speculative decoding over [before, after]: vLLM's counters and the two ratios, in `j` and as
   // a row.
@@ -428,6 +467,10 @@ std::function<int()> AddBenchCommand(CLI::App* sub) {
   sub->add_option("--num-prompts", o->num_prompts, "Requests (throughput)")->capture_default_str();
   sub->add_option("--input-len", o->input_len, "Prompt tokens (throughput)")->capture_default_str();
   sub->add_option("--output-len", o->output_len, "Output tokens (throughput)")
+      ->capture_default_str();
+  sub->add_option("--random-range-ratio", o->random_range_ratio,
+                  "Throughput lengths uniform in [len (1 - R), len (1 + R)] (0: all len)")
+      ->check(CLI::Range(0.0, 0.999))
       ->capture_default_str();
   sub->add_option("--bandwidth-gbs", o->bandwidth_gbs, "Memory bandwidth for the floors")
       ->capture_default_str();

@@ -12,7 +12,8 @@
 #   engine   the tests changed after session 24's last run (quantized TP / PP, TP, PP on CUDA,
 #            the cuBLASLt tuning and GEMM tests), engine_cuda_test, then `tandem bench`
 #            throughput (Llama-3-8B shapes, FP8 weights + FP8 KV; its uniform lengths keep the
-#            strided plans).
+#            strided plans), and ragged (--random-range-ratio 0.9) with TANDEM_DECODE_BALANCE
+#            auto and off.
 #   tests    named test binaries of the pack: TESTS="bin[:gtest filter] ..."
 # Staged here (carry: [".gpu-pack25"], and ".gpu-fipeer" for balance):
 #   PACK=.gpu-pack25 BINS="attention_bench" TEST_BINS="attention_gpu_test" \
@@ -85,6 +86,11 @@ case "${1:-}" in
     tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
     make_llama
     BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv
+    # Ragged contexts (2k in +-90%, 512 out +-90%), the plans' own choice against strided.
+    for bal in auto off; do
+      BENCH_KV_ARGS="--kv-cache-dtype fp8 --num-prompts 256 --input-len 2048 --output-len 512
+        --random-range-ratio 0.9" bench_tp fp8kv_ragged_$bal TANDEM_DECODE_BALANCE=$bal
+    done
     tar -C "$OUT" -czf "$OUT/logs_bench.tgz" logs && rm -rf "$LOGS"
     ;;
   tests)
