@@ -7,7 +7,8 @@
 #            (force / off); then the attention GPU tests, compute-sanitizer memcheck + racecheck
 #            on the small cases (balanced ones included), ncu at 128 x 4k ragged both ways.
 #   peers    [decode-tc]'s table (kernels/bench/runs/gpu_run_fipeer.sh: tandem, FlashInfer's
-#            tensor-core and CUDA-core decode, SDPA). Carry .gpu-fipeer
+#            tensor-core and CUDA-core decode, SDPA), then ncu of FlashInfer's tensor-core
+#            kernel and tandem's at 128 x 4k, memory sections included. Carry .gpu-fipeer
 #            (kernels/bench/runs/stage_flashinfer_peer.sh).
 #   engine   the tests changed after session 24's last run (quantized TP / PP, TP, PP on CUDA,
 #            the cuBLASLt tuning and GEMM tests), engine_cuda_test, then `tandem bench`
@@ -77,6 +78,20 @@ case "${1:-}" in
     OUT=$OUT/fipeer timeout 300 kernels/bench/runs/gpu_run_fipeer.sh all >"$LOGS/fipeer_run.txt" 2>&1
     note "gpu_run_fipeer exit=$?"
     cat "$OUT/fipeer/table.txt" >>"$OUT/summary.txt" 2>/dev/null
+    # Where the 5-8% between the two at B >= 32 goes: both kernels under ncu at 128 x 4k (64),
+    # the memory sections beside the warp states (WORKLOG.md step 18's open question).
+    pattern="DRAM Throughput|Duration|Memory Throughput|L2 Hit Rate|Mem Busy|Max Bandwidth"
+    pattern="$pattern|No Eligible|Issue Slots Busy|Registers|Achieved Occupancy|Block Size|Grid Size"
+    sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
+      --section SchedulerStats --section Occupancy --section LaunchStats)
+    timeout 120 ncu --clock-control none -k regex:BatchPrefill --launch-skip 10 --launch-count 1 \
+      "${sections[@]}" .gpu-fipeer/flashinfer_peer one 128 4096 64 4 >"$LOGS/ncu_fi_tc.txt" 2>&1
+    note "ncu FlashInfer TC 128 x 4096 (64) exit=$?"
+    grep -E "$pattern" "$LOGS/ncu_fi_tc.txt" | head -16 >>"$OUT/summary.txt"
+    timeout 120 ncu --clock-control none -k regex:DecodeKernel --launch-skip 20 --launch-count 1 \
+      "${sections[@]}" $S/bin/attention_bench one 128 4096 64 bf16 >"$LOGS/ncu_tandem.txt" 2>&1
+    note "ncu tandem 128 x 4096 (64) exit=$?"
+    grep -E "$pattern" "$LOGS/ncu_tandem.txt" | head -16 >>"$OUT/summary.txt"
     tar -C "$OUT" -czf "$OUT/logs_fipeer.tgz" fipeer logs && rm -rf "$OUT/fipeer" "$LOGS"
     ;;
   engine)
