@@ -77,9 +77,8 @@ class DecodePlanner {
   // Rewrites the strided plan in items[0, counts.items) as a balanced one where options say so.
   void Balance(const DecodePlanOptions& options, const DecodePlanLimits& limits, int num_kv_heads,
                AttentionWorkItem* items, AttentionMergeItem* merges, DecodePlanCounts& counts);
-  // From units_: unit_tiles_ and the row groups (row_units_, row_tiles_, row_head_stride_);
-  // returns the units' tiles in all.
-  int64_t CollectRowGroups();
+  // From units_ and unit_tiles_: the row groups (row_units_, row_tiles_, row_head_stride_).
+  void CollectRowGroups();
   // Lays pieces_ out as the balanced plan (or leaves the strided one where it does not fit).
   void WriteBalanced(int slots, int heads, const DecodePlanLimits& limits, AttentionWorkItem* items,
                      AttentionMergeItem* merges, DecodePlanCounts& counts);

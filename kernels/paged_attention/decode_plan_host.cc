@@ -149,26 +149,30 @@ void DecodePlanner::Balance(const DecodePlanOptions& o, const DecodePlanLimits& 
                             DecodePlanCounts& counts) {
   const int heads = num_kv_heads, slots = o.slots;
   if (heads <= 0 || slots % heads != 0) return;
-  units_.assign(items, items + counts.items);
-  const int64_t total = CollectRowGroups();
+  // The decision first (every step of a large batch pays it): the units' tiles, straight from
+  // the strided items.
+  unit_tiles_.resize(counts.items);
+  int64_t total = 0;
+  for (int u = 0; u < counts.items; ++u) {
+    unit_tiles_[u] = CeilDiv(items[u].key_end - items[u].key_begin, kDecodeTileKeys);
+    total += unit_tiles_[u];
+  }
   const int64_t ideal = (total + slots - 1) / slots;
   if (o.balance != DecodeBalance::kForce &&
       StridedMakespan(unit_tiles_, slots) * kMinBalanceRatioDen < ideal * kMinBalanceRatioNum) {
     return;
   }
+  units_.assign(items, items + counts.items);
+  CollectRowGroups();
   BalanceDecodeTiles(row_tiles_, slots / heads, pieces_);
   WriteBalanced(slots, heads, limits, items, merges, counts);
 }
 
-int64_t DecodePlanner::CollectRowGroups() {
-  unit_tiles_.resize(units_.size());
+void DecodePlanner::CollectRowGroups() {
   row_units_.clear();
   row_tiles_.clear();
   row_head_stride_.clear();
-  int64_t total = 0;
   for (size_t u = 0; u < units_.size(); ++u) {
-    unit_tiles_[u] = CeilDiv(units_[u].key_end - units_[u].key_begin, kDecodeTileKeys);
-    total += unit_tiles_[u];
     if (units_[u].kv_head != 0) continue;
     const bool new_seq = row_units_.empty() || units_[row_units_.back()].seq != units_[u].seq;
     row_units_.push_back(static_cast<int32_t>(u));
@@ -182,7 +186,6 @@ int64_t DecodePlanner::CollectRowGroups() {
       row_head_stride_[i - 1] = row_head_stride_[i];
     }
   }
-  return total;
 }
 
 void DecodePlanner::WriteBalanced(int slots, int heads, const DecodePlanLimits& limits,
