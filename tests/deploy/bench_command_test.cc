@@ -3,8 +3,6 @@
 // (vLLM's random dataset) and a bad value is refused.
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,13 +13,6 @@
 
 namespace tandem::e2e {
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct BenchRun {
   int exit_code = -1;

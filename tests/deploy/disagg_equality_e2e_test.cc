@@ -13,10 +13,8 @@
 // take).
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,13 +82,6 @@ std::vector<int> PromptLengths() {
 }
 
 const std::string& ModelDir() { return kGpu ? SmallQwen3ModelDir() : TinyModelDir(); }
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // `yaml` with kv_cache_dtype: fp8 in its engine block.
 std::string WithFp8Kv(const char* yaml) {

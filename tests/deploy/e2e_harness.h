@@ -26,6 +26,9 @@ const std::string& SmallQwen3ModelDir();
 // Any make-model preset (engine/model/presets.h), generated the same way once per process.
 const std::string& PresetModelDir(const std::string& preset);
 
+// The whole of a file ("" when it cannot be read: a process's log not yet written).
+std::string ReadFile(const std::string& path);
+
 // Starts a cluster of `layout_yaml` (groups etc.; model, ports and logs are filled in) with
 // every process's log under a fresh temp dir. Fails the test (returns null) if not ready.
 // `adjust` may change the layout (its router ports are 0: picked) and the launcher's options.

@@ -22,9 +22,7 @@
 #include <signal.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -88,13 +86,6 @@ groups:
 #endif
 
 const std::string& ModelDir() { return kGpu ? SmallQwen3ModelDir() : TinyModelDir(); }
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The request that checks the service after each fault: 300 prompt tokens (19 pages, the last
 // one partial) through both workers, its KV over the transport.

@@ -4,11 +4,9 @@
 // (int8) and a 1P1D layout (int4: the prefill and decode workers quantize alike, so the pushed KV
 // pages are the decode worker's own). CPU backend, the tiny model; on the CUDA backend the same
 // flag runs the quantized GEMMs of engine/cuda (engine_cuda_test).
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,13 +19,6 @@ namespace {
 
 constexpr int kMaxTokens = 12;
 const int kPromptLengths[] = {1, 16, 17, 45};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void ServeQuantized(const std::string& yaml, const std::string& quantization,
                     const std::string& load_line) {

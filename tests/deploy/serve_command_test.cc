@@ -25,13 +25,6 @@
 namespace tandem::e2e {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // An IPv4 address of this machine that is not loopback, or "" when it has none.
 std::string NonLoopbackAddress() {
   ifaddrs* list = nullptr;
