@@ -67,7 +67,7 @@ class DecodePlanner {
   // Writes the decode plan of `b` to items[limits.max_items] and merges[limits.max_merges]
   // (partial slots numbered from 0) and returns its counts; ResourceExhausted when the split or
   // strided plan does not fit (a balanced one that does not fit stays strided), InvalidArgument
-  // for a sequence with fewer keys than new tokens.
+  // for a sequence with fewer keys than new tokens or head counts that do not divide.
   absl::StatusOr<DecodePlanCounts> Plan(const AttentionBatchShape& b,
                                         const DecodePlanOptions& options,
                                         const DecodePlanLimits& limits, AttentionWorkItem* items,

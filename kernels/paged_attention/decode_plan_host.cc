@@ -83,6 +83,10 @@ absl::StatusOr<DecodePlanCounts> DecodePlanner::Plan(const AttentionBatchShape& 
                                                      const DecodePlanLimits& limits,
                                                      AttentionWorkItem* items,
                                                      AttentionMergeItem* merges) {
+  if (b.num_kv_heads <= 0 || b.num_q_heads <= 0 || b.num_q_heads % b.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decode plan: ", b.num_q_heads, " query heads over ", b.num_kv_heads, " KV heads"));
+  }
   const int tile_rows = kDecodeRows;
   int64_t total_keys = 0;
   for (int s = 0; s < b.num_seqs; ++s) {

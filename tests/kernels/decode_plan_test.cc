@@ -296,10 +296,15 @@ TEST(DecodePlanTest, EmptyBatchCapacityAndBadInput) {
   const auto counts = planner.Plan(b.shape(), {kSlots, 1, DecodeBalance::kAuto}, {4, 4, 4096},
                                    items.data(), merges.data());
   EXPECT_EQ(counts.status().code(), absl::StatusCode::kResourceExhausted);
-  const Batch bad = MakeBatch({10, 2}, 3);  // 2 keys, 3 new tokens
-  const auto refused = planner.Plan(bad.shape(), {kSlots, 1, DecodeBalance::kAuto}, kLimits,
-                                    items.data(), merges.data());
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  // Bad batches, with arrays of the full capacity (a plan written in error stays in bounds).
+  std::vector<AttentionWorkItem> all_items(kLimits.max_items);
+  std::vector<AttentionMergeItem> all_merges(kLimits.max_merges);
+  for (const Batch& bad : {MakeBatch({10, 2}, 3),             // 2 keys, 3 new tokens
+                           MakeBatch({10, 20}, 1, 12, 8)}) {  // 12 query heads over 8 KV heads
+    const auto refused = planner.Plan(bad.shape(), {kSlots, 1, DecodeBalance::kAuto}, kLimits,
+                                      all_items.data(), all_merges.data());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  }
 }
 
 TEST(DecodePlanTest, ParsesTheBalanceSetting) {
