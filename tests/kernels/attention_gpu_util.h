@@ -157,6 +157,21 @@ inline void ExpectClose(const std::vector<uint16_t>& got, const std::vector<floa
   EXPECT_LT(max_err, 2e-2);
 }
 
+// n sequence lengths uniform in [1, max_len].
+inline std::vector<int> RandomLens(int n, int max_len, std::mt19937& rng) {
+  std::vector<int> v(n);
+  for (int& x : v) x = 1 + static_cast<int>(rng() % max_len);
+  return v;
+}
+
+// n sequences: the first `long_len` keys long, the others `short_len` (a decode plan balances
+// them: the strided layout leaves the long one's CTAs with most of the work).
+inline std::vector<int> LongAndShort(int n, int long_len, int short_len) {
+  std::vector<int> v(n, short_len);
+  v[0] = long_len;
+  return v;
+}
+
 // What a decode plan must be (AttentionPlan::split_kv, attention_plan.h): split to fill the GPU;
 // unsplit (whole key ranges, or balanced); balanced (unsplit, with merges at the cuts).
 enum class WantPlan { kSplit, kUnsplit, kBalanced };

@@ -26,7 +26,9 @@ using testing::AttentionBatch;
 using testing::DeviceVector;
 using testing::ExpectClose;
 using testing::ExpectPlan;
+using testing::LongAndShort;
 using testing::MakeBatch;
+using testing::RandomLens;
 using testing::WantPlan;
 using Path = testing::AttentionPath;
 
@@ -170,12 +172,6 @@ void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq,
   }
 }
 
-std::vector<int> RandomLens(int n, int max_len, std::mt19937& rng) {
-  std::vector<int> v(n);
-  for (int& x : v) x = 1 + static_cast<int>(rng() % max_len);
-  return v;
-}
-
 TEST(PagedAttentionFp8GpuTest, DecodeAwkwardShapes) {
   TANDEM_SKIP_WITHOUT_GPU();
   std::mt19937 rng(1);
@@ -219,9 +215,8 @@ TEST(PagedAttentionFp8GpuTest, SmallForSanitizer) {
   Check(std::vector<int>(33, 300), std::vector<int>(33, 1), 32, 8, 128, 16, 102, Path::kDecode);
   CheckStream({700}, {1}, 8, 1, 128, 16, 103, WantPlan::kSplit);  // the stream kernel, split
   // One long sequence among many short ones: a balanced plan (cuts, merges, empty items).
-  std::vector<int> lens(1057, 64);
-  lens[0] = 384;
-  CheckStream(lens, std::vector<int>(1057, 1), 4, 1, 128, 16, 104, WantPlan::kBalanced);
+  CheckStream(LongAndShort(1057, 384, 64), std::vector<int>(1057, 1), 4, 1, 128, 16, 104,
+              WantPlan::kBalanced);
 }
 
 TEST(PagedAttentionFp8GpuTest, DecodeSeveralQueriesPerSequence) {
@@ -259,15 +254,14 @@ TEST(PagedAttentionFp8GpuTest, StreamKernelOnSplitUnsplitAndBalancedPlans) {
                 WantPlan::kUnsplit);
     CheckStream(RandomLens(700, 400, rng), std::vector<int>(700, 1), 16, 2, 64, page, 150 + page,
                 WantPlan::kUnsplit);
-    std::vector<int> lens(100, 640);  // one long sequence among short ones: balanced
-    lens[0] = 3000;
-    CheckStream(lens, std::vector<int>(100, 1), 32, 8, 128, page, 160 + page, WantPlan::kBalanced);
+    CheckStream(LongAndShort(100, 3000, 640), std::vector<int>(100, 1), 32, 8, 128, page,
+                160 + page, WantPlan::kBalanced);
   }
   CheckStream(std::vector<int>(160, 2000), std::vector<int>(160, 3), 32, 8, 128, 16, 170,
               WantPlan::kUnsplit);
-  std::vector<int> lens(120, 600);  // balanced, 12 packed rows a sequence
-  lens[0] = 2000;
-  CheckStream(lens, std::vector<int>(120, 3), 32, 8, 128, 16, 171, WantPlan::kBalanced);
+  // Balanced, 12 packed rows a sequence.
+  CheckStream(LongAndShort(120, 2000, 600), std::vector<int>(120, 3), 32, 8, 128, 16, 171,
+              WantPlan::kBalanced);
 }
 
 TEST(PagedAttentionFp8GpuTest, DecodeDefaultKernel) {

@@ -24,7 +24,9 @@ using testing::DeviceVector;
 using testing::ExpectClose;
 using testing::ExpectPlan;
 using testing::kNanBf16;
+using testing::LongAndShort;
 using testing::MakeBatch;
+using testing::RandomLens;
 using testing::Reference;
 using testing::RunGpu;
 using testing::WantPlan;
@@ -37,20 +39,6 @@ void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq,
   std::mt19937 rng(seed);
   const AttentionBatch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
   ExpectClose(RunGpu(b, path), Reference(b));
-}
-
-std::vector<int> RandomLens(int n, int max_len, std::mt19937& rng) {
-  std::vector<int> v(n);
-  for (int& x : v) x = 1 + static_cast<int>(rng() % max_len);
-  return v;
-}
-
-// n sequences: the first `long_len` keys long, the others `short_len` (a decode plan balances
-// them: the strided layout leaves the long one's CTAs with most of the work).
-std::vector<int> LongAndShort(int n, int long_len, int short_len) {
-  std::vector<int> v(n, short_len);
-  v[0] = long_len;
-  return v;
 }
 
 // Small shapes for compute-sanitizer (memcheck, racecheck) runs: both paths, both head dims, and
