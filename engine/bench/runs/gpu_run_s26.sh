@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Session 26's GPU-machine calls: session 25's (gpu_run_s25.sh, most of which did not run once
+# the machine was withdrawn) on a pack rebuilt at the DecodePlanner, most important first in
+# each, so that a call cut short still brings back what it finished:
+#   balance  the balanced decode plans (kernels/paged_attention/WORKLOG.md step 18): decode
+#            attention on bf16 and fused fp8 caches, ragged lengths with the plans' own choice
+#            and strided (TANDEM_DECODE_BALANCE=auto / off), uniform lengths balanced and strided
+#            (force / off); then the attention GPU tests, compute-sanitizer memcheck + racecheck
+#            on the small cases (balanced ones included), ncu at 128 x 4k ragged both ways.
+#   peers    [decode-tc]'s table (kernels/bench/runs/gpu_run_fipeer.sh: tandem, FlashInfer's
+#            tensor-core and CUDA-core decode, SDPA), then ncu of FlashInfer's tensor-core
+#            kernel and tandem's at 128 x 4k, memory sections included. Carry .gpu-fipeer
+#            (kernels/bench/runs/stage_flashinfer_peer.sh).
+#   engine   the tests changed after session 24's last run (quantized TP / PP, TP, PP on CUDA,
+#            the cuBLASLt tuning and GEMM tests), engine_cuda_test, then `tandem bench`
+#            throughput (Llama-3-8B shapes, FP8 weights + FP8 KV; its uniform lengths keep the
+#            strided plans), and ragged (--random-range-ratio 0.9) with TANDEM_DECODE_BALANCE
+#            auto and off.
+#   kernels  balance, then peers, in one call (~300 s)
+#   tests    named test binaries of the pack: TESTS="bin[:gtest filter] ..."
+# Staged here (carry: [".gpu-pack26"]; for balance / peers / kernels, which need only
+# attention_bench and attention_gpu_test, PACK=.gpu-pack26k with ".gpu-fipeer", since a call
+# carries at most 64 MiB):
+#   PACK=.gpu-pack26 BINS="attention_bench tandem" TEST_BINS="attention_gpu_test
+#     engine_cuda_quant_tp_test fp8_gemm_lt_gpu_test engine_cuda_tp_test engine_cuda_pp_test
+#     kernels_kb_gpu_test engine_cuda_test" engine/bench/runs/stage_pack.sh
+#   PACK=.gpu-pack26k BINS="attention_bench" TEST_BINS="attention_gpu_test" \
+#     engine/bench/runs/stage_pack.sh
+# Usage there:
+#   [PACK=.gpu-pack26k] engine/bench/runs/gpu_run_s26.sh balance|peers|kernels|engine|tests
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+[ -d .gpu-eng ] || tar -xJf "${PACK:-.gpu-pack26}/eng.tar.xz"
+S=.gpu-eng
+source tools/gpu/gpu-env.sh --libs $S/_libs  # NVLink multicast off, CUDA paths
+export PYTHONUNBUFFERED=1 TANDEM_SOURCE_DIR=$PWD TANDEM_BINARY_DIR=$PWD/$S
+OUT=${OUT:-/tmp/s26-out}
+LOGS=$OUT/logs
+MODELS=${MODELS:-/tmp/tandem-models}
+mkdir -p "$LOGS" "$MODELS"
+source engine/bench/runs/run_lib.sh  # note, run_test, bench_tp, ncu_decode, run_named_tests
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv >"$LOGS/smi.txt"
+
+# B L page kv: one `attention_bench one` shape under each TANDEM_DECODE_BALANCE of $MODES
+# (default "auto off"), graph times (RAGGED=1: lengths drawn from [1, 2 L - 1],
+# TANDEM_BENCH_RAGGED).
+attention_ab() {
+  local r=${RAGGED:-}
+  for bal in ${MODES:-auto off}; do
+    local f=$LOGS/one_${1}_${2}_${3}_${4}${r:+_ragged}_$bal.log
+    env TANDEM_DECODE_BALANCE=$bal ${r:+TANDEM_BENCH_RAGGED=1} timeout 60 \
+      $S/bin/attention_bench one "$1" "$2" "$3" "$4" >"$f" 2>&1
+    note "attention one $1 $2 $3 $4${r:+ ragged} balance=$bal: $(grep -m1 -oE ' us=[0-9.]+ TBps=[0-9.]+.*graph_us=[0-9.]+ graph_TBps=[0-9.]+' \
+      "$f" | cut -d' ' -f2-3,5-7) $(grep -m1 -oE 'merges=[0-9]+' "$f")"
+  done
+}
+
+balance() {
+  for shape in "256 1024 64" "256 2048 64" "128 4096 64" "64 4096 64" "256 640 64"; do
+    RAGGED=1 attention_ab $shape bf16
+  done
+  for shape in "256 640 16" "256 1024 16" "128 4096 16" "256 2048 16"; do
+    RAGGED=1 attention_ab $shape fused
+  done
+  for shape in "128 4096 64" "128 4096 16" "32 4096 64" "256 2048 16"; do
+    MODES="force off" attention_ab $shape bf16
+  done
+  for shape in "256 640 16" "32 4096 16"; do MODES="force off" attention_ab $shape fused; done
+  run_test attention_gpu_test 240
+  for tool in memcheck racecheck; do
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $S/tests/attention_gpu_test \
+      --gtest_filter='PagedAttentionGpuTest.SmallBothPaths:PagedAttentionFp8GpuTest.SmallForSanitizer' \
+      >"$LOGS/san_$tool.log" 2>&1
+    note "compute-sanitizer $tool exit=$?: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' \
+      "$LOGS/san_$tool.log" | tr '\n' ' ')"
+  done
+  for bal in auto off; do
+    NCU_ENV="TANDEM_DECODE_BALANCE=$bal TANDEM_BENCH_RAGGED=1" ncu_decode bf16_ragged_$bal 128 4096 64 bf16 \
+      "DRAM Throughput|Duration|Memory Throughput|No Eligible|Issue Slots Busy|Registers" \
+      SpeedOfLight WarpStateStats SchedulerStats LaunchStats
+  done
+  tar -C "$OUT" -czf "$OUT/logs_balance.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
+}
+peers() {
+  OUT=$OUT/fipeer timeout 300 kernels/bench/runs/gpu_run_fipeer.sh all >"$LOGS/fipeer_run.txt" 2>&1
+  note "gpu_run_fipeer exit=$?"
+  cat "$OUT/fipeer/table.txt" >>"$OUT/summary.txt" 2>/dev/null
+  # Where the 5-8% between the two at B >= 32 goes: both kernels under ncu at 128 x 4k (64),
+  # the memory sections beside the warp states (WORKLOG.md step 18's open question).
+  pattern="DRAM Throughput|Duration|Memory Throughput|L2 Hit Rate|Mem Busy|Max Bandwidth"
+  pattern="$pattern|No Eligible|Issue Slots Busy|Registers|Achieved Occupancy|Block Size|Grid Size"
+  sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
+    --section SchedulerStats --section Occupancy --section LaunchStats)
+  timeout 120 ncu --clock-control none -k regex:BatchPrefill --launch-skip 10 --launch-count 1 \
+    "${sections[@]}" .gpu-fipeer/flashinfer_peer one 128 4096 64 4 >"$LOGS/ncu_fi_tc.txt" 2>&1
+  note "ncu FlashInfer TC 128 x 4096 (64) exit=$?"
+  grep -E "$pattern" "$LOGS/ncu_fi_tc.txt" | head -16 >>"$OUT/summary.txt"
+  timeout 120 ncu --clock-control none -k regex:DecodeKernel --launch-skip 20 --launch-count 1 \
+    "${sections[@]}" $S/bin/attention_bench one 128 4096 64 bf16 >"$LOGS/ncu_tandem.txt" 2>&1
+  note "ncu tandem 128 x 4096 (64) exit=$?"
+  grep -E "$pattern" "$LOGS/ncu_tandem.txt" | head -16 >>"$OUT/summary.txt"
+  tar -C "$OUT" -czf "$OUT/logs_fipeer.tgz" fipeer logs && rm -rf "$OUT/fipeer" "$LOGS"
+}
+
+case "${1:-}" in
+  balance) balance ;;
+  peers) peers ;;
+  kernels) balance && peers ;;
+  engine)
+    TESTS=${TESTS:-"engine_cuda_quant_tp_test fp8_gemm_lt_gpu_test engine_cuda_tp_test
+      engine_cuda_pp_test kernels_kb_gpu_test:GemmCudaTest.* engine_cuda_test"}
+    run_named_tests 150
+    tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
+    make_llama
+    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv
+    # Ragged contexts (2k in +-90%, 512 out +-90%), the plans' own choice against strided.
+    for bal in auto off; do
+      BENCH_KV_ARGS="--kv-cache-dtype fp8 --num-prompts 256 --input-len 2048 --output-len 512
+        --random-range-ratio 0.9" bench_tp fp8kv_ragged_$bal TANDEM_DECODE_BALANCE=$bal
+    done
+    tar -C "$OUT" -czf "$OUT/logs_bench.tgz" logs && rm -rf "$LOGS"
+    ;;
+  tests)
+    run_named_tests 240
+    tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS"
+    ;;
+  *)
+    echo "usage: $0 balance|peers|kernels|engine|tests" >&2
+    exit 2
+    ;;
+esac
+cat "$OUT/summary.txt"
