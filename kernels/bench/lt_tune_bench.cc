@@ -5,9 +5,11 @@
 #include <functional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/common/cublaslt_autotune.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/quant_gemm/fp8_gemm_lt.h"
@@ -79,47 +81,79 @@ std::vector<float> Scales(int64_t n, int64_t k, int64_t group) {
   return s;
 }
 
-void BenchFp8Shape(const Ceilings& c, const Shape& s, Buffers& b, void* a, void* out, void* scratch,
-                   int64_t scratch_bytes) {
+// One FP8 layout's weight (rotated copies beyond L2) and packed scales for a shape, and the
+// matmul on copy `it % copies` (the activations quantized once, before timing).
+struct Fp8Setup {
+  QuantGemmArgs q;
+  const Shape* shape = nullptr;
+  std::vector<void*> ws;
+  const float* scales = nullptr;
+  Fp8LtWeightScales mode = Fp8LtWeightScales::kPerChannel;
+
+  absl::Status TryRun(int it, void* scratch, int64_t scratch_bytes) const {
+    const Fp8LtWeight w{.w = static_cast<const uint8_t*>(ws[it % ws.size()]),
+                        .scales = scales,
+                        .n = shape->n,
+                        .k = shape->k,
+                        .mode = mode};
+    return Fp8LtMatmul(q, w, scratch, scratch_bytes, nullptr);
+  }
+  void Run(int it, void* scratch, int64_t scratch_bytes) const {
+    Must(TryRun(it, scratch, scratch_bytes), "Fp8LtMatmul");
+  }
+};
+
+std::vector<void*> Fp8Weights(const Shape& s, Buffers& b) {
   const size_t w_bytes = s.n * s.k;
   std::vector<void*> ws(RotationCopies(w_bytes));
   for (size_t i = 0; i < ws.size(); ++i) {
     ws[i] = b.Alloc(w_bytes);
     FillUniformBf16(ws[i], static_cast<int64_t>(w_bytes / 2), 80 + i, -1, 1);  // any e4m3 bytes
   }
-  for (auto [layout, act, group] :
-       {std::tuple{"channel", ActQuant::kFp8PerToken, s.k},
-        std::tuple{"block", ActQuant::kFp8PerTokenGroup, int64_t{128}}}) {
-    const std::vector<float> host = Scales(s.n, s.k, group);
-    QuantGemmArgs q{.a = a,
-                    .c = out,
-                    .n = s.n,
-                    .k = s.k,
-                    .a_dtype = DType::kBF16,
-                    .c_dtype = DType::kBF16,
-                    .accumulate = s.accumulate,
-                    .code = QuantCode::kFp8E4M3,
-                    .scales = host.data(),
-                    .group_size = group,
-                    .act_quant = act,
-                    .act_group_size = kFp8LtBlock};
-    absl::StatusOr<Fp8LtPackedScales> packed = Fp8LtPackWeightScales(q);
-    Must(packed.status(), "Fp8LtPackWeightScales");
-    void* scales = b.Alloc(packed->scales.size() * sizeof(float));
-    BENCH_CUDA(cudaMemcpy(scales, packed->scales.data(), packed->scales.size() * sizeof(float),
-                          cudaMemcpyHostToDevice));
-    q.scales = nullptr;
+  return ws;
+}
+
+// `block`: 128x128 weight blocks with per-token-group activations; else per channel / token.
+Fp8Setup MakeFp8Setup(const Shape& s, bool block, const std::vector<void*>& ws, Buffers& b, void* a,
+                      void* out) {
+  const int64_t group = block ? int64_t{128} : s.k;
+  const std::vector<float> host = Scales(s.n, s.k, group);
+  Fp8Setup f;
+  f.shape = &s;
+  f.ws = ws;
+  f.q = QuantGemmArgs{.a = a,
+                      .c = out,
+                      .n = s.n,
+                      .k = s.k,
+                      .a_dtype = DType::kBF16,
+                      .c_dtype = DType::kBF16,
+                      .accumulate = s.accumulate,
+                      .code = QuantCode::kFp8E4M3,
+                      .scales = host.data(),
+                      .group_size = group,
+                      .act_quant = block ? ActQuant::kFp8PerTokenGroup : ActQuant::kFp8PerToken,
+                      .act_group_size = kFp8LtBlock};
+  absl::StatusOr<Fp8LtPackedScales> packed = Fp8LtPackWeightScales(f.q);
+  Must(packed.status(), "Fp8LtPackWeightScales");
+  void* scales = b.Alloc(packed->scales.size() * sizeof(float));
+  BENCH_CUDA(cudaMemcpy(scales, packed->scales.data(), packed->scales.size() * sizeof(float),
+                        cudaMemcpyHostToDevice));
+  f.q.scales = nullptr;
+  f.scales = static_cast<const float*>(scales);
+  f.mode = packed->mode;
+  return f;
+}
+
+void BenchFp8Shape(const Ceilings& c, const Shape& s, Buffers& b, void* a, void* out, void* scratch,
+                   int64_t scratch_bytes) {
+  const std::vector<void*> ws = Fp8Weights(s, b);
+  for (bool block : {false, true}) {
+    Fp8Setup f = MakeFp8Setup(s, block, ws, b, a, out);
     for (int64_t m : kRows) {
-      q.m = m;
-      Must(Fp8LtQuantizeActivations(q, scratch, scratch_bytes, nullptr), "quantize");
-      TimeBoth(c, absl::StrCat("fp8.", layout), s, m, [&](int it) {
-        const Fp8LtWeight w{.w = static_cast<const uint8_t*>(ws[it % ws.size()]),
-                            .scales = static_cast<const float*>(scales),
-                            .n = s.n,
-                            .k = s.k,
-                            .mode = packed->mode};
-        Must(Fp8LtMatmul(q, w, scratch, scratch_bytes, nullptr), "Fp8LtMatmul");
-      });
+      f.q.m = m;
+      Must(Fp8LtQuantizeActivations(f.q, scratch, scratch_bytes, nullptr), "quantize");
+      TimeBoth(c, absl::StrCat("fp8.", block ? "block" : "channel"), s, m,
+               [&](int it) { f.Run(it, scratch, scratch_bytes); });
     }
   }
 }
@@ -145,7 +179,158 @@ void BenchBf16Shape(const Ceilings& c, const Shape& s, Buffers& b, void* a, void
   }
 }
 
+// The four FP8 GEMMs of the served decode step and its batch sizes (kernels/quant_gemm/WORKLOG.md
+// step 6); lm_head stays bf16 in the served model.
+constexpr int64_t kExtraRows[] = {128, 256, 512};
+constexpr int kDecodeShapes = 4;  // kShapes[0 .. 4): qkv, o, gate_up, down
+
+double Tflops(const Shape& s, int64_t m, double us) {
+  return us > 0 ? 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * s.k * 1e-6 / us : 0;
+}
+
+// Every candidate of the plan for (f, its m), forced in turn (ScopedLtForcedCandidate) and timed
+// on the rotated weights: the candidate list (heuristic's first) and each one's median µs, -1
+// where its launch failed.
+struct Landscape {
+  LtPlanCandidates list;
+  std::vector<double> us;
+};
+
+Landscape TimeEveryCandidate(const Fp8Setup& f, void* scratch, int64_t scratch_bytes) {
+  Landscape l;
+  for (int i = 0;; ++i) {
+    ScopedLtForcedCandidate forced(i);
+    const int64_t applied = GetLtTuneStats().forced_applied;
+    const absl::Status first = f.TryRun(0, scratch, scratch_bytes);  // makes the forced plan
+    if (GetLtTuneStats().forced_applied == applied) break;           // past the list's end
+    if (i == 0) l.list = LastLtPlanCandidates();
+    if (!first.ok() || cudaDeviceSynchronize() != cudaSuccess) {
+      cudaGetLastError();
+      l.us.push_back(-1);
+      continue;
+    }
+    l.us.push_back(
+        MedianMicros([&](int it) { f.Run(it, scratch, scratch_bytes); }, nullptr, 3, 30));
+  }
+  return l;
+}
+
+// The fastest of l.us[lo, hi) (index -1 when none ran).
+std::pair<int, double> Best(const Landscape& l, int lo, int hi) {
+  std::pair<int, double> best{-1, 0};
+  for (int i = lo; i < hi && i < static_cast<int>(l.us.size()); ++i) {
+    if (l.us[i] > 0 && (best.first < 0 || l.us[i] < best.second)) best = {i, l.us[i]};
+  }
+  return best;
+}
+
+struct DeviceState {
+  Buffers b;
+  void* a = nullptr;
+  void* out = nullptr;
+  void* scratch = nullptr;
+  int64_t scratch_bytes = 0;
+
+  DeviceState(int64_t max_m, int64_t max_k, int64_t max_n) {
+    a = b.Alloc(max_m * max_k * 2);
+    FillUniformBf16(a, max_m * max_k, 5, -1, 1);
+    out = b.Alloc(max_m * max_n * 2);
+    FillUniformBf16(out, max_m * max_n, 6, -1, 1);  // what the accumulating GEMMs add to
+    scratch_bytes = Fp8LtScratchBytes(max_m, max_k, max_n);
+    scratch = b.Alloc(scratch_bytes);
+    Must(Fp8LtInitDevice(), "Fp8LtInitDevice");
+  }
+};
+
+void BenchExtraCase(const Ceilings& c, const Shape& s, Fp8Setup& f, bool block, int64_t m,
+                    DeviceState& d) {
+  f.q.m = m;
+  Must(Fp8LtQuantizeActivations(f.q, d.scratch, d.scratch_bytes, nullptr), "quantize");
+  const auto run = [&](int it) { f.Run(it, d.scratch, d.scratch_bytes); };
+  double heuristic_us = 0, tuned_us = 0;
+  {
+    ScopedLtAutotune off(false);
+    heuristic_us = MedianMicros(run, nullptr, 5, 50);
+  }
+  {
+    ScopedLtAutotune on(true);
+    ScopedLtExtraCandidates extras(true);
+    tuned_us = MedianMicros(run, nullptr, 5, 50);  // the first warm-up call tunes the plan
+  }
+  const Landscape l = TimeEveryCandidate(f, d.scratch, d.scratch_bytes);
+  const int h = l.list.heuristic, n = static_cast<int>(l.us.size());
+  const auto [bi, bus] = Best(l, h, n);
+  const std::string layout = block ? "block" : "channel";
+  const std::string shape = absl::StrCat(s.name, " M=", m, " K=", s.k, " N=", s.n);
+  const auto report = [&](const char* what, double us) {
+    Report(absl::StrCat("lttune_extra.fp8.", layout, ".", what), shape, us, "TFLOP/s",
+           Tflops(s, m, us), c.bf16_gemm_tflops);
+  };
+  report("heuristic", heuristic_us);
+  report("tuned", tuned_us);
+  if (bi >= 0) report("best_extra", bus);
+  std::printf(
+      "  lttune_extra.fp8.%s %s: heuristic %.2f us (%.0f TFLOP/s), best extra %s (%.0f TFLOP/s)"
+      " [%s], tuned %.2f us (%.0f TFLOP/s); %d heuristic + %d extra candidates\n",
+      layout.c_str(), shape.c_str(), heuristic_us, Tflops(s, m, heuristic_us),
+      bi >= 0 ? absl::StrFormat("%.2f us", bus).c_str() : "none", Tflops(s, m, bus),
+      bi >= 0 && bi < static_cast<int>(l.list.names.size()) ? l.list.names[bi].c_str() : "-",
+      tuned_us, Tflops(s, m, tuned_us), h, n - h);
+}
+
 }  // namespace
+
+void BenchLtExtra(const Ceilings& c) {
+  DeviceState d(512, 14336, 28672);
+  for (int si = 0; si < kDecodeShapes; ++si) {
+    const Shape& s = kShapes[si];
+    Buffers weights;  // one shape's weights at a time
+    const std::vector<void*> ws = Fp8Weights(s, weights);
+    for (bool block : {false, true}) {
+      Fp8Setup f = MakeFp8Setup(s, block, ws, weights, d.a, d.out);
+      for (int64_t m : kExtraRows) BenchExtraCase(c, s, f, block, m, d);
+    }
+  }
+}
+
+void BenchLtDump(const Ceilings& c, const std::string& name, int64_t m, const std::string& layout) {
+  const Shape* s = nullptr;
+  for (const Shape& x : kShapes) {
+    if (name == x.name) s = &x;
+  }
+  if (s == nullptr || m <= 0 || m > 8192 || m % 4 != 0 ||
+      (layout != "channel" && layout != "block")) {
+    std::fprintf(stderr,
+                 "lttune_dump: usage: kb_bench - lttune_dump qkv|o|gate_up|down|lm_head M "
+                 "channel|block (M a multiple of 4, at most 8192)\n");
+    std::abort();
+  }
+  SetLtExtraLimits(2048, 512);  // the whole landscape, not the tuner's bounds
+  DeviceState d(m, s->k, s->n);
+  Buffers weights;
+  const std::vector<void*> ws = Fp8Weights(*s, weights);
+  Fp8Setup f = MakeFp8Setup(*s, layout == "block", ws, weights, d.a, d.out);
+  f.q.m = m;
+  Must(Fp8LtQuantizeActivations(f.q, d.scratch, d.scratch_bytes, nullptr), "quantize");
+  const Landscape l = TimeEveryCandidate(f, d.scratch, d.scratch_bytes);
+  SetLtExtraLimits(0, 0);
+  const std::string shape = absl::StrCat(s->name, " M=", m, " K=", s->k, " N=", s->n);
+  std::printf(
+      "lttune_dump %s %s: %s; %d heuristic + %d extra candidates, %d configurations "
+      "checked\n",
+      layout.c_str(), shape.c_str(), l.list.label.c_str(), l.list.heuristic,
+      static_cast<int>(l.us.size()) - l.list.heuristic, l.list.extra_checked);
+  for (const std::string& caps : l.list.caps) std::printf("  caps %s\n", caps.c_str());
+  for (size_t i = 0; i < l.us.size(); ++i) {
+    const bool extra = static_cast<int>(i) >= l.list.heuristic;
+    const char* config = i < l.list.names.size() ? l.list.names[i].c_str() : "-";
+    std::printf("  lttune_dump.%zu %s %s: %.2f us, %.0f TFLOP/s\n", i,
+                extra ? "extra" : "heuristic", config, l.us[i], Tflops(*s, m, l.us[i]));
+    Report(absl::StrCat("lttune_dump.fp8.", layout, extra ? ".extra" : ".heuristic"),
+           absl::StrCat(shape, " ", config), l.us[i], "TFLOP/s", Tflops(*s, m, l.us[i]),
+           c.bf16_gemm_tflops);
+  }
+}
 
 void BenchLtTune(const Ceilings& c) {
   constexpr int64_t kMaxM = 8192, kMaxK = 14336, kMaxN = 128256;

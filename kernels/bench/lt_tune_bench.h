@@ -9,10 +9,27 @@
 // other GEMM rows (the tuner itself times on one weight).
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "kernels/bench/bench_util.h"
 
 namespace tandem::bench {
 
 void BenchLtTune(const Ceilings& c);
+
+// kb_bench's "lttune_extra" section: the extra cuBLASLt candidates (kernels/common/
+// cublaslt_configs.h, kernels/quant_gemm/WORKLOG.md step 6) on the served decode step's FP8 GEMMs
+// (QKV, O and down accumulating, gate-up) at M = 128, 256, 512, both checkpoint layouts, weights
+// rotated beyond L2: the heuristic's first, the tuner's choice with extras (plan tuned on one
+// L2-warm weight, then timed rotated), and every candidate forced in turn (the best extra one
+// reported with its configuration). One line per case, rows lttune_extra.fp8.<layout>.*.
+void BenchLtExtra(const Ceilings& c);
+
+// kb_bench's "lttune_dump SHAPE M LAYOUT" section: for one FP8 shape (qkv, o, gate_up, down,
+// lm_head), M (a multiple of 4) and layout (channel, block), the algorithm ids' capabilities and
+// every candidate cuBLASLt accepts (up to 2048 configurations checked, 512 accepted), each with
+// its configuration and its time on rotated weights: the whole landscape in one call.
+void BenchLtDump(const Ceilings& c, const std::string& shape, int64_t m, const std::string& layout);
 
 }  // namespace tandem::bench

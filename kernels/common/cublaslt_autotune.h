@@ -22,9 +22,15 @@
 // take its winner if cuBLASLt accepts it for their shape (cublasLtMatmulAlgoCheck), else the
 // heuristic's first.
 //
+// Extra candidates (the FP8 plans, in tuning mode 2): where the heuristic offers one algorithm
+// (cuBLASLt 13 for FP8 with outer-vector or block scales), the plan also times configurations
+// built from every algorithm id's capabilities (split-k with an fp32 reduction, tiles, stages,
+// swizzle: cublaslt_configs.h) that cublasLtMatmulAlgoCheck accepts for its descriptors, at most
+// kLtExtraMaxTimed of them (kernels/quant_gemm/WORKLOG.md step 6).
+//
 // The choice may differ between runs (timing noise between near-equal algorithms): every
 // algorithm computes the same product up to fp32 summation order, which the GEMMs' contracts
-// already allow.
+// already allow (a split-k candidate sums its parts in fp32 and rounds once).
 #pragma once
 
 #include <cublasLt.h>
@@ -36,12 +42,18 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/common/cublaslt_configs.h"
 #include "kernels/common/cublaslt_device.h"
 
 namespace tandem {
 
 // The most candidates a plan asks the heuristic for.
 inline constexpr int kLtTuneMaxCandidates = 16;
+// The bounds of the extra candidates (cublaslt_configs.h) per plan: configurations checked with
+// cublasLtMatmulAlgoCheck (host work only, a few µs each) and, of those it accepts, the most that
+// are timed. SetLtExtraLimits overrides both (the benchmark's landscape dump).
+inline constexpr int kLtExtraMaxChecked = 256;
+inline constexpr int kLtExtraMaxTimed = 64;
 
 // Whether plans made from now on are tuned: TANDEM_LT_AUTOTUNE, read once per process ("1": on;
 // unset or anything else: off, the heuristic's first choice), unless SetLtAutotune has
@@ -66,6 +78,62 @@ class ScopedLtAutotune {
   bool was_;
 };
 
+// Whether tuning plans also time configurations beyond the heuristic's (cublaslt_configs.h,
+// built and checked by AppendLtExtraCandidates): TANDEM_LT_AUTOTUNE_EXTRA, read once per process
+// ("0": off; anything else: on), unless SetLtExtraCandidates has overridden it. Only where tuning
+// is on (TANDEM_LT_AUTOTUNE=1), so the default behaviour stays the heuristic's first; only the FP8
+// plans ask for extras (the bf16 plans' heuristic already offers several candidates).
+bool LtExtraCandidatesEnabled();
+void SetLtExtraCandidates(bool on);
+
+class ScopedLtExtraCandidates {
+ public:
+  explicit ScopedLtExtraCandidates(bool on) : was_(LtExtraCandidatesEnabled()) {
+    SetLtExtraCandidates(on);
+  }
+  ~ScopedLtExtraCandidates() { SetLtExtraCandidates(was_); }
+  ScopedLtExtraCandidates(const ScopedLtExtraCandidates&) = delete;
+  ScopedLtExtraCandidates& operator=(const ScopedLtExtraCandidates&) = delete;
+
+ private:
+  bool was_;
+};
+
+// A test and benchmark hook: while an index >= 0 is set, plans made take candidate `index` of
+// their list (the heuristic's candidates, then the accepted extras, as AppendLtExtraCandidates
+// orders them) without timing anything, so each accepted configuration can be run against the
+// reference or timed on rotated weights. A plan whose list is shorter takes the heuristic's
+// first (counted in LtTuneStats::forced_missing). The FP8 plan keys carry the index.
+void SetLtForcedCandidate(int index);
+int LtForcedCandidate();
+
+class ScopedLtForcedCandidate {
+ public:
+  explicit ScopedLtForcedCandidate(int index) : was_(LtForcedCandidate()) {
+    SetLtForcedCandidate(index);
+  }
+  ~ScopedLtForcedCandidate() { SetLtForcedCandidate(was_); }
+  ScopedLtForcedCandidate(const ScopedLtForcedCandidate&) = delete;
+  ScopedLtForcedCandidate& operator=(const ScopedLtForcedCandidate&) = delete;
+
+ private:
+  int was_;
+};
+
+// The tuning mode of a plan made now, as the FP8 plan key stores it: 0 untuned (the heuristic's
+// first), 1 tuned among the heuristic's candidates, 2 tuned with the extra candidates too,
+// 3 + i forced to candidate i (with the extras enumerated). And its parts.
+int LtTuneMode();
+inline bool LtModeTunes(int mode) { return mode == 1 || mode == 2; }
+inline bool LtModeWantsExtras(int mode) { return mode >= 2; }
+inline int LtModeForced(int mode) { return mode >= 3 ? mode - 3 : -1; }
+
+// Overrides kLtExtraMaxChecked / kLtExtraMaxTimed for plans made after the call (<= 0: the
+// defaults).
+void SetLtExtraLimits(int max_checked, int max_timed);
+int LtExtraMaxChecked();
+int LtExtraMaxTimed();
+
 // One plan's matmul as the tuner runs it: D = alpha A·B + beta D (C = D), alpha 1.
 struct LtTuneProblem {
   cublasLtHandle_t handle = nullptr;
@@ -87,20 +155,53 @@ struct LtTuneProblem {
 cublasStatus_t LtHeuristic(const LtTuneProblem& p, int max,
                            std::vector<cublasLtMatmulHeuristicResult_t>& out);
 
+// Appends to `candidates` (the heuristic's, which it reads as the seeds of variations) the
+// extra configurations cublasLtMatmulAlgoCheck accepts for the problem's descriptors within its
+// workspace (cublaslt_configs.h: every algorithm id of the descriptors' type combination, its
+// capabilities, the enumeration's order), at most the timed bound, none equal to a heuristic
+// candidate; each entry's algo is the configured algorithm. Counts extra_checked and
+// extra_accepted and records LastLtPlanCandidates. A problem enumerated before in the process
+// (the same label, heuristic count and bounds) takes its earlier list, checking nothing.
+// Failures of the enumeration's own queries leave `candidates` as it was (the plan then tunes
+// among the heuristic's alone). Host only.
+void AppendLtExtraCandidates(const LtTuneProblem& p,
+                             std::vector<cublasLtMatmulHeuristicResult_t>& candidates);
+
+// An algorithm's configuration fields (cublasLtMatmulAlgoConfigGetAttribute; a field it cannot
+// read stays at its default), and as text.
+LtAlgoConfig LtConfigOfAlgo(const cublasLtMatmulAlgo_t& algo);
+std::string LtAlgoName(const cublasLtMatmulAlgo_t& algo);
+
+// The candidate list of the last plan that enumerated extras (tests and the benchmark read it
+// right after making a plan): its label, how many came from the heuristic, every candidate's
+// configuration (heuristic's first), the capabilities of each algorithm id, and how many extra
+// configurations were checked.
+struct LtPlanCandidates {
+  std::string label;
+  int heuristic = 0;
+  std::vector<std::string> names;
+  std::vector<std::string> caps;
+  int extra_checked = 0;
+};
+LtPlanCandidates LastLtPlanCandidates();
+
 // What TuneLtAlgo chose.
 struct LtTuneChoice {
-  int index = 0;         // into the candidates; 0 when nothing was timed
-  int timed = 0;         // candidates that ran; 0: untimed (the heuristic's first)
-  float first_us = 0;    // median time of candidate 0 (0 if it failed or nothing was timed)
-  float chosen_us = 0;   // median time of the choice
-  const char* why = "";  // why nothing was timed, when timed == 0
+  int index = 0;                // into the candidates; 0 when nothing was timed
+  int timed = 0;                // candidates that ran; 0: untimed (the heuristic's first)
+  float first_us = 0;           // median time of candidate 0 (0 if it failed or nothing was timed)
+  float chosen_us = 0;          // median time of the choice
+  float best_heuristic_us = 0;  // the fastest of the heuristic's candidates (0: none ran)
+  const char* why = "";         // why nothing was timed, when timed == 0
 };
 
 // Times candidates[0 .. count) on the problem (warm-up, then the median of a few cudaEvent-timed
-// samples on p.stream) and returns the fastest; never fails (untimed: index 0). Logs the choice
-// once (INFO) against the heuristic's first.
+// samples on p.stream) and returns the fastest; never fails (untimed: index 0). Candidates from
+// `heuristic_count` on are extras (counted in extra_timed, and plans_extra_won when one wins;
+// -1: all are the heuristic's). Logs the choice once (INFO): the winner's configuration and its
+// time against the heuristic's first and best.
 LtTuneChoice TuneLtAlgo(const LtTuneProblem& p, const cublasLtMatmulHeuristicResult_t* candidates,
-                        int count);
+                        int count, int heuristic_count = -1);
 
 // The tuning bucket of a plan's rows (above).
 int64_t LtTuneBucket(int64_t rows);
@@ -119,25 +220,43 @@ struct LtTuneStats {
   int64_t candidates_timed = 0;        // candidates that ran, over those plans
   int64_t plans_untimed = 0;           // tuning plans that kept the heuristic's first untimed
   int64_t bucket_reuses = 0;           // plans that took their bucket's winner
-  int64_t plans_single_candidate = 0;  // tuning plans whose heuristic offered one algorithm
+  int64_t plans_single_candidate = 0;  // tuning plans with one candidate (extras included)
+  int64_t extra_checked = 0;           // extra configurations given to cublasLtMatmulAlgoCheck
+  int64_t extra_accepted = 0;          // of those, accepted (and kept within the timed bound)
+  int64_t extra_timed = 0;             // extra candidates that ran in a tuning
+  int64_t plans_extra_won = 0;         // timed plans whose winner was an extra candidate
+  int64_t forced_applied = 0;          // plans that took a forced candidate (the test hook)
+  int64_t forced_missing = 0;          // plans forced to an index beyond their list
 };
 LtTuneStats GetLtTuneStats();
 void CountLtBucketReuse();
 void CountLtSingleCandidate(const std::string& label);  // counted and logged once per plan
+void CountLtExtras(int64_t checked, int64_t accepted);  // AppendLtExtraCandidates' counts
+// The forced candidate `index` of `count` (-1 when index >= count: the caller takes the first);
+// counted and logged.
+int ApplyLtForcedCandidate(const LtTuneProblem& p, const cublasLtMatmulHeuristicResult_t* found,
+                           int count, int index);
 
-// The algorithm for a plan of `key` (std::get<0>(key): its rows) among the heuristic's
-// candidates: its bucket's winner when one fits, else TuneLtAlgo's choice (recorded as the
-// bucket's winner when timed). `tuning`: the plan asked for candidates (a single one is counted
-// in plans_single_candidate). With dev.mu held.
+// The algorithm for a plan of `key` (std::get<0>(key): its rows) among `candidates` (the
+// heuristic's; `mode` as LtTuneMode encodes it, for plans that know one, else 1 when `tuning`):
+// with a forced index, that candidate of the list with extras; else its bucket's winner when
+// one fits; else TuneLtAlgo's choice among the heuristic's candidates and, when the mode asks,
+// the extras (recorded as the bucket's winner when timed). `tuning`: the plan asked for
+// candidates (a single one is counted in plans_single_candidate). With dev.mu held.
 template <typename Key, typename Plan>
 cublasLtMatmulAlgo_t ChooseLtAlgo(CublasLtDevice<Key, Plan>& dev, const Key& key,
                                   const LtTuneProblem& p,
-                                  const cublasLtMatmulHeuristicResult_t* candidates, int count,
-                                  bool tuning) {
-  if (count <= 1) {
-    if (tuning) CountLtSingleCandidate(p.label);
-    return candidates[0].algo;
+                                  std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+                                  bool tuning, int mode = -1) {
+  if (mode < 0) mode = tuning ? 1 : 0;
+  const int heuristic = static_cast<int>(candidates.size());
+  if (const int forced = LtModeForced(mode); forced >= 0) {
+    AppendLtExtraCandidates(p, candidates);
+    const int i =
+        ApplyLtForcedCandidate(p, candidates.data(), static_cast<int>(candidates.size()), forced);
+    return candidates[i < 0 ? 0 : i].algo;
   }
+  if (!tuning) return candidates[0].algo;
   Key bucket = key;
   std::get<0>(bucket) = LtTuneBucket(std::get<0>(key));
   if (auto it = dev.tuned.find(bucket); it != dev.tuned.end()) {
@@ -145,7 +264,13 @@ cublasLtMatmulAlgo_t ChooseLtAlgo(CublasLtDevice<Key, Plan>& dev, const Key& key
     CountLtBucketReuse();
     return it->second;
   }
-  const LtTuneChoice choice = TuneLtAlgo(p, candidates, count);
+  if (LtModeWantsExtras(mode)) AppendLtExtraCandidates(p, candidates);
+  const int count = static_cast<int>(candidates.size());
+  if (count <= 1) {
+    CountLtSingleCandidate(p.label);
+    return candidates[0].algo;
+  }
+  const LtTuneChoice choice = TuneLtAlgo(p, candidates.data(), count, heuristic);
   if (choice.timed > 0) dev.tuned.emplace(bucket, candidates[choice.index].algo);
   return candidates[choice.index].algo;
 }

@@ -32,14 +32,26 @@ constexpr int kMaxReps = 16;
 constexpr int64_t kDelayBaseNs = 10'000;
 constexpr int64_t kDelayPerLaunchNs = 10'000;
 
-std::atomic<int> g_override{-1};  // -1: TANDEM_LT_AUTOTUNE decides; else 0 / 1
+std::atomic<int> g_override{-1};        // -1: TANDEM_LT_AUTOTUNE decides; else 0 / 1
+std::atomic<int> g_extra_override{-1};  // -1: TANDEM_LT_AUTOTUNE_EXTRA decides; else 0 / 1
+std::atomic<int> g_forced{-1};
+std::atomic<int> g_max_checked{0}, g_max_timed{0};  // 0: the defaults
 std::atomic<int64_t> g_plans_timed{0}, g_candidates_timed{0}, g_plans_untimed{0},
-    g_bucket_reuses{0}, g_plans_single{0};
+    g_bucket_reuses{0}, g_plans_single{0}, g_extra_checked{0}, g_extra_accepted{0},
+    g_extra_timed{0}, g_plans_extra_won{0}, g_forced_applied{0}, g_forced_missing{0};
 
 bool FromEnv() {
   static const bool on = [] {
     const char* v = std::getenv("TANDEM_LT_AUTOTUNE");
     return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on;
+}
+
+bool ExtraFromEnv() {
+  static const bool on = [] {
+    const char* v = std::getenv("TANDEM_LT_AUTOTUNE_EXTRA");
+    return v == nullptr || std::string_view(v) != "0";
   }();
   return on;
 }
@@ -138,6 +150,37 @@ bool LtAutotuneEnabled() {
 
 void SetLtAutotune(bool on) { g_override.store(on ? 1 : 0); }
 
+bool LtExtraCandidatesEnabled() {
+  const int o = g_extra_override.load();
+  return o < 0 ? ExtraFromEnv() : o != 0;
+}
+
+void SetLtExtraCandidates(bool on) { g_extra_override.store(on ? 1 : 0); }
+
+void SetLtForcedCandidate(int index) { g_forced.store(index < 0 ? -1 : index); }
+int LtForcedCandidate() { return g_forced.load(); }
+
+int LtTuneMode() {
+  if (const int f = g_forced.load(); f >= 0) return 3 + f;
+  if (!LtAutotuneEnabled()) return 0;
+  return LtExtraCandidatesEnabled() ? 2 : 1;
+}
+
+void SetLtExtraLimits(int max_checked, int max_timed) {
+  g_max_checked.store(std::max(max_checked, 0));
+  g_max_timed.store(std::max(max_timed, 0));
+}
+
+int LtExtraMaxChecked() {
+  const int v = g_max_checked.load();
+  return v > 0 ? v : kLtExtraMaxChecked;
+}
+
+int LtExtraMaxTimed() {
+  const int v = g_max_timed.load();
+  return v > 0 ? v : kLtExtraMaxTimed;
+}
+
 int64_t LtTuneBucket(int64_t rows) {
   if (rows <= 8) return rows;
   if (rows <= 512) return (rows + 7) / 8 * 8;
@@ -174,8 +217,9 @@ bool LtAlgoFits(const LtTuneProblem& p, const cublasLtMatmulAlgo_t& algo) {
 }
 
 LtTuneChoice TuneLtAlgo(const LtTuneProblem& p, const cublasLtMatmulHeuristicResult_t* candidates,
-                        int count) {
+                        int count, int heuristic_count) {
   if (count <= 1) return LtTuneChoice{.why = "one candidate"};
+  if (heuristic_count < 0 || heuristic_count > count) heuristic_count = count;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(p.stream, &capture) != cudaSuccess) {
     cudaGetLastError();
@@ -185,6 +229,7 @@ LtTuneChoice TuneLtAlgo(const LtTuneProblem& p, const cublasLtMatmulHeuristicRes
   TuneResources r;
   if (!r.Init(p.d_bytes, p.stream)) return Untimed(p, "no memory for the scratch output");
   LtTuneChoice c;
+  int extra_timed = 0;
   for (int i = 0; i < count; ++i) {
     if (candidates[i].workspaceSize > p.workspace_bytes) continue;
     const float us = TimeCandidate(p, candidates[i].algo, r);
@@ -193,6 +238,10 @@ LtTuneChoice TuneLtAlgo(const LtTuneProblem& p, const cublasLtMatmulHeuristicRes
       continue;
     }
     if (i == 0) c.first_us = us;
+    if (i < heuristic_count && (c.best_heuristic_us == 0 || us < c.best_heuristic_us)) {
+      c.best_heuristic_us = us;
+    }
+    if (i >= heuristic_count) ++extra_timed;
     if (c.timed == 0 || us < c.chosen_us) {
       c.index = i;
       c.chosen_us = us;
@@ -202,10 +251,33 @@ LtTuneChoice TuneLtAlgo(const LtTuneProblem& p, const cublasLtMatmulHeuristicRes
   if (c.timed == 0) return Untimed(p, "every candidate failed");
   g_plans_timed.fetch_add(1);
   g_candidates_timed.fetch_add(c.timed);
+  g_extra_timed.fetch_add(extra_timed);
+  const bool extra_won = c.index >= heuristic_count;
+  if (extra_won) g_plans_extra_won.fetch_add(1);
   LOG(INFO) << "cuBLASLt " << p.label << ": candidate " << c.index << " of " << count << " ("
-            << c.timed << " timed), " << c.chosen_us << " us against the heuristic's first "
-            << c.first_us << " us";
+            << heuristic_count << " heuristic + " << count - heuristic_count << " extra, "
+            << c.timed << " timed), " << (extra_won ? "extra " : "heuristic's ")
+            << LtAlgoName(candidates[c.index].algo) << ", " << c.chosen_us
+            << " us against the heuristic's first " << c.first_us << " us (best heuristic "
+            << c.best_heuristic_us << " us)";
   return c;
+}
+
+int ApplyLtForcedCandidate(const LtTuneProblem& p, const cublasLtMatmulHeuristicResult_t* found,
+                           int count, int index) {
+  if (index < 0 || index >= count) {
+    g_forced_missing.fetch_add(1);
+    return -1;
+  }
+  g_forced_applied.fetch_add(1);
+  LOG(INFO) << "cuBLASLt " << p.label << ": forced candidate " << index << " of " << count << ", "
+            << LtAlgoName(found[index].algo);
+  return index;
+}
+
+void CountLtExtras(int64_t checked, int64_t accepted) {
+  g_extra_checked.fetch_add(checked);
+  g_extra_accepted.fetch_add(accepted);
 }
 
 LtTuneStats GetLtTuneStats() {
@@ -213,7 +285,13 @@ LtTuneStats GetLtTuneStats() {
                      .candidates_timed = g_candidates_timed.load(),
                      .plans_untimed = g_plans_untimed.load(),
                      .bucket_reuses = g_bucket_reuses.load(),
-                     .plans_single_candidate = g_plans_single.load()};
+                     .plans_single_candidate = g_plans_single.load(),
+                     .extra_checked = g_extra_checked.load(),
+                     .extra_accepted = g_extra_accepted.load(),
+                     .extra_timed = g_extra_timed.load(),
+                     .plans_extra_won = g_plans_extra_won.load(),
+                     .forced_applied = g_forced_applied.load(),
+                     .forced_missing = g_forced_missing.load()};
 }
 
 void CountLtSingleCandidate(const std::string& label) {

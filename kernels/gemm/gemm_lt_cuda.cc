@@ -96,8 +96,7 @@ absl::Status MakePlan(LtDevice& dev, const PlanKey& key, const GemmArgs& args, v
     return absl::UnimplementedError(
         absl::StrCat("cuBLASLt: no algorithm for m=", args.m, " n=", args.n, " k=", args.k));
   }
-  plan.algo = ChooseLtAlgo(dev, key, problem, found.data(), static_cast<int>(found.size()),
-                           std::get<5>(key));
+  plan.algo = ChooseLtAlgo(dev, key, problem, found, std::get<5>(key));
   return absl::OkStatus();
 }
 

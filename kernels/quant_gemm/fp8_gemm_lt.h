@@ -34,7 +34,8 @@
 // Thread-safe: the per-device cuBLASLt handle, workspace and plan cache (descriptors and the
 // algorithm per shape and scale mode, or the refusal) are guarded by one mutex per device. A
 // plan's algorithm is the heuristic's first, or with TANDEM_LT_AUTOTUNE=1 the fastest of its
-// candidates, timed on the plan's first call into scratch outputs
+// candidates and of the extra configurations cuBLASLt accepts (split-k, tiles, stages, swizzle;
+// TANDEM_LT_AUTOTUNE_EXTRA=0 leaves them out), timed on the plan's first call into scratch outputs
 // (kernels/common/cublaslt_autotune.h): that call allocates and synchronises, outside graph
 // capture (under capture the plan takes the heuristic's first untimed). A steady-state call
 // allocates nothing and does not synchronise, so it can be captured into a CUDA graph once

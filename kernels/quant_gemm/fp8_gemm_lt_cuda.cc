@@ -1,11 +1,12 @@
 // The cuBLASLt half of the FP8 W8A8 path (fp8_gemm_lt.h): the per-device handle + workspace +
 // plan cache and the matmuls (the format checks and the weight-scale packing are
 // fp8_gemm_lt_scales_cuda.cc). The conventions of kernels/gemm/gemm_lt_cuda.cc: plans per shape,
-// the heuristic's first algorithm or, with tuning on, the fastest of its candidates
-// (kernels/common/cublaslt_autotune.h), scale / bias pointers set on the cached descriptor under
-// the device's mutex before each enqueue. Every cuBLASLt call is checked; a refusal while
-// planning (no algorithm, or a configuration cuBLASLt calls unsupported) is cached and returned
-// as Unimplemented, so the caller's fallback costs no further heuristic query.
+// the heuristic's first algorithm or, with tuning on, the fastest of its candidates and of the
+// extra configurations cuBLASLt accepts (kernels/common/cublaslt_autotune.h; the heuristic offers
+// a single FP8 algorithm for these scale modes on CUDA 13), scale / bias pointers set on the cached
+// descriptor under the device's mutex before each enqueue. Every cuBLASLt call is checked; a
+// refusal while planning (no algorithm, or a configuration cuBLASLt calls unsupported) is cached
+// and returned as Unimplemented, so the caller's fallback costs no further heuristic query.
 #include <cublasLt.h>
 #include <cublas_v2.h>  // cublasGetStatusString, used by CUBLAS_RETURN_IF_ERROR
 #include <cuda_runtime.h>
@@ -55,9 +56,9 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// (rows of the call, n, k, weight scale mode, D fp32 (the tail), bias, accumulate, tuned) ->
-// plan (rows first: ChooseLtAlgo's bucket).
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, bool, bool, bool>;
+// (rows of the call, n, k, weight scale mode, D fp32 (the tail), bias, accumulate, tuning mode
+// as LtTuneMode encodes it) -> plan (rows first: ChooseLtAlgo's bucket).
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, bool, bool, int>;
 
 using LtDevice = CublasLtDevice<PlanKey, Plan>;  // kernels/common/cublaslt_device.h
 
@@ -148,7 +149,8 @@ absl::Status MakeDescriptors(const PlanKey& key, Modes modes, const PlanCall& ca
 }
 
 // Descriptors and the algorithm for one configuration: the heuristic's first, or with tuning
-// the fastest of its candidates on this call's inputs.
+// the fastest of its candidates (and of the extra configurations, in tuning mode 2) on this
+// call's inputs, or the forced candidate of the test hook.
 absl::Status MakePlan(LtDevice& dev, const PlanKey& key, Modes modes, const PlanCall& call,
                       Plan& plan) {
   RETURN_IF_ERROR(MakeDescriptors(key, modes, call, plan));
@@ -170,11 +172,11 @@ absl::Status MakePlan(LtDevice& dev, const PlanKey& key, Modes modes, const Plan
                             d_f32 ? " fp32 tail" : "", accumulate ? " accumulate" : "",
                             has_bias ? " bias" : "")};
   std::vector<cublasLtMatmulHeuristicResult_t> found;
-  PLAN_CHECK(LtHeuristic(problem, tune ? kLtTuneMaxCandidates : 1, found), "heuristic");
+  PLAN_CHECK(LtHeuristic(problem, tune != 0 ? kLtTuneMaxCandidates : 1, found), "heuristic");
   if (found.empty()) {
     return absl::UnimplementedError(absl::StrCat("cuBLASLt FP8: no algorithm for ", problem.label));
   }
-  plan.algo = ChooseLtAlgo(dev, key, problem, found.data(), static_cast<int>(found.size()), tune);
+  plan.algo = ChooseLtAlgo(dev, key, problem, found, LtModeTunes(tune), tune);
   return absl::OkStatus();
 }
 
@@ -215,7 +217,8 @@ Calls CallsOf(const QuantGemmArgs& args, const Fp8LtWeight& w) {
   c.layout = Fp8LtLayout(args.act_quant == ActQuant::kFp8PerTokenGroup, args.m, args.k, args.n);
   c.modes = ModesOf(w.mode);
   const int mode = static_cast<int>(w.mode);
-  const bool tune = LtAutotuneEnabled(), bias = args.bias != nullptr;
+  const int tune = LtTuneMode();
+  const bool bias = args.bias != nullptr;
   c.main = {c.layout.main_rows, args.n, args.k, mode, false, bias, args.accumulate, tune};
   c.tail = {kFp8LtTailRows, args.n, args.k, mode, true, false, false, tune};
   return c;
