@@ -155,11 +155,11 @@ absl::StatusOr<std::unique_ptr<EngineImpl>> EngineImpl::Create(const EngineOptio
   LOG(INFO) << "KV cache: " << layout.num_pages << " pages of " << layout.page_size << " tokens, "
             << KvCacheDtypeName(layout.dtype) << ", " << (layout.PoolBytes() >> 20) << " MiB";
   const absl::Time capture_start = Clock::Real()->Now();
-  // A model that runs every step eagerly (a tensor-parallel CUDA group) captures nothing; a draft
+  // A model that runs every step eagerly (pipeline stages) captures nothing; a draft
   // model still gets the sizes.
   std::vector<int> model_graphs = graph_sizes;
   if (!model_graphs.empty() && !model->SupportsCudaGraphs()) {
-    LOG(INFO) << "the model runs every step eagerly (a parallel group): " << model_graphs.size()
+    LOG(INFO) << "the model runs every step eagerly (pipeline stages): " << model_graphs.size()
               << " CUDA graph sizes not captured";
     model_graphs.clear();
   }

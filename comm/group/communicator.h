@@ -45,6 +45,23 @@ class Communicator {
   virtual absl::Status Send(const void* data, int64_t bytes, int peer) = 0;
   virtual absl::Status Recv(void* data, int64_t bytes, int peer) = 0;
 
+  // CUDA graphs (engine/model/llama_model.h captures each rank's decode steps, the rank's
+  // collectives inside; every rank replays its own graph). SupportsGraphCapture: whether
+  // EnqueueAllReduceSum may be called while the rank's stream is being captured, its replays then
+  // all-reducing the same buffers with the same peers (NCCL; the peer group's device barriers).
+  // EnqueueAllReduceSum is AllReduceSum that only enqueues on the rank's stream: its device-side
+  // errors surface at EndGraphReplay. Unimplemented where unsupported.
+  virtual bool SupportsGraphCapture() const { return false; }
+  virtual absl::Status EnqueueAllReduceSum(void* data, int64_t count, DType dtype) {
+    return absl::UnimplementedError("this communicator cannot be captured into a CUDA graph");
+  }
+  // Around the replay of a graph holding `collectives` captured collectives: Begin returns the
+  // group's status, counting the collectives as calls (an injected fault due among them fires:
+  // the rank must not replay); End, after the replay is enqueued, the group's status once what
+  // the rank's device reported so far is taken into account (NCCL: waits for the stream).
+  virtual absl::Status BeginGraphReplay(int64_t collectives) { return status(); }
+  virtual absl::Status EndGraphReplay() { return status(); }
+
   // Aborts the whole group with `reason` (not OK); idempotent, the first reason wins.
   virtual void Abort(const absl::Status& reason) = 0;
   // OK while the group is usable, else why it was aborted.

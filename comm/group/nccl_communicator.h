@@ -115,6 +115,14 @@ class NcclCommunicator final : public Communicator {
   absl::Status Recv(void* data, int64_t bytes, int peer) override;
   void Abort(const absl::Status& reason) override;
   absl::Status status() const override;
+  // CUDA graphs (communicator.h): the capturable all-reduce is AllReduceSumAsync on the rank's
+  // stream; after a replay, Synchronize(), where an NCCL error or a peer that never replayed
+  // surfaces under the deadline.
+  bool SupportsGraphCapture() const override { return true; }
+  absl::Status EnqueueAllReduceSum(void* data, int64_t count, DType dtype) override {
+    return AllReduceSumAsync(data, count, dtype, nullptr);
+  }
+  absl::Status EndGraphReplay() override { return Synchronize(); }
 
   // Enqueue only, on `stream` (of this rank's GPU; null: the rank's stream), capturable into a
   // CUDA graph: the file comment. The blocking calls' arguments; the buffers stay valid until

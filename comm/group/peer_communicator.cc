@@ -1,6 +1,7 @@
 #include "comm/group/peer_communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <set>
 #include <utility>
 
@@ -40,6 +41,15 @@ class PeerCommunicator final : public Communicator {
   absl::Status Recv(void* data, int64_t bytes, int peer) override {
     return group_->RecvFrom(rank_, data, bytes, peer);
   }
+  bool SupportsGraphCapture() const override { return true; }
+  // AllReduceSum only enqueues (the file comment of the header).
+  absl::Status EnqueueAllReduceSum(void* data, int64_t count, DType dtype) override {
+    return AllReduceSum(data, count, dtype);
+  }
+  absl::Status BeginGraphReplay(int64_t collectives) override {
+    return group_->EnterGraph(rank_, collectives);
+  }
+  absl::Status EndGraphReplay() override { return group_->status(); }
   void Abort(const absl::Status& reason) override { group_->Abort(reason); }
   absl::Status status() const override { return group_->status(); }
 
@@ -91,16 +101,20 @@ PeerCommGroup::PeerCommGroup(std::shared_ptr<PeerDeviceApi> api, std::vector<Pee
       failure_(static_cast<int>(ranks.size())),
       barrier_(static_cast<int>(ranks.size()), &mu_, &failure_.status(), options.clock,
                options.timeout) {
-  for (const PeerRank& r : ranks) ranks_.push_back(RankState{r});
+  for (const PeerRank& r : ranks) {
+    RankState state;
+    state.place = r;
+    ranks_.push_back(std::move(state));
+  }
   absl::MutexLock lock(&mu_);
   pairs_ = std::vector<Pair>(ranks_.size() * ranks_.size());  // Pair is not copyable
 }
 
 PeerCommGroup::~PeerCommGroup() {
   for (RankState& r : ranks_) {
-    if (r.ready != nullptr) api_->DestroyEvent(r.ready);
-    if (r.done != nullptr) api_->DestroyEvent(r.done);
+    if (r.barrier_words != nullptr) api_->Free(r.place.device, r.barrier_words);
   }
+  if (host_words_ != nullptr) api_->FreeHostMapped(host_words_);
   absl::MutexLock lock(&mu_);
   for (size_t p = 0; p < pairs_.size(); ++p) {
     for (const std::unique_ptr<Slot>& slot : pairs_[p].slots) {
@@ -125,13 +139,22 @@ absl::Status PeerCommGroup::Init() {
   for (int device : std::set<int>(devices.begin(), devices.end())) {
     if (absl::Status s = api_->EnablePeers(device, devices); !s.ok()) return s;
   }
+  const int n = size();
+  ASSIGN_OR_RETURN(void* host, api_->AllocateHostMapped((1 + n) * int64_t{sizeof(int32_t)}));
+  host_words_ = static_cast<int32_t*>(host);
   for (RankState& r : ranks_) {
-    absl::StatusOr<PeerDeviceApi::Event> ready = api_->CreateEvent(r.place.device);
-    if (!ready.ok()) return ready.status();
-    r.ready = *ready;
-    absl::StatusOr<PeerDeviceApi::Event> done = api_->CreateEvent(r.place.device);
-    if (!done.ok()) return done.status();
-    r.done = *done;
+    ASSIGN_OR_RETURN(void* words, api_->AllocateZeroed(r.place.device,
+                                                       kBarrierWords * int64_t{sizeof(uint32_t)}));
+    r.barrier_words = static_cast<uint32_t*>(words);
+  }
+  for (int r = 0; r < n; ++r) {
+    PeerDeviceApi::BarrierArgs& b = ranks_[r].barrier;
+    b.epoch = ranks_[r].barrier_words;
+    for (const RankState& q : ranks_) b.slots.push_back(q.barrier_words + 1);
+    b.rank = r;
+    b.abort = host_words_;
+    b.error = host_words_ + 1 + r;
+    b.timeout = options_.timeout;
   }
   return absl::OkStatus();
 }
@@ -152,15 +175,60 @@ void PeerCommGroup::Abort(const absl::Status& reason) {
   AbortLocked(reason);
 }
 
-void PeerCommGroup::AbortLocked(const absl::Status& reason) { failure_.Fail(reason); }
+void PeerCommGroup::AbortLocked(const absl::Status& reason) {
+  failure_.Fail(reason);
+  // Every barrier enqueued on any device stops waiting (peer_barrier.h).
+  if (host_words_ != nullptr) {
+    std::atomic_ref<int32_t>(host_words_[0]).store(1, std::memory_order_release);
+  }
+}
 
-absl::Status PeerCommGroup::status() const {
-  absl::MutexLock lock(&mu_);
+absl::Status PeerCommGroup::DeviceStatus() const {
+  // A barrier that timed out sets the abort word, so its peers' report Aborted: the timeout is
+  // the cause.
+  absl::Status aborted;
+  if (host_words_ == nullptr) return aborted;  // Init failed before its barrier memory
+  for (int r = 0; r < size(); ++r) {
+    const int32_t why =
+        std::atomic_ref<int32_t>(host_words_[1 + r]).load(std::memory_order_acquire);
+    if (why == PeerDeviceApi::kBarrierTimedOut) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank ", r, " of ", size(), "'s device barrier waited ",
+          absl::FormatDuration(options_.timeout), " for its peers (one never launched its part)"));
+    }
+    if (why != 0 && aborted.ok()) {
+      aborted = absl::AbortedError(
+          absl::StrCat("rank ", r, " of ", size(), "'s device barrier saw the group's abort word"));
+    }
+  }
+  return aborted;
+}
+
+absl::Status PeerCommGroup::CheckedStatusLocked() {
+  if (failure_.status().ok()) {
+    if (absl::Status device = DeviceStatus(); !device.ok()) AbortLocked(device);
+  }
   return failure_.status();
 }
 
+absl::Status PeerCommGroup::status() const {
+  absl::MutexLock lock(&mu_);
+  if (!failure_.status().ok()) return failure_.status();
+  return DeviceStatus();
+}
+
 absl::Status PeerCommGroup::EnterLocked(int rank, const char* what) {
+  RETURN_IF_ERROR(CheckedStatusLocked());
   return failure_.Enter(rank, what);
+}
+
+absl::Status PeerCommGroup::EnterGraph(int rank, int64_t collectives) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckedStatusLocked());
+  for (int64_t i = 0; i < collectives; ++i) {
+    RETURN_IF_ERROR(failure_.Enter(rank, "a collective of a CUDA graph"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PeerCommGroup::Fail(int rank, const char* what, const absl::Status& error) {
@@ -171,16 +239,9 @@ absl::Status PeerCommGroup::Fail(int rank, const char* what, const absl::Status&
 }
 
 absl::Status PeerCommGroup::Collective(int rank, const Post& post, const char* what) {
-  RankState& me = ranks_[rank];
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status s = EnterLocked(rank, what); !s.ok()) return s;
-  }
-  if (absl::Status s = api_->Record(me.ready, me.place.stream); !s.ok()) {
-    return Fail(rank, what, s);
-  }
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = Rendezvous(rank, post, what); !s.ok()) return s;
+  RETURN_IF_ERROR(EnterLocked(rank, what));
+  RETURN_IF_ERROR(Rendezvous(rank, post, what));
   const std::vector<Post> posts = barrier_.posts();  // stable until every rank has completed
   mu_.Unlock();
   const absl::Status shared = Share(rank, post, posts);
@@ -190,47 +251,27 @@ absl::Status PeerCommGroup::Collective(int rank, const Post& post, const char* w
                                                          what, ": ", shared.message())));
   }
   Complete();
-  if (!failure_.status().ok()) return failure_.status();
-  mu_.Unlock();
-  absl::Status waited;
-  for (int q = 0; q < size() && waited.ok(); ++q) {
-    if (q != rank) waited = api_->Wait(me.place.stream, ranks_[q].done);
-  }
-  mu_.Lock();
-  if (!waited.ok()) {
-    AbortLocked(absl::Status(waited.code(), absl::StrCat("rank ", rank, " of ", size(), " in ",
-                                                         what, ": ", waited.message())));
-    return failure_.status();
-  }
-  return absl::OkStatus();
+  return CheckedStatusLocked();
 }
 
 absl::Status PeerCommGroup::Share(int rank, const Post& post, const std::vector<Post>& posts) {
   const RankState& me = ranks_[rank];
   const int n = size();
-  for (int q = 0; q < n; ++q) {
-    if (q == rank) continue;
-    if (absl::Status s = api_->Wait(me.place.stream, ranks_[q].ready); !s.ok()) return s;
-  }
+  RETURN_IF_ERROR(api_->Barrier(me.barrier, me.place.stream));  // every buffer written
   if (post.op == Op::kAllReduce) {
     std::vector<void*> buffers;
     for (const Post& p : posts) buffers.push_back(p.recv);
     const int64_t begin = post.count * rank / n, end = post.count * (rank + 1) / n;
     if (end > begin) {
-      if (absl::Status s = api_->ReduceSum(buffers, begin, end, post.dtype, me.place.stream);
-          !s.ok()) {
-        return s;
-      }
+      RETURN_IF_ERROR(api_->ReduceSum(buffers, begin, end, post.dtype, me.place.stream));
     }
   } else if (post.count > 0) {
     for (int q = 0; q < n; ++q) {
       void* dst = static_cast<uint8_t*>(post.recv) + q * post.count;
-      if (absl::Status s = api_->Copy(dst, posts[q].send, post.count, me.place.stream); !s.ok()) {
-        return s;
-      }
+      RETURN_IF_ERROR(api_->Copy(dst, posts[q].send, post.count, me.place.stream));
     }
   }
-  return api_->Record(me.done, me.place.stream);
+  return api_->Barrier(me.barrier, me.place.stream);  // every peer done with this rank's buffer
 }
 
 absl::Status PeerCommGroup::Rendezvous(int rank, const Post& post, const char* what) {

@@ -5,22 +5,35 @@
 // a host fake), so this library needs no CUDA.
 //
 // A collective never waits for the device: the calling rank thread only enqueues work on its
-// stream, ordered against the other ranks' streams by events, and returns:
-//   1. record the rank's `ready` event on its stream (its buffer is written up to here);
-//   2. rendezvous: every rank posts its call and buffer; the last to arrive checks that all
+// stream, ordered against the other ranks' streams by a device barrier (below), and returns:
+//   1. rendezvous: every rank posts its call and buffer; the last to arrive checks that all
 //      posted the same collective with the same size (InvalidArgument and the group aborted
 //      otherwise); a rank that waits past the deadline aborts the group (DeadlineExceeded);
-//   3. the rank's stream waits for every peer's `ready`, then runs its share:
-//      all-reduce: PeerReduceSum (kernels/peer_reduce/) of elements [r·n/size, (r+1)·n/size)
-//      over every rank's buffer, in rank order in fp32, written into every rank's buffer — so
-//      every rank ends with bitwise the same values, the same values ThreadCommGroup gives;
-//      all-gather: copies of every rank's send buffer into its own recv buffer;
-//   4. record the rank's `done` event, wait (unconditionally: past step 2 every rank only
-//      enqueues, which cannot block) until every rank has, and make its stream wait for every
-//      peer's `done` — no rank's later kernels touch its buffer before the peers' writes into it
-//      and reads of it are complete.
-// The events are reused call after call; the two host waits order each rank's re-record after
-// its peers' waits on the previous record.
+//   2. enqueue a device barrier: no rank's share starts before every rank's buffer is written
+//      (each rank's earlier kernels on its stream are done);
+//   3. enqueue its share: all-reduce: PeerReduceSum (kernels/peer_reduce/) of elements
+//      [r·n/size, (r+1)·n/size) over every rank's buffer, in rank order in fp32, written into
+//      every rank's buffer — so every rank ends with bitwise the same values, the same values
+//      ThreadCommGroup gives; all-gather: copies of every rank's send buffer into its own recv;
+//   4. enqueue a second device barrier: no rank's later kernels touch its buffer before the
+//      peers' writes into it and reads of it are complete;
+//   5. wait (on the host, unconditionally: past step 1 every rank only enqueues) until every
+//      rank has enqueued, so the posts can be reused.
+//
+// Device barrier (kernels/peer_barrier/peer_barrier.h: a 1-CTA kernel, PeerDeviceApi::Barrier).
+// Each rank has an epoch counter and flag slots in memory of its own device, which the kernel
+// itself advances at every launch, so the barriers of a captured CUDA graph take no host
+// argument: each rank captures its own graph of its steps (engine/model/llama_model.h), the
+// rendezvous of step 1 happening once, at capture, where the buffers' addresses are exchanged
+// (they must be the same at every replay: the step buffers are fixed once ReserveStep ran), and
+// replays of every rank then synchronise on the device alone; eager calls and replays continue
+// one count. The spin polls the group's abort word (host-mapped memory, set by Abort and by any
+// failure of the group) and gives up after the group's timeout, writing why into the rank's
+// error word (host-mapped), which status() reads: a rank that never replays (its thread failed
+// before) or a dead group never hangs the GPU. Ranks sharing a GPU: each spinning barrier holds
+// one CTA of one warp, so with at most 8 ranks the rank being waited for always has the rest of
+// the device (132 SMs on an H200) to run the kernels before its own barrier. Eager calls use
+// the same protocol as graphs (one path for both), with the rendezvous at every call.
 //
 // Send / Recv (pipeline stages: the residual stream from a stage's rank to the next stage's),
 // enqueue-only too, through staging slots of each ordered pair (src, dst) — device memory on
@@ -40,15 +53,20 @@
 // device work on the host; a slot is reused only after its receiver's copy out (the stream
 // wait on `received`). A message of 0 bytes still takes its place in the FIFO (no copy).
 //
-// CUDA graphs: not capturable (a rank's stream waits on events its peers record outside its
-// capture); the CUDA ranks using this group run eagerly (engine/model/parallel_model.h).
+// CUDA graphs: the collectives are capturable (SupportsGraphCapture; EnqueueAllReduceSum is
+// AllReduceSum), a replay's barriers synchronising the ranks' replays; BeginGraphReplay counts a
+// graph's collectives as calls (InjectFault) and checks the group, EndGraphReplay reports what
+// the device barriers wrote so far. Send / Recv are not capturable (their host mailbox is
+// consulted per message): pipeline stages run eagerly.
 //
 // Failures as the interface says, for the whole group at once: Abort from any thread, a missed
-// deadline, a mismatched call, an injected fault (InjectFault, as ThreadCommGroup's), or a device
-// API error (a failed enqueue: its status, Internal for a CUDA error). An error only returns; the
-// device work already enqueued by other ranks still runs to its end (it only moves memory), so a
-// rank's buffers hold undefined values after a failed call. A fault injected with InjectFault
-// counts every collective and every Send or Recv of the rank.
+// deadline, a mismatched call, an injected fault (InjectFault, as ThreadCommGroup's), a device
+// API error (a failed enqueue: its status, Internal for a CUDA error), or a device barrier that
+// gave up (its error word: DeadlineExceeded for its timeout, Aborted when it saw the abort word
+// first). Every failure sets the abort word, so no barrier already enqueued keeps spinning. An
+// error only returns; the device work already enqueued by other ranks still runs to its end (it
+// only moves memory), so a rank's buffers hold undefined values after a failed call. A fault
+// injected with InjectFault counts every collective and every Send or Recv of the rank.
 //
 // Thread-safe: each rank's communicator is driven by its own thread; Abort, InjectFault and
 // status from any thread.
@@ -90,12 +108,32 @@ class PeerDeviceApi {
   // kernels/peer_reduce/peer_reduce.h on `stream`: elements [begin, end) of every buffer.
   virtual absl::Status ReduceSum(const std::vector<void*>& buffers, int64_t begin, int64_t end,
                                  DType dtype, Stream stream) = 0;
+  // kernels/peer_barrier/peer_barrier.h on `stream`: `args` is that header's PeerBarrierArgs
+  // field for field (this library does not see the kernels).
+  // An error word's values (PeerBarrierError).
+  static constexpr int32_t kBarrierAborted = 1;
+  static constexpr int32_t kBarrierTimedOut = 2;
+  struct BarrierArgs {
+    uint32_t* epoch = nullptr;
+    std::vector<uint32_t*> slots;  // [rank]
+    int rank = 0;
+    int32_t* abort = nullptr;
+    int32_t* error = nullptr;
+    absl::Duration timeout;
+  };
+  virtual absl::Status Barrier(const BarrierArgs& args, Stream stream) = 0;
   // Device-to-device (or peer) copy on `stream`.
   virtual absl::Status Copy(void* dst, const void* src, int64_t bytes, Stream stream) = 0;
   // Staging memory of Send / Recv: `bytes` (> 0) of device memory on `device`, contents
   // undefined; ResourceExhausted when it has no room. Free releases it at the group's end.
   virtual absl::StatusOr<void*> Allocate(int device, int64_t bytes) = 0;
   virtual void Free(int device, void* memory) = 0;
+  // The barrier's memory: `bytes` of device memory on `device`, zero-filled when it returns
+  // (freed with Free); and `bytes` of zero-filled host memory that every device reads and writes
+  // at the same address (CUDA: mapped pinned memory under unified addressing).
+  virtual absl::StatusOr<void*> AllocateZeroed(int device, int64_t bytes) = 0;
+  virtual absl::StatusOr<void*> AllocateHostMapped(int64_t bytes) = 0;
+  virtual void FreeHostMapped(void* memory) = 0;
 };
 
 // One rank: its device and the stream its buffers are written on (the backend's compute
@@ -137,9 +175,11 @@ class PeerCommGroup : public std::enable_shared_from_this<PeerCommGroup> {
   using Post = CollectivePost;
   struct RankState {
     PeerRank place;
-    PeerDeviceApi::Event ready = nullptr;
-    PeerDeviceApi::Event done = nullptr;
+    // kBarrierWords uint32 on its device: [0] its epoch, [1 + q] the flag slot rank q writes.
+    uint32_t* barrier_words = nullptr;
+    PeerDeviceApi::BarrierArgs barrier;  // its barriers' arguments, the same at every launch
   };
+  static constexpr int kBarrierWords = 1 + 8;
 
   // A staging slot of one ordered pair (the file comment). Not guarded by mu_: its owner is
   // whoever took it under mu_ — the sender from the pair's free list until it queues it, the
@@ -182,11 +222,20 @@ class PeerCommGroup : public std::enable_shared_from_this<PeerCommGroup> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Complete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Fail(int rank, const char* what, const absl::Status& error);
+  // A failure a device barrier wrote into an error word (OK when none did).
+  absl::Status DeviceStatus() const;
+  // The group's status with DeviceStatus() folded in (the group fails with it).
+  absl::Status CheckedStatusLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BeginGraphReplay of `rank` (Communicator): `collectives` calls counted.
+  absl::Status EnterGraph(int rank, int64_t collectives);
   void AbortLocked(const absl::Status& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<PeerDeviceApi> api_;
   const PeerCommOptions options_;
   std::vector<RankState> ranks_;
+  // Host-mapped, 1 + size int32: [0] the abort word, [1 + r] rank r's error word
+  // (PeerBarrierError). Written by the devices and by AbortLocked, so not guarded by mu_.
+  int32_t* host_words_ = nullptr;
   mutable absl::Mutex mu_;
   GroupFailure failure_ ABSL_GUARDED_BY(mu_);
   CollectiveBarrier barrier_ ABSL_GUARDED_BY(mu_);  // the current collective's two waits

@@ -3,10 +3,13 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
 #include "engine/cuda/cuda_ops.h"
+#include "kernels/peer_barrier/peer_barrier.h"
 #include "kernels/peer_reduce/peer_reduce.h"
 
 namespace tandem {
@@ -84,6 +87,20 @@ class CudaPeerApi final : public PeerDeviceApi {
     args.dtype = dtype;
     return PeerReduceSum(args, static_cast<cudaStream_t>(stream));
   }
+  absl::Status Barrier(const BarrierArgs& b, Stream stream) override {
+    if (b.slots.size() > static_cast<size_t>(kMaxPeerBarrierRanks)) {
+      return absl::InvalidArgumentError(absl::StrCat("PeerBarrier of ", b.slots.size(), " ranks"));
+    }
+    PeerBarrierArgs args;
+    args.epoch = b.epoch;
+    for (size_t q = 0; q < b.slots.size(); ++q) args.slots[q] = b.slots[q];
+    args.rank = b.rank;
+    args.num_ranks = static_cast<int>(b.slots.size());
+    args.abort = b.abort;
+    args.error = b.error;
+    args.timeout_ns = absl::ToInt64Nanoseconds(b.timeout);
+    return PeerBarrier(args, static_cast<cudaStream_t>(stream));
+  }
   absl::Status Copy(void* dst, const void* src, int64_t bytes, Stream stream) override {
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault,
                                          static_cast<cudaStream_t>(stream)));
@@ -107,7 +124,32 @@ class CudaPeerApi final : public PeerDeviceApi {
     if (cudaSetDevice(device) == cudaSuccess) cudaFree(memory);
     cudaGetLastError();
   }
+  absl::StatusOr<void*> AllocateZeroed(int device, int64_t bytes) override {
+    ASSIGN_OR_RETURN(void* memory, Allocate(device, bytes));
+    DeviceGuard guard;
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    // Synchronous: the words are zero before any rank's stream launches a barrier.
+    CUDA_RETURN_IF_ERROR(cudaMemset(memory, 0, static_cast<size_t>(bytes)));
+    CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    return memory;
+  }
+  absl::StatusOr<void*> AllocateHostMapped(int64_t bytes) override {
+    void* memory = nullptr;
+    // Portable and mapped: every device of the process reads and writes it, at the host address
+    // (unified addressing), which PeerBarrierArgs hands to the kernel as is.
+    CUDA_RETURN_IF_ERROR(cudaHostAlloc(&memory, static_cast<size_t>(bytes),
+                                       cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memset(memory, 0, static_cast<size_t>(bytes));
+    return memory;
+  }
+  void FreeHostMapped(void* memory) override {
+    cudaFreeHost(memory);
+    cudaGetLastError();
+  }
 };
+
+static_assert(PeerDeviceApi::kBarrierAborted == kPeerBarrierAborted &&
+              PeerDeviceApi::kBarrierTimedOut == kPeerBarrierTimedOut);
 
 }  // namespace
 

@@ -227,7 +227,10 @@ absl::Status LlamaModel::RowParallel(GemmArgs gemm, int64_t t) {
   // residual + the whole projection, on every rank.
   gemm.accumulate = tp_.tp_comm->rank() == 0;
   RETURN_IF_ERROR(ops_->Gemm(gemm));
-  return tp_.tp_comm->AllReduceSum(gemm.c, t * config_.hidden_size, ops_->compute_dtype());
+  ++collectives_;
+  const int64_t count = t * config_.hidden_size;
+  return capturing_ ? tp_.tp_comm->EnqueueAllReduceSum(gemm.c, count, ops_->compute_dtype())
+                    : tp_.tp_comm->AllReduceSum(gemm.c, count, ops_->compute_dtype());
 }
 
 absl::Status LlamaModel::Mlp(int l, int64_t t, const Activations& b, bool fused_norm) {

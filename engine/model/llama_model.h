@@ -26,6 +26,15 @@
 // features, rank 0 adding it into the residual and the others writing it over theirs, and one
 // in-place all-reduce of the residual gives every rank residual + Σ partials. Only the sampling
 // rank computes the final norm, the logits and the tokens; the others end after the last layer.
+// A tensor-parallel rank captures its own graphs (ParallelModel::Prepare runs every rank's
+// Prepare at once, on its thread): the warm-up run's all-reduces are ordinary calls, the
+// captured run's go through Communicator::EnqueueAllReduceSum (NCCL's enqueue-only call, or the
+// peer group's device barriers: comm/group/peer_communicator.h), so a replay all-reduces the
+// same fixed step buffers with the peers' replays of the same graph; the sampling rank's graph
+// samples, the others' end after the last layer. Each replay is bracketed by the
+// communicator's BeginGraphReplay (the group's status, the graph's collectives counted as calls)
+// and EndGraphReplay (what the device reported). A pipeline stage's rank runs eagerly (Prepare
+// refuses graph sizes there: Send / Recv go through a host mailbox).
 // Pipeline parallelism: a LlamaModel is then one stage's rank, holding the layers of its stage
 // (config.num_layers of them); a stage after the first receives the residual stream instead of
 // embedding the tokens, a stage before the last sends it on after its last layer.
@@ -90,6 +99,8 @@ class LlamaModel final : public Model {
 
   // Batch sizes with a captured graph (ascending).
   std::vector<int> graph_sizes() const;
+  // Steps that replayed a graph so far (a rank that does not sample counts its replays too).
+  int64_t graph_replays() const { return graph_replays_; }
 
  private:
   // Device addresses of one layer's weights (null where absent).
@@ -126,6 +137,7 @@ class LlamaModel final : public Model {
     int tokens_per_seq = 1;
     int seqs = 0;
     int64_t tokens = 0;
+    int64_t collectives = 0;  // tensor-parallel all-reduces captured in it
   };
   // The prompt logprob rows of a step (StepInputs::prompt_logprob_rows) on the backend: `in`
   // holds rows | targets | top counts ([3, rows] int32), `out` the results, laid out as
@@ -185,6 +197,11 @@ class LlamaModel final : public Model {
   // The graph that runs `inputs`, or null (eager).
   const Graph* GraphFor(const StepInputs& inputs, const KvLayout& layout, void* kv_pool) const;
   absl::Status CaptureGraph(int batch, const KvLayout& layout, void* kv_pool);
+  // Captures the step begun as `d` (after one eager run of it) into graph->handle, counting its
+  // collectives.
+  absl::Status Capture(const DeviceStep& d, const KvLayout& layout, void* kv_pool, Graph* graph);
+  // Replays `graph`; a tensor-parallel rank checks its group around it (communicator.h).
+  absl::Status ReplayGraph(const Graph& graph);
   const Graph* VerifyGraphFor(const StepInputs& inputs, const KvLayout& layout,
                               void* kv_pool) const;
   absl::Status CaptureVerifyGraph(int batch, int tokens_per_seq, const KvLayout& layout,
@@ -208,6 +225,9 @@ class LlamaModel final : public Model {
   StepInputs padded_;                 // the last verify-padded step (outlives its BeginStep)
   void* graph_pool_ = nullptr;
   KvLayout graph_layout_;
+  int64_t graph_replays_ = 0;
+  int64_t collectives_ = 0;  // all-reduces made so far (RowParallel), captured ones included
+  bool capturing_ = false;   // RowParallel enqueues its all-reduce for a capture
   std::optional<Launched> launched_;
 };
 

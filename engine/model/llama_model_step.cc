@@ -142,7 +142,12 @@ absl::Status LlamaModel::Launch(const StepInputs& in, const KvLayout& layout, vo
   ASSIGN_OR_RETURN(const SampledBlock out, GetSampledBlock(d.num_rows));
   ASSIGN_OR_RETURN(const PromptBlock prompt, UploadPromptRows(in));
   if (graph != nullptr) {
-    RETURN_IF_ERROR(ops_->Replay(graph->handle));
+    RETURN_IF_ERROR(ReplayGraph(*graph));
+    if (!tp_.samples) {  // a rank of a parallel group that does not sample: nothing to collect
+      launched_ = Launched{};
+      launched_->graph_replayed = true;
+      return absl::OkStatus();
+    }
   } else {
     ASSIGN_OR_RETURN(float* logits, Forward(d, layout, kv_pool));
     if (!tp_.samples) {  // a rank of a parallel group that does not sample: nothing to collect
@@ -161,7 +166,11 @@ absl::StatusOr<StepOutput> LlamaModel::Collect() {
   if (!launched_.has_value()) return absl::FailedPreconditionError("no launched step to collect");
   const Launched l = *launched_;
   launched_.reset();
-  if (l.rows == 0 && l.prompt.rows == 0) return StepOutput{};
+  if (l.rows == 0 && l.prompt.rows == 0) {
+    StepOutput empty;
+    empty.graph_replayed = l.graph_replayed;
+    return empty;
+  }
   const absl::Time wait_start = Clock::Real()->Now();
   ASSIGN_OR_RETURN(StepOutput result, ReadSampled(*ops_, l.out, l.rows, l.logprobs));
   RETURN_IF_ERROR(ReadPromptLogprobs(l.prompt, &result));
@@ -217,23 +226,54 @@ absl::Status LlamaModel::CaptureGraph(int batch, const KvLayout& layout, void* k
   const StepInputs in =
       CaptureStep(batch, kCaptureContext, capacity_.max_pages_per_seq, layout.page_size);
   ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, batch));
+  Graph g{.batch = batch};
+  RETURN_IF_ERROR(Capture(d, layout, kv_pool, &g));
+  graphs_.push_back(g);
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::Capture(const DeviceStep& d, const KvLayout& layout, void* kv_pool,
+                                 Graph* graph) {
   ASSIGN_OR_RETURN(const SampledBlock out, GetSampledBlock(d.num_rows));
+  // A rank that does not sample ends its graph after its last layer (Forward computes no logits
+  // there).
   auto run = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(float* logits, Forward(d, layout, kv_pool));
+    if (!tp_.samples) return absl::OkStatus();
     return RunSampler(*ops_, d, logits, config_.vocab_size, out, /*every_stage=*/true);
   };
   // One eager run first: lazy initialisation (cuBLASLt plans, kernel attributes, module loads)
   // must not happen under capture.
   RETURN_IF_ERROR(run());
-  RETURN_IF_ERROR(ReadSampled(*ops_, out, batch, false).status());
+  if (tp_.samples) RETURN_IF_ERROR(ReadSampled(*ops_, out, d.num_rows, false).status());
   RETURN_IF_ERROR(ops_->BeginCapture());
+  // The collectives of a tensor-parallel rank are captured through EnqueueAllReduceSum (their
+  // host rendezvous, where the peer group exchanges the buffers' addresses, happens now, once).
+  capturing_ = true;
+  const int64_t collectives_before = collectives_;
   const absl::Status recorded = run();
+  capturing_ = false;
   // The capture ends either way: a stream left capturing would refuse every later launch.
   absl::StatusOr<int> handle = ops_->EndCapture();
   RETURN_IF_ERROR(recorded);
   RETURN_IF_ERROR(handle.status());
-  graphs_.push_back(Graph{batch, *handle});
+  graph->handle = *handle;
+  graph->collectives = collectives_ - collectives_before;
   return absl::OkStatus();
+}
+
+absl::Status LlamaModel::ReplayGraph(const Graph& graph) {
+  if (tp_.tp_comm == nullptr) {
+    RETURN_IF_ERROR(ops_->Replay(graph.handle));
+    ++graph_replays_;
+    return absl::OkStatus();
+  }
+  // A failed group (or an injected fault due among the graph's collectives) replays nothing:
+  // the peers' replays are released by the group's abort.
+  RETURN_IF_ERROR(tp_.tp_comm->BeginGraphReplay(graph.collectives));
+  RETURN_IF_ERROR(ops_->Replay(graph.handle));
+  ++graph_replays_;
+  return tp_.tp_comm->EndGraphReplay();
 }
 
 absl::Status LlamaModel::CaptureVerifyGraph(int batch, int q, const KvLayout& layout,
@@ -247,20 +287,8 @@ absl::Status LlamaModel::CaptureVerifyGraph(int batch, int q, const KvLayout& la
       CaptureStep(batch, kCaptureContext, capacity_.max_pages_per_seq, layout.page_size, q),
       shape.seqs, shape.tokens, layout.page_size);
   ASSIGN_OR_RETURN(const DeviceStep d, ops_->BeginStep(in, layout, 0));
-  ASSIGN_OR_RETURN(const SampledBlock out, GetSampledBlock(d.num_rows));
-  auto run = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(float* logits, Forward(d, layout, kv_pool));
-    return RunSampler(*ops_, d, logits, config_.vocab_size, out, /*every_stage=*/true);
-  };
-  RETURN_IF_ERROR(run());  // lazy initialisation (cuBLASLt plans for this m) outside capture
-  RETURN_IF_ERROR(ReadSampled(*ops_, out, d.num_rows, false).status());
-  RETURN_IF_ERROR(ops_->BeginCapture());
-  const absl::Status recorded = run();
-  absl::StatusOr<int> handle = ops_->EndCapture();
-  RETURN_IF_ERROR(recorded);
-  RETURN_IF_ERROR(handle.status());
   Graph g = shape;
-  g.handle = *handle;
+  RETURN_IF_ERROR(Capture(d, layout, kv_pool, &g));
   verify_graphs_.push_back(g);
   return absl::OkStatus();
 }
@@ -273,6 +301,14 @@ absl::Status LlamaModel::Prepare(const ModelPrepareOptions& options, const KvLay
         absl::StrCat("the ", BackendName(backend_), " backend has no graphs; run it eagerly"));
   }
   if (capacity_.max_seqs == 0) return absl::FailedPreconditionError("Prepare before ReserveStep");
+  if (tp_.pp_comm != nullptr) {
+    return absl::InvalidArgumentError(
+        "a pipeline stage runs eagerly (its Send / Recv cannot be captured)");
+  }
+  if (tp_.tp_comm != nullptr && !tp_.tp_comm->SupportsGraphCapture()) {
+    return absl::InvalidArgumentError(
+        "this tensor-parallel rank's communicator cannot be captured into a CUDA graph");
+  }
   std::vector<int> sizes = options.cuda_graph_sizes;
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());

@@ -119,8 +119,8 @@ class Model {
   // Reserves the step buffers for the largest step (fixed addresses from then on); called before
   // the KV pool is sized, so that what it takes is not counted as free.
   virtual absl::Status ReserveStep(const StepCapacity& capacity) { return absl::OkStatus(); }
-  // Whether Prepare captures CUDA graphs; false (a tensor-parallel CUDA group, which runs every
-  // step eagerly): the engine passes it no graph sizes.
+  // Whether Prepare captures CUDA graphs; false (pipeline stages, the CPU parallel group: every
+  // step runs eagerly): the engine passes it no graph sizes.
   virtual bool SupportsCudaGraphs() const { return true; }
   // Once the KV pool exists: captures the CUDA graphs of options.cuda_graph_sizes over it.
   virtual absl::Status Prepare(const ModelPrepareOptions& options, const KvLayout& layout,

@@ -188,13 +188,22 @@ absl::Status ParallelModel::RunRanks(const std::function<absl::Status(int)>& fn)
   if (absl::Status s = GroupStatus(); !s.ok()) {
     return absl::InternalError(absl::StrCat("parallel group is down: ", s.message()));
   }
-  return RanksStatus(threads_.Run([&](int r) {
+  RETURN_IF_ERROR(RanksStatus(threads_.Run([&](int r) {
     absl::Status s = Enter(r);
     if (s.ok()) s = fn(r);
     // Peers may be waiting for this rank in a collective or a receive: abort them now.
     if (!s.ok()) AbortAll(s);
     return s;
-  }));
+  })));
+  // Every rank returned OK, but a device barrier may have given up (the peer group's error
+  // words) or a group been aborted from outside meanwhile: the step's results are not to be
+  // trusted then.
+  if (absl::Status s = GroupStatus(); !s.ok()) {
+    AbortAll(s);
+    return absl::InternalError(
+        absl::StrCat("parallel group failed (the group is down): ", s.ToString()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParallelModel::RanksStatus(const std::vector<absl::Status>& results) const {
@@ -284,12 +293,30 @@ absl::StatusOr<StepOutput> ParallelModel::Step(const StepInputs& in, const KvLay
   RETURN_IF_ERROR(Validate(in, layout));
   RETURN_IF_ERROR(ValidateSampling(in, config_));
   StepOutput out;
+  std::vector<char> replayed(ranks_.size(), 0);
   RETURN_IF_ERROR(RunRanks([&](int r) -> absl::Status {
     ASSIGN_OR_RETURN(StepOutput o, ranks_[r].model->Step(in, RankLayout(layout, r),
                                                          RankPool(kv_pool, layout, r)));
+    replayed[r] = o.graph_replayed;
     if (r == sampling_rank()) out = std::move(o);
     return absl::OkStatus();
   }));
+  // The ranks decide graph or eager from the same inputs and the same graphs, so they agree;
+  // one replaying while another runs eagerly would pair a replay's barriers with a host
+  // rendezvous (the group would fail at its deadline, its results undefined).
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (replayed[r] != replayed[0]) {
+      const absl::Status mixed = absl::InternalError(absl::StrCat(
+          "parallel rank ", r, (replayed[r] ? " replayed a CUDA graph" : " ran eagerly"),
+          " where rank 0 did not"));
+      AbortAll(mixed);
+      return mixed;
+    }
+  }
+  if (replayed[0]) {
+    absl::MutexLock lock(&stage_mu_);
+    ++graph_steps_;
+  }
   return out;
 }
 
@@ -356,12 +383,42 @@ absl::StatusOr<std::unique_ptr<DeviceAllocation>> ParallelModel::AllocateKvPool(
   return pool;
 }
 
+bool ParallelModel::SupportsCudaGraphs() const {
+  if (backend_ != Backend::kCuda || parallel_.pipeline_parallel != 1) return false;
+  for (const Rank& r : ranks_) {
+    if (r.tp_comm != nullptr && !r.tp_comm->SupportsGraphCapture()) return false;
+  }
+  return true;
+}
+
+int64_t ParallelModel::GraphSteps() const {
+  absl::MutexLock lock(&stage_mu_);
+  return graph_steps_;
+}
+
 absl::Status ParallelModel::Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
                                     void* kv_pool) {
-  if (!options.cuda_graph_sizes.empty()) {
-    return absl::InvalidArgumentError("a parallel group runs eagerly (no graphs)");
+  if (options.cuda_graph_sizes.empty()) return absl::OkStatus();
+  if (!SupportsCudaGraphs()) {
+    return absl::InvalidArgumentError(
+        parallel_.pipeline_parallel > 1
+            ? "a pipeline-parallel group runs eagerly (no graphs: its stage-to-stage Send / Recv "
+              "cannot be captured)"
+            : "this parallel group runs eagerly (no graphs: its communicators cannot be captured)");
   }
-  return absl::OkStatus();
+  const KvLayout want = KvPoolLayout(layout.page_size);
+  if (layout.num_layers != want.num_layers || layout.num_kv_heads != want.num_kv_heads) {
+    return absl::InvalidArgumentError("Prepare: the KV layout is not the parallel group's");
+  }
+  ModelPrepareOptions rank = options;
+  rank.capacity.num_q_heads = shard_config_.num_q_heads;
+  rank.capacity.num_kv_heads = shard_config_.num_kv_heads;
+  // Every rank captures its own graphs over its slice of the pool, all at once (their captured
+  // collectives rendezvous with each other); a rank that fails aborts the group, so no peer
+  // waits for it.
+  return RunRanks([&](int r) {
+    return ranks_[r].model->Prepare(rank, RankLayout(layout, r), RankPool(kv_pool, layout, r));
+  });
 }
 
 }  // namespace tandem

@@ -17,10 +17,33 @@
 // streams) when each of its ranks has a GPU of its own, else the in-process peer communicator
 // (comm/group/peer_communicator.h: enqueue-only all-reduces, bitwise the CPU group's sums, and
 // Send / Recv through staging slots and per-pair FIFO mailboxes, so a stage's thread enqueues
-// micro-batch k + 1 without waiting for the next stage to take micro-batch k). CUDA ranks run
-// every step eagerly: no CUDA graphs (SupportsCudaGraphs is false, so the engine asks for none;
-// the peer communicator's cross-stream events cannot be captured per rank); TP alone runs one
+// micro-batch k + 1 without waiting for the next stage to take micro-batch k). TP alone runs one
 // step at a time, PP keeps micro-batches in flight as below.
+//
+// CUDA graphs (TP alone, PP = 1): each rank's KV pool and CUDA graphs are its own. Prepare runs
+// every rank's LlamaModel::Prepare at once, each on its thread, so each rank captures its own
+// decode (and verify) graphs over its slice of the pool, the captured all-reduces rendezvousing
+// with the peers' captures (Communicator::EnqueueAllReduceSum: NCCL's enqueue-only call, or the
+// peer communicator's device barriers, kernels/peer_barrier/, whose epochs the kernel advances
+// itself so a replay takes no host argument). The buffers a graph all-reduces are each rank's
+// fixed step buffers (ReserveStep reserved them once, before Prepare), so the addresses the
+// peer group exchanged at capture hold at every replay. The ranks decide graph or eager from
+// the same inputs, so they replay in the same steps (Step checks they did, GraphSteps counts
+// them); the sampling rank's graph samples, the others' end after their last layer. A replay
+// is bracketed by the communicator's BeginGraphReplay (a failed group, or an injected fault due
+// among the graph's collectives: the rank does not replay, fails, and the group's abort
+// releases the peers' spinning barriers) and EndGraphReplay (NCCL: the stream waited for under
+// the deadline; the peer group: the barriers' error words). After every step the group's status
+// is checked again (a barrier that gave up fails the step and every later one). Pipeline stages
+// (PP > 1) stay eager: SupportsCudaGraphs is false and Prepare refuses graph sizes, because the
+// stage-to-stage Send / Recv go through host-side mailboxes consulted per message (the peer
+// group) or blocking NCCL calls; capturing them needs a device-side mailbox, not built. The CPU
+// backend has no graphs.
+//
+// A caveat of the peer group's replays: between one rank's replay launch and its peers', that
+// rank's barrier spins on the device. A device-wide synchronising call from another thread in
+// that window (cudaDeviceSynchronize, an implicitly synchronising cudaFree) waits for the peers'
+// launches; nothing in a step makes one, and at worst the barrier's deadline ends the wait.
 //
 // Sampling: TP rank 0 of the last stage alone computes the final norm, the lm_head (loaded on
 // that rank only) and the tokens; the other ranks stop after their last layer. Embeddings are
@@ -143,8 +166,9 @@ class ParallelModel final : public Model {
   // The ranks' devices combined (CombineRankMemory, device_placement.h).
   absl::StatusOr<DeviceMemoryInfo> MemoryInfo() override;
   absl::Status ReserveStep(const StepCapacity& capacity) override;
-  // Every step runs eagerly, on either backend (the file comment).
-  bool SupportsCudaGraphs() const override { return false; }
+  // CUDA tensor parallelism alone (PP 1) over capturable communicators (NCCL, the peer group):
+  // each rank captures and replays its own graphs (the file comment). CPU, and PP > 1: eager.
+  bool SupportsCudaGraphs() const override;
   absl::Status Prepare(const ModelPrepareOptions& options, const KvLayout& layout,
                        void* kv_pool) override;
 
@@ -161,6 +185,8 @@ class ParallelModel final : public Model {
   void SetStageStartHookForTesting(StageHook hook) { stage_hook_ = std::move(hook); }
   // The most stages seen running distinct micro-batches (launched steps) at the same time.
   int MaxBusyStages() const;
+  // Steps that every rank ran as a CUDA graph replay.
+  int64_t GraphSteps() const;
 
  private:
   struct Flight;  // a launched step
@@ -198,6 +224,7 @@ class ParallelModel final : public Model {
   mutable absl::Mutex stage_mu_;
   std::vector<int64_t> stage_busy_ ABSL_GUARDED_BY(stage_mu_);  // [stage]: micro-batch, or -1
   int max_busy_stages_ ABSL_GUARDED_BY(stage_mu_) = 0;
+  int64_t graph_steps_ ABSL_GUARDED_BY(stage_mu_) = 0;
   RankThreads threads_;  // last: joined first
 };
 

@@ -7,11 +7,18 @@
 //     bf16 bound of the CUDA-vs-CPU tests (engine_cuda_test) and the same 40 greedy tokens up to
 //     a near tie, on Llama (TP 2, and TP 4 over 2 KV heads: each replicated on 2 ranks), Qwen3
 //     (QK-norm, TP 2) and Qwen2 (qkv bias, 14 query heads: TP 2 gives 7 per rank and one KV head);
-//   * the engine: a TP 2 group sizes its pool from the GPU's memory, ignores its graph sizes
-//     (eager) and serves batched requests with TP = 1's tokens; every page free afterwards; the
-//     split KV pool of ranks on several GPUs (here both slices on GPU 0) gives the same tokens;
+//   * the engine: a TP 2 group sizes its pool from the GPU's memory, captures its graphs (each
+//     rank its own) and serves batched requests with TP = 1's tokens; every page free
+//     afterwards; the split KV pool of ranks on several GPUs (here both slices on GPU 0) gives
+//     the same tokens;
+//   * CUDA graphs of a TP 2 group: 40 greedy tokens of 8 requests with graphs equal the same
+//     group's eager steps and TP 1's up to a near tie, the sampled tokens' logprobs within the
+//     near-tie bound of TP 1's, and the decode steps really replay (the group's and the engine's
+//     graph-step counts);
 //   * an injected communicator fault in rank 1 fails the step with Internal naming it, within a
-//     few seconds (no hang), ends every request and refuses later work;
+//     few seconds (no hang), ends every request and refuses later work — in an eager step, and
+//     in a graph step (the fault due among a graph's collectives: rank 1 does not replay, rank
+//     0's replay spins in its device barrier until the group's abort word releases it);
 //   * placements refused without allow_device_sharing.
 // bf16 numerics: TP = 2 sums the o_proj / down_proj partials in another order than TP = 1's
 // GEMM (each partial rounded to bf16 before the all-reduce), so logits differ by rounding and a
@@ -97,7 +104,7 @@ EngineOptions CudaOptions(const std::string& dir, int tp) {
   o.gpu_memory_utilization = 0.2;
   o.max_num_seqs = 32;
   o.max_num_batched_tokens = 256;
-  o.cuda_graph_sizes = {1, 2, 4, 8};  // TP 1 replays graphs; the TP group runs eagerly
+  o.cuda_graph_sizes = {1, 2, 4, 8};  // every rank of a TP group captures its own
   return o;
 }
 
@@ -204,6 +211,143 @@ TEST(EngineCudaTpTest, AnInjectedCommunicatorFaultFailsTheStepWithoutHanging) {
   const StepsUntilFailure run = StepUntilFailure(e, 100);
   EXPECT_EQ(run.steps, 2);
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ExpectFailedByInjectedFault(e, run.status);
+}
+
+// Requests long enough for 32+ decode steps, few enough for one graph size (8).
+std::vector<EngineRequest> GraphRequests(int vocab) {
+  std::vector<EngineRequest> out;
+  for (int i = 0; i < 8; ++i) {
+    EngineRequest r =
+        Request("g" + std::to_string(i), RandomPrompt(3 + i * 17, vocab, 40 + i), kNewTokens, 0.0f);
+    r.sampling.ignore_eos = true;
+    r.sampling.logprobs = 2;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+struct GraphRun {
+  std::map<std::string, Generated> tokens;
+  std::map<std::string, std::vector<float>> logprobs;  // the sampled tokens'
+  int64_t engine_graph_steps = 0;
+  int64_t group_graph_steps = -1;  // ParallelModel::GraphSteps (-1: not a parallel group)
+};
+
+GraphRun RunGraphs(const std::string& dir, int tp, bool eager) {
+  EngineOptions o = CudaOptions(dir, tp);
+  o.enforce_eager = eager;
+  o.kv_memory_bytes = int64_t{256} << 20;
+  GraphRun run;
+  std::unique_ptr<Engine> engine;
+  ParallelModel* group = nullptr;
+  if (tp > 1) {
+    absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir, Backend::kCuda, SharedGpu(tp));
+    CHECK_OK(model.status());
+    group = dynamic_cast<ParallelModel*>(model->get());
+    CHECK(group != nullptr);
+    EXPECT_TRUE(group->SupportsCudaGraphs()) << "a TP group on one GPU (peer communicator)";
+    absl::StatusOr<std::unique_ptr<Engine>> e = Engine::CreateWithModel(o, *std::move(model));
+    CHECK_OK(e.status());
+    engine = *std::move(e);
+  } else {
+    absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(o);
+    CHECK_OK(e.status());
+    engine = *std::move(e);
+  }
+  const std::vector<EngineRequest> requests = GraphRequests(engine->model_config().vocab_size);
+  for (const EngineRequest& r : requests) CHECK_OK(engine->AddRequest(r));
+  while (engine->HasWork()) {
+    absl::StatusOr<std::vector<RequestOutput>> step = engine->Step();
+    CHECK_OK(step.status());
+    for (const RequestOutput& out : *step) {
+      EXPECT_NE(out.finish_reason, FinishReason::kError) << out.id << ": " << out.error;
+      Generated& g = run.tokens[out.id];
+      for (size_t i = 0; i < out.new_tokens.size(); ++i) {
+        g.tokens.push_back(out.new_tokens[i]);
+        const bool two = i < out.logprobs.size() && out.logprobs[i].top.size() >= 2;
+        g.margins.push_back(two ? out.logprobs[i].top[0].second - out.logprobs[i].top[1].second
+                                : INFINITY);
+        run.logprobs[out.id].push_back(i < out.logprobs.size() ? out.logprobs[i].logprob : NAN);
+      }
+    }
+  }
+  ExpectIdle(*engine);
+  run.engine_graph_steps = engine->Stats().num_graph_steps_total;
+  if (group != nullptr) run.group_graph_steps = group->GraphSteps();
+  return run;
+}
+
+TEST(EngineCudaTpTest, Tp2GraphsOnOneGpuMatchEagerAndTp1) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = Make("small-llama3");
+  const GraphRun tp1 = RunGraphs(dir, 1, /*eager=*/false);
+  const GraphRun eager = RunGraphs(dir, 2, /*eager=*/true);
+  const GraphRun graphs = RunGraphs(dir, 2, /*eager=*/false);
+  // The decode steps replayed: 8 sequences decode 39 steps each after their prefill steps.
+  EXPECT_EQ(eager.engine_graph_steps, 0);
+  EXPECT_EQ(eager.group_graph_steps, 0);
+  EXPECT_GE(graphs.engine_graph_steps, kNewTokens - 8) << "the TP 2 group's steps ran eagerly";
+  EXPECT_EQ(graphs.group_graph_steps, graphs.engine_graph_steps)
+      << "every rank replays its graph in the same steps";
+  int same_as_eager = 0, same_as_tp1 = 0, total = 0;
+  double max_logprob_diff = 0.0;
+  for (const auto& [id, e] : eager.tokens) {
+    SCOPED_TRACE(id);
+    const Generated& g = graphs.tokens.at(id);
+    ASSERT_EQ(g.tokens.size(), size_t{kNewTokens});
+    same_as_eager += ExpectSameUpToNearTie(e.tokens, e.margins, g.tokens, kNearTie, id + " eager");
+    const Generated& t = tp1.tokens.at(id);
+    same_as_tp1 += ExpectSameUpToNearTie(t.tokens, t.margins, g.tokens, kNearTie, id + " TP 1");
+    total += kNewTokens;
+    // While the sequence is TP 1's, each sampled token's logprob is within the near-tie bound.
+    for (int i = 0; i < kNewTokens && g.tokens[i] == t.tokens[i]; ++i) {
+      const double d = std::fabs(graphs.logprobs.at(id)[i] - tp1.logprobs.at(id)[i]);
+      EXPECT_LE(d, kNearTie) << "token " << i;
+      max_logprob_diff = std::max(max_logprob_diff, d);
+    }
+  }
+  std::cout << "TP 2 graphs on one GPU: " << graphs.engine_graph_steps << " graph steps; "
+            << same_as_eager << " of " << total << " greedy tokens identical to eager TP 2, "
+            << same_as_tp1 << " to TP 1; max |Δ logprob| vs TP 1 " << max_logprob_diff << "\n";
+}
+
+TEST(EngineCudaTpTest, AFaultDuringGraphStepsFailsTheGroupWithoutHanging) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = Make("small-llama3");
+  PeerCommGroup* peers = nullptr;
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadCudaParallelModel(
+      dir, SharedGpu(2),
+      CudaGroupOptions{.timeout = absl::Seconds(30),
+                       .on_peer_group = [&](PeerCommGroup& g) { peers = &g; }});
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_NE(peers, nullptr);
+  ParallelModel* group = dynamic_cast<ParallelModel*>(model->get());
+  ASSERT_NE(group, nullptr);
+  EngineOptions o = CudaOptions(dir, 2);
+  o.kv_memory_bytes = int64_t{256} << 20;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::CreateWithModel(o, *std::move(model));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Engine& e = **engine;
+  for (const EngineRequest& r : GraphRequests(e.model_config().vocab_size)) {
+    ASSERT_TRUE(e.AddRequest(r).ok());
+  }
+  // Run until two steps in a row replayed graphs: the next one is a graph step too.
+  int64_t last = 0;
+  int in_a_row = 0;
+  for (int step = 0; step < 60 && in_a_row < 2; ++step) {
+    ASSERT_TRUE(e.Step().ok());
+    in_a_row = group->GraphSteps() > last ? in_a_row + 1 : 0;
+    last = group->GraphSteps();
+  }
+  ASSERT_EQ(in_a_row, 2) << "the group never replayed graphs";
+  // Rank 1's next collective — the first of its next graph — fails the group.
+  peers->InjectFault(1, 0, absl::InternalError("rank 1 lost its device (injected)"));
+  const absl::Time start = absl::Now();
+  const StepsUntilFailure run = StepUntilFailure(e, 10);
+  EXPECT_EQ(run.steps, 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "rank 0's replay waited for its deadline";
+  EXPECT_EQ(group->GraphSteps(), last);
   ExpectFailedByInjectedFault(e, run.status);
 }
 

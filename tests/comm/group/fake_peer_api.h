@@ -2,9 +2,12 @@
 // communicator's CPU tests. Memory is host memory and an enqueue runs at once (ReduceSum and
 // Copy on the host), which is what a stream that has waited for its events sees. Streams are rank
 // tags (StreamOf(rank)); events remember their device and a serial (creation order from 0).
-// Every stream call is logged per stream: "record <serial>", "wait <serial>", "reduce",
-// "copy <bytes>". Faults: a failing ReduceSum, Copy or Allocate on one rank or device, refused
-// peer access.
+// Every stream call is logged per stream: "record <serial>", "wait <serial>", "barrier",
+// "reduce", "copy <bytes>". A Barrier runs the CPU reference PeerBarrierRef on the calling rank
+// thread (it returns once every peer's barrier has run, or the reference gave up), so the
+// device barrier's protocol runs for real between the rank threads. Faults: a failing ReduceSum,
+// Copy or Allocate on one rank or device, refused peer access, and a rank whose barriers never
+// run (StallBarriersOn: a rank thread that died after its enqueue, a kernel that never started).
 #pragma once
 
 #include <cstring>
@@ -19,6 +22,7 @@
 #include "base/check.h"
 #include "base/status_macros.h"
 #include "comm/group/peer_communicator.h"
+#include "kernels/peer_barrier/peer_barrier.h"
 #include "kernels/peer_reduce/peer_reduce.h"
 
 namespace tandem {
@@ -31,6 +35,7 @@ class FakePeerApi : public PeerDeviceApi {
   };
   ~FakePeerApi() override {
     for (uint8_t* m : live_) delete[] m;
+    for (uint8_t* m : barrier_live_) delete[] m;
   }
 
   absl::Status EnablePeers(int device, const std::vector<int>& devices) override {
@@ -60,6 +65,26 @@ class FakePeerApi : public PeerDeviceApi {
     PeerReduceSumRef(a);
     return Log(s, "reduce", nullptr);
   }
+  absl::Status Barrier(const BarrierArgs& b, Stream s) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stall_barriers_on_ == StreamRank(s)) {
+        logs_[StreamRank(s)].push_back("barrier (stalled)");
+        return absl::OkStatus();
+      }
+    }
+    PeerBarrierArgs a;
+    a.epoch = b.epoch;
+    for (size_t q = 0; q < b.slots.size(); ++q) a.slots[q] = b.slots[q];
+    a.rank = b.rank;
+    a.num_ranks = static_cast<int>(b.slots.size());
+    a.abort = b.abort;
+    a.error = b.error;
+    a.timeout_ns = absl::ToInt64Nanoseconds(b.timeout);
+    RETURN_IF_ERROR(CheckPeerBarrier(a));
+    PeerBarrierRef(a);
+    return Log(s, "barrier", nullptr);
+  }
   absl::Status Copy(void* dst, const void* src, int64_t bytes, Stream s) override {
     {
       absl::MutexLock lock(&mu_);
@@ -80,8 +105,12 @@ class FakePeerApi : public PeerDeviceApi {
   void Free(int device, void* memory) override {
     absl::MutexLock lock(&mu_);
     uint8_t* m = static_cast<uint8_t*>(memory);
-    if (live_.erase(m) == 1) delete[] m;
+    if (live_.erase(m) == 1 || barrier_live_.erase(m) == 1) delete[] m;
   }
+
+  absl::StatusOr<void*> AllocateZeroed(int device, int64_t bytes) override { return Zeroed(bytes); }
+  absl::StatusOr<void*> AllocateHostMapped(int64_t bytes) override { return Zeroed(bytes); }
+  void FreeHostMapped(void* memory) override { Free(-1, memory); }
 
   static Stream StreamOf(int rank) { return reinterpret_cast<Stream>(uintptr_t(rank + 1)); }
   static int StreamRank(Stream s) { return static_cast<int>(reinterpret_cast<uintptr_t>(s)) - 1; }
@@ -114,12 +143,23 @@ class FakePeerApi : public PeerDeviceApi {
     absl::MutexLock lock(&mu_);
     fail_copy_on_ = rank;
   }
+  // Rank `rank`'s barriers log "barrier (stalled)" and do nothing (-1: none).
+  void StallBarriersOn(int rank) {
+    absl::MutexLock lock(&mu_);
+    stall_barriers_on_ = rank;
+  }
   void set_fail_allocate(bool v) {
     absl::MutexLock lock(&mu_);
     fail_allocate_ = v;
   }
 
  private:
+  absl::StatusOr<void*> Zeroed(int64_t bytes) {
+    absl::MutexLock lock(&mu_);
+    uint8_t* m = new uint8_t[bytes]();  // new[]: aligned for the words' atomics
+    barrier_live_.insert(m);
+    return static_cast<void*>(m);
+  }
   absl::Status Log(Stream s, const std::string& what, Event e) {
     absl::MutexLock lock(&mu_);
     std::string entry = what;
@@ -132,10 +172,12 @@ class FakePeerApi : public PeerDeviceApi {
   std::vector<std::unique_ptr<FakeEvent>> events_ ABSL_GUARDED_BY(mu_);
   int next_serial_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, std::vector<std::string>> logs_ ABSL_GUARDED_BY(mu_);
-  std::set<uint8_t*> live_ ABSL_GUARDED_BY(mu_);
+  std::set<uint8_t*> live_ ABSL_GUARDED_BY(mu_);          // Allocate's
+  std::set<uint8_t*> barrier_live_ ABSL_GUARDED_BY(mu_);  // AllocateZeroed's, AllocateHostMapped's
   int64_t allocations_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_reduce_on_ ABSL_GUARDED_BY(mu_) = -1;
   int fail_copy_on_ ABSL_GUARDED_BY(mu_) = -1;
+  int stall_barriers_on_ ABSL_GUARDED_BY(mu_) = -1;
   bool fail_allocate_ ABSL_GUARDED_BY(mu_) = false;
   bool refuse_peers_ = false;
 };

@@ -307,6 +307,30 @@ TEST(NcclCommunicatorTest, AsyncCallsEnqueueWithoutWaitingAndLandAtSynchronize) 
   }
 }
 
+// The CUDA-graph face of the interface (communicator.h) that LlamaModel captures through:
+// EnqueueAllReduceSum is the enqueue-only call (nothing moves before the stream runs), and
+// EndGraphReplay is where it lands (Synchronize).
+TEST(NcclCommunicatorTest, TheGraphCallsEnqueueAndLandAtEndGraphReplay) {
+  const int n = 2;
+  Group g(n);
+  std::vector<FakeEvent> computed(n);
+  std::vector<std::vector<float>> data(n, std::vector<float>(7));
+  RunRanks(n, [&](int r) {
+    Communicator& c = *g.comms[r];
+    EXPECT_TRUE(c.SupportsGraphCapture());
+    for (int i = 0; i < 7; ++i) data[r][i] = Exact(r, i);
+    ASSERT_TRUE(g.api->StreamWaitEvent(g.comms[r]->stream(), &computed[r]).ok());
+    EXPECT_TRUE(c.BeginGraphReplay(1).ok());
+    EXPECT_TRUE(c.EnqueueAllReduceSum(data[r].data(), 7, DType::kF32).ok());
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(data[r][3], Exact(r, 3)) << "it waited for the stream";
+  for (FakeEvent& e : computed) e.fired.Notify();
+  RunRanks(n, [&](int r) { EXPECT_TRUE(g.comms[r]->EndGraphReplay().ok()); });
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < 7; ++i) EXPECT_EQ(data[r][i], Exact(0, i) + Exact(1, i));
+  }
+}
+
 TEST(NcclCommunicatorTest, BlockingCallsWaitUntilTheirStreamCompletedThem) {
   const int n = 2;
   Group g(n);

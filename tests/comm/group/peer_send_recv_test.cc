@@ -101,8 +101,8 @@ TEST(PeerSendRecvTest, InterleavedMicroBatchesOnEveryPairStayInOrder) {
 
 TEST(PeerSendRecvTest, EachStreamOrdersItsCopiesByTheSlotsEvents) {
   Comms c(2);
-  // The group made events 0-3 (ready and done of each rank); the first slot's are 4 (sent, on
-  // the sender's device) and 5 (received), a second slot's 6 and 7.
+  // The group makes no events of its own (its collectives use device barriers): the first
+  // slot's are 0 (sent, on the sender's device) and 1 (received), a second slot's 2 and 3.
   std::vector<uint8_t> a = Message(1, 100), b = Message(2, 100), got(100);
   ASSERT_TRUE(c.ranks[0]->Send(a.data(), 100, 1).ok());
   ASSERT_TRUE(c.ranks[1]->Recv(got.data(), 100, 0).ok());
@@ -110,12 +110,12 @@ TEST(PeerSendRecvTest, EachStreamOrdersItsCopiesByTheSlotsEvents) {
   ASSERT_TRUE(c.ranks[0]->Send(a.data(), 100, 1).ok());  // slot 0 is queued: slot 1
   for (int k = 0; k < 2; ++k) ASSERT_TRUE(c.ranks[1]->Recv(got.data(), 100, 0).ok());
   EXPECT_EQ(got, a);
-  EXPECT_EQ(c.api->LogOf(0), (std::vector<std::string>{"copy 100", "record 4", "wait 5", "copy 100",
-                                                       "record 4", "copy 100", "record 6"}));
+  EXPECT_EQ(c.api->LogOf(0), (std::vector<std::string>{"copy 100", "record 0", "wait 1", "copy 100",
+                                                       "record 0", "copy 100", "record 2"}));
   EXPECT_EQ(c.api->LogOf(1),
-            (std::vector<std::string>{"wait 4", "copy 100", "record 5", "wait 4", "copy 100",
-                                      "record 5", "wait 6", "copy 100", "record 7"}));
-  EXPECT_EQ(c.api->NumEvents(), 8);
+            (std::vector<std::string>{"wait 0", "copy 100", "record 1", "wait 0", "copy 100",
+                                      "record 1", "wait 2", "copy 100", "record 3"}));
+  EXPECT_EQ(c.api->NumEvents(), 4);
   EXPECT_EQ(c.api->allocations(), 2);
 }
 
