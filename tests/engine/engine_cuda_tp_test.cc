@@ -18,7 +18,8 @@
 //   * an injected communicator fault in rank 1 fails the step with Internal naming it, within a
 //     few seconds (no hang), ends every request and refuses later work — in an eager step, and
 //     in a graph step (the fault due among a graph's collectives: rank 1 does not replay, rank
-//     0's replay spins in its device barrier until the group's abort word releases it);
+//     0's replay spins in its device barrier until the group's abort word releases it), and an
+//     abort of the group while graph steps run;
 //   * placements refused without allow_device_sharing.
 // bf16 numerics: TP = 2 sums the o_proj / down_proj partials in another order than TP = 1's
 // GEMM (each partial rounded to bf16 before the all-reduce), so logits differ by rounding and a
@@ -29,6 +30,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -201,6 +203,9 @@ TEST(EngineCudaTpTest, AnInjectedCommunicatorFaultFailsTheStepWithoutHanging) {
   ASSERT_TRUE(model.ok()) << model.status();
   EngineOptions o = CudaOptions(dir, 2);
   o.kv_memory_bytes = int64_t{256} << 20;
+  // Eager steps (graph steps: AFaultDuringGraphStepsFailsTheGroupWithoutHanging): capturing
+  // graphs makes all-reduces too, which the fault's count would include.
+  o.enforce_eager = true;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::CreateWithModel(o, *std::move(model));
   ASSERT_TRUE(engine.ok()) << engine.status();
   Engine& e = **engine;
@@ -312,43 +317,71 @@ TEST(EngineCudaTpTest, Tp2GraphsOnOneGpuMatchEagerAndTp1) {
             << same_as_tp1 << " to TP 1; max |Δ logprob| vs TP 1 " << max_logprob_diff << "\n";
 }
 
-TEST(EngineCudaTpTest, AFaultDuringGraphStepsFailsTheGroupWithoutHanging) {
-  SKIP_WITHOUT_GPU();
-  const std::string dir = Make("small-llama3");
+// A TP 2 group on one GPU (the peer communicator, a 30 s deadline) serving GraphRequests until
+// two steps in a row replayed graphs, so that its next step replays too.
+struct GraphGroup {
+  std::unique_ptr<Engine> engine;
+  ParallelModel* model = nullptr;
   PeerCommGroup* peers = nullptr;
+  int64_t graph_steps = 0;
+};
+
+GraphGroup StartGraphSteps(const std::string& dir) {
+  GraphGroup g;
   absl::StatusOr<std::unique_ptr<Model>> model = LoadCudaParallelModel(
       dir, SharedGpu(2),
       CudaGroupOptions{.timeout = absl::Seconds(30),
-                       .on_peer_group = [&](PeerCommGroup& g) { peers = &g; }});
-  ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_NE(peers, nullptr);
-  ParallelModel* group = dynamic_cast<ParallelModel*>(model->get());
-  ASSERT_NE(group, nullptr);
+                       .on_peer_group = [&](PeerCommGroup& peers) { g.peers = &peers; }});
+  CHECK_OK(model.status());
+  CHECK(g.peers != nullptr);
+  g.model = dynamic_cast<ParallelModel*>(model->get());
+  CHECK(g.model != nullptr);
   EngineOptions o = CudaOptions(dir, 2);
   o.kv_memory_bytes = int64_t{256} << 20;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::CreateWithModel(o, *std::move(model));
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  Engine& e = **engine;
-  for (const EngineRequest& r : GraphRequests(e.model_config().vocab_size)) {
-    ASSERT_TRUE(e.AddRequest(r).ok());
+  CHECK_OK(engine.status());
+  g.engine = *std::move(engine);
+  for (const EngineRequest& r : GraphRequests(g.engine->model_config().vocab_size)) {
+    CHECK_OK(g.engine->AddRequest(r));
   }
-  // Run until two steps in a row replayed graphs: the next one is a graph step too.
-  int64_t last = 0;
   int in_a_row = 0;
   for (int step = 0; step < 60 && in_a_row < 2; ++step) {
-    ASSERT_TRUE(e.Step().ok());
-    in_a_row = group->GraphSteps() > last ? in_a_row + 1 : 0;
-    last = group->GraphSteps();
+    CHECK_OK(g.engine->Step().status());
+    in_a_row = g.model->GraphSteps() > g.graph_steps ? in_a_row + 1 : 0;
+    g.graph_steps = g.model->GraphSteps();
   }
-  ASSERT_EQ(in_a_row, 2) << "the group never replayed graphs";
-  // Rank 1's next collective — the first of its next graph — fails the group.
-  peers->InjectFault(1, 0, absl::InternalError("rank 1 lost its device (injected)"));
+  CHECK_EQ(in_a_row, 2) << "the group never replayed graphs";
+  return g;
+}
+
+TEST(EngineCudaTpTest, AFaultDuringGraphStepsFailsTheGroupWithoutHanging) {
+  SKIP_WITHOUT_GPU();
+  GraphGroup g = StartGraphSteps(Make("small-llama3"));
+  // Rank 1's next collective — the first of its next graph — fails the group: rank 1 does not
+  // replay, and rank 0's replay (if it started) spins in its barrier until the abort word.
+  g.peers->InjectFault(1, 0, absl::InternalError("rank 1 lost its device (injected)"));
   const absl::Time start = absl::Now();
-  const StepsUntilFailure run = StepUntilFailure(e, 10);
+  const StepsUntilFailure run = StepUntilFailure(*g.engine, 10);
   EXPECT_EQ(run.steps, 1);
   EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "rank 0's replay waited for its deadline";
-  EXPECT_EQ(group->GraphSteps(), last);
-  ExpectFailedByInjectedFault(e, run.status);
+  EXPECT_EQ(g.model->GraphSteps(), g.graph_steps);
+  ExpectFailedByInjectedFault(*g.engine, run.status);
+}
+
+TEST(EngineCudaTpTest, AnAbortWhileGraphStepsRunFailsTheGroupWithoutHanging) {
+  SKIP_WITHOUT_GPU();
+  GraphGroup g = StartGraphSteps(Make("small-llama3"));
+  // The abort lands wherever the steps are by then (inside a replay most of the time: the
+  // engine thread does little else); whichever step sees it fails, and every later one.
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(3));
+    g.peers->Abort(absl::InternalError("rank 0 lost its device (injected)"));
+  });
+  const absl::Time start = absl::Now();
+  const StepsUntilFailure run = StepUntilFailure(*g.engine, 1000);
+  aborter.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "a replay waited for its deadline";
+  ExpectFailedByInjectedFault(*g.engine, run.status);
 }
 
 TEST(EngineCudaTpTest, PlacementIsRefusedWithoutSharing) {
