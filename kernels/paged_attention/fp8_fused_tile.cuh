@@ -16,14 +16,19 @@
 //
 // Layouts (g = lane / 4, t = lane % 4). The dot products' reduction order is free, so the
 // head dims are permuted to suit the fp8 bytes:
-//  - S = Q K^T: k-step ks takes, in thread t, dims 16 (t + 4 (ks / 4)) + 4 (ks % 4) + {0, 1}
-//    (register b0) and + {2, 3} (b1); so one 16-byte shared load gives a key row's codes for
-//    four k-steps, and the queries are loaded in the same order (LoadQueryFused).
+//  - S = Q K^T: k-step ks takes, in thread t, dims 16 FusedKChunk(t, ks / 4) + 4 (ks % 4) +
+//    {0, 1} (register b0) and + {2, 3} (b1); so one 16-byte shared load gives a key row's codes
+//    for four k-steps, and the queries are loaded in the same order (LoadQueryFused). The chunk
+//    is t + 4 (ks / 4) on the cp.async stages' swizzle; on the TMA stages' (kTma,
+//    Fp8FusedChunkOffset) it is 2 t + ks / 4: a quarter-warp reads rows r, r + 1 (r even), whose
+//    XORs r & 7 differ in bit 0, so chunks {0, 2, 4, 6} of one and {1, 3, 5, 7} of the other
+//    land on distinct banks (t + 4 c would put both rows on chunks 0-3).
 //  - O += P V: n-tile 8 J + j (J < D / 64, j < 8), column g, is head dim 64 J + 8 g + j; thread
 //    (g, t) loads 8 bytes of V rows 2t, 2t + 1, 2t + 8, 2t + 9 at dims 64 J + 8 g, and one prmt
 //    per two dims pairs the bytes of keys 2t, 2t + 1 (the mma's k pairs). The accumulator
 //    o[8 J + j][c] then holds dim 64 J + 16 t + 8 c + j: a thread owns 16 consecutive dims per J
-//    and row (StoreFusedRow writes them in order).
+//    and row (StoreFusedRow writes them in order). On either swizzle a half-warp's 8-byte reads
+//    (rows 2t + const, t < 4: XORs 2t or 2t + 1) cover 16 distinct bank pairs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -87,10 +92,17 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// The 16-byte K chunk of a key row that thread t (lane % 4) reads for k-steps 4 c .. 4 c + 3
+// (the layout comment above).
+template <bool kTma>
+__device__ __forceinline__ int FusedKChunk(int t, int c) {
+  return kTma ? 2 * t + c : t + 4 * c;
+}
+
 // Loads the warp's queries as f16 A fragments in the permuted dim order above (acc.q), scaled by
 // one power of two so that the 16 rows' largest |q| lies in [2^14, 2^15); returns the score
 // factor scale_log2 / that power. q_row[i]: row (g + 8 i)'s head vector, or null (zeros).
-template <int D>
+template <int D, bool kTma = false>
 __device__ __forceinline__ float LoadQueryFused(WarpAccum<D>& acc, const __nv_bfloat16* q_row0,
                                                 const __nv_bfloat16* q_row1, int lane,
                                                 float scale_log2) {
@@ -101,7 +113,7 @@ __device__ __forceinline__ float LoadQueryFused(WarpAccum<D>& acc, const __nv_bf
   float amax = 0.0f;
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
-    const int w = (16 * (t + 4 * (ks / 4)) + 4 * (ks % 4)) / 2;  // 32-bit word of the dims
+    const int w = (16 * FusedKChunk<kTma>(t, ks / 4) + 4 * (ks % 4)) / 2;  // 32-bit word
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       raw[ks][i] = rows[i] ? rows[i][w] : 0u;
@@ -130,10 +142,11 @@ __device__ __forceinline__ float LoadQueryFused(WarpAccum<D>& acc, const __nv_bf
   return scale_log2 * Pow2(127 - shift);
 }
 
-// One warp's 16 keys (tile rows [row0, row0 + 16) of `stage`, fp8_tile.cuh's kSwizzle layout):
-// S = Q K^T on the codes, scores times the K scales, mask, online softmax, O += (P x V scales) V.
-// Same key/limit contract as ProcessTile (attention_tile.cuh).
-template <int D, int kKeys>
+// One warp's 16 keys (tile rows [row0, row0 + 16) of `stage`, fp8_tile.cuh's kSwizzle layout, or
+// with kTma the TMA stages' Fp8FusedChunkOffset): S = Q K^T on the codes, scores times the K
+// scales, mask, online softmax, O += (P x V scales) V. Same key/limit contract as ProcessTile
+// (attention_tile.cuh). The queries must have been loaded with the same kTma.
+template <int D, int kKeys, bool kTma = false>
 __device__ __forceinline__ void ProcessTileFused(WarpAccum<D>& acc, FusedState& st,
                                                  const uint8_t* stage, int row0, int key0,
                                                  const int (&limit)[2], bool masked, int lane) {
@@ -150,8 +163,8 @@ __device__ __forceinline__ void ProcessTileFused(WarpAccum<D>& acc, FusedState& 
     const int r = row0 + n * 8 + g;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      kw[n][c] =
-          *reinterpret_cast<const uint4*>(k_codes + Fp8ChunkOffset<D, true>(r, 16 * (t + 4 * c)));
+      kw[n][c] = *reinterpret_cast<const uint4*>(
+          k_codes + Fp8FusedChunkOffset<D, kTma>(r, 16 * FusedKChunk<kTma>(t, c)));
     }
   }
   float s[2][4];
@@ -246,7 +259,7 @@ __device__ __forceinline__ void ProcessTileFused(WarpAccum<D>& acc, FusedState& 
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int r = r_lo + (k & 1) + 8 * (k >> 1);
-      v[k] = *reinterpret_cast<const uint2*>(v_codes + Fp8ChunkOffset<D, true>(r, col) + half);
+      v[k] = *reinterpret_cast<const uint2*>(v_codes + Fp8FusedChunkOffset<D, kTma>(r, col) + half);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // dims + 4 h .. + 4 h + 3

@@ -79,6 +79,19 @@ __device__ __forceinline__ int Fp8ChunkOffset(int row, int col) {  // col: a mul
   return row * D + col;
 }
 
+// The stages the stream kernel fills with TMA copies (fp8_tma_tile.cuh), head_dim 128: TMA's
+// 128-byte swizzle puts chunk c of row r at chunk c ^ (r & 7) (rows 128 bytes apart from a
+// 1024-byte aligned stage). The fused tile reads them with its K chunks reassigned
+// (FusedKChunk), which keeps both of its read patterns free of bank conflicts.
+template <int D, bool kTma>
+__device__ __forceinline__ int Fp8FusedChunkOffset(int row, int col) {
+  if constexpr (kTma) {
+    static_assert(D == 128, "the TMA stages' rows are one 128-byte swizzle span");
+    return row * D + (col ^ ((row & 7) << 4));
+  }
+  return Fp8ChunkOffset<D, true>(row, col);
+}
+
 // Copies keys [key0, key0 + kKeys) of K and V of view.kv_head (rows >= key_end zero-filled, so
 // their codes and scales are 0) into `stage`, spread over kThreads threads starting at `tid`.
 // view.kv is the layer's base address (bytes). kSwizzle: the chunks go to Fp8ChunkOffset's

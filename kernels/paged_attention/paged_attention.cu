@@ -401,8 +401,11 @@ absl::Status LaunchDecode(const PagedAttentionArgs& a, const AttentionPlan& plan
                           cudaStream_t stream) {
   if (a.kv_dtype == DType::kF8E4M3) {
     ASSIGN_OR_RETURN(const Fp8DecodeKernel kernel, Fp8Kernel(a));
-    if (kernel == Fp8DecodeKernel::kFused) {
-      return LaunchDecodeMode<D, KvMode::kFp8Fused>(a, plan, stream);
+    if (kernel == Fp8DecodeKernel::kFused || kernel == Fp8DecodeKernel::kFusedTma) {
+      // Resolved, for the stream kernel: kFusedTma changes only how it fills its stages.
+      PagedAttentionArgs resolved = a;
+      resolved.fp8_decode = kernel;
+      return LaunchDecodeMode<D, KvMode::kFp8Fused>(resolved, plan, stream);
     }
     return LaunchDecodeMode<D, KvMode::kFp8Dequant>(a, plan, stream);
   }

@@ -23,9 +23,12 @@ namespace tandem {
 // (f16 mma), the K scale multiplies the scores and the V scale the probabilities, with more
 // (half-size) pipeline stages. kDefault: the environment's TANDEM_FP8_DECODE ("dequant" or
 // "fused", read once per process), else kFp8DecodeBuiltin (kFused: 1.7-1.8x faster than kDequant
-// on an H200 at batch >= 32, context >= 4k, WORKLOG.md steps 13-14). Both compute the same
-// function.
-enum class Fp8DecodeKernel : uint8_t { kDefault, kDequant, kFused };
+// on an H200 at batch >= 32, context >= 4k, WORKLOG.md steps 13-14). kFusedTma: kFused whose
+// stream kernel (plans without splits) fills its stages with TMA copies, one per page segment
+// issued by one warp, instead of every thread's 16-byte cp.async (WORKLOG.md step 19); head_dim
+// 128 and power-of-two pages of 8 keys or more, else, and for split plans, it runs as kFused.
+// All compute the same function.
+enum class Fp8DecodeKernel : uint8_t { kDefault, kDequant, kFused, kFusedTma };
 inline constexpr Fp8DecodeKernel kFp8DecodeBuiltin = Fp8DecodeKernel::kFused;
 
 inline const char* Fp8DecodeKernelName(Fp8DecodeKernel k) {
@@ -34,6 +37,8 @@ inline const char* Fp8DecodeKernelName(Fp8DecodeKernel k) {
       return "dequant";
     case Fp8DecodeKernel::kFused:
       return "fused";
+    case Fp8DecodeKernel::kFusedTma:
+      return "fused-tma";
     case Fp8DecodeKernel::kDefault:
       break;
   }
@@ -42,7 +47,7 @@ inline const char* Fp8DecodeKernelName(Fp8DecodeKernel k) {
 
 // The kernel `requested` names: itself unless kDefault; then the one `env_value` (the value of
 // TANDEM_FP8_DECODE, null when unset) names, kFp8DecodeBuiltin when it is null or empty, and
-// InvalidArgument when it names neither kernel.
+// InvalidArgument when it names no kernel.
 inline absl::StatusOr<Fp8DecodeKernel> ResolveFp8DecodeKernel(Fp8DecodeKernel requested,
                                                               const char* env_value) {
   if (requested != Fp8DecodeKernel::kDefault) return requested;
@@ -50,8 +55,10 @@ inline absl::StatusOr<Fp8DecodeKernel> ResolveFp8DecodeKernel(Fp8DecodeKernel re
   const std::string_view v(env_value);
   if (v == "dequant") return Fp8DecodeKernel::kDequant;
   if (v == "fused") return Fp8DecodeKernel::kFused;
-  return absl::InvalidArgumentError("TANDEM_FP8_DECODE must be \"dequant\" or \"fused\", not \"" +
-                                    std::string(v) + "\"");
+  if (v == "fused-tma") return Fp8DecodeKernel::kFusedTma;
+  return absl::InvalidArgumentError(
+      "TANDEM_FP8_DECODE must be \"dequant\", \"fused\" or \"fused-tma\", not \"" + std::string(v) +
+      "\"");
 }
 
 struct PagedAttentionArgs {

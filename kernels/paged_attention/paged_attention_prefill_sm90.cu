@@ -20,6 +20,7 @@
 #include "kernels/paged_attention/prefill_sm90.h"
 #include "kernels/paged_attention/prefill_sm90_consumer.cuh"
 #include "kernels/paged_attention/prefill_sm90_pipeline.cuh"
+#include "kernels/paged_attention/tma_encode.h"
 
 namespace tandem::attention::sm90 {
 namespace {
@@ -58,16 +59,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The K/V cache of one layer as a 2D tensor of rows of head_dim (kv_layout.h: a (page, K/V,
 // head) is page_size consecutive rows); boxes of 64 dims x min(page_size, kKeys) rows.
 absl::StatusOr<CUtensorMap> KvTensorMap(const PagedAttentionArgs& a) {
-  static const auto encode = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      return nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
   if (encode == nullptr) return absl::InternalError("cuTensorMapEncodeTiled not found");
   CUtensorMap map;
   // Rows: any row a coordinate can name (int32); the block tables keep the copies in the pool.

@@ -13,23 +13,33 @@
 // add into in turn, 9 KB, instead of four buffers, 35 KB), so that the ring and the merge fit two
 // CTAs per SM: 2 x 108 KB (fp8), 2 x 111 KB (bf16).
 //
+// Fp8DecodeKernel::kFusedTma (head_dim 128, pages of 8+ keys) fills the fp8 stages with TMA
+// copies instead (kTma, fp8_tma_tile.cuh, WORKLOG.md step 19): warp 0 issues a tile's copies,
+// one lane per page segment, on the stage's mbarrier, and every thread waits on that barrier
+// (no CTA barrier before a tile's compute); the stages are 1 KB aligned for TMA's swizzle.
+//
 // Split items (the cuts of a balanced plan, decode_plan.h; or a split plan, which a graph
 // captured with an unsplit one may replay) are handled as in DecodeKernel: partial rows, the
 // arrival counter, and the last CTA combines, staging 8 splits at a time in the merge buffer
 // (the stages hold the next tiles). Empty items (a balanced plan's gaps) cost a merge's syncs.
 // No PDL: the launch is plain, as DecodeKernel's unsplit variant.
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 
+#include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
 #include "kernels/paged_attention/attention_combine.cuh"
 #include "kernels/paged_attention/attention_common.cuh"
 #include "kernels/paged_attention/decode_stage_load.cuh"
 #include "kernels/paged_attention/fp8_fused_tile.cuh"
+#include "kernels/paged_attention/fp8_tma_tile.cuh"
 #include "kernels/paged_attention/stream_decode.h"
+#include "kernels/paged_attention/tma_encode.h"
 
 namespace tandem::attention {
 namespace {
@@ -63,9 +73,19 @@ constexpr int StreamStageBytes() {
               : 2 * TileElems<D, kDecodeKeys>() * static_cast<int>(sizeof(__nv_bfloat16));
 }
 
-template <int D, bool kFp8>
+// The distance between stages: TMA stages (kTma, fp8 only) start on 1024-byte swizzle atoms.
+template <int D, bool kFp8, bool kTma>
+constexpr int StreamStageStride() {
+  constexpr int kBytes = StreamStageBytes<D, kFp8>();
+  return kTma ? (kBytes + 1023) / 1024 * 1024 : kBytes;
+}
+
+// TMA stages: the stages, the merge buffer, one mbarrier per stage, and 1 KB to align the first
+// stage (dynamic shared memory is only 16-byte aligned): 2 x 112 KB, still two CTAs per SM.
+template <int D, bool kFp8, bool kTma = false>
 constexpr int StreamSmemBytes() {
-  return StreamStages<kFp8>() * StreamStageBytes<D, kFp8>() + StreamMergeBytes<D>();
+  return StreamStages<kFp8>() * StreamStageStride<D, kFp8, kTma>() + StreamMergeBytes<D>() +
+         (kTma ? StreamStages<kFp8>() * 8 + 1024 : 0);
 }
 
 // Merges the four warps' softmax states of one item into `merge` (StreamMergeBytes) and writes
@@ -166,18 +186,30 @@ struct TileCursor {
   int next_seq, next_kv_head, next_key_begin, next_key_end;
 };
 
-template <int D, bool kFp8>
+// kTma (fp8 only): the stages are filled by TMA copies (fp8_tma_tile.cuh) that warp 0 issues
+// and every thread waits for on the stage's mbarrier, instead of every thread's cp.async and a
+// CTA barrier; `codes_map` is the layer's codes (unused otherwise).
+template <int D, bool kFp8, bool kTma>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     StreamDecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
                        const AttentionMergeItem* merges, const int32_t* counts, int32_t* counters,
-                       uint16_t* partial_out, float* partial_lse, const Fp8Pages geo) {
+                       uint16_t* partial_out, float* partial_lse, const Fp8Pages geo,
+                       const __grid_constant__ CUtensorMap codes_map) {
+  static_assert(!kTma || (kFp8 && D == 128), "TMA stages: the fused fp8 tile at head_dim 128");
   extern __shared__ uint4 smem_raw[];
   constexpr int kStages = StreamStages<kFp8>();
-  constexpr int kStageBytes = StreamStageBytes<D, kFp8>();
+  constexpr int kStageBytes = StreamStageStride<D, kFp8, kTma>();
   constexpr int kTile = TileElems<D, kDecodeKeys>();     // bf16: one K or V tile
   constexpr int kSub = kDecodeWarpKeys * (D + kRowPad);  // bf16: one warp's quarter
   uint8_t* stages = reinterpret_cast<uint8_t*>(smem_raw);
+  if constexpr (kTma) {
+    const auto base = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    stages += (1024 - base % 1024) % 1024;
+  }
   float* merge = reinterpret_cast<float*>(stages + kStages * kStageBytes);
+  // kTma: stage s's barrier completes a phase when its tile's bytes have landed.
+  uint64_t* bars =
+      reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(merge) + StreamMergeBytes<D>());
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float scale_log2 = a.scale * kLog2e;
   const int stride = gridDim.x;
@@ -212,7 +244,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   auto produce = [&](TileCursor& p, int stage) {
     if (p.idx < num_items) {
       const KvView view = view_of(p.seq, p.kv_head);
-      if constexpr (kFp8) {
+      if constexpr (kTma) {
+        if (warp == 0) {
+          IssueFp8TileTma<D>(view, geo, &codes_map, p.entries, p.key0, p.key_end,
+                             stages + stage * kStageBytes, bars + stage, lane);
+        }
+      } else if constexpr (kFp8) {
         LoadDecodeTileFp8<D, true, false>(view, geo, p.entries, p.key0, p.key_end,
                                           stages + stage * kStageBytes, 0);
       } else {
@@ -226,12 +263,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
         next_item(p);
       }
     }
-    CpAsyncCommit();
+    if constexpr (!kTma) CpAsyncCommit();
   };
 
   // This launch's inputs (q, the cache) are complete: the kernel launches without PDL, so this
   // returns at once; it keeps the kernel correct if it ever is launched with it.
   cudaGridDependencySynchronize();
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; ++s) sm90::MbarInit(bars + s, 1);
+      sm90::FenceBarrierInit();
+    }
+    __syncthreads();
+  }
   TileCursor p{};
   p.idx = static_cast<int>(blockIdx.x) - stride;
   if (static_cast<int>(blockIdx.x) < num_items) {
@@ -242,7 +286,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   next_item(p);
   for (int s = 0; s < kStages - 1; ++s) produce(p, s);
 
-  int stage = 0;  // the consumer's: the stage of the next tile to compute
+  int stage = 0;       // the consumer's: the stage of the next tile to compute
+  uint32_t phase = 0;  // kTma: the parity of that stage's next completion
   AttentionWorkItem next_it{};
   if (static_cast<int>(blockIdx.x) < num_items) next_it = items[blockIdx.x];
   for (int idx = blockIdx.x; idx < num_items; idx += stride) {
@@ -254,21 +299,29 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     InitAccum(acc);
     FusedState fused;
     if constexpr (kFp8) {
-      fused.k_factor = LoadQueryFused(acc, w.q[0], w.q[1], lane, scale_log2);
+      fused.k_factor = LoadQueryFused<D, kTma>(acc, w.q[0], w.q[1], lane, scale_log2);
     } else {
       LoadQuery(acc, w.q[0], w.q[1], lane & 3);
     }
     for (int i = 0; i < tiles; ++i) {
       produce(p, stage == 0 ? kStages - 1 : stage - 1);  // the ring's free stage
-      CpAsyncWait<kStages - 1>();
-      __syncthreads();
-      const int key0 = it.key_begin + i * kDecodeKeys + warp * kDecodeWarpKeys;
+      uint8_t* st = stages + stage * kStageBytes;
+      const int tile_key0 = it.key_begin + i * kDecodeKeys;
+      if constexpr (kTma) {
+        sm90::MbarWait(bars + stage, phase);
+        if (tile_key0 + kDecodeKeys > it.key_end) {
+          ZeroFp8TailRows<D>(st, it.key_end - tile_key0, warp, lane);
+        }
+      } else {
+        CpAsyncWait<kStages - 1>();
+        __syncthreads();
+      }
+      const int key0 = tile_key0 + warp * kDecodeWarpKeys;
       const bool masked = key0 + kDecodeWarpKeys > w.min_limit;
       if (key0 < w.max_limit) {
-        uint8_t* st = stages + stage * kStageBytes;
         if constexpr (kFp8) {
-          ProcessTileFused<D, kDecodeKeys>(acc, fused, st, warp * kDecodeWarpKeys, key0, w.limit,
-                                           masked, lane);
+          ProcessTileFused<D, kDecodeKeys, kTma>(acc, fused, st, warp * kDecodeWarpKeys, key0,
+                                                 w.limit, masked, lane);
         } else {
           const auto* buf = reinterpret_cast<const __nv_bfloat16*>(st) + warp * kSub;
           ProcessTile<D, kDecodeWarpKeys>(acc, buf, buf + kTile, key0, w.limit, masked, scale_log2,
@@ -276,7 +329,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
         }
       }
       __syncthreads();  // the stage is free for the producer
-      stage = stage + 1 == kStages ? 0 : stage + 1;
+      if (++stage == kStages) stage = 0, phase ^= 1;
     }
     if (tiles == 0) __syncthreads();  // the previous item's merge no longer reads `merge`
     if constexpr (kFp8) FinishFused(acc, fused);
@@ -291,18 +344,57 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
   }
 }
 
-template <int D, bool kFp8>
+// The TMA stages' tensor map of one layer's fp8 codes (kv_layout.h): [page][2 H P code rows of
+// D bytes], the scales after them in each page being skipped by the page stride; boxes of one
+// page segment (Fp8TmaSegmentRows rows), 128-byte swizzle. The page extent is any page id the
+// pool can have below 2^40 bytes (the block tables keep the copies inside the pool).
+absl::StatusOr<CUtensorMap> Fp8CodesTensorMap(const PagedAttentionArgs& a, const Fp8Pages& geo) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
+  if (encode == nullptr) return absl::InternalError("cuTensorMapEncodeTiled not found");
+  const auto page_bytes = static_cast<cuuint64_t>(geo.page_bytes);
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(a.head_dim),
+                              cuuint64_t{2} * a.num_kv_heads * a.page_size,
+                              std::min<cuuint64_t>(0x7fffffff, (cuuint64_t{1} << 40) / page_bytes)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(a.head_dim), page_bytes};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(a.head_dim),
+                             static_cast<cuuint32_t>(std::min(a.page_size, kDecodeKeys)), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  CUtensorMap map;
+  const CUresult r =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(a.kv_layer), dims, strides,
+             box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cuTensorMapEncodeTiled (fp8 codes) failed: ", int{r}));
+  }
+  return map;
+}
+
+// Whether Fp8DecodeKernel::kFusedTma's TMA stages take `a` (else it runs the cp.async stages):
+// head_dim 128, power-of-two pages of kFp8TmaMinPage keys or more, a 16-byte aligned layer.
+bool Fp8TmaStages(const PagedAttentionArgs& a) {
+  return a.kv_dtype == DType::kF8E4M3 && a.fp8_decode == Fp8DecodeKernel::kFusedTma &&
+         a.head_dim == 128 && a.page_size >= kFp8TmaMinPage && PageShift(a.page_size) >= 0 &&
+         reinterpret_cast<uintptr_t>(a.kv_layer) % 16 == 0;
+}
+
+template <int D, bool kFp8, bool kTma = false>
 absl::Status Launch(const PagedAttentionArgs& a, const AttentionPlan& plan, cudaStream_t stream) {
-  constexpr int kSmem = StreamSmemBytes<D, kFp8>();
+  constexpr int kSmem = StreamSmemBytes<D, kFp8, kTma>();
   static std::atomic<int> cache[kMaxDevices];
   ASSIGN_OR_RETURN(const int per_sm,
-                   BlocksPerSm(StreamDecodeKernel<D, kFp8>, kDecodeWarps * 32, kSmem, cache));
+                   BlocksPerSm(StreamDecodeKernel<D, kFp8, kTma>, kDecodeWarps * 32, kSmem, cache));
+  const Fp8Pages geo = Fp8Geometry(a);
+  CUtensorMap map{};
+  if constexpr (kTma) {
+    ASSIGN_OR_RETURN(map, Fp8CodesTensorMap(a, geo));
+  }
   // Balanced plans lay CTA c's pieces out at a stride of DecodeSlots(): launch that many CTAs
   // (any grid computes the same function; only the balance needs this one).
   const int grid = std::min(NumSms() * per_sm, AttentionPlan::DecodeSlots());
-  StreamDecodeKernel<D, kFp8><<<grid, kDecodeWarps * 32, kSmem, stream>>>(
+  StreamDecodeKernel<D, kFp8, kTma><<<grid, kDecodeWarps * 32, kSmem, stream>>>(
       a, plan.items(), plan.merges(), plan.counts(), plan.merge_counters(), plan.partial_out(),
-      plan.partial_lse(), Fp8Geometry(a));
+      plan.partial_lse(), geo, map);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
@@ -316,6 +408,7 @@ absl::Status LaunchStreamDecode(const PagedAttentionArgs& a, const AttentionPlan
     case 64:
       return fp8 ? Launch<64, true>(a, plan, stream) : Launch<64, false>(a, plan, stream);
     case 128:
+      if (Fp8TmaStages(a)) return Launch<128, true, true>(a, plan, stream);
       return fp8 ? Launch<128, true>(a, plan, stream) : Launch<128, false>(a, plan, stream);
   }
   return absl::InvalidArgumentError("unsupported head_dim");

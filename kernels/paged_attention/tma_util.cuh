@@ -1,4 +1,5 @@
-// sm_90 building blocks of the Hopper prefill kernel (paged_attention_prefill_sm90.cu): mbarriers,
+// sm_90 building blocks of the Hopper prefill kernel (paged_attention_prefill_sm90.cu) and of the
+// stream decode kernel's TMA stages (fp8_tma_tile.cuh): mbarriers,
 // the bulk tensor copy (TMA), proxy fences, named barriers and register reallocation. Thin PTX
 // wrappers; every shared-memory address is a 32-bit shared-window address (CvtaShared).
 #pragma once
@@ -57,6 +58,28 @@ __device__ __forceinline__ void TmaLoad2d(void* smem_dst, const CUtensorMap* map
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
       "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(CvtaShared(smem_dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(CvtaShared(bar))
+      : "memory");
+}
+
+// 3D tile copy global -> shared through `map` at coordinates (c0, c1, c2), innermost first;
+// completes `bytes` of transaction on `bar` (the map's box size).
+__device__ __forceinline__ void TmaLoad3d(void* smem_dst, const CUtensorMap* map, int c0, int c1,
+                                          int c2, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(CvtaShared(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(CvtaShared(bar))
+      : "memory");
+}
+
+// Bulk copy of `bytes` contiguous bytes global -> shared (both 16-byte aligned, bytes a multiple
+// of 16), completing `bytes` of transaction on `bar`.
+__device__ __forceinline__ void BulkLoad(void* smem_dst, const void* src, uint32_t bytes,
+                                         uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(CvtaShared(smem_dst)),
+      "l"(src), "r"(bytes), "r"(CvtaShared(bar))
       : "memory");
 }
 

@@ -1,7 +1,8 @@
 // CUDA paged attention over an FP8 cache (kernels/common/kv_layout.h: e4m3 codes + per-token fp32
 // scales) against PagedAttentionRef over the same fp8 pages (which dequantizes exactly in fp32):
-// decode (both fp8 decode kernels, Fp8DecodeKernel kDequant and kFused, on every decode case)
-// and prefill paths, awkward page sizes (1, 3, 7, 16, 64), head dims 64 / 128, contexts not a
+// decode (the fp8 decode kernels, Fp8DecodeKernel kDequant, kFused and kFusedTma, on every decode
+// case) and prefill paths, awkward page sizes (1, 3, 7, 16, 64; the TMA stages 8 to 512), head
+// dims 64 / 128, contexts not a
 // multiple of the page, GQA groups 1 / 4 / 8 (and 7), split and unsplit plans, several queries
 // per sequence, magnitudes far from 1 (the fused kernel's power-of-two ranges), and a
 // RopeKvStore -> decode pair with PDL. kDequant rounds each dequantized K/V value to bf16 once
@@ -152,8 +153,8 @@ std::vector<uint16_t> RunFp8(const AttentionBatch& b, const std::vector<uint8_t>
 // The reference once, then the GPU: the prefill kernel, or each fp8 decode kernel of `kernels`.
 void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv, int d,
            int page_size, uint32_t seed, Path path, const Magnitudes& mag = {},
-           const std::vector<Fp8DecodeKernel>& kernels = {Fp8DecodeKernel::kDequant,
-                                                          Fp8DecodeKernel::kFused}) {
+           const std::vector<Fp8DecodeKernel>& kernels = {
+               Fp8DecodeKernel::kDequant, Fp8DecodeKernel::kFused, Fp8DecodeKernel::kFusedTma}) {
   SCOPED_TRACE(::testing::Message() << "nq " << nq << " nkv " << nkv << " d " << d << " page "
                                     << page_size << " seed " << seed);
   std::mt19937 rng(seed);
@@ -192,22 +193,28 @@ TEST(PagedAttentionFp8GpuTest, DecodeAwkwardShapes) {
 // right on split plans too. Unsplit and balanced: many items per CTA of mixed lengths (1-key
 // items, items shorter than the five-tile lead, so the producer runs several items ahead), more
 // than 8 packed rows, the generic copies (pages 1, 7).
+// Both stage fillings: kFused's cp.async copies and kFusedTma's TMA copies (head_dim 128 and
+// pages of 8+ keys; it runs the cp.async stages elsewhere).
 void CheckStream(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv,
-                 int d, int page_size, uint32_t seed, WantPlan want) {
+                 int d, int page_size, uint32_t seed, WantPlan want, const Magnitudes& mag = {}) {
   SCOPED_TRACE(::testing::Message() << "stream kernel, nq " << nq << " nkv " << nkv << " d " << d
                                     << " page " << page_size << " seed " << seed);
   std::mt19937 rng(seed);
-  const AttentionBatch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
+  AttentionBatch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
+  Rescale(mag, rng, b);
   KvLayout layout;
   const std::vector<uint8_t> kv8 = ToFp8(b, &layout);
-  ExpectClose(RunFp8(b, kv8, Path::kDecode, Fp8DecodeKernel::kFused, {true, want}),
-              Fp8Reference(b, kv8));
+  const std::vector<float> want_out = Fp8Reference(b, kv8);
+  for (const Fp8DecodeKernel kernel : {Fp8DecodeKernel::kFused, Fp8DecodeKernel::kFusedTma}) {
+    SCOPED_TRACE(::testing::Message() << "fp8 decode kernel " << Fp8DecodeKernelName(kernel));
+    ExpectClose(RunFp8(b, kv8, Path::kDecode, kernel, {true, want}), want_out);
+  }
 }
 
-// Small shapes for compute-sanitizer (memcheck, racecheck): both fp8 decode kernels, split plans
+// Small shapes for compute-sanitizer (memcheck, racecheck): the fp8 decode kernels, split plans
 // (one sequence, nkv 1) and unsplit ones (33 x 8 items fill the GPU: the stream kernel), the
 // per-lane copies (page 16) and the generic ones (page 1), head dims 128 and 64; and the stream
-// kernel on a split plan and on a balanced one.
+// kernel (cp.async and TMA stages) on a split plan, a balanced one, and on pages of 8 and 128.
 TEST(PagedAttentionFp8GpuTest, SmallForSanitizer) {
   TANDEM_SKIP_WITHOUT_GPU();
   Check({700}, {1}, 8, 1, 128, 16, 100, Path::kDecode);
@@ -217,6 +224,35 @@ TEST(PagedAttentionFp8GpuTest, SmallForSanitizer) {
   // One long sequence among many short ones: a balanced plan (cuts, merges, empty items).
   CheckStream(LongAndShort(1057, 384, 64), std::vector<int>(1057, 1), 4, 1, 128, 16, 104,
               WantPlan::kBalanced);
+  // The TMA stages with several segments a tile (page 8) and inside one page (page 128).
+  CheckStream(std::vector<int>(33, 150), std::vector<int>(33, 1), 32, 8, 128, 8, 105,
+              WantPlan::kUnsplit);
+  CheckStream(std::vector<int>(33, 201), std::vector<int>(33, 2), 32, 8, 128, 128, 106,
+              WantPlan::kUnsplit);
+}
+
+// kFusedTma's TMA stages (fp8_tma_tile.cuh) on every page size they take: a tile made of 8, 4,
+// 2 or 1 whole pages, or a quarter, half or eighth of one (128 / 256 / 512); every length mod
+// the page (an item's last page copied whole, its rows past the keys NaN in these pools, so the
+// tail-row zeroing must hold), 1-key items, several packed-row groups, balanced cuts and split
+// plans, and magnitudes far from 1 (the running V exponent, which a stale scale would move).
+TEST(PagedAttentionFp8GpuTest, StreamKernelTmaStagesOnEveryPageSize) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(8);
+  const Magnitudes small_q{.q_exp = -20, .k_exp = 20, .k_spread = 3, .v_spread = 20};
+  for (int page : {8, 16, 32, 64, 128, 256, 512}) {
+    CheckStream(RandomLens(300, 1500, rng), std::vector<int>(300, 1), 32, 8, 128, page, 180 + page,
+                WantPlan::kUnsplit);
+    CheckStream(LongAndShort(100, 3000, 640), std::vector<int>(100, 1), 32, 8, 128, page,
+                181 + page, WantPlan::kBalanced);
+    CheckStream({1, 77, 1000, 4097}, {1, 1, 1, 1}, 32, 8, 128, page, 182 + page, WantPlan::kSplit);
+    CheckStream(std::vector<int>(40, 3000 + page + 1), std::vector<int>(40, 1), 32, 8, 128, page,
+                183 + page, WantPlan::kUnsplit, small_q);
+  }
+  // 20 packed rows (two row groups per sequence), causal among the 5 new tokens.
+  std::vector<int> lens = RandomLens(200, 700, rng);
+  for (int& len : lens) len += 4;
+  CheckStream(lens, std::vector<int>(200, 5), 16, 4, 128, 16, 190, WantPlan::kUnsplit);
 }
 
 TEST(PagedAttentionFp8GpuTest, DecodeSeveralQueriesPerSequence) {

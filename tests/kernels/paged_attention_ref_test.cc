@@ -192,18 +192,22 @@ TEST(PagedAttentionRefTest, SingleKeyReturnsItsValue) {
 // is unset or empty, and an error naming the variable for anything else.
 TEST(Fp8DecodeKernelTest, ResolvesRequestEnvironmentAndBuiltin) {
   using K = Fp8DecodeKernel;
-  for (const char* env : {static_cast<const char*>(nullptr), "", "fused", "dequant", "bogus"}) {
+  for (const char* env :
+       {static_cast<const char*>(nullptr), "", "fused", "dequant", "fused-tma", "bogus"}) {
     SCOPED_TRACE(env == nullptr ? "(unset)" : env);
     EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDequant, env), K::kDequant);
     EXPECT_EQ(*ResolveFp8DecodeKernel(K::kFused, env), K::kFused);
+    EXPECT_EQ(*ResolveFp8DecodeKernel(K::kFusedTma, env), K::kFusedTma);
   }
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, nullptr), kFp8DecodeBuiltin);
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, ""), kFp8DecodeBuiltin);
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "fused"), K::kFused);
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "dequant"), K::kDequant);
+  EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "fused-tma"), K::kFusedTma);
   // The built-in choice is the fused kernel (the faster one, WORKLOG.md step 14).
   EXPECT_EQ(kFp8DecodeBuiltin, K::kFused);
-  for (const char* bad : {"bogus", "Fused", "fused ", "fused-experimental", "default", "bf16"}) {
+  for (const char* bad :
+       {"bogus", "Fused", "fused ", "fused-experimental", "fused-TMA", "tma", "default", "bf16"}) {
     const absl::StatusOr<K> k = ResolveFp8DecodeKernel(K::kDefault, bad);
     ASSERT_FALSE(k.ok()) << bad;
     EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
@@ -212,8 +216,11 @@ TEST(Fp8DecodeKernelTest, ResolvesRequestEnvironmentAndBuiltin) {
   }
   EXPECT_STREQ(Fp8DecodeKernelName(K::kDequant), "dequant");
   EXPECT_STREQ(Fp8DecodeKernelName(K::kFused), "fused");
+  EXPECT_STREQ(Fp8DecodeKernelName(K::kFusedTma), "fused-tma");
   EXPECT_STREQ(Fp8DecodeKernelName(K::kDefault), "default");
-  EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, Fp8DecodeKernelName(K::kDequant)), K::kDequant);
+  for (const K k : {K::kDequant, K::kFused, K::kFusedTma}) {
+    EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, Fp8DecodeKernelName(k)), k);
+  }
 }
 
 }  // namespace
