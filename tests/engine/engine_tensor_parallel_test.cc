@@ -212,6 +212,26 @@ std::map<std::string, Finished> RunEngine(Engine& engine, const std::vector<Engi
   return out;
 }
 
+// CUDA graphs are for CUDA tensor-parallel groups (engine_cuda_tp_test): a CPU group, of any
+// layout, says it has none and refuses graph sizes, so the engine never asks.
+TEST(TensorParallelTest, ACpuGroupHasNoGraphs) {
+  const std::string dir = MakeTiny("tiny-llama3");
+  for (Layout l : kLayouts) {
+    SCOPED_TRACE(l.Name());
+    absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(
+        dir, Backend::kCpu, ParallelConfig{.tensor_parallel = l.tp, .pipeline_parallel = l.pp});
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_FALSE((*model)->SupportsCudaGraphs());
+    const KvLayout layout = (*model)->KvPoolLayout(16);
+    ModelPrepareOptions graphs;
+    graphs.cuda_graph_sizes = {1, 2};
+    const absl::Status s = (*model)->Prepare(graphs, layout, nullptr);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("eagerly"), std::string::npos) << s;
+    EXPECT_TRUE((*model)->Prepare(ModelPrepareOptions{}, layout, nullptr).ok());
+  }
+}
+
 TEST(TensorParallelTest, EngineBatchesGiveTp1Tokens) {
   for (const char* preset : {"tiny-llama3", "tiny-qwen3"}) {
     const std::string dir = MakeTiny(preset);
