@@ -239,8 +239,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     if (p.idx < num_items)
       p.entries = DecodeTileEntries(view_of(p.seq, p.kv_head), p.key0, p.key_end);
   };
-  // Issues the cursor's tile into `stage` (nothing once the stream has ended) and commits a copy
-  // group either way, so that the consumer's wait counts one group per tile.
+  // Issues the cursor's tile into `stage` (nothing once the stream has ended) and, for cp.async,
+  // commits a copy group either way, so that the consumer's wait counts one group per tile (a
+  // TMA stage's barrier needs nothing for a tile that does not exist: the consumer only waits
+  // for tiles that were issued).
   auto produce = [&](TileCursor& p, int stage) {
     if (p.idx < num_items) {
       const KvView view = view_of(p.seq, p.kv_head);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 26's GPU-machine calls: session 25's (gpu_run_s25.sh, most of which did not run once
-# the machine was withdrawn) on a pack rebuilt at the DecodePlanner, most important first in
-# each, so that a call cut short still brings back what it finished:
+# The next session's GPU-machine calls (sessions 25-26 got almost no device time: session 25's
+# gpu_run_s25.sh calls did not run once the machine was withdrawn, session 26 got none), most
+# important first in each, so that a call cut short still brings back what it finished:
 #   balance  the balanced decode plans (kernels/paged_attention/WORKLOG.md step 18): decode
 #            attention on bf16 and fused fp8 caches, ragged lengths with the plans' own choice
 #            and strided (TANDEM_DECODE_BALANCE=auto / off), uniform lengths balanced and strided
@@ -14,27 +14,31 @@
 #   engine   the tests changed after session 24's last run (quantized TP / PP, TP, PP on CUDA,
 #            the cuBLASLt tuning and GEMM tests), engine_cuda_test, then `tandem bench`
 #            throughput (Llama-3-8B shapes, FP8 weights + FP8 KV; its uniform lengths keep the
-#            strided plans), and ragged (--random-range-ratio 0.9) with TANDEM_DECODE_BALANCE
-#            auto and off.
-#   kernels  balance, then peers, in one call (~300 s)
+#            strided plans) with the fused FP8 kernel's cp.async and TMA stages, and ragged
+#            (--random-range-ratio 0.9) with TANDEM_DECODE_BALANCE auto and off.
+#   tma      the fused FP8 kernel's TMA stages (kernels/paged_attention/WORKLOG.md step 19,
+#            Fp8DecodeKernel::kFusedTma): check-sass, the attention GPU tests (every fp8 decode
+#            case runs fused-tma too), compute-sanitizer memcheck + racecheck on the small cases,
+#            fused / fused-tma at the [quant] shapes in the same call, ncu of both.
+#   kernels  tma, then balance without the tests tma ran, then peers, in one call (~450 s)
 #   tests    named test binaries of the pack: TESTS="bin[:gtest filter] ..."
-# Staged here (carry: [".gpu-pack26"]; for balance / peers / kernels, which need only
-# attention_bench and attention_gpu_test, PACK=.gpu-pack26k with ".gpu-fipeer", since a call
+# Staged here (carry: [".gpu-pack27"]; for balance / peers / kernels, which need only
+# attention_bench and attention_gpu_test, PACK=.gpu-pack27k with ".gpu-fipeer", since a call
 # carries at most 64 MiB):
-#   PACK=.gpu-pack26 BINS="attention_bench tandem" TEST_BINS="attention_gpu_test
+#   PACK=.gpu-pack27 BINS="attention_bench tandem" TEST_BINS="attention_gpu_test
 #     engine_cuda_quant_tp_test fp8_gemm_lt_gpu_test engine_cuda_tp_test engine_cuda_pp_test
 #     kernels_kb_gpu_test engine_cuda_test" engine/bench/runs/stage_pack.sh
-#   PACK=.gpu-pack26k BINS="attention_bench" TEST_BINS="attention_gpu_test" \
+#   PACK=.gpu-pack27k BINS="attention_bench" TEST_BINS="attention_gpu_test" \
 #     engine/bench/runs/stage_pack.sh
 # Usage there:
-#   [PACK=.gpu-pack26k] engine/bench/runs/gpu_run_s26.sh balance|peers|kernels|engine|tests
+#   [PACK=.gpu-pack27k] engine/bench/runs/gpu_run_s27.sh tma|balance|peers|kernels|engine|tests
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-[ -d .gpu-eng ] || tar -xJf "${PACK:-.gpu-pack26}/eng.tar.xz"
+[ -d .gpu-eng ] || tar -xJf "${PACK:-.gpu-pack27}/eng.tar.xz"
 S=.gpu-eng
 source tools/gpu/gpu-env.sh --libs $S/_libs  # NVLink multicast off, CUDA paths
 export PYTHONUNBUFFERED=1 TANDEM_SOURCE_DIR=$PWD TANDEM_BINARY_DIR=$PWD/$S
-OUT=${OUT:-/tmp/s26-out}
+OUT=${OUT:-/tmp/s27-out}
 LOGS=$OUT/logs
 MODELS=${MODELS:-/tmp/tandem-models}
 mkdir -p "$LOGS" "$MODELS"
@@ -55,6 +59,48 @@ attention_ab() {
   done
 }
 
+# check-sass on the attention binaries, the attention GPU tests, compute-sanitizer memcheck and
+# racecheck on the small cases (bf16 and fp8, the stream kernel's cp.async and TMA stages).
+attention_tests() {
+  tools/gpu/check-sass.sh $S/tests/attention_gpu_test $S/bin/attention_bench \
+    >"$LOGS/check_sass.log" 2>&1
+  note "check-sass exit=$?: $(tr '\n' ' ' <"$LOGS/check_sass.log" | cut -c1-300)"
+  run_test attention_gpu_test 300
+  for tool in memcheck racecheck; do
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $S/tests/attention_gpu_test \
+      --gtest_filter='PagedAttentionGpuTest.SmallBothPaths:PagedAttentionFp8GpuTest.SmallForSanitizer' \
+      >"$LOGS/san_$tool.log" 2>&1
+    note "compute-sanitizer $tool exit=$?: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' \
+      "$LOGS/san_$tool.log" | tr '\n' ' ')"
+  done
+}
+
+# The fused FP8 kernel's stages filled by cp.async (fused) and by TMA (fused-tma), same call:
+# `attention_bench one` at the [quant] shapes (page 16, the engine's default; one at 64; one
+# ragged), the decode_fp8 table, ncu of both at 128 x 4k and 256 x 640.
+tma() {
+  [ -n "${TESTED:-}" ] || attention_tests
+  for shape in "256 640 16" "256 1024 16" "256 2048 16" "128 4096 16" "256 4096 16" \
+    "32 4096 16" "64 640 16" "32 8192 16" "128 4096 64" "8 4096 16"; do
+    MODES=auto attention_ab $shape fused
+    MODES=auto attention_ab $shape fused-tma
+  done
+  RAGGED=1 MODES=auto attention_ab 128 4096 16 fused
+  RAGGED=1 MODES=auto attention_ab 128 4096 16 fused-tma
+  timeout 120 $S/bin/attention_bench decode_fp8 >"$LOGS/decode_fp8.log" 2>&1
+  note "attention_bench decode_fp8 exit=$?"
+  grep -E 'kv=fp8' "$LOGS/decode_fp8.log" | grep -oE 'fp8_kernel=[a-z-]+ B=[0-9]+ L=[0-9]+.* page=[0-9]+|graph_us=[0-9.]+ graph_TBps=[0-9.]+' \
+    | paste - - >>"$OUT/summary.txt"
+  local pattern="DRAM Throughput|Duration|No Eligible|Issue Slots Busy|Registers Per|Executed Ipc A"
+  pattern="$pattern|Achieved Occupancy|Block Limit Shared|Bank Conflicts|Dynamic Shared"
+  for kv in fused fused-tma; do
+    for shape in "128 4096 16" "256 640 16"; do
+      ncu_decode "${kv}_${shape// /x}" $shape $kv "$pattern" SpeedOfLight WarpStateStats \
+        SchedulerStats LaunchStats Occupancy MemoryWorkloadAnalysis_Tables InstructionStats
+    done
+  done
+}
+
 balance() {
   for shape in "256 1024 64" "256 2048 64" "128 4096 64" "64 4096 64" "256 640 64"; do
     RAGGED=1 attention_ab $shape bf16
@@ -66,14 +112,7 @@ balance() {
     MODES="force off" attention_ab $shape bf16
   done
   for shape in "256 640 16" "32 4096 16"; do MODES="force off" attention_ab $shape fused; done
-  run_test attention_gpu_test 240
-  for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $S/tests/attention_gpu_test \
-      --gtest_filter='PagedAttentionGpuTest.SmallBothPaths:PagedAttentionFp8GpuTest.SmallForSanitizer' \
-      >"$LOGS/san_$tool.log" 2>&1
-    note "compute-sanitizer $tool exit=$?: $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' \
-      "$LOGS/san_$tool.log" | tr '\n' ' ')"
-  done
+  [ -n "${TESTED:-}" ] || attention_tests
   for bal in auto off; do
     NCU_ENV="TANDEM_DECODE_BALANCE=$bal TANDEM_BENCH_RAGGED=1" ncu_decode bf16_ragged_$bal 128 4096 64 bf16 \
       "DRAM Throughput|Duration|Memory Throughput|No Eligible|Issue Slots Busy|Registers" \
@@ -105,7 +144,15 @@ peers() {
 case "${1:-}" in
   balance) balance ;;
   peers) peers ;;
-  kernels) balance && peers ;;
+  tma)
+    tma
+    tar -C "$OUT" -czf "$OUT/logs_tma.tgz" logs && rm -rf "$LOGS"
+    ;;
+  kernels)
+    tma
+    TESTED=1 balance
+    peers
+    ;;
   engine)
     TESTS=${TESTS:-"engine_cuda_quant_tp_test fp8_gemm_lt_gpu_test engine_cuda_tp_test
       engine_cuda_pp_test kernels_kb_gpu_test:GemmCudaTest.* engine_cuda_test"}
@@ -113,6 +160,8 @@ case "${1:-}" in
     tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
     make_llama
     BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv
+    # The fused FP8 kernel's TMA stages served (step 19), same call.
+    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_tma TANDEM_FP8_DECODE=fused-tma
     # Ragged contexts (2k in +-90%, 512 out +-90%), the plans' own choice against strided.
     for bal in auto off; do
       BENCH_KV_ARGS="--kv-cache-dtype fp8 --num-prompts 256 --input-len 2048 --output-len 512
@@ -125,7 +174,7 @@ case "${1:-}" in
     tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS"
     ;;
   *)
-    echo "usage: $0 balance|peers|kernels|engine|tests" >&2
+    echo "usage: $0 tma|balance|peers|kernels|engine|tests" >&2
     exit 2
     ;;
 esac
