@@ -13,6 +13,7 @@
 #include "kernels/common/cublaslt_autotune.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/quant_gemm/fp8_gemm_lt.h"
+#include "kernels/quant_gemm/fp8_gemm_lt_split.h"
 #include "kernels/quant_gemm/quant_gemm.h"
 
 namespace tandem::bench {
@@ -90,16 +91,17 @@ struct Fp8Setup {
   const float* scales = nullptr;
   Fp8LtWeightScales mode = Fp8LtWeightScales::kPerChannel;
 
-  absl::Status TryRun(int it, void* scratch, int64_t scratch_bytes) const {
+  absl::Status TryRun(int it, void* scratch, int64_t scratch_bytes,
+                      cudaStream_t stream = nullptr) const {
     const Fp8LtWeight w{.w = static_cast<const uint8_t*>(ws[it % ws.size()]),
                         .scales = scales,
                         .n = shape->n,
                         .k = shape->k,
                         .mode = mode};
-    return Fp8LtMatmul(q, w, scratch, scratch_bytes, nullptr);
+    return Fp8LtMatmul(q, w, scratch, scratch_bytes, stream);
   }
-  void Run(int it, void* scratch, int64_t scratch_bytes) const {
-    Must(TryRun(it, scratch, scratch_bytes), "Fp8LtMatmul");
+  void Run(int it, void* scratch, int64_t scratch_bytes, cudaStream_t stream = nullptr) const {
+    Must(TryRun(it, scratch, scratch_bytes, stream), "Fp8LtMatmul");
   }
 };
 
@@ -291,6 +293,62 @@ void BenchLtExtra(const Ceilings& c) {
       for (int64_t m : kExtraRows) BenchExtraCase(c, s, f, block, m, d);
     }
   }
+}
+
+// Microseconds per call of f on each rotated weight once, captured into one CUDA graph and
+// replayed (median of 20 replays, divided by the calls): the served step's conditions, where a
+// split call's several launches cost the host nothing between them (timed eagerly, a split
+// call's ~4 cuBLASLt enqueues would pace the GPU). An eager pass first makes the plans and the
+// split's stream resources, as the engine's eager step before a capture does.
+double GraphMicros(const Fp8Setup& f, void* scratch, int64_t scratch_bytes, cudaStream_t stream) {
+  const int calls = static_cast<int>(f.ws.size());
+  for (int i = 0; i < calls; ++i) f.Run(i, scratch, scratch_bytes, stream);
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) f.Run(i, scratch, scratch_bytes, stream);
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const double us =
+      MedianMicros([&](int) { BENCH_CUDA(cudaGraphLaunch(exec, stream)); }, stream, 3, 20);
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  return us / calls;
+}
+
+void BenchFp8Split(const Ceilings& c) {
+  DeviceState d(512, 14336, 8192);
+  cudaStream_t stream = nullptr;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int si : {0, 1, 3}) {  // qkv, o, down: the shapes with n <= kFp8LtSplitMaxN
+    const Shape& s = kShapes[si];
+    Buffers weights;
+    const std::vector<void*> ws = Fp8Weights(s, weights);
+    Fp8Setup f = MakeFp8Setup(s, /*block=*/false, ws, weights, d.a, d.out);
+    ScopedLtAutotune off(false);
+    for (int64_t m : kExtraRows) {
+      f.q.m = m;
+      Must(Fp8LtQuantizeActivations(f.q, d.scratch, d.scratch_bytes, nullptr), "quantize");
+      const std::string shape = absl::StrCat(s.name, " M=", m, " K=", s.k, " N=", s.n);
+      std::string line = absl::StrCat("  fp8split ", shape, ":");
+      for (int splits : {0, 2, 3, 4}) {
+        ScopedFp8LtSplitK split(splits);
+        const int64_t before = Fp8LtSplitCalls();
+        const double us = GraphMicros(f, d.scratch, d.scratch_bytes, stream);
+        // A split that did not run (a part plan refused) reports as such, not as a time.
+        const bool ran = splits == 0 || Fp8LtSplitCalls() > before;
+        Report(absl::StrCat("fp8split.channel.", splits == 0 ? "unsplit" : "split"),
+               absl::StrCat(shape, " S=", splits), us, "TFLOP/s", Tflops(s, m, us),
+               c.bf16_gemm_tflops);
+        absl::StrAppend(&line, splits == 0 ? " unsplit " : absl::StrCat(", S=", splits, " "),
+                        ran ? absl::StrFormat("%.2f us (%.0f TFLOP/s)", us, Tflops(s, m, us))
+                            : std::string("refused (ran unsplit)"));
+      }
+      std::printf("%s\n", line.c_str());
+    }
+  }
+  BENCH_CUDA(cudaStreamDestroy(stream));
 }
 
 void BenchLtDump(const Ceilings& c, const std::string& name, int64_t m, const std::string& layout) {

@@ -26,6 +26,13 @@ void BenchLtTune(const Ceilings& c);
 // reported with its configuration). One line per case, rows lttune_extra.fp8.<layout>.*.
 void BenchLtExtra(const Ceilings& c);
 
+// kb_bench's "fp8split" section: the FP8 GEMM's own split-k (kernels/quant_gemm/
+// fp8_gemm_lt_split.h) on the decode shapes it covers (QKV, O and down accumulating; per-channel
+// weights) at M = 128, 256, 512, rotated weights, the heuristic's algorithm, each call replayed
+// from a CUDA graph as in the served step: unsplit against S = 2, 3, 4 (a split whose part plan
+// cuBLASLt refuses says so). Rows fp8split.channel.*.
+void BenchFp8Split(const Ceilings& c);
+
 // kb_bench's "lttune_dump SHAPE M LAYOUT" section: for one FP8 shape (qkv, o, gate_up, down,
 // lm_head), M (a multiple of 4) and layout (channel, block), the algorithm ids' capabilities and
 // every candidate cuBLASLt accepts (up to 2048 configurations checked, 512 accepted), each with

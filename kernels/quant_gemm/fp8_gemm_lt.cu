@@ -18,6 +18,7 @@
 #include "base/status_macros.h"
 #include "kernels/quant_gemm/fp8_gemm_lt.h"
 #include "kernels/quant_gemm/fp8_gemm_lt_layout.h"
+#include "kernels/quant_gemm/fp8_gemm_lt_split.h"
 
 namespace tandem {
 namespace {
@@ -152,7 +153,59 @@ __global__ void AddTailKernel(const float* tail, const __nv_bfloat16* bias, __nv
   }
 }
 
+// Four adjacent outputs per thread (n % 4 == 0, so they share a row): the parts' fp32 sums in
+// order 0 .. splits - 1, then the bias, then c, rounded once.
+__global__ void SumPartsKernel(const float4* parts, int splits, int64_t part_vecs,
+                               const __nv_bfloat16* bias, __nv_bfloat16* c, int64_t n,
+                               bool accumulate) {
+  for (int64_t v = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; v < part_vecs;
+       v += int64_t{gridDim.x} * blockDim.x) {
+    float4 sum = parts[v];
+    for (int s = 1; s < splits; ++s) {
+      const float4 q = parts[s * part_vecs + v];
+      sum.x += q.x;
+      sum.y += q.y;
+      sum.z += q.z;
+      sum.w += q.w;
+    }
+    const int64_t e = v * 4;
+    if (bias != nullptr) {
+      const int64_t j = e % n;
+      sum.x += __bfloat162float(bias[j]);
+      sum.y += __bfloat162float(bias[j + 1]);
+      sum.z += __bfloat162float(bias[j + 2]);
+      sum.w += __bfloat162float(bias[j + 3]);
+    }
+    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(c + e);
+    if (accumulate) {
+      const float2 lo = __bfloat1622float2(out[0]), hi = __bfloat1622float2(out[1]);
+      sum.x += lo.x;
+      sum.y += lo.y;
+      sum.z += hi.x;
+      sum.w += hi.y;
+    }
+    out[0] = __floats2bfloat162_rn(sum.x, sum.y);
+    out[1] = __floats2bfloat162_rn(sum.z, sum.w);
+  }
+}
+
 }  // namespace
+
+absl::Status Fp8LtSumParts(const float* parts, int splits, const void* bias, void* c, int64_t m,
+                           int64_t n, bool accumulate, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return absl::OkStatus();
+  if (n % 4 != 0 || splits < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("Fp8LtSumParts: n ", n, " splits ", splits));
+  }
+  constexpr int kSumThreads = 256;
+  const int64_t vecs = m * n / 4;
+  const int64_t blocks = std::min<int64_t>((vecs + kSumThreads - 1) / kSumThreads, 4096);
+  SumPartsKernel<<<static_cast<unsigned>(blocks), kSumThreads, 0, stream>>>(
+      reinterpret_cast<const float4*>(parts), splits, vecs, static_cast<const __nv_bfloat16*>(bias),
+      static_cast<__nv_bfloat16*>(c), n, accumulate);
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
 
 absl::Status Fp8LtQuantizeActivations(const QuantGemmArgs& args, void* scratch,
                                       int64_t scratch_bytes, cudaStream_t stream) {

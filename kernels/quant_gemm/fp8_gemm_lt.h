@@ -39,7 +39,9 @@
 // (kernels/common/cublaslt_autotune.h): that call allocates and synchronises, outside graph
 // capture (under capture the plan takes the heuristic's first untimed). A steady-state call
 // allocates nothing and does not synchronise, so it can be captured into a CUDA graph once
-// Fp8LtInitDevice() has run for the device.
+// Fp8LtInitDevice() has run for the device. With TANDEM_FP8_SPLITK=S, qualifying per-channel
+// calls (decode batches above 64 rows, n <= 8192) take our own split-k instead
+// (fp8_gemm_lt_split.h), capturable once the stream has made one such call eagerly.
 #pragma once
 
 #include <cstdint>

@@ -12,11 +12,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +28,7 @@
 #include "kernels/common/cublaslt_device.h"
 #include "kernels/quant_gemm/fp8_gemm_lt.h"
 #include "kernels/quant_gemm/fp8_gemm_lt_layout.h"
+#include "kernels/quant_gemm/fp8_gemm_lt_split.h"
 
 namespace tandem {
 namespace {
@@ -56,9 +59,10 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// (rows of the call, n, k, weight scale mode, D fp32 (the tail), bias, accumulate, tuning mode
-// as LtTuneMode encodes it) -> plan (rows first: ChooseLtAlgo's bucket).
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, bool, bool, int>;
+// (rows of the call, n, k, weight scale mode, D fp32 (the tail or a split part), bias,
+// accumulate, tuning mode as LtTuneMode encodes it, leading dimension of w and a (0: k; a split
+// part's k is a slice of the full rows)) -> plan (rows first: ChooseLtAlgo's bucket).
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, bool, bool, int, int64_t>;
 
 using LtDevice = CublasLtDevice<PlanKey, Plan>;  // kernels/common/cublaslt_device.h
 
@@ -101,7 +105,7 @@ struct PlanCall {
 
 // The descriptors of one configuration.
 absl::Status MakeDescriptors(const PlanKey& key, Modes modes, const PlanCall& call, Plan& plan) {
-  const auto [rows, n, k, wmode, d_f32, has_bias, accumulate, tune] = key;
+  const auto [rows, n, k, wmode, d_f32, has_bias, accumulate, tune, ld] = key;
   const cudaDataType_t d_type = d_f32 ? CUDA_R_32F : CUDA_R_16BF;
   PLAN_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
   const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
@@ -142,8 +146,9 @@ absl::Status MakeDescriptors(const PlanKey& key, Modes modes, const PlanCall& ca
                                               &call.bias, sizeof(call.bias)),
                "BIAS_POINTER");
   }
-  PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.w_layout, CUDA_R_8F_E4M3, k, n, k), "w layout");
-  PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.a_layout, CUDA_R_8F_E4M3, k, rows, k), "a layout");
+  const int64_t lda = ld > 0 ? ld : k;
+  PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.w_layout, CUDA_R_8F_E4M3, k, n, lda), "w layout");
+  PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.a_layout, CUDA_R_8F_E4M3, k, rows, lda), "a layout");
   PLAN_CHECK(cublasLtMatrixLayoutCreate(&plan.d_layout, d_type, n, rows, n), "d layout");
   return absl::OkStatus();
 }
@@ -154,7 +159,7 @@ absl::Status MakeDescriptors(const PlanKey& key, Modes modes, const PlanCall& ca
 absl::Status MakePlan(LtDevice& dev, const PlanKey& key, Modes modes, const PlanCall& call,
                       Plan& plan) {
   RETURN_IF_ERROR(MakeDescriptors(key, modes, call, plan));
-  const auto [rows, n, k, wmode, d_f32, has_bias, accumulate, tune] = key;
+  const auto [rows, n, k, wmode, d_f32, has_bias, accumulate, tune, ld] = key;
   const LtTuneProblem problem{
       .handle = dev.handle,
       .op = plan.op,
@@ -169,8 +174,8 @@ absl::Status MakePlan(LtDevice& dev, const PlanKey& key, Modes modes, const Plan
       .workspace_bytes = kFp8LtWorkspaceBytes,
       .stream = call.stream,
       .label = absl::StrCat("FP8 rows=", rows, " n=", n, " k=", k, " weight scales ", wmode,
-                            d_f32 ? " fp32 tail" : "", accumulate ? " accumulate" : "",
-                            has_bias ? " bias" : "")};
+                            d_f32 ? " fp32 out" : "", accumulate ? " accumulate" : "",
+                            has_bias ? " bias" : "", ld > 0 ? absl::StrCat(" ld=", ld) : "")};
   std::vector<cublasLtMatmulHeuristicResult_t> found;
   PLAN_CHECK(LtHeuristic(problem, tune != 0 ? kLtTuneMaxCandidates : 1, found), "heuristic");
   if (found.empty()) {
@@ -219,8 +224,8 @@ Calls CallsOf(const QuantGemmArgs& args, const Fp8LtWeight& w) {
   const int mode = static_cast<int>(w.mode);
   const int tune = LtTuneMode();
   const bool bias = args.bias != nullptr;
-  c.main = {c.layout.main_rows, args.n, args.k, mode, false, bias, args.accumulate, tune};
-  c.tail = {kFp8LtTailRows, args.n, args.k, mode, true, false, false, tune};
+  c.main = {c.layout.main_rows, args.n, args.k, mode, false, bias, args.accumulate, tune, 0};
+  c.tail = {kFp8LtTailRows, args.n, args.k, mode, true, false, false, tune, 0};
   return c;
 }
 
@@ -270,8 +275,106 @@ absl::Status Enqueue(LtDevice& dev, Plan& plan, const void* w, const void* w_sca
   return absl::OkStatus();
 }
 
+// The split path's per-stream resources (fp8_gemm_lt_split.h): side streams, the fork and join
+// events and the parts' fp32 buffer, for every split up to kFp8LtMaxSplit, so that a graph
+// captured with them never sees them replaced (the buffer never grows: 64 MiB, made once). Made
+// by the calling stream's first eager split call, with the side streams' cuBLASLt workspaces
+// (`sides`: how many side streams have one); never freed.
+struct SplitStreams {
+  cudaStream_t side[kFp8LtMaxSplit - 1] = {};
+  cudaEvent_t fork = nullptr;
+  cudaEvent_t join[kFp8LtMaxSplit - 1] = {};
+  float* parts = nullptr;  // [kFp8LtMaxSplit][kFp8LtSplitMaxRows, kFp8LtSplitMaxN] fp32
+  int sides = 0;
+};
+constexpr size_t kSplitPartsBytes =
+    sizeof(float) * kFp8LtMaxSplit * kFp8LtSplitMaxRows * kFp8LtSplitMaxN;
+
+std::atomic<int64_t> g_split_calls{0};
+
+// The resources of (current device, stream) with at least `splits - 1` side streams ready, or
+// nullptr when they are not and the stream is capturing (nothing may be created in a capture:
+// the call runs unsplit). With dev.mu held (the map has its own mutex: devices differ).
+absl::StatusOr<SplitStreams*> SplitResources(LtDevice& dev, cudaStream_t stream, int splits) {
+  static std::mutex map_mu;
+  static std::map<std::pair<int, cudaStream_t>, SplitStreams> all;  // guarded by map_mu
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  SplitStreams* r = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(map_mu);
+    r = &all[{device, stream}];  // std::map nodes are stable
+  }
+  if (r->parts != nullptr && r->sides >= splits - 1) return r;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return nullptr;
+  if (r->parts == nullptr) {
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&r->fork, cudaEventDisableTiming));
+    for (int i = 0; i < kFp8LtMaxSplit - 1; ++i) {
+      CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&r->side[i], cudaStreamNonBlocking));
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&r->join[i], cudaEventDisableTiming));
+    }
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&r->parts, kSplitPartsBytes));
+  }
+  for (; r->sides < splits - 1; ++r->sides) {
+    RETURN_IF_ERROR(dev.WorkspaceFor(r->side[r->sides]).status());
+  }
+  return r;
+}
+
+// The call through our split-k when it qualifies (fp8_gemm_lt_split.h): false, launching nothing
+// and not calling `quantize`, when it does not, when cuBLASLt refuses a part's plan or when the
+// resources are missing under capture; true once `quantize`, the parts and the sum are enqueued.
+absl::StatusOr<bool> RunSplit(LtDevice& dev, const QuantGemmArgs& args, const Fp8LtWeight& w,
+                              const Calls& calls, const uint8_t* codes, const void* a_scales,
+                              cudaStream_t stream, absl::FunctionRef<absl::Status()> quantize) {
+  const std::vector<Fp8LtSplitPart> parts = Fp8LtSplitParts(
+      args.m, args.n, args.k, w.mode == Fp8LtWeightScales::kPerChannel && !calls.layout.block,
+      Fp8LtSplitK());
+  if (parts.empty()) return false;
+  const int splits = static_cast<int>(parts.size());
+  std::vector<Plan*> plans(splits);
+  for (int s = 0; s < splits; ++s) {
+    PlanKey key = calls.main;  // rows m (no tail: m % 4 == 0), the call's n and tuning mode
+    std::get<2>(key) = parts[s].k;
+    std::get<4>(key) = true;   // fp32 parts
+    std::get<5>(key) = false;  // the bias and c join in the sum
+    std::get<6>(key) = false;
+    std::get<8>(key) = args.k;
+    const PlanCall call{.w = w.w + parts[s].k0,
+                        .w_scales = w.scales,
+                        .a = codes + parts[s].k0,
+                        .a_scales = a_scales,
+                        .stream = stream};
+    absl::StatusOr<Plan*> p = GetPlan(dev, key, calls.modes, call);
+    if (!p.ok() && absl::IsUnimplemented(p.status())) return false;
+    if (!p.ok()) return p.status();
+    plans[s] = *p;
+  }
+  ASSIGN_OR_RETURN(SplitStreams * r, SplitResources(dev, stream, splits));
+  if (r == nullptr) return false;
+  RETURN_IF_ERROR(quantize());
+  const int64_t part_elems = args.m * args.n;
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(r->fork, stream));
+  for (int s = 0; s < splits; ++s) {
+    cudaStream_t on = s == 0 ? stream : r->side[s - 1];
+    if (s > 0) CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(on, r->fork, 0));
+    RETURN_IF_ERROR(Enqueue(dev, *plans[s], w.w + parts[s].k0, w.scales, codes + parts[s].k0,
+                            a_scales, nullptr, r->parts + s * part_elems, false, on));
+    if (s > 0) CUDA_RETURN_IF_ERROR(cudaEventRecord(r->join[s - 1], on));
+  }
+  for (int s = 1; s < splits; ++s) {
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, r->join[s - 1], 0));
+  }
+  RETURN_IF_ERROR(
+      Fp8LtSumParts(r->parts, splits, args.bias, args.c, args.m, args.n, args.accumulate, stream));
+  g_split_calls.fetch_add(1);
+  return true;
+}
+
 // Plans for both calls (under dev.mu), then `quantize` (the activations into the scratch), the
-// matmuls and the tail kernel.
+// matmuls and the tail kernel (or our split-k, when it is on and the call qualifies).
 absl::Status Run(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
                  int64_t scratch_bytes, cudaStream_t stream,
                  absl::FunctionRef<absl::Status()> quantize) {
@@ -286,10 +389,13 @@ absl::Status Run(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
   const void* tail_scales = base + l.tail_scales;
   float* tail_out = reinterpret_cast<float*>(base + l.tail_out);
   std::lock_guard<std::mutex> lock(dev->mu);
+  ASSIGN_OR_RETURN(const bool split,
+                   RunSplit(*dev, args, w, calls, codes, a_scales, stream, quantize));
+  if (split) return absl::OkStatus();
   Plan* main = nullptr;
   Plan* tail = nullptr;
   int64_t main_rows = l.main_rows;
-  bool split = l.tail;
+  bool tail_split = l.tail;
   if (main_rows > 0) {
     const PlanCall call{.w = w.w,
                         .w_scales = w.scales,
@@ -301,7 +407,7 @@ absl::Status Run(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
     if (!p.ok() && absl::IsUnimplemented(p.status()) && !l.block && l.tail_start < args.m) {
       // Outer vectors refused at m % 4 != 0 too: the block modes' split (the layout holds the
       // tail's scales for this case; the vector's prefix serves the main rows).
-      split = true;
+      tail_split = true;
       main_rows = l.tail_start;
       PlanKey key = calls.main;
       std::get<0>(key) = main_rows;
@@ -310,7 +416,7 @@ absl::Status Run(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
     if (!p.ok()) return p.status();
     main = *p;
   }
-  if (split) {
+  if (tail_split) {
     const PlanCall call{.w = w.w,
                         .w_scales = w.scales,
                         .a = codes + l.tail_start * args.k,
@@ -333,6 +439,8 @@ absl::Status Run(const QuantGemmArgs& args, const Fp8LtWeight& w, void* scratch,
 }
 
 }  // namespace
+
+int64_t Fp8LtSplitCalls() { return g_split_calls.load(); }
 
 int64_t Fp8LtScratchBytes(int64_t m, int64_t k, int64_t n) {
   return std::max(Fp8LtLayout(true, m, k, n).bytes, Fp8LtLayout(false, m, k, n).bytes);

@@ -7,11 +7,13 @@
 # Staged here by engine/bench/stage_engine.sh (carry: [".gpu-pack"]; it stages
 # fp8_gemm_lt_gpu_test, kernels_kb_gpu_test, engine_cuda_test and kb_bench).
 # Usage there: kernels/bench/runs/gpu_run_lttune.sh [test|bench|all|extra]
-# extra (WORKLOG step 6, the candidates beyond the heuristic's): the tuning tests only
-# (LtAutotuneTest.*: tuned with extras and every accepted extra configuration forced against the
-# reference), `kb_bench lttune_extra` (the four FP8 decode shapes at M = 128, 256, 512, both
-# layouts: heuristic, best extra with its configuration, tuned) and `kb_bench lttune_dump o 256
-# channel` (every accepted configuration of O at M = 256 with its time).
+# extra (WORKLOG step 6, the candidates beyond the heuristic's, and our own split-k): the tuning
+# and split tests only (LtAutotuneTest.*: tuned with extras and every accepted extra
+# configuration forced against the reference; Fp8LtSplitTest.*), `kb_bench lttune_extra` (the
+# four FP8 decode shapes at M = 128, 256, 512, both layouts: heuristic, best extra with its
+# configuration, tuned), `kb_bench lttune_dump o 256 channel` (every accepted configuration of O
+# at M = 256 with its time) and `kb_bench fp8split` (QKV, O, down unsplit against S = 2, 3, 4,
+# graph-replayed).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 [ -d .gpu-eng ] || tar -xJf .gpu-pack/eng.tar.xz
@@ -38,15 +40,19 @@ if [[ $what == bench || $what == all ]]; then
   grep -E "^  lttune\." "$LOGS/lttune.log"
 fi
 if [[ $what == extra ]]; then
-  run_test fp8_gemm_lt_gpu_test 100 --gtest_filter='LtAutotuneTest.*'
+  run_test fp8_gemm_lt_gpu_test 100 --gtest_filter='LtAutotuneTest.*:Fp8LtSplitTest.*'
   grep -hE "^(with extras|extra candidates|layout .* candidates forced)" \
     "$LOGS/fp8_gemm_lt_gpu_test.log" >>"$OUT/summary.txt"
+  timeout 60 $S/bin/kb_bench "$LOGS/fp8split.jsonl" fp8split >"$LOGS/fp8split.log" 2>&1 ||
+    note "kb_bench fp8split failed: $(tail -3 "$LOGS/fp8split.log")"
   timeout 150 $S/bin/kb_bench "$LOGS/lttune_extra.jsonl" lttune_extra >"$LOGS/lttune_extra.log" 2>&1 ||
     note "kb_bench lttune_extra failed: $(tail -3 "$LOGS/lttune_extra.log")"
   timeout 90 $S/bin/kb_bench "$LOGS/lttune_dump.jsonl" lttune_dump o 256 channel \
     >"$LOGS/lttune_dump.log" 2>&1 || note "kb_bench lttune_dump failed: $(tail -3 "$LOGS/lttune_dump.log")"
   echo "== FP8 decode GEMMs: heuristic, best extra configuration, tuned with extras =="
   grep -E "^  lttune_extra\." "$LOGS/lttune_extra.log"
+  echo "== FP8 split-k of our own (per-channel; graph-replayed) =="
+  grep -E "^  fp8split " "$LOGS/fp8split.log"
   echo "== O at M = 256, per-channel: every accepted configuration =="
   grep -E "^lttune_dump|^  (caps|lttune_dump\.)" "$LOGS/lttune_dump.log"
 fi
