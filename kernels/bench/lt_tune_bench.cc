@@ -326,10 +326,13 @@ void BenchFp8Split(const Ceilings& c) {
     Buffers weights;
     const std::vector<void*> ws = Fp8Weights(s, weights);
     Fp8Setup f = MakeFp8Setup(s, /*block=*/false, ws, weights, d.a, d.out);
+    BENCH_CUDA(cudaDeviceSynchronize());  // the fills ran on the legacy default stream
     ScopedLtAutotune off(false);
     for (int64_t m : kExtraRows) {
       f.q.m = m;
-      Must(Fp8LtQuantizeActivations(f.q, d.scratch, d.scratch_bytes, nullptr), "quantize");
+      // On the timed stream (non-blocking: it does not wait for the legacy default stream).
+      Must(Fp8LtQuantizeActivations(f.q, d.scratch, d.scratch_bytes, stream), "quantize");
+      BENCH_CUDA(cudaStreamSynchronize(stream));
       const std::string shape = absl::StrCat(s.name, " M=", m, " K=", s.k, " N=", s.n);
       std::string line = absl::StrCat("  fp8split ", shape, ":");
       for (int splits : {0, 2, 3, 4}) {

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/common/cublaslt_autotune.h"
 #include "kernels/quant_gemm/fp8_gemm_lt.h"
+#include "kernels/quant_gemm/fp8_gemm_lt_split.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/kernels/fp8_gemm_lt_check.h"
 
@@ -56,6 +57,7 @@ TEST(LtAutotuneTest, TunedFp8PlansMatchTheReferenceAndWriteOnce) {
   TANDEM_SKIP_WITHOUT_GPU();
   ScopedLtAutotune on(true);
   ScopedLtExtraCandidates heuristic_only(false);  // the extras: the next two tests
+  ScopedFp8LtSplitK unsplit(0);                   // one plan per call, whatever the environment
   const LtTuneStats before = GetLtTuneStats();
   for (Layout layout : {Layout::kChannel, Layout::kBlock}) {
     for (int64_t m : {1, 7, 33, 256}) {
@@ -114,6 +116,7 @@ TEST(LtAutotuneTest, TunedFp8PlansWithExtraCandidatesMatchTheReference) {
   ScopedLtAutotune on(true);
   ScopedLtExtraCandidates extras(true);
   ScopedLtForcedCandidate none(-1);
+  ScopedFp8LtSplitK unsplit(0);
   const LtTuneStats before = GetLtTuneStats();
   for (Layout layout : {Layout::kChannel, Layout::kBlock}) {
     for (int64_t m : {1, 7, 33, 256}) {
@@ -147,6 +150,7 @@ TEST(LtAutotuneTest, TunedFp8PlansWithExtraCandidatesMatchTheReference) {
 TEST(LtAutotuneTest, EveryAcceptedExtraConfigurationMatchesTheReference) {
   TANDEM_SKIP_WITHOUT_GPU();
   constexpr int kMaxRuns = 1 + kLtTuneMaxCandidates + kLtExtraMaxTimed;
+  ScopedFp8LtSplitK unsplit(0);  // the plans of the call itself, not of its split parts
   int64_t extras_seen = 0;
   for (Layout layout : {Layout::kChannel, Layout::kBlock}) {
     for (auto [m, k, accumulate] : {std::tuple<int64_t, int64_t, bool>{256, 2048, true},
