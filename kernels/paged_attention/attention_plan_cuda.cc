@@ -105,7 +105,7 @@ absl::Status AttentionPlan::PlanDecode(const AttentionBatchShape& b) {
   // Benchmark switches, read once per process (PlanDecode runs every step).
   // TANDEM_DECODE_ITEMS_PER_SLOT: the split target's items per CTA (1: one wave, fewest merges,
   // measured equal or faster than 2 at every benchmarked shape); TANDEM_DECODE_BALANCE:
-  // DecodeBalance (decode_plan.h).
+  // DecodeBalance; TANDEM_DECODE_ORDER: DecodeOrder (decode_plan.h).
   static const int per_slot = [] {
     const char* env = std::getenv("TANDEM_DECODE_ITEMS_PER_SLOT");
     return env != nullptr ? std::max(1, std::atoi(env)) : 1;
@@ -113,11 +113,14 @@ absl::Status AttentionPlan::PlanDecode(const AttentionBatchShape& b) {
   static const absl::StatusOr<DecodeBalance> balance =
       ParseDecodeBalance(std::getenv("TANDEM_DECODE_BALANCE"));
   RETURN_IF_ERROR(balance.status());
+  static const absl::StatusOr<DecodeOrder> order =
+      ParseDecodeOrder(std::getenv("TANDEM_DECODE_ORDER"));
+  RETURN_IF_ERROR(order.status());
   auto* items = reinterpret_cast<AttentionWorkItem*>(staging_);
   auto* merges = reinterpret_cast<AttentionMergeItem*>(items + capacity_.max_items);
   ASSIGN_OR_RETURN(
       const DecodePlanCounts counts,
-      decode_planner_.Plan(b, {DecodeSlots(), per_slot, *balance},
+      decode_planner_.Plan(b, {DecodeSlots(), per_slot, *balance, *order},
                            {capacity_.max_items, capacity_.max_merges, capacity_.max_partials},
                            items, merges));
   num_items_ = counts.items;

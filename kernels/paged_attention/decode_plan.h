@@ -37,10 +37,24 @@ enum class DecodeBalance : uint8_t {
 // InvalidArgument for another value.
 absl::StatusOr<DecodeBalance> ParseDecodeBalance(const char* value);
 
+// The order of a split or strided plan's items, and so which units the resident CTAs read at
+// the same time (CTA c takes items c, c + slots, ...). A benchmark switch: which of the two
+// makes the better use of DRAM is a measurement (WORKLOG.md step 20).
+enum class DecodeOrder : uint8_t {
+  kSequenceMajor,  // (sequence, KV head, rows): CTAs c .. c + H - 1 read the H heads of a page
+  kHeadMajor,      // (KV head, sequence, rows): the resident CTAs read one head of many sequences
+                   // (FlashInfer's grid order); balanced plans keep their own layout
+};
+
+// The setting TANDEM_DECODE_ORDER's value names: "seq" (or null / empty) or "head";
+// InvalidArgument for another value.
+absl::StatusOr<DecodeOrder> ParseDecodeOrder(const char* value);
+
 struct DecodePlanOptions {
   int slots = 1;           // decode CTAs resident at once (AttentionPlan::DecodeSlots)
   int items_per_slot = 1;  // the split target: the batch's keys over slots * items_per_slot
   DecodeBalance balance = DecodeBalance::kAuto;
+  DecodeOrder order = DecodeOrder::kSequenceMajor;
 };
 
 // The capacities of the arrays a plan is written to (AttentionPlan::Capacity's).

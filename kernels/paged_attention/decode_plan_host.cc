@@ -68,6 +68,14 @@ absl::StatusOr<DecodeBalance> ParseDecodeBalance(const char* value) {
       "TANDEM_DECODE_BALANCE must be auto, off or force, not \"", std::string(v), "\""));
 }
 
+absl::StatusOr<DecodeOrder> ParseDecodeOrder(const char* value) {
+  const std::string_view v = value != nullptr ? value : "";
+  if (v.empty() || v == "seq") return DecodeOrder::kSequenceMajor;
+  if (v == "head") return DecodeOrder::kHeadMajor;
+  return absl::InvalidArgumentError(
+      absl::StrCat("TANDEM_DECODE_ORDER must be seq or head, not \"", std::string(v), "\""));
+}
+
 int PackedRows(const AttentionBatchShape& b, int s) {
   return (b.query_start[s + 1] - b.query_start[s]) * (b.num_q_heads / b.num_kv_heads);
 }
@@ -133,6 +141,14 @@ absl::StatusOr<DecodePlanCounts> DecodePlanner::Plan(const AttentionBatchShape& 
   DecodePlanCounts counts{n, m, p, m > 0};
   if (!counts.split_kv && o.balance != DecodeBalance::kOff) {
     Balance(o, limits, b.num_kv_heads, items, merges, counts);
+  }
+  const bool balanced = !counts.split_kv && counts.merges > 0;
+  if (o.order == DecodeOrder::kHeadMajor && !balanced) {
+    // Items refer to their merges and partial slots by index, so any order computes the same.
+    std::stable_sort(items, items + counts.items,
+                     [](const AttentionWorkItem& x, const AttentionWorkItem& y) {
+                       return x.kv_head < y.kv_head;
+                     });
   }
   return counts;
 }

@@ -58,13 +58,13 @@ struct Planned {
 constexpr DecodePlanLimits kLimits{1 << 16, 1 << 14, 4096};  // AttentionPlan::Capacity's
 
 Planned PlanOf(const Batch& b, DecodeBalance balance, int slots = kSlots,
-               DecodePlanLimits limits = kLimits) {
+               DecodePlanLimits limits = kLimits, DecodeOrder order = DecodeOrder::kSequenceMajor) {
   DecodePlanner planner;
   Planned p;
   p.items.resize(limits.max_items);
   p.merges.resize(limits.max_merges);
   auto counts =
-      planner.Plan(b.shape(), {slots, 1, balance}, limits, p.items.data(), p.merges.data());
+      planner.Plan(b.shape(), {slots, 1, balance, order}, limits, p.items.data(), p.merges.data());
   EXPECT_TRUE(counts.ok()) << counts.status();
   if (counts.ok()) p.counts = *counts;
   p.items.resize(p.counts.items);
@@ -304,6 +304,54 @@ TEST(DecodePlanTest, EmptyBatchCapacityAndBadInput) {
     const auto refused = planner.Plan(bad.shape(), {kSlots, 1, DecodeBalance::kAuto}, kLimits,
                                       all_items.data(), all_merges.data());
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  }
+}
+
+// TANDEM_DECODE_ORDER=head: split and strided plans list the same items (and merges, partial
+// slots) KV head by KV head, sequence order kept within a head; balanced plans are positional
+// (head h on CTA g H + h) and stay as they are.
+TEST(DecodePlanTest, HeadMajorOrderPermutesSplitAndStridedPlans) {
+  const auto key = [](const AttentionWorkItem& it) {
+    return std::tie(it.seq, it.kv_head, it.row_begin, it.key_begin, it.key_end, it.partial,
+                    it.merge);
+  };
+  for (const Batch& b :
+       {MakeBatch({1, 77, 1000, 4097}), MakeBatch(std::vector<int32_t>(128, 4096)),
+        MakeBatch(std::vector<int32_t>(160, 2000), 3), MakeBatch(Ragged(300, 900, 4), 1, 28, 4)}) {
+    const Planned seq = PlanOf(b, DecodeBalance::kOff);
+    const Planned head = PlanOf(b, DecodeBalance::kOff, kSlots, kLimits, DecodeOrder::kHeadMajor);
+    ASSERT_NE(LayoutOf(seq), Layout::kBalanced);  // off: split or strided
+    EXPECT_EQ(LayoutOf(head), LayoutOf(seq));
+    ExpectValid(b, head);
+    ASSERT_EQ(head.items.size(), seq.items.size());
+    for (size_t i = 0; i + 1 < head.items.size(); ++i) {
+      const AttentionWorkItem &x = head.items[i], &y = head.items[i + 1];
+      EXPECT_TRUE(x.kv_head < y.kv_head || (x.kv_head == y.kv_head && key(x) < key(y)))
+          << "item " << i << " out of (head, sequence) order";
+    }
+    std::vector<AttentionWorkItem> sorted = seq.items;
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const auto& x, const auto& y) { return x.kv_head < y.kv_head; });
+    for (size_t i = 0; i < sorted.size(); ++i) EXPECT_EQ(key(head.items[i]), key(sorted[i]));
+    EXPECT_EQ(head.counts.merges, seq.counts.merges);
+    EXPECT_EQ(head.counts.partials, seq.counts.partials);
+  }
+  const Batch ragged = MakeBatch(Ragged(128, 4096, 7));
+  const Planned balanced =
+      PlanOf(ragged, DecodeBalance::kAuto, kSlots, kLimits, DecodeOrder::kHeadMajor);
+  ExpectValid(ragged, balanced);
+  ExpectBalanced(ragged, balanced);
+}
+
+TEST(DecodePlanTest, ParsesTheOrderSetting) {
+  EXPECT_EQ(*ParseDecodeOrder(nullptr), DecodeOrder::kSequenceMajor);
+  EXPECT_EQ(*ParseDecodeOrder(""), DecodeOrder::kSequenceMajor);
+  EXPECT_EQ(*ParseDecodeOrder("seq"), DecodeOrder::kSequenceMajor);
+  EXPECT_EQ(*ParseDecodeOrder("head"), DecodeOrder::kHeadMajor);
+  for (const char* bad : {"heads", "Head", "1", "sequence"}) {
+    const auto order = ParseDecodeOrder(bad);
+    EXPECT_EQ(order.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(order.status().message().find("TANDEM_DECODE_ORDER"), std::string_view::npos);
   }
 }
 

@@ -20,7 +20,10 @@
 #            Fp8DecodeKernel::kFusedTma): check-sass, the attention GPU tests (every fp8 decode
 #            case runs fused-tma too), compute-sanitizer memcheck + racecheck on the small cases,
 #            fused / fused-tma at the [quant] shapes in the same call, ncu of both.
-#   kernels  tma, then balance without the tests tma ran, then peers, in one call (~450 s)
+#   order    [decode-tc]: the strided plans' item order, sequence- against head-major
+#            (TANDEM_DECODE_ORDER, WORKLOG.md step 20), bf16 and fused fp8, ncu of both.
+#   kernels  tma, then order, in one call (~470 s)
+#   peers2   balance without the tests (kernels ran them), then peers, in one call (~150 s)
 #   tests    named test binaries of the pack: TESTS="bin[:gtest filter] ..."
 # Staged here (carry: [".gpu-pack27"]; for balance / peers / kernels, which need only
 # attention_bench and attention_gpu_test, PACK=.gpu-pack27k with ".gpu-fipeer", since a call
@@ -31,7 +34,7 @@
 #   PACK=.gpu-pack27k BINS="attention_bench" TEST_BINS="attention_gpu_test" \
 #     engine/bench/runs/stage_pack.sh
 # Usage there:
-#   [PACK=.gpu-pack27k] engine/bench/runs/gpu_run_s27.sh tma|balance|peers|kernels|engine|tests
+#   [PACK=.gpu-pack27k] engine/bench/runs/gpu_run_s27.sh tma|order|balance|peers|kernels|peers2|engine|tests
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 [ -d .gpu-eng ] || tar -xJf "${PACK:-.gpu-pack27}/eng.tar.xz"
@@ -56,6 +59,31 @@ attention_ab() {
       $S/bin/attention_bench one "$1" "$2" "$3" "$4" >"$f" 2>&1
     note "attention one $1 $2 $3 $4${r:+ ragged} balance=$bal: $(grep -m1 -oE ' us=[0-9.]+ TBps=[0-9.]+.*graph_us=[0-9.]+ graph_TBps=[0-9.]+' \
       "$f" | cut -d' ' -f2-3,5-7) $(grep -m1 -oE 'merges=[0-9]+' "$f")"
+  done
+}
+
+# B L page kv: one `attention_bench one` shape under each value of $VALS for variable $VAR,
+# graph times (same call, one process per value).
+env_ab() {
+  for v in $VALS; do
+    local f=$LOGS/one_${1}_${2}_${3}_${4}_${VAR}_$v.log
+    env "$VAR=$v" timeout 60 $S/bin/attention_bench one "$1" "$2" "$3" "$4" >"$f" 2>&1
+    note "attention one $1 $2 $3 $4 $VAR=$v: $(grep -m1 -oE 'graph_us=[0-9.]+ graph_TBps=[0-9.]+' "$f")"
+  done
+}
+
+# [decode-tc]: the strided plans' item order (WORKLOG.md step 20), sequence-major (the heads of
+# a page read together) against head-major (one head of many sequences, FlashInfer's grid
+# order), bf16 and fused fp8; ncu's DRAM throughput of both at 128 x 4k.
+order() {
+  for shape in "128 4096 64 bf16" "128 4096 16 bf16" "256 2048 16 bf16" "32 4096 64 bf16" \
+    "64 16384 64 bf16" "256 640 16 bf16" "128 4096 16 fused" "256 640 16 fused"; do
+    VAR=TANDEM_DECODE_ORDER VALS="seq head" env_ab $shape
+  done
+  for o in seq head; do
+    NCU_ENV="TANDEM_DECODE_ORDER=$o" ncu_decode bf16_order_$o 128 4096 64 bf16 \
+      "DRAM Throughput|Duration|L2 Hit Rate|Mem Busy|No Eligible" SpeedOfLight \
+      MemoryWorkloadAnalysis WarpStateStats
   done
 }
 
@@ -148,8 +176,13 @@ case "${1:-}" in
     tma
     tar -C "$OUT" -czf "$OUT/logs_tma.tgz" logs && rm -rf "$LOGS"
     ;;
+  order) order ;;
   kernels)
     tma
+    order
+    tar -C "$OUT" -czf "$OUT/logs_kernels.tgz" logs && rm -rf "$LOGS"
+    ;;
+  peers2)
     TESTED=1 balance
     peers
     ;;
@@ -174,7 +207,7 @@ case "${1:-}" in
     tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS"
     ;;
   *)
-    echo "usage: $0 tma|balance|peers|kernels|engine|tests" >&2
+    echo "usage: $0 tma|order|balance|peers|kernels|peers2|engine|tests" >&2
     exit 2
     ;;
 esac
