@@ -14,8 +14,12 @@
 #   engine   the tests changed after session 24's last run (quantized TP / PP, TP, PP on CUDA,
 #            the cuBLASLt tuning and GEMM tests), engine_cuda_test, then `tandem bench`
 #            throughput (Llama-3-8B shapes, FP8 weights + FP8 KV; its uniform lengths keep the
-#            strided plans) with the fused FP8 kernel's cp.async and TMA stages, and ragged
-#            (--random-range-ratio 0.9) with TANDEM_DECODE_BALANCE auto and off.
+#            strided plans) with the fused FP8 kernel's cp.async and TMA stages, our FP8
+#            split-k, the extra cuBLASLt candidates, and ragged (--random-range-ratio 0.9) with
+#            TANDEM_DECODE_BALANCE auto and off. The TP graph tests (CudaPeerBarrierTest, graphs
+#            for TP 2 on one GPU) are in engine_cuda_tp_test; the FP8 split-k and extra
+#            candidates' reference checks in fp8_gemm_lt_gpu_test. Before: kb_bench's FP8 GEMM
+#            benches (fp8split, lttune_extra, lttune_dump).
 #   tma      the fused FP8 kernel's TMA stages (kernels/paged_attention/WORKLOG.md step 19,
 #            Fp8DecodeKernel::kFusedTma): check-sass, the attention GPU tests (every fp8 decode
 #            case runs fused-tma too), compute-sanitizer memcheck + racecheck on the small cases,
@@ -28,7 +32,7 @@
 # Staged here (carry: [".gpu-pack27"]; for balance / peers / kernels, which need only
 # attention_bench and attention_gpu_test, PACK=.gpu-pack27k with ".gpu-fipeer", since a call
 # carries at most 64 MiB):
-#   PACK=.gpu-pack27 BINS="attention_bench tandem" TEST_BINS="attention_gpu_test
+#   PACK=.gpu-pack27 BINS="kb_bench tandem" TEST_BINS="attention_gpu_test
 #     engine_cuda_quant_tp_test fp8_gemm_lt_gpu_test engine_cuda_tp_test engine_cuda_pp_test
 #     kernels_kb_gpu_test engine_cuda_test" engine/bench/runs/stage_pack.sh
 #   PACK=.gpu-pack27k BINS="attention_bench" TEST_BINS="attention_gpu_test" \
@@ -190,11 +194,23 @@ case "${1:-}" in
     TESTS=${TESTS:-"engine_cuda_quant_tp_test fp8_gemm_lt_gpu_test engine_cuda_tp_test
       engine_cuda_pp_test kernels_kb_gpu_test:GemmCudaTest.* engine_cuda_test"}
     run_named_tests 150
+    # The FP8 GEMMs beyond cuBLASLt's heuristic (kernels/quant_gemm/WORKLOG.md step 6): our
+    # split-k against unsplit (graph replays), the extra candidates at the decode shapes, and
+    # every config the check accepts for O at m = 256.
+    for spec in "fp8split" "lttune_extra" "lttune_dump o 256 channel"; do
+      # shellcheck disable=SC2086
+      timeout 90 $S/bin/kb_bench - $spec >"$LOGS/kb_${spec// /_}.log" 2>&1
+      note "kb_bench $spec exit=$?"
+      grep -E "^(fp8split|lttune)" "$LOGS/kb_${spec// /_}.log" | head -30 >>"$OUT/summary.txt"
+    done
     tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
     make_llama
     BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv
-    # The fused FP8 kernel's TMA stages served (step 19), same call.
+    # The fused FP8 kernel's TMA stages served (step 19), the FP8 split-k (quant_gemm step 6)
+    # and the extra cuBLASLt candidates tuned at start-up, each against the default, same call.
     BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_tma TANDEM_FP8_DECODE=fused-tma
+    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_split2 TANDEM_FP8_SPLITK=2
+    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_lt_extra TANDEM_LT_AUTOTUNE=1
     # Ragged contexts (2k in +-90%, 512 out +-90%), the plans' own choice against strided.
     for bal in auto off; do
       BENCH_KV_ARGS="--kv-cache-dtype fp8 --num-prompts 256 --input-len 2048 --output-len 512
