@@ -238,8 +238,8 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::string_view(argv[1]) == "decode_fp8") {
     // FP8 KV decode beside bf16 at the same shapes (batch >= 32, context >= 4k, and small
-    // batches), the fp8 decode kernels (dequant, fused, fused-tma), with the copy ceiling; TBps of
-    // the fp8 rows counts fp8 page bytes.
+    // batches), both fp8 decode kernels (dequant, fused), with the copy ceiling; TBps of the fp8
+    // rows counts fp8 page bytes.
     const double copy = CopyTbs();
     std::printf("RESULT kernel=ceiling copy_TBps=%.3f gemm_TFLOPs=0\n", copy);
     auto plan = AttentionPlan::Create({});
@@ -253,25 +253,23 @@ int main(int argc, char** argv) {
                           {1, 8192, 16},
                           {8, 4096, 16}}) {
       BenchDecode(c[0], c[1], c[2], copy, **plan, DType::kBF16);
-      for (Fp8DecodeKernel k :
-           {Fp8DecodeKernel::kDequant, Fp8DecodeKernel::kFused, Fp8DecodeKernel::kFusedTma}) {
+      for (Fp8DecodeKernel k : {Fp8DecodeKernel::kDequant, Fp8DecodeKernel::kFused}) {
         BenchDecode(c[0], c[1], c[2], copy, **plan, DType::kF8E4M3, k);
       }
     }
     return 0;
   }
   if ((argc == 5 || argc == 6) && std::string_view(argv[1]) == "one") {
-    // One decode shape: `one B L page [bf16|dequant|fused|fused-tma]` (for ncu -k
-    // regex:DecodeKernel --launch-skip ...); the others: an fp8 cache and that fp8 decode kernel.
+    // One decode shape: `one B L page [bf16|dequant|fused]` (for ncu -k regex:DecodeKernel
+    // --launch-skip ...); dequant / fused: an fp8 cache and that fp8 decode kernel (how the
+    // stream kernel fills its stages: TANDEM_DECODE_COPIES=cp.async|tma).
     auto plan = AttentionPlan::Create({});
     CHECK_OK(plan.status());
     const std::string_view kv = argc == 6 ? argv[5] : "bf16";
-    const absl::StatusOr<Fp8DecodeKernel> fp8 =
-        kv == "bf16" ? Fp8DecodeKernel::kDefault
-                     : ResolveFp8DecodeKernel(Fp8DecodeKernel::kDefault, argv[5]);
-    CHECK_OK(fp8.status());
+    CHECK(kv == "bf16" || kv == "dequant" || kv == "fused") << kv;
     BenchDecode(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), 4.27, **plan,
-                kv == "bf16" ? DType::kBF16 : DType::kF8E4M3, *fp8);
+                kv == "bf16" ? DType::kBF16 : DType::kF8E4M3,
+                kv == "fused" ? Fp8DecodeKernel::kFused : Fp8DecodeKernel::kDequant);
     return 0;
   }
   if (argc > 1 && std::string_view(argv[1]) == "small") {

@@ -22,6 +22,8 @@
 namespace tandem::attention {
 
 constexpr int kRowPad = 8;  // bf16 elements of padding per shared-memory row (16 bytes)
+// Keys of a decode tile in the stream kernel's TMA stages (tma_tile.cuh): kDecodeKeys.
+constexpr int kTmaTileKeys = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -172,16 +174,32 @@ __device__ __forceinline__ void LoadQuery(WarpAccum<D>& acc, const __nv_bfloat16
   }
 }
 
+// Element offset of (row, col) in a K or V tile as ProcessTile reads it: padded rows of
+// D + kRowPad, or (kTma) the TMA stages' layout (tma_tile.cuh): two [kTmaTileKeys][64] halves
+// (dims 0-63, 64-127) in TMA's 128-byte swizzle, 16-byte chunk (col % 64) / 8 of a row at chunk
+// ^ (row & 7). That keeps the K reads below (a warp: 8 rows g, 4 words t) and the ldmatrix rows
+// of V free of bank conflicts: the 8 rows of a read have distinct row & 7, so the same logical
+// chunk lands on 8 distinct physical ones.
+template <int D, bool kTma>
+__device__ __forceinline__ int TileOffset(int row, int col) {
+  if constexpr (kTma) {
+    static_assert(D == 128, "the TMA stages' halves are 64 dims");
+    const int c = col & 63;
+    return (col >> 6) * (kTmaTileKeys * 64) + row * 64 + ((((c >> 3) ^ (row & 7)) << 3) | (c & 7));
+  }
+  return row * (D + kRowPad) + col;
+}
+
 // One K/V tile: S = Q K^T (log2-scaled), causal/length mask, online softmax, O += P V.
 // Key j of the tile is absolute key key0 + j; row i of this thread (0: g, 1: g+8) sees keys
-// < limit[i]. `masked` is false when every key of the tile is visible to every row.
-template <int D, int kKeys>
+// < limit[i]. `masked` is false when every key of the tile is visible to every row. kTma: k_s and
+// v_s are in the TMA stages' layout (TileOffset), rows counted from a multiple of 8.
+template <int D, int kKeys, bool kTma = false>
 __device__ __forceinline__ void ProcessTile(WarpAccum<D>& acc, const __nv_bfloat16* k_s,
                                             const __nv_bfloat16* v_s, int key0,
                                             const int (&limit)[2], bool masked, float scale_log2,
                                             int lane) {
   const int g = lane >> 2, t = lane & 3;
-  constexpr int kStride = D + kRowPad;
   float s[kKeys / 8][4];
 #pragma unroll
   for (int n = 0; n < kKeys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -189,9 +207,12 @@ __device__ __forceinline__ void ProcessTile(WarpAccum<D>& acc, const __nv_bfloat
   for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) {
-      const uint32_t* kr =
-          reinterpret_cast<const uint32_t*>(k_s + (n * 8 + g) * kStride + ks * 16) + t;
-      Mma16816(s[n], acc.q[ks], kr[0], kr[4]);
+      const int r = n * 8 + g;
+      const auto* k0 =
+          reinterpret_cast<const uint32_t*>(k_s + TileOffset<D, kTma>(r, ks * 16 + 2 * t));
+      const auto* k1 =
+          reinterpret_cast<const uint32_t*>(k_s + TileOffset<D, kTma>(r, ks * 16 + 8 + 2 * t));
+      Mma16816(s[n], acc.q[ks], *k0, *k1);
     }
   }
   float row_max[2] = {-INFINITY, -INFINITY};
@@ -243,7 +264,7 @@ __device__ __forceinline__ void ProcessTile(WarpAccum<D>& acc, const __nv_bfloat
 #pragma unroll
     for (int dn = 0; dn < D / 16; ++dn) {
       uint32_t b[4];
-      LdMatrixX4Trans(b, v_s + key * kStride + dn * 16 + (lane >> 4) * 8);
+      LdMatrixX4Trans(b, v_s + TileOffset<D, kTma>(key, dn * 16 + (lane >> 4) * 8));
       Mma16816(acc.o[2 * dn], a, b[0], b[1]);
       Mma16816(acc.o[2 * dn + 1], a, b[2], b[3]);
     }

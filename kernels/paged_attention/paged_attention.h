@@ -23,12 +23,9 @@ namespace tandem {
 // (f16 mma), the K scale multiplies the scores and the V scale the probabilities, with more
 // (half-size) pipeline stages. kDefault: the environment's TANDEM_FP8_DECODE ("dequant" or
 // "fused", read once per process), else kFp8DecodeBuiltin (kFused: 1.7-1.8x faster than kDequant
-// on an H200 at batch >= 32, context >= 4k, WORKLOG.md steps 13-14). kFusedTma: kFused whose
-// stream kernel (plans without splits) fills its stages with TMA copies, one per page segment
-// issued by one warp, instead of every thread's 16-byte cp.async (WORKLOG.md step 19); head_dim
-// 128 and power-of-two pages of 8 keys or more, else, and for split plans, it runs as kFused.
-// All compute the same function.
-enum class Fp8DecodeKernel : uint8_t { kDefault, kDequant, kFused, kFusedTma };
+// on an H200 at batch >= 32, context >= 4k, WORKLOG.md steps 13-14). Both compute the same
+// function.
+enum class Fp8DecodeKernel : uint8_t { kDefault, kDequant, kFused };
 inline constexpr Fp8DecodeKernel kFp8DecodeBuiltin = Fp8DecodeKernel::kFused;
 
 inline const char* Fp8DecodeKernelName(Fp8DecodeKernel k) {
@@ -37,17 +34,51 @@ inline const char* Fp8DecodeKernelName(Fp8DecodeKernel k) {
       return "dequant";
     case Fp8DecodeKernel::kFused:
       return "fused";
-    case Fp8DecodeKernel::kFusedTma:
-      return "fused-tma";
     case Fp8DecodeKernel::kDefault:
       break;
   }
   return "default";
 }
 
+// How the stream decode kernel (plans without splits: large batches, balanced plans) fills its
+// pipeline stages (kernels/paged_attention/README.md, WORKLOG.md step 19). kCpAsync: every
+// thread issues 16-byte cp.async copies of its share of a tile. kTma: one warp issues the tile's
+// TMA copies, one lane per page segment (a tensor copy per 64 head dims or per fp8 code row
+// block, in TMA's 128-byte swizzle; fp8 scales by bulk copies), on the stage's mbarrier; head_dim
+// 128 and power-of-two pages of 8 keys or more, elsewhere it runs as kCpAsync (as do split plans,
+// whichever is asked for). kDefault: the environment's TANDEM_DECODE_COPIES ("cp.async" or
+// "tma", read once per process), else kDecodeCopiesBuiltin. Both compute the same function.
+enum class DecodeCopies : uint8_t { kDefault, kCpAsync, kTma };
+inline constexpr DecodeCopies kDecodeCopiesBuiltin = DecodeCopies::kCpAsync;
+
+inline const char* DecodeCopiesName(DecodeCopies c) {
+  switch (c) {
+    case DecodeCopies::kCpAsync:
+      return "cp.async";
+    case DecodeCopies::kTma:
+      return "tma";
+    case DecodeCopies::kDefault:
+      break;
+  }
+  return "default";
+}
+
+// `requested` unless kDefault; then what `env_value` (TANDEM_DECODE_COPIES, null when unset)
+// names, kDecodeCopiesBuiltin when it is null or empty, InvalidArgument for anything else.
+inline absl::StatusOr<DecodeCopies> ResolveDecodeCopies(DecodeCopies requested,
+                                                        const char* env_value) {
+  if (requested != DecodeCopies::kDefault) return requested;
+  if (env_value == nullptr || *env_value == '\0') return kDecodeCopiesBuiltin;
+  const std::string_view v(env_value);
+  if (v == "cp.async") return DecodeCopies::kCpAsync;
+  if (v == "tma") return DecodeCopies::kTma;
+  return absl::InvalidArgumentError("TANDEM_DECODE_COPIES must be \"cp.async\" or \"tma\", not \"" +
+                                    std::string(v) + "\"");
+}
+
 // The kernel `requested` names: itself unless kDefault; then the one `env_value` (the value of
 // TANDEM_FP8_DECODE, null when unset) names, kFp8DecodeBuiltin when it is null or empty, and
-// InvalidArgument when it names no kernel.
+// InvalidArgument when it names neither kernel.
 inline absl::StatusOr<Fp8DecodeKernel> ResolveFp8DecodeKernel(Fp8DecodeKernel requested,
                                                               const char* env_value) {
   if (requested != Fp8DecodeKernel::kDefault) return requested;
@@ -55,10 +86,8 @@ inline absl::StatusOr<Fp8DecodeKernel> ResolveFp8DecodeKernel(Fp8DecodeKernel re
   const std::string_view v(env_value);
   if (v == "dequant") return Fp8DecodeKernel::kDequant;
   if (v == "fused") return Fp8DecodeKernel::kFused;
-  if (v == "fused-tma") return Fp8DecodeKernel::kFusedTma;
-  return absl::InvalidArgumentError(
-      "TANDEM_FP8_DECODE must be \"dequant\", \"fused\" or \"fused-tma\", not \"" + std::string(v) +
-      "\"");
+  return absl::InvalidArgumentError("TANDEM_FP8_DECODE must be \"dequant\" or \"fused\", not \"" +
+                                    std::string(v) + "\"");
 }
 
 struct PagedAttentionArgs {
@@ -96,6 +125,8 @@ struct PagedAttentionArgs {
   bool overlap_launch = true;
   // FP8 cache, CUDA decode only: which kernel (see Fp8DecodeKernel); ignored elsewhere.
   Fp8DecodeKernel fp8_decode = Fp8DecodeKernel::kDefault;
+  // CUDA decode, the stream kernel (bf16 and fused fp8): how it fills its stages (DecodeCopies).
+  DecodeCopies decode_copies = DecodeCopies::kDefault;
 };
 
 // CPU reference: any head_dim, kF32/kBF16 q/out, kF32/kBF16/kF8E4M3 cache, any q_len.

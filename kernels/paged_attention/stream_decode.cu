@@ -13,10 +13,10 @@
 // add into in turn, 9 KB, instead of four buffers, 35 KB), so that the ring and the merge fit two
 // CTAs per SM: 2 x 108 KB (fp8), 2 x 111 KB (bf16).
 //
-// Fp8DecodeKernel::kFusedTma (head_dim 128, pages of 8+ keys) fills the fp8 stages with TMA
-// copies instead (kTma, fp8_tma_tile.cuh, WORKLOG.md step 19): warp 0 issues a tile's copies,
-// one lane per page segment, on the stage's mbarrier, and every thread waits on that barrier
-// (no CTA barrier before a tile's compute); the stages are 1 KB aligned for TMA's swizzle.
+// DecodeCopies::kTma (head_dim 128, pages of 8+ keys) fills the stages with TMA copies instead
+// (kTma, tma_tile.cuh, WORKLOG.md step 19): warp 0 issues a tile's copies, one lane per page
+// segment, on the stage's mbarrier, and every thread waits on that barrier (no CTA barrier
+// before a tile's compute); the stages are 1 KB aligned for TMA's swizzle.
 //
 // Split items (the cuts of a balanced plan, decode_plan.h; or a split plan, which a graph
 // captured with an unsplit one may replay) are handled as in DecodeKernel: partial rows, the
@@ -37,9 +37,9 @@
 #include "kernels/paged_attention/attention_common.cuh"
 #include "kernels/paged_attention/decode_stage_load.cuh"
 #include "kernels/paged_attention/fp8_fused_tile.cuh"
-#include "kernels/paged_attention/fp8_tma_tile.cuh"
 #include "kernels/paged_attention/stream_decode.h"
 #include "kernels/paged_attention/tma_encode.h"
+#include "kernels/paged_attention/tma_tile.cuh"
 
 namespace tandem::attention {
 namespace {
@@ -73,15 +73,18 @@ constexpr int StreamStageBytes() {
               : 2 * TileElems<D, kDecodeKeys>() * static_cast<int>(sizeof(__nv_bfloat16));
 }
 
-// The distance between stages: TMA stages (kTma, fp8 only) start on 1024-byte swizzle atoms.
+// The distance between stages: TMA stages (kTma) start on 1024-byte swizzle atoms, and their
+// bf16 tiles are unpadded (tma_tile.cuh: 32 KB, not 34.8).
 template <int D, bool kFp8, bool kTma>
 constexpr int StreamStageStride() {
+  if constexpr (kTma && !kFp8) return 2 * kDecodeKeys * D * static_cast<int>(sizeof(__nv_bfloat16));
   constexpr int kBytes = StreamStageBytes<D, kFp8>();
   return kTma ? (kBytes + 1023) / 1024 * 1024 : kBytes;
 }
 
 // TMA stages: the stages, the merge buffer, one mbarrier per stage, and 1 KB to align the first
-// stage (dynamic shared memory is only 16-byte aligned): 2 x 112 KB, still two CTAs per SM.
+// stage (dynamic shared memory is only 16-byte aligned): fp8 2 x 112 KB, bf16 2 x 106 KB, still
+// two CTAs per SM.
 template <int D, bool kFp8, bool kTma = false>
 constexpr int StreamSmemBytes() {
   return StreamStages<kFp8>() * StreamStageStride<D, kFp8, kTma>() + StreamMergeBytes<D>() +
@@ -186,16 +189,16 @@ struct TileCursor {
   int next_seq, next_kv_head, next_key_begin, next_key_end;
 };
 
-// kTma (fp8 only): the stages are filled by TMA copies (fp8_tma_tile.cuh) that warp 0 issues
-// and every thread waits for on the stage's mbarrier, instead of every thread's cp.async and a
-// CTA barrier; `codes_map` is the layer's codes (unused otherwise).
+// kTma: the stages are filled by TMA copies (tma_tile.cuh) that warp 0 issues and every thread
+// waits for on the stage's mbarrier, instead of every thread's cp.async and a CTA barrier;
+// `kv_map` is the layer's (Fp8CodesTensorMap, Bf16KvTensorMap; unused otherwise).
 template <int D, bool kFp8, bool kTma>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     StreamDecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
                        const AttentionMergeItem* merges, const int32_t* counts, int32_t* counters,
                        uint16_t* partial_out, float* partial_lse, const Fp8Pages geo,
-                       const __grid_constant__ CUtensorMap codes_map) {
-  static_assert(!kTma || (kFp8 && D == 128), "TMA stages: the fused fp8 tile at head_dim 128");
+                       const __grid_constant__ CUtensorMap kv_map) {
+  static_assert(!kTma || D == 128, "TMA stages: head_dim 128");
   extern __shared__ uint4 smem_raw[];
   constexpr int kStages = StreamStages<kFp8>();
   constexpr int kStageBytes = StreamStageStride<D, kFp8, kTma>();
@@ -248,8 +251,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
       const KvView view = view_of(p.seq, p.kv_head);
       if constexpr (kTma) {
         if (warp == 0) {
-          IssueFp8TileTma<D>(view, geo, &codes_map, p.entries, p.key0, p.key_end,
-                             stages + stage * kStageBytes, bars + stage, lane);
+          IssueTileTma<D, kFp8>(view, geo, &kv_map, p.entries, p.key0, p.key_end,
+                                stages + stage * kStageBytes, bars + stage, lane);
         }
       } else if constexpr (kFp8) {
         LoadDecodeTileFp8<D, true, false>(view, geo, p.entries, p.key0, p.key_end,
@@ -312,7 +315,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
       if constexpr (kTma) {
         sm90::MbarWait(bars + stage, phase);
         if (tile_key0 + kDecodeKeys > it.key_end) {
-          ZeroFp8TailRows<D>(st, it.key_end - tile_key0, warp, lane);
+          ZeroTailRows<D, kFp8>(st, it.key_end - tile_key0, warp, lane);
         }
       } else {
         CpAsyncWait<kStages - 1>();
@@ -324,6 +327,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
         if constexpr (kFp8) {
           ProcessTileFused<D, kDecodeKeys, kTma>(acc, fused, st, warp * kDecodeWarpKeys, key0,
                                                  w.limit, masked, lane);
+        } else if constexpr (kTma) {
+          const auto* buf =
+              reinterpret_cast<const __nv_bfloat16*>(st) + warp * kDecodeWarpKeys * 64;
+          ProcessTile<D, kDecodeWarpKeys, true>(acc, buf, buf + 2 * kTmaHalfElems, key0, w.limit,
+                                                masked, scale_log2, lane);
         } else {
           const auto* buf = reinterpret_cast<const __nv_bfloat16*>(st) + warp * kSub;
           ProcessTile<D, kDecodeWarpKeys>(acc, buf, buf + kTile, key0, w.limit, masked, scale_log2,
@@ -348,7 +356,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
 
 // The TMA stages' tensor map of one layer's fp8 codes (kv_layout.h): [page][2 H P code rows of
 // D bytes], the scales after them in each page being skipped by the page stride; boxes of one
-// page segment (Fp8TmaSegmentRows rows), 128-byte swizzle. The page extent is any page id the
+// page segment (TmaSegmentRows rows), 128-byte swizzle. The page extent is any page id the
 // pool can have below 2^40 bytes (the block tables keep the copies inside the pool).
 absl::StatusOr<CUtensorMap> Fp8CodesTensorMap(const PagedAttentionArgs& a, const Fp8Pages& geo) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
@@ -372,12 +380,32 @@ absl::StatusOr<CUtensorMap> Fp8CodesTensorMap(const PagedAttentionArgs& a, const
   return map;
 }
 
-// Whether Fp8DecodeKernel::kFusedTma's TMA stages take `a` (else it runs the cp.async stages):
-// head_dim 128, power-of-two pages of kFp8TmaMinPage keys or more, a 16-byte aligned layer.
-bool Fp8TmaStages(const PagedAttentionArgs& a) {
-  return a.kv_dtype == DType::kF8E4M3 && a.fp8_decode == Fp8DecodeKernel::kFusedTma &&
-         a.head_dim == 128 && a.page_size >= kFp8TmaMinPage && PageShift(a.page_size) >= 0 &&
-         reinterpret_cast<uintptr_t>(a.kv_layer) % 16 == 0;
+// Whether DecodeCopies::kTma's stages take `a` (else the cp.async ones run): head_dim 128,
+// power-of-two pages of kTmaMinPage keys or more, a 16-byte aligned layer.
+bool TmaStages(const PagedAttentionArgs& a) {
+  return a.decode_copies == DecodeCopies::kTma && a.head_dim == 128 && a.page_size >= kTmaMinPage &&
+         PageShift(a.page_size) >= 0 && reinterpret_cast<uintptr_t>(a.kv_layer) % 16 == 0;
+}
+
+// The bf16 TMA stages' tensor map of one layer: rows of head_dim elements (page p, K or V, head
+// h, key k at row ((2 p + kv) H + h) P + k), boxes of 64 dims x one page segment, 128-byte
+// swizzle. Rows: any a coordinate can name (the block tables keep the copies in the pool).
+absl::StatusOr<CUtensorMap> Bf16KvTensorMap(const PagedAttentionArgs& a) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
+  if (encode == nullptr) return absl::InternalError("cuTensorMapEncodeTiled not found");
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.head_dim), cuuint64_t{0x7fffffff}};
+  const cuuint64_t strides[1] = {a.head_dim * sizeof(__nv_bfloat16)};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(std::min(a.page_size, kDecodeKeys))};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  CUtensorMap map;
+  const CUresult r =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(a.kv_layer), dims,
+             strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cuTensorMapEncodeTiled (bf16 KV) failed: ", int{r}));
+  }
+  return map;
 }
 
 template <int D, bool kFp8, bool kTma = false>
@@ -388,8 +416,10 @@ absl::Status Launch(const PagedAttentionArgs& a, const AttentionPlan& plan, cuda
                    BlocksPerSm(StreamDecodeKernel<D, kFp8, kTma>, kDecodeWarps * 32, kSmem, cache));
   const Fp8Pages geo = Fp8Geometry(a);
   CUtensorMap map{};
-  if constexpr (kTma) {
+  if constexpr (kTma && kFp8) {
     ASSIGN_OR_RETURN(map, Fp8CodesTensorMap(a, geo));
+  } else if constexpr (kTma) {
+    ASSIGN_OR_RETURN(map, Bf16KvTensorMap(a));
   }
   // Balanced plans lay CTA c's pieces out at a stride of DecodeSlots(): launch that many CTAs
   // (any grid computes the same function; only the balance needs this one).
@@ -410,7 +440,10 @@ absl::Status LaunchStreamDecode(const PagedAttentionArgs& a, const AttentionPlan
     case 64:
       return fp8 ? Launch<64, true>(a, plan, stream) : Launch<64, false>(a, plan, stream);
     case 128:
-      if (Fp8TmaStages(a)) return Launch<128, true, true>(a, plan, stream);
+      if (TmaStages(a)) {
+        return fp8 ? Launch<128, true, true>(a, plan, stream)
+                   : Launch<128, false, true>(a, plan, stream);
+      }
       return fp8 ? Launch<128, true>(a, plan, stream) : Launch<128, false>(a, plan, stream);
   }
   return absl::InvalidArgumentError("unsupported head_dim");

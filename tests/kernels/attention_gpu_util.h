@@ -106,8 +106,11 @@ struct DeviceAttentionBatch {
 enum class AttentionPath { kDecode, kPrefill };
 
 // Plans and runs one path on the batch; the bf16 output.
-inline std::vector<uint16_t> RunGpu(const AttentionBatch& b, AttentionPath path) {
+// One launch of `path` (decode: the stream kernel's stages filled by `copies`); bf16 output.
+inline std::vector<uint16_t> RunGpu(const AttentionBatch& b, AttentionPath path,
+                                    DecodeCopies copies = DecodeCopies::kDefault) {
   DeviceAttentionBatch d(b);
+  d.args.decode_copies = copies;
   auto plan = AttentionPlan::Create({});
   EXPECT_TRUE(plan.ok()) << plan.status();
   absl::Status st;

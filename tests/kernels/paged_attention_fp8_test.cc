@@ -1,8 +1,9 @@
 // CUDA paged attention over an FP8 cache (kernels/common/kv_layout.h: e4m3 codes + per-token fp32
 // scales) against PagedAttentionRef over the same fp8 pages (which dequantizes exactly in fp32):
-// decode (the fp8 decode kernels, Fp8DecodeKernel kDequant, kFused and kFusedTma, on every decode
-// case) and prefill paths, awkward page sizes (1, 3, 7, 16, 64; the TMA stages 8 to 512), head
-// dims 64 / 128, contexts not a
+// decode (both fp8 decode kernels, Fp8DecodeKernel kDequant and kFused, the latter with the
+// stream kernel's cp.async and TMA stages, DecodeCopies, on every decode case) and prefill
+// paths, awkward page sizes (1, 3, 7, 16, 64; the TMA stages 8 to 512), head dims 64 / 128,
+// contexts not a
 // multiple of the page, GQA groups 1 / 4 / 8 (and 7), split and unsplit plans, several queries
 // per sequence, magnitudes far from 1 (the fused kernel's power-of-two ranges), and a
 // RopeKvStore -> decode pair with PDL. kDequant rounds each dequantized K/V value to bf16 once
@@ -121,14 +122,17 @@ struct DirectStream {
   WantPlan want = WantPlan::kUnsplit;
 };
 
-// One GPU run of `path` (decode: with fp8 decode kernel `kernel`) on the fp8 pages; bf16 output.
+// One GPU run of `path` (decode: with fp8 decode kernel `kernel`, the stream kernel's stages
+// filled by `copies`) on the fp8 pages; bf16 output.
 std::vector<uint16_t> RunFp8(const AttentionBatch& b, const std::vector<uint8_t>& kv8, Path path,
-                             Fp8DecodeKernel kernel, DirectStream direct = {}) {
+                             Fp8DecodeKernel kernel, DirectStream direct = {},
+                             DecodeCopies copies = DecodeCopies::kDefault) {
   testing::DeviceAttentionBatch dev(b);
   DeviceVector<uint8_t> d_kv(kv8);
   dev.args.kv_layer = d_kv.get();
   dev.args.kv_dtype = DType::kF8E4M3;
   dev.args.fp8_decode = kernel;
+  dev.args.decode_copies = copies;
   auto plan = AttentionPlan::Create({});
   EXPECT_TRUE(plan.ok()) << plan.status();
   if (!plan.ok()) return {};
@@ -153,8 +157,8 @@ std::vector<uint16_t> RunFp8(const AttentionBatch& b, const std::vector<uint8_t>
 // The reference once, then the GPU: the prefill kernel, or each fp8 decode kernel of `kernels`.
 void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv, int d,
            int page_size, uint32_t seed, Path path, const Magnitudes& mag = {},
-           const std::vector<Fp8DecodeKernel>& kernels = {
-               Fp8DecodeKernel::kDequant, Fp8DecodeKernel::kFused, Fp8DecodeKernel::kFusedTma}) {
+           const std::vector<Fp8DecodeKernel>& kernels = {Fp8DecodeKernel::kDequant,
+                                                          Fp8DecodeKernel::kFused}) {
   SCOPED_TRACE(::testing::Message() << "nq " << nq << " nkv " << nkv << " d " << d << " page "
                                     << page_size << " seed " << seed);
   std::mt19937 rng(seed);
@@ -170,6 +174,10 @@ void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq,
   for (const Fp8DecodeKernel kernel : kernels) {
     SCOPED_TRACE(::testing::Message() << "fp8 decode kernel " << Fp8DecodeKernelName(kernel));
     ExpectClose(RunFp8(b, kv8, path, kernel), want);
+    if (kernel == Fp8DecodeKernel::kFused) {  // the stream kernel's TMA stages too
+      SCOPED_TRACE("TMA stages");
+      ExpectClose(RunFp8(b, kv8, path, kernel, {}, DecodeCopies::kTma), want);
+    }
   }
 }
 
@@ -193,8 +201,8 @@ TEST(PagedAttentionFp8GpuTest, DecodeAwkwardShapes) {
 // right on split plans too. Unsplit and balanced: many items per CTA of mixed lengths (1-key
 // items, items shorter than the five-tile lead, so the producer runs several items ahead), more
 // than 8 packed rows, the generic copies (pages 1, 7).
-// Both stage fillings: kFused's cp.async copies and kFusedTma's TMA copies (head_dim 128 and
-// pages of 8+ keys; it runs the cp.async stages elsewhere).
+// Both stage fillings (DecodeCopies): cp.async and TMA (head_dim 128 and pages of 8+ keys; it
+// runs the cp.async stages elsewhere).
 void CheckStream(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv,
                  int d, int page_size, uint32_t seed, WantPlan want, const Magnitudes& mag = {}) {
   SCOPED_TRACE(::testing::Message() << "stream kernel, nq " << nq << " nkv " << nkv << " d " << d
@@ -205,9 +213,10 @@ void CheckStream(const std::vector<int>& lens, const std::vector<int>& q_lens, i
   KvLayout layout;
   const std::vector<uint8_t> kv8 = ToFp8(b, &layout);
   const std::vector<float> want_out = Fp8Reference(b, kv8);
-  for (const Fp8DecodeKernel kernel : {Fp8DecodeKernel::kFused, Fp8DecodeKernel::kFusedTma}) {
-    SCOPED_TRACE(::testing::Message() << "fp8 decode kernel " << Fp8DecodeKernelName(kernel));
-    ExpectClose(RunFp8(b, kv8, Path::kDecode, kernel, {true, want}), want_out);
+  for (const DecodeCopies copies : {DecodeCopies::kCpAsync, DecodeCopies::kTma}) {
+    SCOPED_TRACE(::testing::Message() << "copies " << DecodeCopiesName(copies));
+    ExpectClose(RunFp8(b, kv8, Path::kDecode, Fp8DecodeKernel::kFused, {true, want}, copies),
+                want_out);
   }
 }
 
@@ -231,7 +240,7 @@ TEST(PagedAttentionFp8GpuTest, SmallForSanitizer) {
               WantPlan::kUnsplit);
 }
 
-// kFusedTma's TMA stages (fp8_tma_tile.cuh) on every page size they take: a tile made of 8, 4,
+// The fused kernel's TMA stages (tma_tile.cuh) on every page size they take: a tile made of 8, 4,
 // 2 or 1 whole pages, or a quarter, half or eighth of one (128 / 256 / 512); every length mod
 // the page (an item's last page copied whole, its rows past the keys NaN in these pools, so the
 // tail-row zeroing must hold), 1-key items, several packed-row groups, balanced cuts and split

@@ -192,22 +192,18 @@ TEST(PagedAttentionRefTest, SingleKeyReturnsItsValue) {
 // is unset or empty, and an error naming the variable for anything else.
 TEST(Fp8DecodeKernelTest, ResolvesRequestEnvironmentAndBuiltin) {
   using K = Fp8DecodeKernel;
-  for (const char* env :
-       {static_cast<const char*>(nullptr), "", "fused", "dequant", "fused-tma", "bogus"}) {
+  for (const char* env : {static_cast<const char*>(nullptr), "", "fused", "dequant", "bogus"}) {
     SCOPED_TRACE(env == nullptr ? "(unset)" : env);
     EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDequant, env), K::kDequant);
     EXPECT_EQ(*ResolveFp8DecodeKernel(K::kFused, env), K::kFused);
-    EXPECT_EQ(*ResolveFp8DecodeKernel(K::kFusedTma, env), K::kFusedTma);
   }
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, nullptr), kFp8DecodeBuiltin);
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, ""), kFp8DecodeBuiltin);
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "fused"), K::kFused);
   EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "dequant"), K::kDequant);
-  EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, "fused-tma"), K::kFusedTma);
   // The built-in choice is the fused kernel (the faster one, WORKLOG.md step 14).
   EXPECT_EQ(kFp8DecodeBuiltin, K::kFused);
-  for (const char* bad :
-       {"bogus", "Fused", "fused ", "fused-experimental", "fused-TMA", "tma", "default", "bf16"}) {
+  for (const char* bad : {"bogus", "Fused", "fused ", "fused-experimental", "default", "bf16"}) {
     const absl::StatusOr<K> k = ResolveFp8DecodeKernel(K::kDefault, bad);
     ASSERT_FALSE(k.ok()) << bad;
     EXPECT_EQ(k.status().code(), absl::StatusCode::kInvalidArgument);
@@ -216,11 +212,36 @@ TEST(Fp8DecodeKernelTest, ResolvesRequestEnvironmentAndBuiltin) {
   }
   EXPECT_STREQ(Fp8DecodeKernelName(K::kDequant), "dequant");
   EXPECT_STREQ(Fp8DecodeKernelName(K::kFused), "fused");
-  EXPECT_STREQ(Fp8DecodeKernelName(K::kFusedTma), "fused-tma");
   EXPECT_STREQ(Fp8DecodeKernelName(K::kDefault), "default");
-  for (const K k : {K::kDequant, K::kFused, K::kFusedTma}) {
-    EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, Fp8DecodeKernelName(k)), k);
+  EXPECT_EQ(*ResolveFp8DecodeKernel(K::kDefault, Fp8DecodeKernelName(K::kDequant)), K::kDequant);
+}
+
+// The stream kernel's copies (paged_attention.h): an explicit request wins over
+// TANDEM_DECODE_COPIES; kDefault takes the variable's value, cp.async when it is unset or empty,
+// and an error naming the variable for anything else.
+TEST(DecodeCopiesTest, ResolvesRequestEnvironmentAndBuiltin) {
+  using C = DecodeCopies;
+  for (const char* env : {static_cast<const char*>(nullptr), "", "tma", "cp.async", "bogus"}) {
+    SCOPED_TRACE(env == nullptr ? "(unset)" : env);
+    EXPECT_EQ(*ResolveDecodeCopies(C::kCpAsync, env), C::kCpAsync);
+    EXPECT_EQ(*ResolveDecodeCopies(C::kTma, env), C::kTma);
   }
+  EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, nullptr), kDecodeCopiesBuiltin);
+  EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, ""), kDecodeCopiesBuiltin);
+  EXPECT_EQ(kDecodeCopiesBuiltin, C::kCpAsync);  // until the TMA stages are measured
+  EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, "tma"), C::kTma);
+  EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, "cp.async"), C::kCpAsync);
+  for (const char* bad : {"TMA", "cpasync", "tma ", "default", "bulk"}) {
+    const absl::StatusOr<C> c = ResolveDecodeCopies(C::kDefault, bad);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("TANDEM_DECODE_COPIES"), std::string_view::npos);
+    EXPECT_NE(c.status().message().find(bad), std::string_view::npos);
+  }
+  for (const C c : {C::kCpAsync, C::kTma}) {
+    EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, DecodeCopiesName(c)), c);
+  }
+  EXPECT_STREQ(DecodeCopiesName(C::kDefault), "default");
 }
 
 }  // namespace

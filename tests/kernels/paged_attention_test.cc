@@ -1,6 +1,7 @@
 // CUDA paged attention (decode and prefill) against PagedAttentionRef on awkward batches:
 // batch 1, 3, 17, 255; lengths 1, 15, 16, 17, 1000, 32k; ragged; chunked-prefill positions;
-// page sizes 2..128 (powers of two, and 24); head_dim 64 and 128; GQA groups 1..8; empty batch;
+// page sizes 2..128 (powers of two, and 24; the stream kernel's TMA stages 8..512); head_dim 64 and
+// 128; GQA groups 1..8; empty batch;
 // CUDA-graph replay of a rebuilt plan. The output is poisoned with NaN first, so an unwritten
 // element fails, and the cache slots past each sequence hold NaN, so a key read beyond a sequence
 // fails too.
@@ -34,11 +35,18 @@ using testing::WantPlan;
 using Path = testing::AttentionPath;
 
 // bf16 operands and a bf16 output: relative L2 error well under 1e-2, every element written.
+// Decode runs twice: the stream kernel's stages filled by cp.async and by TMA (DecodeCopies;
+// TMA where head_dim is 128 and pages are powers of two >= 8, cp.async elsewhere).
 void Check(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv, int d,
            int page_size, uint32_t seed, Path path) {
   std::mt19937 rng(seed);
   const AttentionBatch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
-  ExpectClose(RunGpu(b, path), Reference(b));
+  const std::vector<float> want = Reference(b);
+  ExpectClose(RunGpu(b, path, DecodeCopies::kCpAsync), want);
+  if (path == Path::kDecode) {
+    SCOPED_TRACE("TMA stages");
+    ExpectClose(RunGpu(b, path, DecodeCopies::kTma), want);
+  }
 }
 
 // Small shapes for compute-sanitizer (memcheck, racecheck) runs: both paths, both head dims, and
@@ -188,20 +196,26 @@ TEST(PagedAttentionGpuTest, GraphReplaysARebuiltPlan) {
 // replays whatever plan the next build makes, so it must also be right on split plans.
 // Unsplit and balanced: many items per CTA of mixed lengths, 1-key items and items shorter than
 // the ring, more than 8 packed rows, the generic copies (pages 2, 24).
+// Both stage fillings (DecodeCopies): cp.async and TMA.
 void CheckStream(const std::vector<int>& lens, const std::vector<int>& q_lens, int nq, int nkv,
                  int d, int page_size, uint32_t seed, WantPlan want) {
   SCOPED_TRACE(::testing::Message() << "stream kernel, nq " << nq << " nkv " << nkv << " d " << d
                                     << " page " << page_size << " seed " << seed);
   std::mt19937 rng(seed);
   const AttentionBatch b = MakeBatch(lens, q_lens, nq, nkv, d, page_size, rng);
-  DeviceAttentionBatch dev(b);
-  auto plan = AttentionPlan::Create({});
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  ASSERT_TRUE((*plan)->BuildDecode(dev.shape, nullptr).ok());
-  ExpectPlan(**plan, want);
-  ASSERT_TRUE(attention::LaunchStreamDecode(dev.args, **plan, nullptr).ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ExpectClose(dev.out.Download(), Reference(b));
+  const std::vector<float> ref = Reference(b);
+  for (const DecodeCopies copies : {DecodeCopies::kCpAsync, DecodeCopies::kTma}) {
+    SCOPED_TRACE(::testing::Message() << "copies " << DecodeCopiesName(copies));
+    DeviceAttentionBatch dev(b);
+    dev.args.decode_copies = copies;
+    auto plan = AttentionPlan::Create({});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE((*plan)->BuildDecode(dev.shape, nullptr).ok());
+    ExpectPlan(**plan, want);
+    ASSERT_TRUE(attention::LaunchStreamDecode(dev.args, **plan, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ExpectClose(dev.out.Download(), ref);
+  }
 }
 
 TEST(PagedAttentionGpuTest, StreamKernelOnSplitUnsplitAndBalancedPlans) {
@@ -225,6 +239,25 @@ TEST(PagedAttentionGpuTest, StreamKernelOnSplitUnsplitAndBalancedPlans) {
               WantPlan::kBalanced);
   CheckStream(LongAndShort(120, 3000, 600), std::vector<int>(120, 3), 64, 8, 128, 64, 272,
               WantPlan::kBalanced);
+}
+
+// The TMA stages (tma_tile.cuh) on every page size they take: a tile of 8, 4, 2 or 1 whole pages,
+// or a part of one (128 / 256 / 512); lengths of every residue (an item's last page copied whole,
+// its rows past the keys NaN here, so the tail-row zeroing must hold), split, unsplit and
+// balanced plans, 20 packed rows.
+TEST(PagedAttentionGpuTest, StreamKernelTmaStagesOnEveryPageSize) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(9);
+  for (int page : {8, 16, 32, 64, 128, 256, 512}) {
+    CheckStream(RandomLens(300, 1500, rng), std::vector<int>(300, 1), 32, 8, 128, page, 280 + page,
+                WantPlan::kUnsplit);
+    CheckStream(LongAndShort(100, 3000, 640), std::vector<int>(100, 1), 32, 8, 128, page,
+                281 + page, WantPlan::kBalanced);
+    CheckStream({1, 77, 1000, 4097}, {1, 1, 1, 1}, 32, 8, 128, page, 282 + page, WantPlan::kSplit);
+  }
+  std::vector<int> lens = RandomLens(200, 700, rng);
+  for (int& len : lens) len += 4;
+  CheckStream(lens, std::vector<int>(200, 5), 16, 4, 128, 16, 290, WantPlan::kUnsplit);
 }
 
 // A decode step's RopeKvStore -> PagedAttentionDecode pair: RopeKvStore rotates q in place and

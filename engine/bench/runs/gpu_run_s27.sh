@@ -20,14 +20,14 @@
 #            for TP 2 on one GPU) are in engine_cuda_tp_test; the FP8 split-k and extra
 #            candidates' reference checks in fp8_gemm_lt_gpu_test. Before: kb_bench's FP8 GEMM
 #            benches (fp8split, lttune_extra, lttune_dump).
-#   tma      the fused FP8 kernel's TMA stages (kernels/paged_attention/WORKLOG.md step 19,
-#            Fp8DecodeKernel::kFusedTma): check-sass, the attention GPU tests (every fp8 decode
-#            case runs fused-tma too), compute-sanitizer memcheck + racecheck on the small cases,
-#            fused / fused-tma at the [quant] shapes in the same call, ncu of both.
+#   tma      the stream kernel's TMA stages (kernels/paged_attention/WORKLOG.md step 19,
+#            TANDEM_DECODE_COPIES=tma): check-sass, the attention GPU tests (every decode case
+#            runs the TMA stages too), compute-sanitizer memcheck + racecheck on the small cases,
+#            cp.async / TMA for fused fp8 ([quant] shapes) and bf16 ([decode-tc]), ncu of both.
 #   order    [decode-tc]: the strided plans' item order, sequence- against head-major
 #            (TANDEM_DECODE_ORDER, WORKLOG.md step 20), bf16 and fused fp8, ncu of both.
-#   kernels  tma, then order, in one call (~470 s)
-#   peers2   balance without the tests (kernels ran them), then peers, in one call (~150 s)
+#   kernels  tma (~520 s: the attention GPU tests alone take up to ~6 minutes)
+#   peers2   order, balance without the tests (kernels ran them), then peers (~200 s)
 #   tests    named test binaries of the pack: TESTS="bin[:gtest filter] ..."
 # Staged here (carry: [".gpu-pack27"]; for balance / peers / kernels, which need only
 # attention_bench and attention_gpu_test, PACK=.gpu-pack27k with ".gpu-fipeer", since a call
@@ -97,7 +97,7 @@ attention_tests() {
   tools/gpu/check-sass.sh $S/tests/attention_gpu_test $S/bin/attention_bench \
     >"$LOGS/check_sass.log" 2>&1
   note "check-sass exit=$?: $(tr '\n' ' ' <"$LOGS/check_sass.log" | cut -c1-300)"
-  run_test attention_gpu_test 300
+  run_test attention_gpu_test 360
   for tool in memcheck racecheck; do
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $S/tests/attention_gpu_test \
       --gtest_filter='PagedAttentionGpuTest.SmallBothPaths:PagedAttentionFp8GpuTest.SmallForSanitizer' \
@@ -107,28 +107,31 @@ attention_tests() {
   done
 }
 
-# The fused FP8 kernel's stages filled by cp.async (fused) and by TMA (fused-tma), same call:
-# `attention_bench one` at the [quant] shapes (page 16, the engine's default; one at 64; one
-# ragged), the decode_fp8 table, ncu of both at 128 x 4k and 256 x 640.
+# The stream kernel's stages filled by cp.async and by TMA (TANDEM_DECODE_COPIES, WORKLOG.md
+# step 19), same call: `attention_bench one` for the fused fp8 kernel at the [quant] shapes
+# (page 16, the engine's default; one at 64; one ragged) and bf16 at [decode-tc]'s, ncu of both
+# at 128 x 4k and 256 x 640 (fp8) and 128 x 4k (bf16).
 tma() {
   [ -n "${TESTED:-}" ] || attention_tests
-  for shape in "256 640 16" "256 1024 16" "256 2048 16" "128 4096 16" "256 4096 16" \
-    "32 4096 16" "64 640 16" "32 8192 16" "128 4096 64" "8 4096 16"; do
-    MODES=auto attention_ab $shape fused
-    MODES=auto attention_ab $shape fused-tma
+  for shape in "256 640 16 fused" "256 1024 16 fused" "256 2048 16 fused" "128 4096 16 fused" \
+    "256 4096 16 fused" "32 4096 16 fused" "64 640 16 fused" "32 8192 16 fused" \
+    "128 4096 64 fused" "128 4096 64 bf16" "128 4096 16 bf16" "256 2048 64 bf16" \
+    "32 4096 64 bf16" "256 640 64 bf16" "64 16384 64 bf16"; do
+    VAR=TANDEM_DECODE_COPIES VALS="cp.async tma" env_ab $shape
   done
-  RAGGED=1 MODES=auto attention_ab 128 4096 16 fused
-  RAGGED=1 MODES=auto attention_ab 128 4096 16 fused-tma
-  timeout 120 $S/bin/attention_bench decode_fp8 >"$LOGS/decode_fp8.log" 2>&1
-  note "attention_bench decode_fp8 exit=$?"
-  grep -E 'kv=fp8' "$LOGS/decode_fp8.log" | grep -oE 'fp8_kernel=[a-z-]+ B=[0-9]+ L=[0-9]+.* page=[0-9]+|graph_us=[0-9.]+ graph_TBps=[0-9.]+' \
-    | paste - - >>"$OUT/summary.txt"
+  for copies in cp.async tma; do
+    env TANDEM_DECODE_COPIES=$copies TANDEM_BENCH_RAGGED=1 timeout 60 \
+      $S/bin/attention_bench one 128 4096 16 fused >"$LOGS/one_ragged_fused_$copies.log" 2>&1
+    note "attention one 128 4096 16 fused ragged copies=$copies: $(grep -m1 -oE \
+      'graph_us=[0-9.]+ graph_TBps=[0-9.]+' "$LOGS/one_ragged_fused_$copies.log")"
+  done
   local pattern="DRAM Throughput|Duration|No Eligible|Issue Slots Busy|Registers Per|Executed Ipc A"
   pattern="$pattern|Achieved Occupancy|Block Limit Shared|Bank Conflicts|Dynamic Shared"
-  for kv in fused fused-tma; do
-    for shape in "128 4096 16" "256 640 16"; do
-      ncu_decode "${kv}_${shape// /x}" $shape $kv "$pattern" SpeedOfLight WarpStateStats \
-        SchedulerStats LaunchStats Occupancy MemoryWorkloadAnalysis_Tables InstructionStats
+  for copies in cp.async tma; do
+    for shape in "128 4096 16 fused" "256 640 16 fused" "128 4096 64 bf16"; do
+      NCU_ENV="TANDEM_DECODE_COPIES=$copies" ncu_decode "${copies}_${shape// /_}" $shape \
+        "$pattern" SpeedOfLight WarpStateStats SchedulerStats LaunchStats Occupancy \
+        MemoryWorkloadAnalysis_Tables InstructionStats
     done
   done
 }
@@ -183,10 +186,10 @@ case "${1:-}" in
   order) order ;;
   kernels)
     tma
-    order
     tar -C "$OUT" -czf "$OUT/logs_kernels.tgz" logs && rm -rf "$LOGS"
     ;;
   peers2)
+    order
     TESTED=1 balance
     peers
     ;;
@@ -208,7 +211,7 @@ case "${1:-}" in
     BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv
     # The fused FP8 kernel's TMA stages served (step 19), the FP8 split-k (quant_gemm step 6)
     # and the extra cuBLASLt candidates tuned at start-up, each against the default, same call.
-    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_tma TANDEM_FP8_DECODE=fused-tma
+    BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_tma TANDEM_DECODE_COPIES=tma
     BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_split2 TANDEM_FP8_SPLITK=2
     BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_lt_extra TANDEM_LT_AUTOTUNE=1
     # Ragged contexts (2k in +-90%, 512 out +-90%), the plans' own choice against strided.
