@@ -1,10 +1,11 @@
 // The CPU reference of PeerBarrier (peer_barrier.h): the kernel's protocol with C++20
 // std::atomic_ref, seq-cst fence and release stores before the spin, acquire loads in it.
 #include <atomic>
-#include <chrono>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
 #include "kernels/peer_barrier/peer_barrier.h"
 
 namespace tandem {
@@ -34,7 +35,9 @@ void PeerBarrierRef(const PeerBarrierArgs& a) {
     if (q != a.rank)
       std::atomic_ref<uint32_t>(a.slots[q][a.rank]).store(e, std::memory_order_release);
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(a.timeout_ns);
+  // Real time, as the kernel's %globaltimer: the deadline is the group's wall-clock timeout.
+  Clock* clock = Clock::Real();
+  const absl::Time deadline = clock->Now() + absl::Nanoseconds(a.timeout_ns);
   std::atomic_ref<int32_t> abort(*a.abort);
   for (int q = 0; q < a.num_ranks; ++q) {
     if (q == a.rank) continue;
@@ -43,7 +46,7 @@ void PeerBarrierRef(const PeerBarrierArgs& a) {
       int32_t why = kPeerBarrierOk;
       if (abort.load(std::memory_order_acquire) != 0) {
         why = kPeerBarrierAborted;
-      } else if (std::chrono::steady_clock::now() > deadline) {
+      } else if (clock->Now() > deadline) {
         why = kPeerBarrierTimedOut;
       }
       if (why != kPeerBarrierOk) {
