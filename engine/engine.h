@@ -28,7 +28,8 @@ struct EngineOptions {
   std::string model_dir;
   Backend backend = Backend::kCpu;
   // Ranks each layer's heads are split over inside this engine's group (one thread per rank:
-  // engine/model/parallel_model.h). CPU and CUDA (one GPU per rank; eager steps, no graphs).
+  // engine/model/parallel_model.h). CPU and CUDA (one GPU per rank; each rank captures and
+  // replays its own CUDA graphs, parallel_model.h).
   // A draft model (speculative decoding) runs unsplit.
   int tensor_parallel = 1;
   // CUDA ranks: each rank's device (empty: rank r on device r mod the visible count), and whether

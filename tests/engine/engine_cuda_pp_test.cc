@@ -60,10 +60,13 @@ struct Layout {
   int tp = 1;
   int pp = 1;
   std::string Name() const { return "TP " + std::to_string(tp) + " x PP " + std::to_string(pp); }
+  // Every rank on GPU 0, however many GPUs are visible (these tests are about ranks sharing a
+  // GPU; PipelineStagesOnTwoGpus gives each its own).
   ParallelConfig Shared(int micro_batches = 0) const {
     return ParallelConfig{.tensor_parallel = tp,
                           .pipeline_parallel = pp,
                           .micro_batches = micro_batches,
+                          .devices = std::vector<int>(tp * pp, 0),
                           .allow_device_sharing = true};
   }
 };
@@ -98,6 +101,32 @@ TEST(EngineCudaPpTest, PipelineStagesOnOneGpuMatchTheSingleGpuModel) {
   }
 }
 
+// PP 2 with a GPU per stage (the stage-to-stage transfers over NCCL): the logits of greedy
+// generation within the single-GPU bound. Needs two visible GPUs ([multi-gpu]); skips otherwise.
+TEST(EngineCudaPpTest, PipelineStagesOnTwoGpusMatchTheSingleGpuModel) {
+  SKIP_WITHOUT_GPU();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs two GPUs (" << CudaDeviceCount() << " visible)";
+  for (const char* preset : {"small-llama3", "small-qwen3"}) {
+    const std::string name = std::string(preset) + " PP 2 on GPUs 0, 1";
+    SCOPED_TRACE(name);
+    const std::string dir = Make(preset);
+    absl::StatusOr<std::unique_ptr<Model>> one = LoadModel(dir, Backend::kCuda);
+    ASSERT_TRUE(one.ok()) << one.status();
+    absl::StatusOr<std::unique_ptr<Model>> pp =
+        LoadModel(dir, Backend::kCuda, ParallelConfig{.pipeline_parallel = 2, .devices = {0, 1}});
+    ASSERT_TRUE(pp.ok()) << pp.status();
+    const auto prompts = RandomPrompts({1, 13, 45, 300}, (*one)->config().vocab_size, 24);
+    const std::vector<SeqResult> want =
+        GenerateGreedy(**one, prompts, kNewTokens, 16, 64, DType::kBF16);
+    const std::vector<SeqResult> got =
+        GenerateGreedy(**pp, prompts, kNewTokens, 16, 64, DType::kBF16);
+    ASSERT_EQ(got.size(), want.size());
+    const int agreed = ExpectSameGenerations(want, got, prompts, kLogitTolerance, name);
+    std::cout << name << ": greedy tokens agreed " << agreed << " of "
+              << prompts.size() * kNewTokens << "\n";
+  }
+}
+
 EngineOptions CudaOptions(const std::string& dir, Layout layout) {
   EngineOptions o;
   o.model_dir = dir;
@@ -105,6 +134,7 @@ EngineOptions CudaOptions(const std::string& dir, Layout layout) {
   o.tensor_parallel = layout.tp;
   o.pipeline_parallel = layout.pp;
   o.pipeline_micro_batches = 2;
+  o.devices = std::vector<int>(layout.tp * layout.pp, 0);  // as Layout::Shared
   o.allow_device_sharing = true;
   o.gpu_memory_utilization = 0.2;  // a small share: the GPU may be shared with other tests
   o.max_num_seqs = 32;

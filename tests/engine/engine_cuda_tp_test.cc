@@ -63,8 +63,11 @@ constexpr int kNewTokens = 40;
 // Each preset's checkpoint is written once per run (the tests share them: they only read).
 std::string Make(const std::string& preset) { return CachedCheckpoint(preset, 5); }
 
+// Every rank on GPU 0 (the peer communicator), however many GPUs are visible: these tests are
+// about ranks sharing a GPU; TensorParallelOnTwoGpusOverNccl puts them on GPUs of their own.
 ParallelConfig SharedGpu(int tp) {
-  return ParallelConfig{.tensor_parallel = tp, .allow_device_sharing = true};
+  return ParallelConfig{
+      .tensor_parallel = tp, .devices = std::vector<int>(tp, 0), .allow_device_sharing = true};
 }
 
 TEST(EngineCudaTpTest, TensorParallelOnOneGpuMatchesTp1) {
@@ -100,6 +103,7 @@ EngineOptions CudaOptions(const std::string& dir, int tp) {
   o.model_dir = dir;
   o.backend = Backend::kCuda;
   o.tensor_parallel = tp;
+  o.devices = std::vector<int>(tp, 0);  // as SharedGpu
   o.allow_device_sharing = true;
   // The pool from the GPU's memory (CombineRankMemory), a small share of it: the GPU may be
   // shared with other tests.
@@ -382,6 +386,59 @@ TEST(EngineCudaTpTest, AnAbortWhileGraphStepsRunFailsTheGroupWithoutHanging) {
   aborter.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "a replay waited for its deadline";
   ExpectFailedByInjectedFault(*g.engine, run.status);
+}
+
+// TP 2 with a GPU per rank: the NCCL communicator (all-reduces on the ranks' streams, captured
+// into each rank's graphs). Needs two visible GPUs ([multi-gpu]'s machine); skips otherwise.
+// The logits of greedy generation within the TP 1 bound, then the engine with graphs: tokens as
+// TP 1's up to near ties, and the decode steps replayed on both ranks.
+TEST(EngineCudaTpTest, TensorParallelOnTwoGpusOverNcclMatchesTp1) {
+  SKIP_WITHOUT_GPU();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs two GPUs (" << CudaDeviceCount() << " visible)";
+  const ParallelConfig two{.tensor_parallel = 2, .devices = {0, 1}};
+  for (const char* preset : {"small-llama3", "small-qwen3"}) {
+    SCOPED_TRACE(preset);
+    const std::string dir = Make(preset);
+    absl::StatusOr<std::unique_ptr<Model>> tp1 = LoadModel(dir, Backend::kCuda);
+    ASSERT_TRUE(tp1.ok()) << tp1.status();
+    absl::StatusOr<std::unique_ptr<Model>> tp2 = LoadModel(dir, Backend::kCuda, two);
+    ASSERT_TRUE(tp2.ok()) << tp2.status();
+    const auto prompts = RandomPrompts({1, 13, 45, 300}, (*tp1)->config().vocab_size, 22);
+    const std::vector<SeqResult> want =
+        GenerateGreedy(**tp1, prompts, kNewTokens, 16, 64, DType::kBF16);
+    const std::vector<SeqResult> got =
+        GenerateGreedy(**tp2, prompts, kNewTokens, 16, 64, DType::kBF16);
+    ASSERT_EQ(got.size(), want.size());
+    const std::string name = std::string(preset) + " TP 2 on GPUs 0, 1";
+    const int agreed = ExpectSameGenerations(want, got, prompts, kLogitTolerance, name);
+    std::cout << name << ": greedy tokens agreed " << agreed << " of "
+              << prompts.size() * kNewTokens << "\n";
+  }
+  const std::string dir = Make("small-llama3");
+  const GraphRun tp1 = RunGraphs(dir, 1, /*eager=*/false);
+  EngineOptions o = CudaOptions(dir, 2);
+  o.devices = {0, 1};
+  o.allow_device_sharing = false;
+  o.kv_memory_bytes = int64_t{256} << 20;
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir, Backend::kCuda, two);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto* group = dynamic_cast<ParallelModel*>(model->get());
+  ASSERT_NE(group, nullptr);
+  EXPECT_TRUE(group->SupportsCudaGraphs()) << "NCCL collectives are capturable";
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::CreateWithModel(o, *std::move(model));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<EngineRequest> requests = GraphRequests((*engine)->model_config().vocab_size);
+  const std::map<std::string, Generated> got = RunAll(**engine, requests);
+  EXPECT_GE(group->GraphSteps(), kNewTokens - 8) << "the TP 2 group's steps ran eagerly";
+  int agreed = 0, total = 0;
+  for (const auto& [id, t] : tp1.tokens) {
+    ASSERT_EQ(got.at(id).tokens.size(), t.tokens.size()) << id;
+    agreed += ExpectSameUpToNearTie(t.tokens, t.margins, got.at(id).tokens, kNearTie, id);
+    total += static_cast<int>(t.tokens.size());
+  }
+  std::cout << "engine TP 2 on GPUs 0, 1 (NCCL, graphs): " << group->GraphSteps()
+            << " graph steps; " << agreed << " of " << total
+            << " greedy tokens identical to TP 1\n";
 }
 
 TEST(EngineCudaTpTest, PlacementIsRefusedWithoutSharing) {

@@ -24,14 +24,14 @@
 #           time for 2k and 8k prompts; NCCL_DEBUG=INFO names each run's transport. (~350-480 s)
 #   tp      TP 2 over NCCL on GPUs 0-1: nccl_communicator_gpu_test (2 GPUs: all-reduce,
 #           all-gather, captured in a graph, a missing rank, its all-reduce time),
-#           engine_cuda_tp_test (its ranks share GPU 0: no test puts TP ranks on two GPUs, below),
-#           served TP 2 (gpus [0, 1]) against TP 1, 64 greedy prompts (small-qwen3: equal up to
+#           engine_cuda_tp_test (TP 2 over NCCL on GPUs 0, 1 against TP 1; its other tests
+#           pin the ranks to GPU 0), served TP 2 (gpus [0, 1]) against TP 1, 64 greedy prompts (small-qwen3: equal up to
 #           near ties, bf16 partial sums); `tandem bench` Llama-3-8B shapes, batch-1 latency and
 #           256 x (128 in / 1024 out) throughput at TP 1, TP 2 with CUDA graphs, TP 2
 #           --enforce-eager; op profile (TANDEM_OP_PROFILE=20) at batch 1 and 64, TP 1 and 2:
 #           span - ops of the eager steps, where the all-reduces are.               (~350-450 s)
-#   pp      engine_cuda_pp_test (stages share GPU 0), served PP 2 (gpus [0, 1]) against PP 1 on
-#           64 greedy prompts (small-qwen3; a layer split does not change the arithmetic: equal),
+#   pp      engine_cuda_pp_test (PP 2 on GPUs 0, 1 against one GPU; the others on GPU 0),
+#           served PP 2 (gpus [0, 1]) against PP 1 on 64 greedy prompts (small-qwen3; a layer split does not change the arithmetic: equal),
 #           `tandem bench` Llama-3-8B latency + throughput at PP 1, PP 2 with one micro-batch per
 #           stage (the default, stages overlap) and --pipeline-micro-batches 1 (no overlap).
 #                                                                                    (~250-330 s)
@@ -71,10 +71,11 @@
 #     with path nccl after the fault.
 #   - --kv-transfer-hold-ms holds a transfer after its sends completed, so a fault there keeps
 #     the communicator (nothing outstanding): it cannot hold an NCCL transfer mid-flight.
-#   - No CUDA test runs tensor- or pipeline-parallel ranks on two GPUs (engine_cuda_tp_test,
-#     engine_cuda_pp_test, engine_cuda_quant_tp_test use allow_device_sharing on GPU 0); the
-#     logits of TP 2 / PP 2 over NCCL against TP 1 are not compared anywhere, only the served
-#     tokens (here).
+#   - (Closed after this script was written: engine_cuda_tp_test's
+#     TensorParallelOnTwoGpusOverNcclMatchesTp1 and engine_cuda_pp_test's
+#     PipelineStagesOnTwoGpusMatchTheSingleGpuModel compare TP 2 / PP 2 over NCCL, on GPUs 0 and
+#     1, against TP 1's logits, and TP 2's engine with graphs against TP 1's tokens; they skip
+#     with one GPU. The other tests of those binaries pin every rank to GPU 0.)
 #   - The op profile (TANDEM_OP_PROFILE) times the Ops calls only; a TP rank's all-reduce goes to
 #     its communicator directly and has no row: "span - ops" of a profiled eager step is the
 #     upper bound reported (TP 2's minus TP 1's is the all-reduces' share).
