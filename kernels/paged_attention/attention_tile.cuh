@@ -19,11 +19,10 @@
 
 #include <cstdint>
 
+#include "kernels/paged_attention/smem_layout.h"
+
 namespace tandem::attention {
 
-constexpr int kRowPad = 8;  // bf16 elements of padding per shared-memory row (16 bytes)
-// Keys of a decode tile in the stream kernel's TMA stages (tma_tile.cuh): kDecodeKeys.
-constexpr int kTmaTileKeys = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -174,26 +173,11 @@ __device__ __forceinline__ void LoadQuery(WarpAccum<D>& acc, const __nv_bfloat16
   }
 }
 
-// Element offset of (row, col) in a K or V tile as ProcessTile reads it: padded rows of
-// D + kRowPad, or (kTma) the TMA stages' layout (tma_tile.cuh): two [kTmaTileKeys][64] halves
-// (dims 0-63, 64-127) in TMA's 128-byte swizzle, 16-byte chunk (col % 64) / 8 of a row at chunk
-// ^ (row & 7). That keeps the K reads below (a warp: 8 rows g, 4 words t) and the ldmatrix rows
-// of V free of bank conflicts: the 8 rows of a read have distinct row & 7, so the same logical
-// chunk lands on 8 distinct physical ones.
-template <int D, bool kTma>
-__device__ __forceinline__ int TileOffset(int row, int col) {
-  if constexpr (kTma) {
-    static_assert(D == 128, "the TMA stages' halves are 64 dims");
-    const int c = col & 63;
-    return (col >> 6) * (kTmaTileKeys * 64) + row * 64 + ((((c >> 3) ^ (row & 7)) << 3) | (c & 7));
-  }
-  return row * (D + kRowPad) + col;
-}
-
 // One K/V tile: S = Q K^T (log2-scaled), causal/length mask, online softmax, O += P V.
 // Key j of the tile is absolute key key0 + j; row i of this thread (0: g, 1: g+8) sees keys
 // < limit[i]. `masked` is false when every key of the tile is visible to every row. kTma: k_s and
-// v_s are in the TMA stages' layout (TileOffset), rows counted from a multiple of 8.
+// v_s are in the TMA stages' layout (TileOffset, smem_layout.h), rows counted from a multiple of
+// 8.
 template <int D, int kKeys, bool kTma = false>
 __device__ __forceinline__ void ProcessTile(WarpAccum<D>& acc, const __nv_bfloat16* k_s,
                                             const __nv_bfloat16* v_s, int key0,

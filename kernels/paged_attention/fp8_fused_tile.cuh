@@ -92,13 +92,6 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// The 16-byte K chunk of a key row that thread t (lane % 4) reads for k-steps 4 c .. 4 c + 3
-// (the layout comment above).
-template <bool kTma>
-__device__ __forceinline__ int FusedKChunk(int t, int c) {
-  return kTma ? 2 * t + c : t + 4 * c;
-}
-
 // Loads the warp's queries as f16 A fragments in the permuted dim order above (acc.q), scaled by
 // one power of two so that the 16 rows' largest |q| lies in [2^14, 2^15); returns the score
 // factor scale_log2 / that power. q_row[i]: row (g + 8 i)'s head vector, or null (zeros).
@@ -142,9 +135,9 @@ __device__ __forceinline__ float LoadQueryFused(WarpAccum<D>& acc, const __nv_bf
   return scale_log2 * Pow2(127 - shift);
 }
 
-// One warp's 16 keys (tile rows [row0, row0 + 16) of `stage`, fp8_tile.cuh's kSwizzle layout, or
-// with kTma the TMA stages' Fp8FusedChunkOffset): S = Q K^T on the codes, scores times the K
-// scales, mask, online softmax, O += (P x V scales) V. Same key/limit contract as ProcessTile
+// One warp's 16 keys (tile rows [row0, row0 + 16) of `stage`, smem_layout.h's Fp8ChunkOffset
+// layout, or with kTma the TMA stages' Fp8FusedChunkOffset): S = Q K^T on the codes, scores times
+// the K scales, mask, online softmax, O += (P x V scales) V. Same key/limit contract as ProcessTile
 // (attention_tile.cuh). The queries must have been loaded with the same kTma.
 template <int D, int kKeys, bool kTma = false>
 __device__ __forceinline__ void ProcessTileFused(WarpAccum<D>& acc, FusedState& st,

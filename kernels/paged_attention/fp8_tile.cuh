@@ -64,33 +64,7 @@ __device__ __forceinline__ void CpAsync4Maybe(void* smem, const void* gmem, bool
   }
 }
 
-// kSwizzle stages (the fused decode kernel, fp8_fused_tile.cuh): 16-byte chunk c of tile row r
-// sits at chunk c ^ Fp8ChunkSwizzle<D>(r) of the row, so that the fused kernel's K reads (16
-// bytes of two adjacent rows per quarter-warp) and V reads (8 bytes of rows 2t, 2t + 1, ... per
-// half-warp) hit distinct banks; the rows themselves are D bytes apart, unpadded. Rows 0..7 take
-// XORs 0 4 2 6 4 0 6 2 at D = 128 (eight chunks a row), 0 0 2 2 0 0 2 2 at D = 64 (four chunks).
-template <int D>
-__device__ __forceinline__ int Fp8ChunkSwizzle(int row) {
-  return ((row & 6) ^ ((row & 1) << 2)) & (D / 16 - 1);
-}
-template <int D, bool kSwizzle>
-__device__ __forceinline__ int Fp8ChunkOffset(int row, int col) {  // col: a multiple of 16
-  if constexpr (kSwizzle) return row * D + (col ^ (Fp8ChunkSwizzle<D>(row) << 4));
-  return row * D + col;
-}
-
-// The stages the stream kernel fills with TMA copies (fp8_tma_tile.cuh), head_dim 128: TMA's
-// 128-byte swizzle puts chunk c of row r at chunk c ^ (r & 7) (rows 128 bytes apart from a
-// 1024-byte aligned stage). The fused tile reads them with its K chunks reassigned
-// (FusedKChunk), which keeps both of its read patterns free of bank conflicts.
-template <int D, bool kTma>
-__device__ __forceinline__ int Fp8FusedChunkOffset(int row, int col) {
-  if constexpr (kTma) {
-    static_assert(D == 128, "the TMA stages' rows are one 128-byte swizzle span");
-    return row * D + (col ^ ((row & 7) << 4));
-  }
-  return Fp8ChunkOffset<D, true>(row, col);
-}
+// The stages' layouts (Fp8ChunkOffset, Fp8FusedChunkOffset): smem_layout.h.
 
 // Copies keys [key0, key0 + kKeys) of K and V of view.kv_head (rows >= key_end zero-filled, so
 // their codes and scales are 0) into `stage`, spread over kThreads threads starting at `tid`.

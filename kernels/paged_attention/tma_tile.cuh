@@ -6,7 +6,7 @@
 // completing on the stage's mbarrier that lane 0 arms; the other warps only wait on it:
 //  - bf16: four tensor copies (K and V, head dims 0-63 and 64-127: boxes of 64 dims x segment
 //    rows of the layer's [row][128] view), each half-tile [64 keys][64 dims] in TMA's 128-byte
-//    swizzle (TileOffset<128, true>, attention_tile.cuh);
+//    swizzle (TileOffset<128, true>, smem_layout.h);
 //  - fp8: two tensor copies (the segment's K and V codes, boxes of 128 bytes x segment rows of
 //    the layer's [page][2 H P code rows] view, 128-byte swizzle, Fp8FusedChunkOffset) and two
 //    bulk copies (its K and V scales).
@@ -38,7 +38,7 @@ namespace tandem::attention {
 constexpr int kTmaMinPage = 8;
 
 // The bf16 TMA stage: K then V, each two [kDecodeKeys][64] halves (head dims 0-63, 64-127),
-// element (row, col) of a tile at TileOffset<128, true> (attention_tile.cuh): 16-byte chunk
+// element (row, col) of a tile at TileOffset<128, true> (smem_layout.h): 16-byte chunk
 // (col % 64) / 8 of the row at chunk ^ (row & 7), rows 128 bytes apart from a 1024-byte atom.
 static_assert(kTmaTileKeys == kDecodeKeys, "the TMA layout's tile is the decode tile");
 constexpr int kTmaHalfElems = kDecodeKeys * 64;
