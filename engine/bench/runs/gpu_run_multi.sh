@@ -119,7 +119,11 @@ if [ "$DRY" = cpu ]; then
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 else
   S=.gpu-eng
-  [ -d "$S" ] || tar -xJf "${PACK:-.gpu-packmg}/eng.tar.xz"
+  # A warm machine keeps the last call's .gpu-eng: unpack again when it came from another pack.
+  PACK=${PACK:-.gpu-packmg}
+  if [ "$(cat "$S/.pack" 2>/dev/null)" != "$PACK" ]; then
+    rm -rf "$S" && tar -xJf "$PACK/eng.tar.xz" && echo "$PACK" >"$S/.pack"
+  fi
   OUT=${OUT:-/tmp/multi-out}
   MODELS=${MODELS:-/tmp/tandem-models}
   PORT=${MULTI_PORT:-8000}

@@ -37,11 +37,15 @@
 #     kernels_kb_gpu_test engine_cuda_test" engine/bench/runs/stage_pack.sh
 #   PACK=.gpu-pack27k BINS="attention_bench" TEST_BINS="attention_gpu_test" \
 #     engine/bench/runs/stage_pack.sh
-# Usage there:
+# Usage there (kernels and peers2 with PACK=.gpu-pack27k; engine with the default pack):
 #   [PACK=.gpu-pack27k] engine/bench/runs/gpu_run_s27.sh tma|order|balance|peers|kernels|peers2|engine|tests
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-[ -d .gpu-eng ] || tar -xJf "${PACK:-.gpu-pack27}/eng.tar.xz"
+# A warm machine keeps the last call's .gpu-eng: unpack again when it came from another pack.
+PACK=${PACK:-.gpu-pack27}
+if [ "$(cat .gpu-eng/.pack 2>/dev/null)" != "$PACK" ]; then
+  rm -rf .gpu-eng && tar -xJf "$PACK/eng.tar.xz" && echo "$PACK" >.gpu-eng/.pack
+fi
 S=.gpu-eng
 source tools/gpu/gpu-env.sh --libs $S/_libs  # NVLink multicast off, CUDA paths
 export PYTHONUNBUFFERED=1 TANDEM_SOURCE_DIR=$PWD TANDEM_BINARY_DIR=$PWD/$S
