@@ -56,25 +56,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// The K/V cache of one layer as a 2D tensor of rows of head_dim (kv_layout.h: a (page, K/V,
-// head) is page_size consecutive rows); boxes of 64 dims x min(page_size, kKeys) rows.
+// The K/V cache of one layer (Bf16KvRowsTensorMap, tma_encode.h), boxes of 64 dims x
+// min(page_size, kKeys) rows.
 absl::StatusOr<CUtensorMap> KvTensorMap(const PagedAttentionArgs& a) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
-  if (encode == nullptr) return absl::InternalError("cuTensorMapEncodeTiled not found");
-  CUtensorMap map;
-  // Rows: any row a coordinate can name (int32); the block tables keep the copies in the pool.
-  const cuuint64_t dims[2] = {kD, cuuint64_t{0x7fffffff}};
-  const cuuint64_t strides[1] = {kD * sizeof(__nv_bfloat16)};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(std::min(a.page_size, kKeys))};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r =
-      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(a.kv_layer), dims,
-             strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return absl::InternalError(absl::StrCat("cuTensorMapEncodeTiled failed: ", int{r}));
-  }
-  return map;
+  return Bf16KvRowsTensorMap(a.kv_layer, kD, std::min(a.page_size, kKeys));
 }
 
 template <int kStages, bool kPingPong>

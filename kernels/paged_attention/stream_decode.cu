@@ -191,7 +191,7 @@ struct TileCursor {
 
 // kTma: the stages are filled by TMA copies (tma_tile.cuh) that warp 0 issues and every thread
 // waits for on the stage's mbarrier, instead of every thread's cp.async and a CTA barrier;
-// `kv_map` is the layer's (Fp8CodesTensorMap, Bf16KvTensorMap; unused otherwise).
+// `kv_map` is the layer's (Fp8CodesTensorMap, Bf16KvRowsTensorMap; unused otherwise).
 template <int D, bool kFp8, bool kTma>
 __global__ void __launch_bounds__(kDecodeWarps * 32, 2)
     StreamDecodeKernel(const __grid_constant__ PagedAttentionArgs a, const AttentionWorkItem* items,
@@ -387,27 +387,6 @@ bool TmaStages(const PagedAttentionArgs& a) {
          PageShift(a.page_size) >= 0 && reinterpret_cast<uintptr_t>(a.kv_layer) % 16 == 0;
 }
 
-// The bf16 TMA stages' tensor map of one layer: rows of head_dim elements (page p, K or V, head
-// h, key k at row ((2 p + kv) H + h) P + k), boxes of 64 dims x one page segment, 128-byte
-// swizzle. Rows: any a coordinate can name (the block tables keep the copies in the pool).
-absl::StatusOr<CUtensorMap> Bf16KvTensorMap(const PagedAttentionArgs& a) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
-  if (encode == nullptr) return absl::InternalError("cuTensorMapEncodeTiled not found");
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.head_dim), cuuint64_t{0x7fffffff}};
-  const cuuint64_t strides[1] = {a.head_dim * sizeof(__nv_bfloat16)};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(std::min(a.page_size, kDecodeKeys))};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  CUtensorMap map;
-  const CUresult r =
-      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(a.kv_layer), dims,
-             strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return absl::InternalError(absl::StrCat("cuTensorMapEncodeTiled (bf16 KV) failed: ", int{r}));
-  }
-  return map;
-}
-
 template <int D, bool kFp8, bool kTma = false>
 absl::Status Launch(const PagedAttentionArgs& a, const AttentionPlan& plan, cudaStream_t stream) {
   constexpr int kSmem = StreamSmemBytes<D, kFp8, kTma>();
@@ -418,8 +397,9 @@ absl::Status Launch(const PagedAttentionArgs& a, const AttentionPlan& plan, cuda
   CUtensorMap map{};
   if constexpr (kTma && kFp8) {
     ASSIGN_OR_RETURN(map, Fp8CodesTensorMap(a, geo));
-  } else if constexpr (kTma) {
-    ASSIGN_OR_RETURN(map, Bf16KvTensorMap(a));
+  } else if constexpr (kTma) {  // boxes of one page segment (TmaSegmentRows)
+    ASSIGN_OR_RETURN(
+        map, Bf16KvRowsTensorMap(a.kv_layer, a.head_dim, std::min(a.page_size, kDecodeKeys)));
   }
   // Balanced plans lay CTA c's pieces out at a stride of DecodeSlots(): launch that many CTAs
   // (any grid computes the same function; only the balance needs this one).

@@ -1,9 +1,9 @@
 // The decode kernel's stream variant (stream_decode.cu, WORKLOG.md steps 16-17), bf16 cache or
 // fused FP8: for plans that do not split key ranges to fill the GPU (large batches; balanced
 // plans, cut only to even out the CTAs' work, included), each CTA runs one continuous
-// cp.async pipeline over all of its work items, so the next item's first tiles are in flight
-// while the current item's last tiles compute and its warps merge. Internal to
-// kernels/paged_attention.
+// pipeline over all of its work items (cp.async or TMA copies: DecodeCopies), so the next item's
+// first tiles are in flight while the current item's last tiles compute and its warps merge.
+// Internal to kernels/paged_attention.
 #pragma once
 
 #include "absl/status/status.h"

@@ -60,7 +60,7 @@ __device__ __forceinline__ uint32_t TmaTileBytes(const KvView& view, int key0, i
 // [kDecodeKeys], V scales) on `bar`. Called by every lane of one warp: lane 0 arms the barrier
 // with the tile's bytes, then lane j issues segment j (its page: `entries` of lane j,
 // TileTableEntries; the tile's first key is segment-aligned). `map`: the layer's
-// (Fp8CodesTensorMap or Bf16KvTensorMap, stream_decode.cu).
+// (Fp8CodesTensorMap, stream_decode.cu, or Bf16KvRowsTensorMap, tma_encode.h).
 template <int D, bool kFp8>
 __device__ __forceinline__ void IssueTileTma(const KvView& view, const Fp8Pages& geo,
                                              const CUtensorMap* map, int32_t entries, int key0,
