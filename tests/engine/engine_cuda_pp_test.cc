@@ -42,11 +42,8 @@ namespace tandem::testing {
 namespace {
 
 using testing_util::CachedCheckpoint;
-using testing_util::ExpectSameGenerations;
+using testing_util::ExpectSameGreedyGenerations;
 using testing_util::ExpectSameUpToNearTie;
-using testing_util::GenerateGreedy;
-using testing_util::RandomPrompts;
-using testing_util::SeqResult;
 
 // engine_cuda_tp_test's bound: max |Δ logit| <= 0.05 · max(1, max |logit|).
 constexpr double kLogitTolerance = 0.05;
@@ -89,15 +86,7 @@ TEST(EngineCudaPpTest, PipelineStagesOnOneGpuMatchTheSingleGpuModel) {
     ASSERT_TRUE(pp.ok()) << pp.status();
     EXPECT_EQ((*pp)->backend(), Backend::kCuda);
     EXPECT_EQ((*pp)->KvPoolLayout(16).num_layers, c.layout.tp * (*one)->config().num_layers);
-    const auto prompts = RandomPrompts({1, 13, 45, 300}, (*one)->config().vocab_size, 23);
-    const std::vector<SeqResult> want =
-        GenerateGreedy(**one, prompts, kNewTokens, 16, 64, DType::kBF16);
-    const std::vector<SeqResult> got =
-        GenerateGreedy(**pp, prompts, kNewTokens, 16, 64, DType::kBF16);
-    ASSERT_EQ(got.size(), want.size());
-    const int agreed = ExpectSameGenerations(want, got, prompts, kLogitTolerance, name);
-    std::cout << name << ": greedy tokens agreed " << agreed << " of "
-              << prompts.size() * kNewTokens << "\n";
+    ExpectSameGreedyGenerations(**one, **pp, kNewTokens, kLogitTolerance, 23, name);
   }
 }
 
@@ -115,15 +104,7 @@ TEST(EngineCudaPpTest, PipelineStagesOnTwoGpusMatchTheSingleGpuModel) {
     absl::StatusOr<std::unique_ptr<Model>> pp =
         LoadModel(dir, Backend::kCuda, ParallelConfig{.pipeline_parallel = 2, .devices = {0, 1}});
     ASSERT_TRUE(pp.ok()) << pp.status();
-    const auto prompts = RandomPrompts({1, 13, 45, 300}, (*one)->config().vocab_size, 24);
-    const std::vector<SeqResult> want =
-        GenerateGreedy(**one, prompts, kNewTokens, 16, 64, DType::kBF16);
-    const std::vector<SeqResult> got =
-        GenerateGreedy(**pp, prompts, kNewTokens, 16, 64, DType::kBF16);
-    ASSERT_EQ(got.size(), want.size());
-    const int agreed = ExpectSameGenerations(want, got, prompts, kLogitTolerance, name);
-    std::cout << name << ": greedy tokens agreed " << agreed << " of "
-              << prompts.size() * kNewTokens << "\n";
+    ExpectSameGreedyGenerations(**one, **pp, kNewTokens, kLogitTolerance, 24, name);
   }
 }
 

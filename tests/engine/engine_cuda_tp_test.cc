@@ -49,11 +49,8 @@ namespace tandem::testing {
 namespace {
 
 using testing_util::CachedCheckpoint;
-using testing_util::ExpectSameGenerations;
+using testing_util::ExpectSameGreedyGenerations;
 using testing_util::ExpectSameUpToNearTie;
-using testing_util::GenerateGreedy;
-using testing_util::RandomPrompts;
-using testing_util::SeqResult;
 
 // engine_cuda_test's CUDA-vs-CPU bound (max |Δ logit| <= 0.05 · max(1, max |logit|)); TP on one
 // backend differs from TP = 1 by less (the same bf16 kernels, only the partial sums' order).
@@ -86,15 +83,7 @@ TEST(EngineCudaTpTest, TensorParallelOnOneGpuMatchesTp1) {
     absl::StatusOr<std::unique_ptr<Model>> tpn = LoadModel(dir, Backend::kCuda, SharedGpu(c.tp));
     ASSERT_TRUE(tpn.ok()) << tpn.status();
     EXPECT_EQ((*tpn)->backend(), Backend::kCuda);
-    const auto prompts = RandomPrompts({1, 13, 45, 300}, (*tp1)->config().vocab_size, 21);
-    const std::vector<SeqResult> want =
-        GenerateGreedy(**tp1, prompts, kNewTokens, 16, 64, DType::kBF16);
-    const std::vector<SeqResult> got =
-        GenerateGreedy(**tpn, prompts, kNewTokens, 16, 64, DType::kBF16);
-    ASSERT_EQ(got.size(), want.size());
-    const int agreed = ExpectSameGenerations(want, got, prompts, kLogitTolerance, name);
-    std::cout << name << ": greedy tokens agreed " << agreed << " of "
-              << prompts.size() * kNewTokens << "\n";
+    ExpectSameGreedyGenerations(**tp1, **tpn, kNewTokens, kLogitTolerance, 21, name);
   }
 }
 
@@ -403,16 +392,8 @@ TEST(EngineCudaTpTest, TensorParallelOnTwoGpusOverNcclMatchesTp1) {
     ASSERT_TRUE(tp1.ok()) << tp1.status();
     absl::StatusOr<std::unique_ptr<Model>> tp2 = LoadModel(dir, Backend::kCuda, two);
     ASSERT_TRUE(tp2.ok()) << tp2.status();
-    const auto prompts = RandomPrompts({1, 13, 45, 300}, (*tp1)->config().vocab_size, 22);
-    const std::vector<SeqResult> want =
-        GenerateGreedy(**tp1, prompts, kNewTokens, 16, 64, DType::kBF16);
-    const std::vector<SeqResult> got =
-        GenerateGreedy(**tp2, prompts, kNewTokens, 16, 64, DType::kBF16);
-    ASSERT_EQ(got.size(), want.size());
-    const std::string name = std::string(preset) + " TP 2 on GPUs 0, 1";
-    const int agreed = ExpectSameGenerations(want, got, prompts, kLogitTolerance, name);
-    std::cout << name << ": greedy tokens agreed " << agreed << " of "
-              << prompts.size() * kNewTokens << "\n";
+    ExpectSameGreedyGenerations(**tp1, **tp2, kNewTokens, kLogitTolerance, 22,
+                                std::string(preset) + " TP 2 on GPUs 0, 1");
   }
   const std::string dir = Make("small-llama3");
   const GraphRun tp1 = RunGraphs(dir, 1, /*eager=*/false);

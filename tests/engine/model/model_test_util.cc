@@ -259,4 +259,17 @@ int ExpectSameGenerations(const std::vector<SeqResult>& want, const std::vector<
   return agreed;
 }
 
+int ExpectSameGreedyGenerations(Model& reference, Model& candidate, int new_tokens,
+                                double logit_tolerance, uint64_t seed, const std::string& what) {
+  const auto prompts = RandomPrompts({1, 13, 45, 300}, reference.config().vocab_size, seed);
+  const std::vector<SeqResult> want =
+      GenerateGreedy(reference, prompts, new_tokens, 16, 64, DType::kBF16);
+  const std::vector<SeqResult> got =
+      GenerateGreedy(candidate, prompts, new_tokens, 16, 64, DType::kBF16);
+  const int agreed = ExpectSameGenerations(want, got, prompts, logit_tolerance, what);
+  std::cout << what << ": greedy tokens agreed " << agreed << " of " << prompts.size() * new_tokens
+            << "\n";
+  return agreed;
+}
+
 }  // namespace tandem::testing_util

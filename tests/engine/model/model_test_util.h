@@ -70,4 +70,11 @@ int ExpectSameGenerations(const std::vector<SeqResult>& want, const std::vector<
                           const std::vector<std::vector<int32_t>>& prompts, double logit_tolerance,
                           const std::string& what);
 
+// `candidate` against `reference` (the same checkpoint on another layout: TP, PP, other GPUs):
+// greedy generation of `new_tokens` on prompts of 1, 13, 45 and 300 tokens (RandomPrompts from
+// `seed`; pages of 16, chunks of 64, bf16 KV), compared with ExpectSameGenerations; prints how
+// many tokens agreed as `what`. Call once per CUDA model (GenerateGreedy's rule).
+int ExpectSameGreedyGenerations(Model& reference, Model& candidate, int new_tokens,
+                                double logit_tolerance, uint64_t seed, const std::string& what);
+
 }  // namespace tandem::testing_util
