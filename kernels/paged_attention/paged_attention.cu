@@ -393,23 +393,12 @@ absl::StatusOr<Fp8DecodeKernel> Fp8Kernel(const PagedAttentionArgs& a) {
   return from_env;
 }
 
-// The stream kernel's copies of a.decode_copies; kDefault takes TANDEM_DECODE_COPIES, read once
-// per process.
-absl::StatusOr<DecodeCopies> Copies(const PagedAttentionArgs& a) {
-  if (a.decode_copies != DecodeCopies::kDefault) return a.decode_copies;
-  static const absl::StatusOr<DecodeCopies> from_env =
-      ResolveDecodeCopies(DecodeCopies::kDefault, std::getenv("TANDEM_DECODE_COPIES"));
-  return from_env;
-}
-
 // The variant follows the plan's last build (its host-side split_kv). Both variants
 // compute the same function for any plan, so a graph captured with one plan and replayed with
 // a rebuilt one stays correct; only the choice of variant is the captured one.
 template <int D>
-absl::Status LaunchDecode(const PagedAttentionArgs& args, const AttentionPlan& plan,
+absl::Status LaunchDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
                           cudaStream_t stream) {
-  PagedAttentionArgs a = args;  // with the copies resolved, for the stream kernel
-  ASSIGN_OR_RETURN(a.decode_copies, Copies(args));
   if (a.kv_dtype == DType::kF8E4M3) {
     ASSIGN_OR_RETURN(const Fp8DecodeKernel kernel, Fp8Kernel(a));
     if (kernel == Fp8DecodeKernel::kFused) {

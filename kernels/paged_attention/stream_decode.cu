@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "base/cuda_check.h"
@@ -380,10 +381,19 @@ absl::StatusOr<CUtensorMap> Fp8CodesTensorMap(const PagedAttentionArgs& a, const
   return map;
 }
 
-// Whether DecodeCopies::kTma's stages take `a` (else the cp.async ones run): head_dim 128,
-// power-of-two pages of kTmaMinPage keys or more, a 16-byte aligned layer.
-bool TmaStages(const PagedAttentionArgs& a) {
-  return a.decode_copies == DecodeCopies::kTma && a.head_dim == 128 && a.page_size >= kTmaMinPage &&
+// The copies a.decode_copies asks for; kDefault takes TANDEM_DECODE_COPIES, read once per
+// process (this runs for every layer of every step).
+absl::StatusOr<DecodeCopies> Copies(const PagedAttentionArgs& a) {
+  if (a.decode_copies != DecodeCopies::kDefault) return a.decode_copies;
+  static const absl::StatusOr<DecodeCopies> from_env =
+      ResolveDecodeCopies(DecodeCopies::kDefault, std::getenv("TANDEM_DECODE_COPIES"));
+  return from_env;
+}
+
+// Whether the TMA stages take `a` when `copies` asks for them (else the cp.async ones run):
+// head_dim 128, power-of-two pages of kTmaMinPage keys or more, a 16-byte aligned layer.
+bool TmaStages(const PagedAttentionArgs& a, DecodeCopies copies) {
+  return copies == DecodeCopies::kTma && a.head_dim == 128 && a.page_size >= kTmaMinPage &&
          PageShift(a.page_size) >= 0 && reinterpret_cast<uintptr_t>(a.kv_layer) % 16 == 0;
 }
 
@@ -416,11 +426,12 @@ absl::Status Launch(const PagedAttentionArgs& a, const AttentionPlan& plan, cuda
 absl::Status LaunchStreamDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
                                 cudaStream_t stream) {
   const bool fp8 = a.kv_dtype == DType::kF8E4M3;
+  ASSIGN_OR_RETURN(const DecodeCopies copies, Copies(a));
   switch (a.head_dim) {
     case 64:
       return fp8 ? Launch<64, true>(a, plan, stream) : Launch<64, false>(a, plan, stream);
     case 128:
-      if (TmaStages(a)) {
+      if (TmaStages(a, copies)) {
         return fp8 ? Launch<128, true, true>(a, plan, stream)
                    : Launch<128, false, true>(a, plan, stream);
       }

@@ -14,10 +14,10 @@
 namespace tandem::attention {
 
 // Launches the stream kernel for `a` (a bf16 cache or an fp8 one read with the fused tile,
-// head_dim 64 or 128, checked by the caller)
-// over `plan`. Correct for any plan (a CUDA graph captured with an unsplit plan may replay with a
-// split one), but built for unsplit and balanced ones: on split plans the split variant of
-// paged_attention.cu is the faster one.
+// head_dim 64 or 128, checked by the caller; its stages filled as a.decode_copies says, kDefault
+// taking TANDEM_DECODE_COPIES) over `plan`. Correct for any plan (a CUDA graph captured with an
+// unsplit plan may replay with a split one), but built for unsplit and balanced ones: on split
+// plans the split variant of paged_attention.cu is the faster one.
 absl::Status LaunchStreamDecode(const PagedAttentionArgs& a, const AttentionPlan& plan,
                                 cudaStream_t stream);
 
