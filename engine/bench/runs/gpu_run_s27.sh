@@ -38,7 +38,7 @@
 #   PACK=.gpu-pack27k BINS="attention_bench" TEST_BINS="attention_gpu_test" \
 #     engine/bench/runs/stage_pack.sh
 # Usage there (kernels and peers2 with PACK=.gpu-pack27k; engine with the default pack):
-#   [PACK=.gpu-pack27k] engine/bench/runs/gpu_run_s27.sh tma|order|balance|peers|kernels|peers2|engine|tests
+#   [PACK=.gpu-pack27k] engine/bench/runs/gpu_run_s27.sh one|tma|order|balance|peers|kernels|peers2|engine|tests
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 # A warm machine keeps the last call's .gpu-eng: unpack again when it came from another pack.
@@ -180,7 +180,34 @@ peers() {
   tar -C "$OUT" -czf "$OUT/logs_fipeer.tgz" fipeer logs && rm -rf "$OUT/fipeer" "$LOGS"
 }
 
+# Session 27's first call when device time is short (one call, ~530 s, the pack with
+# attention_bench: PACK=.gpu-pack27 BINS="kb_bench tandem attention_bench"): the engine tests,
+# the served FP8 benches, the TMA and order A/Bs, then the attention GPU tests that gate
+# adopting TMA; engine_cuda_test last.
+one() {
+  TESTS="engine_cuda_tp_test engine_cuda_quant_tp_test fp8_gemm_lt_gpu_test engine_cuda_pp_test
+    kernels_kb_gpu_test:GemmCudaTest.*" run_named_tests 120
+  make_llama
+  BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv
+  BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_tma TANDEM_DECODE_COPIES=tma
+  BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_split2 TANDEM_FP8_SPLITK=2
+  BENCH_KV_ARGS="--kv-cache-dtype fp8" bench_tp fp8kv_lt_extra TANDEM_LT_AUTOTUNE=1
+  for shape in "256 640 16 fused" "128 4096 16 fused" "256 2048 16 fused" "32 8192 16 fused" \
+    "128 4096 64 fused" "128 4096 64 bf16" "128 4096 16 bf16" "32 4096 64 bf16" \
+    "64 16384 64 bf16" "256 640 64 bf16"; do
+    VAR=TANDEM_DECODE_COPIES VALS="cp.async tma" env_ab $shape
+  done
+  for shape in "128 4096 64 bf16" "128 4096 16 bf16" "32 4096 64 bf16" "128 4096 16 fused"; do
+    VAR=TANDEM_DECODE_ORDER VALS="seq head" env_ab $shape
+  done
+  tar -C "$OUT" -czf "$OUT/logs_one_a.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
+  run_test attention_gpu_test 200
+  TESTS="engine_cuda_test" run_named_tests 120
+  tar -C "$OUT" -czf "$OUT/logs_one_b.tgz" logs && rm -rf "$LOGS"
+}
+
 case "${1:-}" in
+  one) one ;;
   balance) balance ;;
   peers) peers ;;
   tma)
@@ -230,7 +257,7 @@ case "${1:-}" in
     tar -C "$OUT" -czf "$OUT/logs_tests.tgz" logs && rm -rf "$LOGS"
     ;;
   *)
-    echo "usage: $0 tma|order|balance|peers|kernels|peers2|engine|tests" >&2
+    echo "usage: $0 one|tma|order|balance|peers|kernels|peers2|engine|tests" >&2
     exit 2
     ;;
 esac
