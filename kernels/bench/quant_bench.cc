@@ -12,9 +12,10 @@
 namespace tandem::bench {
 
 void BenchQuantGemm(const Ceilings& c) {
-  // Qwen3-8B / Llama-3-8B: gate_up, down, QKV (Llama GQA), O.
+  // {k, n}: Qwen3-8B gate_up and down, Llama-3-8B gate_up and down, QKV (Llama GQA), O.
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {4096, 24576}, {12288, 4096}, {4096, 6144}, {4096, 4096}};
+      {4096, 24576}, {12288, 4096}, {4096, 28672}, {14336, 4096}, {4096, 6144}, {4096, 4096}};
+  constexpr int64_t kMaxRows = 64;  // rows of a and c the benchmarks below use at most
   constexpr int64_t kGroup = 128;
   for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4, QuantCode::kFp8E4M3}) {
     const bool int4 = code == QuantCode::kUint4;
@@ -34,9 +35,9 @@ void BenchQuantGemm(const Ceilings& c) {
       }
       void* a = nullptr;
       void* out = nullptr;
-      BENCH_CUDA(cudaMalloc(&a, 32 * k * 2));
-      BENCH_CUDA(cudaMalloc(&out, 32 * n * 2));
-      FillUniformBf16(a, 32 * k, 5, -1, 1);
+      BENCH_CUDA(cudaMalloc(&a, kMaxRows * k * 2));
+      BENCH_CUDA(cudaMalloc(&out, kMaxRows * n * 2));
+      FillUniformBf16(a, kMaxRows * k, 5, -1, 1);
       for (int64_t m : {1, 2, 4}) {
         QuantGemmArgs args{.a = a,
                            .c = out,
@@ -89,7 +90,7 @@ void BenchQuantGemm(const Ceilings& c) {
       // The whole non-skinny path (CudaOps::Gemm above kQuantSkinnyMaxM rows): dequantize, then
       // the bf16 Gemm (cuBLASLt) on the scratch, against the skinny rows above at m = 8; "TB/s"
       // counts the quantized bytes, as the skinny rows do.
-      for (int64_t m : {4, 8, 16, 32}) {
+      for (int64_t m : {4, 8, 16, 32, 64}) {
         auto path = [&](int it) {
           dequant(it);
           const GemmArgs g{.a = a,
@@ -116,6 +117,35 @@ void BenchQuantGemm(const Ceilings& c) {
                static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
       }
       cudaFree(dense);
+      // The mixed-input tensor-core GEMM (CudaOps above kQuantSkinnyMaxM rows, INT8 / UINT4):
+      // the codes read once, no scratch; "TB/s" counts the quantized bytes.
+      for (int64_t m : {8, 16, 32, 64}) {
+        if (code == QuantCode::kFp8E4M3) break;
+        QuantGemmArgs args{.a = a,
+                           .c = out,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .a_dtype = DType::kBF16,
+                           .c_dtype = DType::kBF16,
+                           .code = code,
+                           .group_size = int4 ? kGroup : k};
+        auto launch = [&](int it) {
+          QuantGemmArgs x = args;
+          x.w = static_cast<const uint8_t*>(ws[it % copies]);
+          x.scales = static_cast<const float*>(scales[it % copies]);
+          x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
+          if (absl::Status s = QuantGemmTc(x, nullptr); !s.ok()) {
+            std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+            std::abort();
+          }
+        };
+        MedianMicros(launch, nullptr, 20, 20);
+        const double us = MedianMicros(launch, nullptr, 5, 50);
+        Report(int4 ? "quant_gemm_tc.w4a16_g128" : "quant_gemm_tc.w8a16",
+               absl::StrCat("M=", m, " K=", k, " N=", n), us, "TB/s",
+               static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
+      }
       for (int i = 0; i < copies; ++i) cudaFree(ws[i]), cudaFree(scales[i]), cudaFree(zeros[i]);
       cudaFree(a), cudaFree(out);
     }

@@ -51,8 +51,9 @@ struct QuantGemmArgs {
   DType a_dtype = DType::kF32;
   DType c_dtype = DType::kF32;
   bool accumulate = false;  // c += ... (GemmArgs::accumulate)
-  // QuantGemmSkinny only: launch with programmatic dependent launch (GemmArgs::overlap_launch's
-  // contract: w, scales and zeros are not written by any kernel that may still be running).
+  // QuantGemmSkinny and QuantGemmTc only: launch with programmatic dependent launch
+  // (GemmArgs::overlap_launch's contract: w, scales and zeros are not written by any kernel that
+  // may still be running).
   bool overlap_launch = false;
 
   QuantCode code = QuantCode::kInt8;
@@ -113,6 +114,20 @@ inline QuantGemmArgs WithActivations(QuantGemmArgs q, const GemmArgs& a) {
 inline constexpr int64_t kQuantSkinnyMaxM = 4;
 absl::Status QuantGemmSkinnyCovers(const QuantGemmArgs& args);
 absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream);
+
+// CUDA, mixed-input tensor cores (quant_gemm_tc.cu): weight-only kInt8 (W8A16) and kUint4
+// (W4A16) codes with act_quant kNone, a and c kBF16, 1 <= m <= kQuantTcMaxM: the codes are read
+// once and dequantized in registers straight into mma.sync operands (WORKLOG.md step 7), instead
+// of QuantDequantize into bf16 + the dense GEMM. Needs k and group_size (unless it is k) to be
+// multiples of QuantGemmTcChunkK(code) (64 for int8, 128 for uint4; a partial last group is
+// fine), 16-byte-aligned w and a; n is free. Anything else is InvalidArgument without a launch
+// (QuantGemmTcCovers). Bias and accumulate as GemmArgs, one rounding to bf16; fp32 accumulation
+// of exact code values, scaled per group in fp32: matches QuantGemmRef to fp32 summation order.
+// QuantGemmArgs::overlap_launch launches it with PDL. Deterministic (fixed reduction order).
+inline constexpr int64_t kQuantTcMaxM = 64;
+int64_t QuantGemmTcChunkK(QuantCode code);
+absl::Status QuantGemmTcCovers(const QuantGemmArgs& args);
+absl::Status QuantGemmTc(const QuantGemmArgs& args, cudaStream_t stream);
 
 // CUDA (quant_dequant.cu): dequant(w) [n, k] into out (out_dtype kF32 or kBF16, row-major), for
 // every code, any k and group size: out[j, kk] = QuantDequantizeRow's value, rounded once to

@@ -1,0 +1,381 @@
+// Mixed-input tensor-core GEMM for weight-only INT8 / UINT4 codes and bf16 activations, steps of
+// up to kQuantTcMaxM tokens (quant_gemm.h for the layout and the contract; WORKLOG.md step 7 for
+// why each choice).
+//
+// Swapped operands: c^T[n, m] = dequant(w)[n, k] · a^T, so the weight is the A operand of
+// mma.sync.m16n8k16 (16 weight rows per row tile) and the tokens are its 8-wide N dimension (kNt
+// n-tiles, m rounded up to 8 * kNt; padding tokens read zero activations and are not stored).
+//
+// A chunk is 64 code bytes of a row (int8: 64 k, uint4: 128 k). Lane (g, t) (g = lane / 4,
+// t = lane % 4) loads bytes [16t, 16t + 16) of the chunk for rows g and g + 8 of each row tile:
+// one 16-byte L1-bypassing load each, straight into registers. A dot product over k does not
+// care about the order of k, so inside a chunk the mma's logical k is permuted such that those
+// 16 bytes are exactly the lane's A-fragment elements for all the chunk's mma steps; the lane's
+// B fragments (the same logical k, which the mma pairs with the same t) are read from a at the
+// matching actual k's:
+//   int8,  step s (0..3):  logical 2t+e -> 16t + 4s + e,    2t+8+e -> 16t + 4s + 2 + e
+//   uint4, step s = 2w+q:  logical 2t+e -> 32t + 8w + 2q + 4e, 2t+8+e -> 32t + 8w + 2q + 1 + 4e
+// (e = 0, 1). So a lane reads its activations as 16-byte vectors of a's rows at [16t, 16t + 16)
+// (int8) or [32t, 32t + 32) (uint4) of the chunk: a few byte permutes (uint4) and no shared
+// memory; a is small ([m, k] bf16) and is read through L1 / L2.
+//
+// Codes become exact bf16 pairs without the integer-to-float unit:
+//   int8:  byte ^ 0x80 permuted into the mantissa of 2^23, minus 2^23 + 128 (exact fp32), and the
+//          high halves of two floats packed by one permute (values -128..127: exact in bf16);
+//   uint4: two nibbles masked into the mantissas of bf16 128.0 (0x4300: one ulp is 1), then one
+//          bf16x2 subtraction of 128 + zero (0..16): exact, the result is -16..15.
+// The mma accumulates one scale group (group_size % chunk == 0, or the whole row) in fp32; at a
+// group change the partial is multiplied by the row's group scale in fp32 and added to the
+// running fp32 sum. So only fp32 summation order and the final bf16 rounding differ from
+// QuantGemmRef.
+//
+// Split-K: the block's kWarps warps own the block's 16 * kRowTiles rows together, chunk c going
+// to warp c % kWarps; the warps' sums are added in a fixed tree in shared memory (deterministic),
+// and warp 0 adds bias / the old c and stores bf16. With QuantGemmArgs::overlap_launch (PDL) the
+// first chunks' code loads are issued before griddepcontrol.wait.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "base/cuda_check.h"
+#include "base/status_macros.h"
+#include "kernels/common/pdl.cuh"
+#include "kernels/common/vec_util.cuh"
+#include "kernels/quant_gemm/quant_gemm.h"
+
+namespace tandem {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRowTiles = 2;  // 16-row mma tiles per block (32 rows)
+constexpr int kBlockRows = 16 * kRowTiles;
+constexpr int kChunkBytes = 64;  // code bytes of a row per chunk
+constexpr int kUnroll = 2;       // chunks in flight per warp
+constexpr int kSymmetricZero = 8;
+constexpr float kTwo23 = 8388608.0f;
+
+enum class Code { kInt8, kUint4 };
+
+template <Code kCode>
+constexpr int ChunkK() {
+  return kCode == Code::kUint4 ? 2 * kChunkBytes : kChunkBytes;
+}
+
+struct Params {
+  const __nv_bfloat16* a;     // [m, k]
+  const __nv_bfloat16* bias;  // [n] or null
+  __nv_bfloat16* c;           // [m, n]
+  const uint8_t* w;           // [n, row_bytes]
+  const float* scales;        // [n, num_groups]
+  const uint8_t* zeros;       // [n, num_groups] or null (uint4 only)
+  int m, n, k, group_size, num_groups, row_bytes, num_chunks;
+  bool accumulate;
+};
+
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two int8 codes (bytes b and b + 1 of x = word ^ 0x80808080) as an exact bf16 pair.
+__device__ __forceinline__ uint32_t Int8PairToBf16x2(uint32_t x, int b) {
+  const float lo = __uint_as_float(__byte_perm(x, 0x4b000000u, 0x7540 + b)) - (kTwo23 + 128.0f);
+  const float hi = __uint_as_float(__byte_perm(x, 0x4b000000u, 0x7540 + b + 1)) - (kTwo23 + 128.0f);
+  return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+}
+
+// Nibbles i and i + 4 of word (shift = 4i) as bf16 (nibble - zero); zero2 holds bf16 128 + zero
+// in both halves.
+__device__ __forceinline__ uint32_t Uint4PairToBf16x2(uint32_t word, int shift, uint32_t zero2) {
+  const uint32_t biased = ((word >> shift) & 0x000f000fu) | 0x43004300u;  // 128 + nibble
+  const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&biased),
+                                   *reinterpret_cast<const __nv_bfloat162*>(&zero2));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+template <bool kPdl>
+__device__ __forceinline__ uint4 LoadA16(const __nv_bfloat16* p) {
+  if constexpr (kPdl) return LoadAfterWait16(p);
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// One chunk of every row tile into acc: w[rt][h] holds the lane's 16 code bytes of row
+// 16 rt + g + 8h; zero2[rt][h] the uint4 zero point (unused for int8).
+template <Code kCode, int kNt, bool kPdl>
+__device__ __forceinline__ void MmaChunk(const Params& p, int chunk, const uint4 (&w)[kRowTiles][2],
+                                         const uint32_t (&zero2)[kRowTiles][2],
+                                         float (&acc)[kRowTiles][kNt][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  constexpr int kKPerLane = ChunkK<kCode>() / 4;  // 16 or 32 consecutive k per lane
+  const int k0 = chunk * ChunkK<kCode>() + kKPerLane * t;
+#pragma unroll
+  for (int v = 0; v < kKPerLane / 8; ++v) {  // a's 16-byte vector v: two mma steps
+    uint4 av[kNt];
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      const int tok = nt * 8 + g;
+      av[nt] = tok < p.m ? LoadA16<kPdl>(p.a + static_cast<int64_t>(tok) * p.k + k0 + 8 * v)
+                         : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int s = 2 * v + q;
+      uint32_t b[kNt][2];
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        if constexpr (kCode == Code::kInt8) {
+          b[nt][0] = q == 0 ? av[nt].x : av[nt].z;
+          b[nt][1] = q == 0 ? av[nt].y : av[nt].w;
+        } else {
+          const uint32_t lo = q == 0 ? av[nt].x : av[nt].y, hi = q == 0 ? av[nt].z : av[nt].w;
+          b[nt][0] = __byte_perm(lo, hi, 0x5410);  // a[2q], a[2q + 4]
+          b[nt][1] = __byte_perm(lo, hi, 0x7632);  // a[2q + 1], a[2q + 5]
+        }
+      }
+#pragma unroll
+      for (int rt = 0; rt < kRowTiles; ++rt) {
+        uint32_t frag[4];  // rows g, g + 8 at logical k 2t, 2t + 1; then at 2t + 8, 2t + 9
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t words[4] = {w[rt][h].x, w[rt][h].y, w[rt][h].z, w[rt][h].w};
+          if constexpr (kCode == Code::kInt8) {
+            const uint32_t x = words[s] ^ 0x80808080u;
+            frag[h] = Int8PairToBf16x2(x, 0);
+            frag[2 + h] = Int8PairToBf16x2(x, 2);
+          } else {
+            const uint32_t word = words[s / 2];
+            frag[h] = Uint4PairToBf16x2(word, 8 * (s % 2), zero2[rt][h]);
+            frag[2 + h] = Uint4PairToBf16x2(word, 8 * (s % 2) + 4, zero2[rt][h]);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt) Mma(acc[rt][nt], frag, b[nt][0], b[nt][1]);
+      }
+    }
+  }
+}
+
+template <int kNt>
+__device__ __forceinline__ void FoldGroup(const Params& p, int64_t row0, int group,
+                                          float (&acc)[kRowTiles][kNt][4],
+                                          float (&sum)[kRowTiles][kNt][4]) {
+  const int g = (threadIdx.x % 32) / 4;
+#pragma unroll
+  for (int rt = 0; rt < kRowTiles; ++rt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = min(row0 + 16 * rt + g + 8 * h, static_cast<int64_t>(p.n) - 1);
+      const float scale = __ldg(p.scales + row * p.num_groups + group);
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          sum[rt][nt][2 * h + e] = fmaf(acc[rt][nt][2 * h + e], scale, sum[rt][nt][2 * h + e]);
+          acc[rt][nt][2 * h + e] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+template <Code kCode, int kNt, bool kPdl>
+__global__ void __launch_bounds__(kThreads, 1) QuantGemmTcKernel(const __grid_constant__ Params p) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  float acc[kRowTiles][kNt][4] = {};
+  float sum[kRowTiles][kNt][4] = {};
+  int group = -1;  // the scale group acc holds
+  bool waited = false;
+  for (int c0 = warp; c0 < p.num_chunks; c0 += kWarps * kUnroll) {
+    uint4 w[kUnroll][kRowTiles][2];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+#pragma unroll
+      for (int rt = 0; rt < kRowTiles; ++rt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = row0 + 16 * rt + g + 8 * h;
+          w[u][rt][h] = (c < p.num_chunks && row < p.n)
+                            ? LoadStreaming16(p.w + row * p.row_bytes +
+                                              static_cast<int64_t>(c) * kChunkBytes + 16 * t)
+                            : make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+    if constexpr (kPdl) {
+      if (!waited) PdlWaitThenRelease();
+    }
+    waited = true;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      if (c >= p.num_chunks) break;
+      const int cg = c * ChunkK<kCode>() / p.group_size;
+      if (cg != group) {
+        if (group >= 0) FoldGroup<kNt>(p, row0, group, acc, sum);
+        group = cg;
+      }
+      uint32_t zero2[kRowTiles][2] = {};
+      if constexpr (kCode == Code::kUint4) {
+#pragma unroll
+        for (int rt = 0; rt < kRowTiles; ++rt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int64_t row = min(row0 + 16 * rt + g + 8 * h, static_cast<int64_t>(p.n) - 1);
+            const int zero =
+                p.zeros != nullptr ? __ldg(p.zeros + row * p.num_groups + cg) : kSymmetricZero;
+            const __nv_bfloat16 zb = __float2bfloat16_rn(128.0f + static_cast<float>(zero));
+            const uint32_t bits = *reinterpret_cast<const uint16_t*>(&zb);
+            zero2[rt][h] = bits | (bits << 16);
+          }
+        }
+      }
+      MmaChunk<kCode, kNt, kPdl>(p, c, w[u], zero2, acc);
+    }
+  }
+  if (group >= 0) FoldGroup<kNt>(p, row0, group, acc, sum);
+  if constexpr (kPdl) {
+    if (!waited) PdlWaitThenRelease();
+  }
+
+  // Fixed-order tree over the warps: warps [h, 2h) hand their sums to warps [0, h).
+  constexpr int kVals = kRowTiles * kNt * 4;
+  __shared__ float red[kWarps / 2][kVals][32];
+#pragma unroll
+  for (int half = kWarps / 2; half >= 1; half /= 2) {
+    if (warp >= half && warp < 2 * half) {
+#pragma unroll
+      for (int rt = 0; rt < kRowTiles; ++rt)
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            red[warp - half][(rt * kNt + nt) * 4 + i][lane] = sum[rt][nt][i];
+    }
+    __syncthreads();
+    if (warp < half) {
+#pragma unroll
+      for (int rt = 0; rt < kRowTiles; ++rt)
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) sum[rt][nt][i] += red[warp][(rt * kNt + nt) * 4 + i][lane];
+    }
+    __syncthreads();
+  }
+  if (warp != 0) return;
+    // Accumulator i of (rt, nt): row 16 rt + g + 8 (i / 2), token 8 nt + 2t + i % 2.
+#pragma unroll
+  for (int rt = 0; rt < kRowTiles; ++rt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + 16 * rt + g + 8 * h;
+      if (row >= p.n) continue;
+      const float bias = p.bias != nullptr ? __bfloat162float(p.bias[row]) : 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int tok = 8 * nt + 2 * t + e;
+          if (tok >= p.m) continue;
+          __nv_bfloat16* c = p.c + static_cast<int64_t>(tok) * p.n + row;
+          float v = sum[rt][nt][2 * h + e];
+          if (p.bias != nullptr) v += bias;
+          if (p.accumulate) v += __bfloat162float(*c);
+          *c = __float2bfloat16_rn(v);
+        }
+      }
+    }
+  }
+}
+
+template <Code kCode, int kNt>
+absl::Status LaunchNt(const Params& p, bool pdl, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.n + kBlockRows - 1) / kBlockRows));
+  if (!pdl) {
+    QuantGemmTcKernel<kCode, kNt, false><<<grid, kThreads, 0, stream>>>(p);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return absl::OkStatus();
+  }
+  CUDA_RETURN_IF_ERROR(LaunchMaybePdl(QuantGemmTcKernel<kCode, kNt, true>, grid, dim3(kThreads), 0,
+                                      stream, /*pdl=*/true, p));
+  return absl::OkStatus();
+}
+
+// Token tiles of 8: m <= 8, 16, 32, 64 (a step of 33 tokens runs the 64-token tile).
+template <Code kCode>
+absl::Status LaunchM(const Params& p, bool pdl, cudaStream_t stream) {
+  if (p.m <= 8) return LaunchNt<kCode, 1>(p, pdl, stream);
+  if (p.m <= 16) return LaunchNt<kCode, 2>(p, pdl, stream);
+  if (p.m <= 32) return LaunchNt<kCode, 4>(p, pdl, stream);
+  return LaunchNt<kCode, 8>(p, pdl, stream);
+}
+
+}  // namespace
+
+int64_t QuantGemmTcChunkK(QuantCode code) {
+  return code == QuantCode::kUint4 ? ChunkK<Code::kUint4>() : ChunkK<Code::kInt8>();
+}
+
+absl::Status QuantGemmTcCovers(const QuantGemmArgs& args) {
+  auto bad = [](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("QuantGemmTc: ", why));
+  };
+  if (args.code != QuantCode::kInt8 && args.code != QuantCode::kUint4) {
+    return bad("only int8 and uint4 codes");
+  }
+  if (args.act_quant != ActQuant::kNone) return bad("weight-only (act_quant kNone)");
+  if (args.code != QuantCode::kUint4 && args.zeros != nullptr) {
+    return bad("only uint4 has zero points");
+  }
+  if (args.m < 1 || args.m > kQuantTcMaxM) {
+    return bad(absl::StrCat("m = ", args.m, " (1 to ", kQuantTcMaxM, ")"));
+  }
+  if (args.a_dtype != DType::kBF16 || args.c_dtype != DType::kBF16) {
+    return bad("a and c must be kBF16");
+  }
+  const int64_t chunk = QuantGemmTcChunkK(args.code);
+  if (args.k <= 0 || args.k % chunk != 0) {
+    return bad(absl::StrCat("k = ", args.k, " is not a multiple of ", chunk));
+  }
+  if (args.group_size != args.k && (args.group_size <= 0 || args.group_size % chunk != 0)) {
+    return bad(
+        absl::StrCat("group_size ", args.group_size, " is neither k nor a multiple of ", chunk));
+  }
+  if (!Aligned16(args.w)) return bad("w is not 16-byte aligned");
+  if (!Aligned16(args.a)) return bad("a is not 16-byte aligned");
+  if (args.n < 0 || args.n > (int64_t{1} << 30) || args.k > (int64_t{1} << 30)) {
+    return bad("n or k out of range");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QuantGemmTc(const QuantGemmArgs& args, cudaStream_t stream) {
+  RETURN_IF_ERROR(QuantGemmTcCovers(args));
+  if (args.n == 0) return absl::OkStatus();
+  const Params p{static_cast<const __nv_bfloat16*>(args.a),
+                 static_cast<const __nv_bfloat16*>(args.bias),
+                 static_cast<__nv_bfloat16*>(args.c),
+                 args.w,
+                 args.scales,
+                 args.zeros,
+                 static_cast<int>(args.m),
+                 static_cast<int>(args.n),
+                 static_cast<int>(args.k),
+                 static_cast<int>(args.group_size),
+                 static_cast<int>(QuantNumGroups(args.k, args.group_size)),
+                 static_cast<int>(QuantRowBytes(args.code, args.k)),
+                 static_cast<int>(args.k / QuantGemmTcChunkK(args.code)),
+                 args.accumulate};
+  if (args.code == QuantCode::kUint4) return LaunchM<Code::kUint4>(p, args.overlap_launch, stream);
+  return LaunchM<Code::kInt8>(p, args.overlap_launch, stream);
+}
+
+}  // namespace tandem

@@ -1,0 +1,212 @@
+// QuantGemmTc (CUDA, the mixed-input tensor-core GEMM) against QuantGemmRef: INT8 per channel and
+// per 128-group, UINT4 group 128 with zero points 0..16 and with none (symmetric 8), a partial
+// last group, m = 1 .. 64 (every token tile, partial ones), n not a multiple of the 32-row block
+// or the 16-row mma tile, bias, accumulate into random c, plain and PDL launches; outputs start as
+// NaN so a missed write fails, and a second run must give the same bits (fixed reduction order).
+// Skips without a device. Refusals need no device.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/dtype.h"
+#include "kernels/quant_gemm/quant_gemm.h"
+#include "tests/kernels/cuda_test_util.h"
+
+namespace tandem {
+namespace {
+
+using testing::DeviceBuffer;
+
+struct Shape {
+  QuantCode code;
+  int64_t m, n, k, group;
+  bool zeros, bias, accumulate, pdl;
+};
+
+std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = F32ToBf16(v[i]);
+  return out;
+}
+
+void Check(const Shape& s) {
+  SCOPED_TRACE(::testing::Message()
+               << "code " << static_cast<int>(s.code) << " m " << s.m << " n " << s.n << " k "
+               << s.k << " group " << s.group << " zeros " << s.zeros << " bias " << s.bias
+               << " accumulate " << s.accumulate << " pdl " << s.pdl);
+  std::mt19937 rng(static_cast<uint32_t>(s.m * 7 + s.n * 131 + s.k * 3 + s.group));
+  const int64_t groups = QuantNumGroups(s.k, s.group);
+  std::vector<uint8_t> codes(s.n * QuantRowBytes(s.code, s.k)), zeros(s.zeros ? s.n * groups : 0);
+  for (auto& b : codes) b = static_cast<uint8_t>(rng());
+  for (auto& z : zeros) z = static_cast<uint8_t>(rng() % 17);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), pos(0.005f, 0.05f);
+  std::vector<float> scales(s.n * groups), a(s.m * s.k), bias(s.n), c0(s.m * s.n);
+  for (auto& x : scales) x = pos(rng);
+  for (auto& x : a) x = u(rng);
+  for (auto& x : bias) x = u(rng);
+  for (auto& x : c0) x = u(rng);
+  const std::vector<uint16_t> a_h = ToBf16(a), bias_h = ToBf16(bias), c0_h = ToBf16(c0);
+  std::vector<uint16_t> want = c0_h;
+  QuantGemmArgs args{.a = a_h.data(),
+                     .bias = s.bias ? bias_h.data() : nullptr,
+                     .c = want.data(),
+                     .m = s.m,
+                     .n = s.n,
+                     .k = s.k,
+                     .a_dtype = DType::kBF16,
+                     .c_dtype = DType::kBF16,
+                     .accumulate = s.accumulate,
+                     .code = s.code,
+                     .w = codes.data(),
+                     .scales = scales.data(),
+                     .zeros = s.zeros ? zeros.data() : nullptr,
+                     .group_size = s.group};
+  QuantGemmRef(args);
+
+  DeviceBuffer da(a_h), dbias(bias_h), dw(codes), dscales(scales),
+      dzeros(std::max<size_t>(zeros.size(), 1)), dc(c0_h.size() * 2);
+  if (!zeros.empty()) dzeros.Upload(zeros.data());
+  QuantGemmArgs d = args;
+  d.a = da.get();
+  d.bias = s.bias ? dbias.get() : nullptr;
+  d.c = dc.get();
+  d.w = dw.as<uint8_t>();
+  d.scales = dscales.as<float>();
+  d.zeros = s.zeros ? dzeros.as<uint8_t>() : nullptr;
+  d.overlap_launch = s.pdl;
+  ASSERT_TRUE(QuantGemmTcCovers(d).ok()) << QuantGemmTcCovers(d);
+  std::vector<uint16_t> runs[2];
+  for (std::vector<uint16_t>& got : runs) {
+    if (s.accumulate) {
+      dc.Upload(c0_h.data());
+    } else {
+      dc.Poison();
+    }
+    const absl::Status st = QuantGemmTc(d, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    got.resize(c0_h.size());
+    dc.Download(got.data());
+  }
+  ASSERT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 2), 0)
+      << "two runs differ";
+  for (int64_t i = 0; i < s.m * s.n; ++i) {
+    const float g = Bf16ToF32(runs[0][i]), w = Bf16ToF32(want[i]);
+    // fp32 sums of k products in another order; the bf16 output may round to a neighbour.
+    const float tol = 1e-4f * std::sqrt(static_cast<float>(s.k)) + 8e-3f * std::fabs(w) + 1e-5f;
+    ASSERT_TRUE(std::isfinite(g)) << "element " << i << " (token " << i / s.n << ", row " << i % s.n
+                                  << ")";
+    ASSERT_NEAR(g, w, tol) << "element " << i << " (token " << i / s.n << ", row " << i % s.n
+                           << ")";
+  }
+}
+
+TEST(QuantGemmTcTest, Int8PerChannelMatchesReference) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (int64_t m : {1, 5, 7, 8, 9, 16, 17, 33, 63, 64}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 64}, {200, 64}, {200, 448}, {37, 1024}}) {
+      Check({QuantCode::kInt8, m, n, k, k, false, m % 2 == 1, m % 3 == 0, (m + n) % 2 == 0});
+    }
+  }
+  // Llama-sized rows, n = 4100 (a partial 32-row block with a partial 16-row tile).
+  for (int64_t m : {5, 33, 64}) {
+    Check({QuantCode::kInt8, m, 4100, 4096, 4096, false, m == 5, m == 33, m == 64});
+  }
+}
+
+TEST(QuantGemmTcTest, Int8GroupedMatchesReference) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  // Group 128 over k = 448: three full groups and a partial one of 64; group 64 = one chunk.
+  for (int64_t m : {1, 8, 9, 63}) {
+    Check({QuantCode::kInt8, m, 200, 448, 128, false, true, m == 9, m == 8});
+    Check({QuantCode::kInt8, m, 77, 640, 64, false, false, true, false});
+  }
+}
+
+TEST(QuantGemmTcTest, Uint4MatchesReference) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (bool zeros : {true, false}) {
+    for (int64_t m : {1, 5, 7, 8, 9, 33, 63, 64}) {
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{200, 128}, {200, 4096}, {45, 1152}}) {
+        Check({QuantCode::kUint4, m, n, k, 128, zeros, m % 2 == 0, m % 3 == 0, m % 4 == 1});
+      }
+      // Group 256 over k = 640: a partial last group of 128; and one scale per row (group k).
+      Check({QuantCode::kUint4, m, 131, 640, 256, zeros, true, m == 33, false});
+      Check({QuantCode::kUint4, m, 131, 512, 512, zeros, false, false, m == 7});
+    }
+    for (int64_t m : {5, 64}) {
+      Check({QuantCode::kUint4, m, 4100, 4096, 128, zeros, m == 5, m == 64, m == 64});
+    }
+  }
+}
+
+TEST(QuantGemmTcTest, RefusesWhatItDoesNotCover) {
+  alignas(16) static uint8_t w[64 * 128];
+  alignas(16) static uint16_t act[64 * 128];
+  float scales[64] = {};
+  const QuantGemmArgs ok{.a = act,
+                         .m = 5,
+                         .n = 7,
+                         .k = 128,
+                         .a_dtype = DType::kBF16,
+                         .c_dtype = DType::kBF16,
+                         .code = QuantCode::kInt8,
+                         .w = w,
+                         .scales = scales,
+                         .group_size = 128};
+  auto refused = [](QuantGemmArgs a) {
+    return QuantGemmTcCovers(a).code() == absl::StatusCode::kInvalidArgument &&
+           QuantGemmTc(a, nullptr).code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(QuantGemmTcCovers(ok).ok());
+  QuantGemmArgs a = ok;
+  a.code = QuantCode::kUint4;
+  EXPECT_TRUE(QuantGemmTcCovers(a).ok());
+  a.zeros = w;
+  EXPECT_TRUE(QuantGemmTcCovers(a).ok());
+  a.k = 64;  // uint4 chunks are 128 wide
+  a.group_size = 64;
+  EXPECT_TRUE(refused(a));
+  a = ok;
+  a.zeros = w;  // zero points are for uint4 only
+  EXPECT_TRUE(refused(a));
+  a = ok;
+  a.code = QuantCode::kFp8E4M3;
+  EXPECT_TRUE(refused(a));
+  a = ok;
+  a.act_quant = ActQuant::kFp8PerToken;
+  EXPECT_TRUE(refused(a));
+  for (int64_t m : {int64_t{0}, kQuantTcMaxM + 1}) {
+    a = ok;
+    a.m = m;
+    EXPECT_TRUE(refused(a)) << "m " << m;
+  }
+  a = ok;
+  a.m = kQuantTcMaxM;
+  EXPECT_TRUE(QuantGemmTcCovers(a).ok());
+  a = ok;
+  a.k = 96;  // not a multiple of the 64-wide int8 chunk
+  a.group_size = 96;
+  EXPECT_TRUE(refused(a));
+  a = ok;
+  a.k = 256;
+  a.group_size = 96;  // neither k nor a multiple of the chunk
+  EXPECT_TRUE(refused(a));
+  a.group_size = 64;
+  EXPECT_TRUE(QuantGemmTcCovers(a).ok());
+  a = ok;
+  a.w = w + 1;
+  EXPECT_TRUE(refused(a));
+  a = ok;
+  a.a = act + 4;  // activations are read 16 bytes at a time
+  EXPECT_TRUE(refused(a));
+  a = ok;
+  a.a_dtype = a.c_dtype = DType::kF32;
+  EXPECT_TRUE(refused(a));
+}
+
+}  // namespace
+}  // namespace tandem
