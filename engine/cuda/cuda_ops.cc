@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create() {
   }
   ASSIGN_OR_RETURN(ops->fused_act_quant_,
                    ParseFusedActQuant(std::getenv("TANDEM_FUSED_ACT_QUANT")));
+  ASSIGN_OR_RETURN(ops->quant_tc_, ParseQuantTc(std::getenv("TANDEM_QUANT_TC")));
   if (const char* lt = std::getenv("TANDEM_FP8_LT"); lt != nullptr) {
     ops->fp8_lt_enabled_ = std::string_view(lt) != "0";
     ops->fp8_lt_required_ = std::string_view(lt) == "require";
@@ -344,6 +345,19 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
     return Timed(
         [&] { return absl::StrCat("qgemm ", code, " skinny m=", a.m, " n=", a.n, " k=", a.k); },
         [&] { return QuantGemmSkinny(q, stream_); });
+  }
+  if (QuantTcApplies(quant_tc_, q.code, q.m)) {
+    if (absl::Status covers = QuantGemmTcCovers(q); covers.ok()) {
+      return Timed(
+          [&] {
+            return absl::StrCat("qgemm ", code, " tc m=", a.m, " n=", a.n, " k=", a.k,
+                                a.accumulate ? " +=" : "");
+          },
+          [&] { return QuantGemmTc(q, stream_); });
+    } else if (quant_tc_ == QuantTc::kRequire) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("TANDEM_QUANT_TC=require: ", covers.message()));
+    }
   }
   if (dequant_scratch_ == nullptr || w.n * w.k > quant_max_weight_elems_) {
     return absl::InternalError("quantized GEMM: no dequantization scratch (ReserveStep first)");

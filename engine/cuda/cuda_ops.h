@@ -23,6 +23,7 @@
 #include "base/cuda_check.h"
 #include "base/status_macros.h"
 #include "engine/cuda/fused_act_quant.h"
+#include "engine/cuda/quant_tc_mode.h"
 #include "engine/model/ops.h"
 #include "kernels/paged_attention/attention_plan.h"
 #include "kernels/quant_gemm/fp8_gemm_lt.h"
@@ -74,10 +75,13 @@ class CudaOps final : public Ops {
   //     (W8A8's rounding of the activations; the product itself then runs with bf16 inputs);
   //   m <= kQuantSkinnyMaxM (decode) on a shape QuantGemmSkinny covers: that kernel (dequant
   //     fused; reads only the quantized bytes);
-  //   otherwise (prefill, or a shape it does not cover): QuantDequantize of the whole weight into
+  //   INT8 / UINT4 at kQuantSkinnyMaxM < m <= kQuantTcMaxM on a shape QuantGemmTcCovers: the
+  //     mixed-input tensor-core GEMM (codes read once, dequantized in registers into the mma
+  //     operands; quant_tc_mode.h). TANDEM_QUANT_TC=0 turns it off (A/B: the dequantize path
+  //     below), =1 on (the default), =require makes such a step it does not cover an error (tests);
+  //   otherwise (prefill, or a shape none covers): QuantDequantize of the whole weight into
   //     a bf16 scratch buffer, then the bf16 Gemm. Correct, not fast: the weight's bytes are read
-  //     once more and 2 bytes per weight written and read again (a mixed-input tensor-core GEMM
-  //     is what is missing).
+  //     once more and 2 bytes per weight written and read again.
   // Both scratch buffers are allocated in ReserveStep (the largest quantized weight; max_tokens
   // rows of the largest k), so steps with them capture into graphs.
   absl::Status Gemm(const GemmArgs& args) override;
@@ -171,6 +175,7 @@ class CudaOps final : public Ops {
 
   bool fuse_norm_ = false;
   FusedActQuant fused_act_quant_ = kFusedActQuantDefault;
+  QuantTc quant_tc_ = kQuantTcDefault;
   int profile_every_ = 0;
   int64_t num_steps_ = 0;
   bool profiling_ = false;

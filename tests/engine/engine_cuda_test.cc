@@ -83,7 +83,8 @@ struct Quant {
 // `lengths`: the prompts, run together. A single prompt decodes at batch 1, where the CUDA backend
 // runs the RMSNorm inside the skinny GEMM (Ops::FusesNormIntoGemm); batches run it on its own.
 // Quantized weights: both backends run the same codes and scales (CPU: QuantGemmRef in fp32;
-// CUDA: the skinny quantized kernel for steps of <= 32 tokens, dequantize + bf16 GEMM above, or
+// CUDA: the skinny quantized kernel for steps of <= 4 tokens, INT8 / UINT4 steps of <= 64 the
+// tensor-core GEMM where it covers them, dequantize + bf16 GEMM above, or
 // for FP8 W8A8 the cuBLASLt FP8 GEMM on e4m3 activations), so
 // the bf16 bound holds for them too.
 void CompareWithCpu(const std::string& preset, int page_size,
@@ -213,11 +214,13 @@ TEST(EngineCudaTest, SmallPresetsMatchTheCpuBackend) {
 // FP8 activations, INT8 per channel, AWQ and GPTQ INT4 group 128) on the CUDA backend against
 // the CPU backend. Prompts {1, 13, 45, 300} in chunks of 64: prefill steps of 67-123 tokens take
 // the dequantize + bf16 GEMM path (FP8: the cuBLASLt FP8 GEMM, Fp8PrefillRunsTheCublasLtFp8Gemm
-// below), decode steps of 1-4 tokens the skinny kernel; one prompt alone
-// decodes at batch 1 (with TANDEM_FUSED_NORM=1 too: quantized GEMMs must not be given the norm).
-// small-qwen2: QKV bias, hidden 896, head_dim 64. small-llama2 (intermediate 2752, which AWQ /
-// GPTQ checkpoints cannot have: a multiple of the group) with --quantization int4: a partial
-// last group in down_proj.
+// below), the last one of 47 (INT8 / INT4) the tensor-core GEMM, decode steps of 1-4 tokens the
+// skinny kernel; small-llama2's int4 prefill of 58 tokens runs the tensor-core GEMM except in
+// down_proj (k = 2752 is not a multiple of its 128-wide chunk: the dequantize path); one prompt
+// alone decodes at batch 1 (with TANDEM_FUSED_NORM=1 too: quantized GEMMs must not be given the
+// norm). small-qwen2: QKV bias, hidden 896, head_dim 64. small-llama2 (intermediate 2752, which AWQ
+// / GPTQ checkpoints cannot have: a multiple of the group) with --quantization int4: a partial last
+// group in down_proj.
 TEST(EngineCudaTest, QuantizedCheckpointsMatchTheCpuBackend) {
   SKIP_WITHOUT_GPU();
   for (const std::string scheme : {"int8", "awq", "gptq", "fp8-channel", "fp8-block"}) {
@@ -230,6 +233,25 @@ TEST(EngineCudaTest, QuantizedCheckpointsMatchTheCpuBackend) {
   ASSERT_EQ(setenv("TANDEM_FUSED_NORM", "1", 1), 0);
   CompareWithCpu("small-llama3", 16, {45}, {.scheme = "gptq"});
   ASSERT_EQ(unsetenv("TANDEM_FUSED_NORM"), 0);
+}
+
+// INT8 and INT4 (AWQ, GPTQ) checkpoints at decode batches of 9 and 40 sequences, and 9 prompts
+// prefilled in chunks of 16 (after the first step of 83 tokens, steps of 5-64 mixing prefill
+// chunks and decode tokens): with TANDEM_QUANT_TC=require every quantized GEMM of 5-64 rows runs
+// the mixed-input tensor-core GEMM (QuantGemmTc; a step it did not cover would be an error), and
+// the logits stay within the bf16 bound of the CPU backend's, greedy tokens up to near ties.
+// small-llama3's rows (1024, 2816) are multiples of both chunk widths.
+TEST(EngineCudaTest, QuantizedBatchesRunTheTensorCoreGemm) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("TANDEM_QUANT_TC", "require", 1), 0);
+  std::vector<int> forty;
+  for (int i = 0; i < 40; ++i) forty.push_back(1 + (i * 7) % 23);
+  for (const std::string scheme : {"int8", "awq", "gptq"}) {
+    CompareWithCpu("small-llama3", 16, {1, 13, 45, 30, 7, 20, 3, 9, 2},
+                   {.scheme = scheme, .chunk = 16});
+    CompareWithCpu("small-llama3", 16, forty, {.scheme = scheme});
+  }
+  ASSERT_EQ(unsetenv("TANDEM_QUANT_TC"), 0);
 }
 
 // FP8 checkpoints at prefill length through the cuBLASLt FP8 GEMM (kernels/quant_gemm/
@@ -489,9 +511,9 @@ TEST(EngineCudaTest, SpeculativeVerifyStepsReplayGraphs) {
   }
 }
 
-// Quantized steps captured into graphs (decode batches up to 32 in the skinny kernel, larger ones
-// through the dequantization scratch, or for fp8-block the cuBLASLt FP8 GEMM) give the eager
-// steps' tokens.
+// Quantized steps captured into graphs (AWQ: decode batches up to 4 in the skinny kernel, 5-40
+// in the tensor-core GEMM, larger steps through the dequantization scratch; fp8-block the
+// cuBLASLt FP8 GEMM) give the eager steps' tokens.
 TEST(EngineCudaTest, QuantizedGraphStepsEqualEagerSteps) {
   SKIP_WITHOUT_GPU();
   for (const char* scheme : {"awq", "fp8-block"}) {

@@ -1,0 +1,51 @@
+// The CUDA backend's switch for the mixed-input tensor-core GEMM of INT8 / UINT4 weights
+// (QuantGemmTc, kernels/quant_gemm/quant_gemm_tc.cu), and the one place that decides when a
+// quantized GEMM uses it. Plain C++ (no CUDA): the CPU build carries it too, so its logic is tested
+// without a device.
+//
+// With it on, a step of kQuantSkinnyMaxM < m <= kQuantTcMaxM tokens through an INT8 or UINT4
+// weight-only weight that QuantGemmTcCovers accepts runs QuantGemmTc (codes read once, dequantized
+// in registers into the mma operands) instead of QuantDequantize into the bf16 scratch + the
+// dense GEMM. The numbers differ only in fp32 summation order.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/quant_gemm/quant_gemm.h"
+
+namespace tandem {
+
+enum class QuantTc : uint8_t {
+  kOff,      // dequantize + dense GEMM for every step above the skinny kernel (the A/B's old side)
+  kOn,       // QuantGemmTc where it covers the step, the dequantize path where it does not
+  kRequire,  // QuantGemmTc, and an INT8 / UINT4 step in its m range that it does not cover is an
+             // error (tests: proves the kernel ran)
+};
+
+// On by default: the dequantize path it replaces writes and re-reads 2 bytes per weight on every
+// step (kernels/quant_gemm/WORKLOG.md step 7; its speed is a prediction until the lead's GPU run).
+inline constexpr QuantTc kQuantTcDefault = QuantTc::kOn;
+
+// TANDEM_QUANT_TC's value (null: unset): "0" off, "1" on, "require"; anything else is
+// InvalidArgument (a typo must not silently measure the other side of an A/B).
+inline absl::StatusOr<QuantTc> ParseQuantTc(const char* value) {
+  if (value == nullptr) return kQuantTcDefault;
+  const std::string_view v(value);
+  if (v == "0") return QuantTc::kOff;
+  if (v == "1") return QuantTc::kOn;
+  if (v == "require") return QuantTc::kRequire;
+  return absl::InvalidArgumentError(
+      absl::StrCat("TANDEM_QUANT_TC=", value, ": expected 0, 1 or require"));
+}
+
+// Whether a weight-only quantized GEMM of m rows in `code` is one the switch applies to: not off,
+// INT8 / UINT4 codes, and m above the skinny kernel's range and within the tensor-core kernel's.
+inline bool QuantTcApplies(QuantTc mode, QuantCode code, int64_t m) {
+  return mode != QuantTc::kOff && (code == QuantCode::kInt8 || code == QuantCode::kUint4) &&
+         m > kQuantSkinnyMaxM && m <= kQuantTcMaxM;
+}
+
+}  // namespace tandem
