@@ -119,9 +119,9 @@ void CheckCase(const Case& cs, uint64_t seed) {
     double tol = 1e-5 * mag + (cs.c == DType::kBF16 ? Bf16Ulp(ref) : 1e-6);
     // cuBLASLt's beta = 1 may round the product to bf16 before adding c (GemmArgs::accumulate):
     // half an ulp of the product more.
-    const bool lt_may_run = cs.path == Path::kCublasLt ||
-                            ((cs.path == Path::kDispatch || cs.path == Path::kDispatchPdl) &&
-                             cs.m > kSkinnyMaxM);
+    const bool lt_may_run =
+        cs.path == Path::kCublasLt ||
+        ((cs.path == Path::kDispatch || cs.path == Path::kDispatchPdl) && cs.m > kSkinnyMaxM);
     if (cs.accumulate && lt_may_run && cs.c == DType::kBF16) {
       tol += 0.5 * Bf16Ulp(ref - c_init.at(i));
     }
