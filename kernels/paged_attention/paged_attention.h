@@ -41,15 +41,22 @@ inline const char* Fp8DecodeKernelName(Fp8DecodeKernel k) {
 }
 
 // How the stream decode kernel (plans without splits: large batches, balanced plans) fills its
-// pipeline stages (kernels/paged_attention/README.md, WORKLOG.md step 19). kCpAsync: every
-// thread issues 16-byte cp.async copies of its share of a tile. kTma: one warp issues the tile's
-// TMA copies, one lane per page segment (a tensor copy per 64 head dims or per fp8 code row
+// pipeline stages (kernels/paged_attention/README.md, WORKLOG.md steps 19 and 21). kCpAsync:
+// every thread issues 16-byte cp.async copies of its share of a tile. kTma: one warp issues the
+// tile's TMA copies, one lane per page segment (a tensor copy per 64 head dims or per fp8 code row
 // block, in TMA's 128-byte swizzle; fp8 scales by bulk copies), on the stage's mbarrier; head_dim
 // 128 and power-of-two pages of 8 keys or more, elsewhere it runs as kCpAsync (as do split plans,
 // whichever is asked for). kDefault: the environment's TANDEM_DECODE_COPIES ("cp.async" or
-// "tma", read once per process), else kDecodeCopiesBuiltin. Both compute the same function.
+// "tma", read once per process), else BuiltinDecodeCopies of the cache. Both compute the same
+// function.
 enum class DecodeCopies : uint8_t { kDefault, kCpAsync, kTma };
-inline constexpr DecodeCopies kDecodeCopiesBuiltin = DecodeCopies::kCpAsync;
+
+// The filling when neither the call nor TANDEM_DECODE_COPIES names one, by measurement (WORKLOG.md
+// steps 19 and 21, H100): on a bf16 cache TMA is 2-5% faster at every shape of [decode-tc]'s table
+// and level with FlashInfer's tensor-core decode; on an fp8 cache it is 1-13% slower at page 16.
+inline constexpr DecodeCopies BuiltinDecodeCopies(DType kv_dtype) {
+  return kv_dtype == DType::kF8E4M3 ? DecodeCopies::kCpAsync : DecodeCopies::kTma;
+}
 
 inline const char* DecodeCopiesName(DecodeCopies c) {
   switch (c) {
@@ -64,11 +71,12 @@ inline const char* DecodeCopiesName(DecodeCopies c) {
 }
 
 // `requested` unless kDefault; then what `env_value` (TANDEM_DECODE_COPIES, null when unset)
-// names, kDecodeCopiesBuiltin when it is null or empty, InvalidArgument for anything else.
+// names, BuiltinDecodeCopies(kv_dtype) when it is null or empty, InvalidArgument for anything
+// else.
 inline absl::StatusOr<DecodeCopies> ResolveDecodeCopies(DecodeCopies requested,
-                                                        const char* env_value) {
+                                                        const char* env_value, DType kv_dtype) {
   if (requested != DecodeCopies::kDefault) return requested;
-  if (env_value == nullptr || *env_value == '\0') return kDecodeCopiesBuiltin;
+  if (env_value == nullptr || *env_value == '\0') return BuiltinDecodeCopies(kv_dtype);
   const std::string_view v(env_value);
   if (v == "cp.async") return DecodeCopies::kCpAsync;
   if (v == "tma") return DecodeCopies::kTma;

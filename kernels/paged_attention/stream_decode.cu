@@ -382,12 +382,10 @@ absl::StatusOr<CUtensorMap> Fp8CodesTensorMap(const PagedAttentionArgs& a, const
 }
 
 // The copies a.decode_copies asks for; kDefault takes TANDEM_DECODE_COPIES, read once per
-// process (this runs for every layer of every step).
+// process (this runs for every layer of every step), else the cache's builtin filling.
 absl::StatusOr<DecodeCopies> Copies(const PagedAttentionArgs& a) {
-  if (a.decode_copies != DecodeCopies::kDefault) return a.decode_copies;
-  static const absl::StatusOr<DecodeCopies> from_env =
-      ResolveDecodeCopies(DecodeCopies::kDefault, std::getenv("TANDEM_DECODE_COPIES"));
-  return from_env;
+  static const char* const env = std::getenv("TANDEM_DECODE_COPIES");
+  return ResolveDecodeCopies(a.decode_copies, env, a.kv_dtype);
 }
 
 // Whether the TMA stages take `a` when `copies` asks for them (else the cp.async ones run):

@@ -217,30 +217,36 @@ TEST(Fp8DecodeKernelTest, ResolvesRequestEnvironmentAndBuiltin) {
 }
 
 // The stream kernel's copies (paged_attention.h): an explicit request wins over
-// TANDEM_DECODE_COPIES; kDefault takes the variable's value, cp.async when it is unset or empty,
-// and an error naming the variable for anything else.
+// TANDEM_DECODE_COPIES; kDefault takes the variable's value, else the cache's builtin filling (TMA
+// for bf16, cp.async for fp8: WORKLOG.md step 21), and an error naming the variable for anything
+// else.
 TEST(DecodeCopiesTest, ResolvesRequestEnvironmentAndBuiltin) {
   using C = DecodeCopies;
-  for (const char* env : {static_cast<const char*>(nullptr), "", "tma", "cp.async", "bogus"}) {
-    SCOPED_TRACE(env == nullptr ? "(unset)" : env);
-    EXPECT_EQ(*ResolveDecodeCopies(C::kCpAsync, env), C::kCpAsync);
-    EXPECT_EQ(*ResolveDecodeCopies(C::kTma, env), C::kTma);
+  for (const DType kv : {DType::kBF16, DType::kF8E4M3}) {
+    SCOPED_TRACE(DTypeName(kv));
+    for (const char* env : {static_cast<const char*>(nullptr), "", "tma", "cp.async", "bogus"}) {
+      SCOPED_TRACE(env == nullptr ? "(unset)" : env);
+      EXPECT_EQ(*ResolveDecodeCopies(C::kCpAsync, env, kv), C::kCpAsync);
+      EXPECT_EQ(*ResolveDecodeCopies(C::kTma, env, kv), C::kTma);
+    }
+    EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, nullptr, kv), BuiltinDecodeCopies(kv));
+    EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, "", kv), BuiltinDecodeCopies(kv));
+    EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, "tma", kv), C::kTma);
+    EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, "cp.async", kv), C::kCpAsync);
+    for (const char* bad : {"TMA", "cpasync", "tma ", "default", "bulk"}) {
+      const absl::StatusOr<C> c = ResolveDecodeCopies(C::kDefault, bad, kv);
+      ASSERT_FALSE(c.ok()) << bad;
+      EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(c.status().message().find("TANDEM_DECODE_COPIES"), std::string_view::npos);
+      EXPECT_NE(c.status().message().find(bad), std::string_view::npos);
+    }
+    for (const C c : {C::kCpAsync, C::kTma}) {
+      EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, DecodeCopiesName(c), kv), c);
+    }
   }
-  EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, nullptr), kDecodeCopiesBuiltin);
-  EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, ""), kDecodeCopiesBuiltin);
-  EXPECT_EQ(kDecodeCopiesBuiltin, C::kCpAsync);  // until the TMA stages are measured
-  EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, "tma"), C::kTma);
-  EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, "cp.async"), C::kCpAsync);
-  for (const char* bad : {"TMA", "cpasync", "tma ", "default", "bulk"}) {
-    const absl::StatusOr<C> c = ResolveDecodeCopies(C::kDefault, bad);
-    ASSERT_FALSE(c.ok()) << bad;
-    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(c.status().message().find("TANDEM_DECODE_COPIES"), std::string_view::npos);
-    EXPECT_NE(c.status().message().find(bad), std::string_view::npos);
-  }
-  for (const C c : {C::kCpAsync, C::kTma}) {
-    EXPECT_EQ(*ResolveDecodeCopies(C::kDefault, DecodeCopiesName(c)), c);
-  }
+  // The measured choice (H100, session 29): TMA stages on bf16 caches, cp.async on fp8 ones.
+  EXPECT_EQ(BuiltinDecodeCopies(DType::kBF16), C::kTma);
+  EXPECT_EQ(BuiltinDecodeCopies(DType::kF8E4M3), C::kCpAsync);
   EXPECT_STREQ(DecodeCopiesName(C::kDefault), "default");
 }
 
