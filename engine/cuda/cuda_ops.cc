@@ -86,6 +86,8 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create() {
   ASSIGN_OR_RETURN(ops->fused_act_quant_,
                    ParseFusedActQuant(std::getenv("TANDEM_FUSED_ACT_QUANT")));
   ASSIGN_OR_RETURN(ops->quant_tc_, ParseQuantTc(std::getenv("TANDEM_QUANT_TC")));
+  ASSIGN_OR_RETURN(ops->quant_tc_small_m_,
+                   ParseQuantTcSmallM(std::getenv("TANDEM_QUANT_TC_SMALL_M")));
   if (const char* lt = std::getenv("TANDEM_FP8_LT"); lt != nullptr) {
     ops->fp8_lt_enabled_ = std::string_view(lt) != "0";
     ops->fp8_lt_required_ = std::string_view(lt) == "require";
@@ -162,6 +164,9 @@ absl::StatusOr<const void*> CudaOps::AdoptQuantized(const QuantizedWeight& w) {
   quant_[codes] = args;
   RETURN_IF_ERROR(AdoptFp8Lt(w, args));
   quant_max_weight_elems_ = std::max(quant_max_weight_elems_, w.n * w.k);
+  quant_tc_partial_floats_ =
+      std::max(quant_tc_partial_floats_, QuantGemmTcWorkspaceFloats(args, kQuantTcMaxM));
+  quant_tc_counters_ = std::max(quant_tc_counters_, QuantGemmTcWorkspaceCounters(w.n));
   if (w.act_quant != ActQuant::kNone) quant_max_act_k_ = std::max(quant_max_act_k_, w.k);
   return static_cast<const void*>(codes);
 }
@@ -341,12 +346,8 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
   const char* code = q.code == QuantCode::kFp8E4M3 ? "fp8"
                      : q.code == QuantCode::kInt8  ? "int8"
                                                    : "int4";
-  if (q.m <= kQuantSkinnyMaxM && QuantGemmSkinnyCovers(q).ok()) {
-    return Timed(
-        [&] { return absl::StrCat("qgemm ", code, " skinny m=", a.m, " n=", a.n, " k=", a.k); },
-        [&] { return QuantGemmSkinny(q, stream_); });
-  }
-  if (QuantTcApplies(quant_tc_, q.code, q.m)) {
+  if (QuantTcApplies(quant_tc_, quant_tc_small_m_, q.code, q.m)) {
+    q.tc_workspace = quant_tc_workspace_;
     if (absl::Status covers = QuantGemmTcCovers(q); covers.ok()) {
       return Timed(
           [&] {
@@ -358,6 +359,11 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
       return absl::FailedPreconditionError(
           absl::StrCat("TANDEM_QUANT_TC=require: ", covers.message()));
     }
+  }
+  if (q.m <= kQuantSkinnyMaxM && QuantGemmSkinnyCovers(q).ok()) {
+    return Timed(
+        [&] { return absl::StrCat("qgemm ", code, " skinny m=", a.m, " n=", a.n, " k=", a.k); },
+        [&] { return QuantGemmSkinny(q, stream_); });
   }
   if (dequant_scratch_ == nullptr || w.n * w.k > quant_max_weight_elems_) {
     return absl::InternalError("quantized GEMM: no dequantization scratch (ReserveStep first)");

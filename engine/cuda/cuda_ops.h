@@ -73,12 +73,14 @@ class CudaOps final : public Ops {
   //     FP8 W8A8 weight or a refusal an error instead, for tests); otherwise
   //   FP8 with dynamic activation scales: QuantizeActivations of a into a scratch buffer first
   //     (W8A8's rounding of the activations; the product itself then runs with bf16 inputs);
+  //   INT8 / UINT4 at kQuantSkinnyMaxM < m <= kQuantTcMaxM (1 <= m with
+  //     TANDEM_QUANT_TC_SMALL_M=1, off by default) on a shape QuantGemmTcCovers: the
+  //     mixed-input tensor-core GEMM (codes read once, dequantized in registers into the mma
+  //     operands, split-K across blocks into its workspace where n gives too few blocks;
+  //     quant_tc_mode.h). TANDEM_QUANT_TC=0 turns it off (A/B: the paths below), =1 on (the
+  //     default), =require makes such a step it does not cover an error (tests);
   //   m <= kQuantSkinnyMaxM (decode) on a shape QuantGemmSkinny covers: that kernel (dequant
   //     fused; reads only the quantized bytes);
-  //   INT8 / UINT4 at kQuantSkinnyMaxM < m <= kQuantTcMaxM on a shape QuantGemmTcCovers: the
-  //     mixed-input tensor-core GEMM (codes read once, dequantized in registers into the mma
-  //     operands; quant_tc_mode.h). TANDEM_QUANT_TC=0 turns it off (A/B: the dequantize path
-  //     below), =1 on (the default), =require makes such a step it does not cover an error (tests);
   //   otherwise (prefill, or a shape none covers): QuantDequantize of the whole weight into
   //     a bf16 scratch buffer, then the bf16 Gemm. Correct, not fast: the weight's bytes are read
   //     once more and 2 bytes per weight written and read again.
@@ -176,6 +178,7 @@ class CudaOps final : public Ops {
   bool fuse_norm_ = false;
   FusedActQuant fused_act_quant_ = kFusedActQuantDefault;
   QuantTc quant_tc_ = kQuantTcDefault;
+  bool quant_tc_small_m_ = kQuantTcSmallMDefault;  // TANDEM_QUANT_TC_SMALL_M
   int profile_every_ = 0;
   int64_t num_steps_ = 0;
   bool profiling_ = false;
@@ -219,6 +222,11 @@ class CudaOps final : public Ops {
   int64_t quant_max_act_k_ = 0;         // the largest k among those with act_quant
   void* dequant_scratch_ = nullptr;     // [quant_max_weight_elems_] bf16 (ReserveStep)
   void* act_scratch_ = nullptr;         // [max_tokens, quant_max_act_k_] bf16 (ReserveStep)
+  // QuantGemmTc's split-K workspace (quant_gemm.h): sized at adoption for every automatic plan of
+  // every INT8 / UINT4 weight at m <= kQuantTcMaxM, allocated in ReserveStep (counters zeroed).
+  int64_t quant_tc_partial_floats_ = 0;
+  int64_t quant_tc_counters_ = 0;
+  QuantTcWorkspace quant_tc_workspace_;
   int64_t act_scratch_rows_ = 0;
   // FP8 weights the cuBLASLt FP8 path serves, by the address of their codes (packed scales).
   bool fp8_lt_enabled_ = true;

@@ -94,6 +94,15 @@ absl::Status CudaOps::ReserveStep(const StepCapacity& capacity) {
   if (quant_max_weight_elems_ > 0 && dequant_scratch_ == nullptr) {
     ASSIGN_OR_RETURN(dequant_scratch_, DeviceAlloc(quant_max_weight_elems_ * 2));
   }
+  if (quant_tc_counters_ > 0 && quant_tc_workspace_.counters == nullptr) {
+    ASSIGN_OR_RETURN(void* partials, DeviceAlloc(quant_tc_partial_floats_ * 4));
+    ASSIGN_OR_RETURN(void* counters, DeviceAlloc(quant_tc_counters_ * 4));
+    CUDA_RETURN_IF_ERROR(cudaMemset(counters, 0, quant_tc_counters_ * 4));
+    quant_tc_workspace_ = {.partials = static_cast<float*>(partials),
+                           .partial_floats = quant_tc_partial_floats_,
+                           .counters = static_cast<uint32_t*>(counters),
+                           .num_counters = quant_tc_counters_};
+  }
   if (quant_max_act_k_ > 0 && act_scratch_rows_ < capacity.max_tokens) {
     ASSIGN_OR_RETURN(act_scratch_, DeviceAlloc(capacity.max_tokens * quant_max_act_k_ * 2));
     act_scratch_rows_ = capacity.max_tokens;

@@ -7,6 +7,10 @@
 // weight-only weight that QuantGemmTcCovers accepts runs QuantGemmTc (codes read once, dequantized
 // in registers into the mma operands) instead of QuantDequantize into the bf16 scratch + the
 // dense GEMM. The numbers differ only in fp32 summation order.
+//
+// TANDEM_QUANT_TC_SMALL_M=1 extends it to steps of 1..kQuantSkinnyMaxM tokens (batch-1 decode),
+// instead of the CUDA-core skinny kernel (QuantGemmSkinny; WORKLOG.md step 8). Off by default
+// until measured faster.
 #pragma once
 
 #include <cstdint>
@@ -41,11 +45,27 @@ inline absl::StatusOr<QuantTc> ParseQuantTc(const char* value) {
       absl::StrCat("TANDEM_QUANT_TC=", value, ": expected 0, 1 or require"));
 }
 
+// Off by default: the skinny kernel it would replace at batch 1 is measured (WORKLOG.md step 7);
+// the tensor-core kernel at m <= 4 is not yet.
+inline constexpr bool kQuantTcSmallMDefault = false;
+
+// TANDEM_QUANT_TC_SMALL_M's value (null: unset): "0" off, "1" on; anything else is
+// InvalidArgument.
+inline absl::StatusOr<bool> ParseQuantTcSmallM(const char* value) {
+  if (value == nullptr) return kQuantTcSmallMDefault;
+  const std::string_view v(value);
+  if (v == "0") return false;
+  if (v == "1") return true;
+  return absl::InvalidArgumentError(
+      absl::StrCat("TANDEM_QUANT_TC_SMALL_M=", value, ": expected 0 or 1"));
+}
+
 // Whether a weight-only quantized GEMM of m rows in `code` is one the switch applies to: not off,
-// INT8 / UINT4 codes, and m above the skinny kernel's range and within the tensor-core kernel's.
-inline bool QuantTcApplies(QuantTc mode, QuantCode code, int64_t m) {
+// INT8 / UINT4 codes, and m within the tensor-core kernel's range: above the skinny kernel's, or
+// from 1 with small_m (TANDEM_QUANT_TC_SMALL_M).
+inline bool QuantTcApplies(QuantTc mode, bool small_m, QuantCode code, int64_t m) {
   return mode != QuantTc::kOff && (code == QuantCode::kInt8 || code == QuantCode::kUint4) &&
-         m > kQuantSkinnyMaxM && m <= kQuantTcMaxM;
+         m >= (small_m ? 1 : kQuantSkinnyMaxM + 1) && m <= kQuantTcMaxM;
 }
 
 }  // namespace tandem

@@ -26,6 +26,7 @@
 #include "kernels/common/dtype.h"
 #include "kernels/common/stream.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/quant_gemm/quant_gemm_tc_split.h"
 
 namespace tandem {
 
@@ -39,6 +40,22 @@ enum class ActQuant : uint8_t {
   kNone,              // a is used as it is (weight-only: W8A16, W4A16)
   kFp8PerToken,       // one scale per row of a
   kFp8PerTokenGroup,  // one scale per row and group of act_group_size along k
+};
+
+// QuantGemmTc's split-K scratch (WORKLOG.md step 8), preallocated by the caller (a call never
+// allocates: it is captured into CUDA graphs). Calls that use it must be ordered (one stream, or
+// PDL launches: the kernel touches it only after griddepcontrol.wait).
+struct QuantTcWorkspace {
+  // [partial_floats] fp32, contents free between calls: the splits' partial sums of a call,
+  // [row tiles, splits, 32 rows x m_tile tokens] in the kernel's accumulator order (not [m, n]:
+  // each block writes and its tile's last block reads whole 128-byte lines).
+  float* partials = nullptr;
+  int64_t partial_floats = 0;
+  // [num_counters] arrival counters, one per 32-row tile. Zero before the first call (cudaMemset
+  // once); every call leaves them zero (the last block of a tile resets its counter), so graph
+  // replays need no reset.
+  uint32_t* counters = nullptr;
+  int64_t num_counters = 0;
 };
 
 struct QuantGemmArgs {
@@ -68,6 +85,12 @@ struct QuantGemmArgs {
 
   ActQuant act_quant = ActQuant::kNone;
   int64_t act_group_size = 128;  // kFp8PerTokenGroup only
+
+  // QuantGemmTc only. Without a workspace (or with one too small for the plan) a call runs
+  // unsplit. tc_splits: 0 the automatic plan (QuantGemmTcPlan); S >= 1 forces S splits (as near
+  // as whole groups allow; tests and kb_bench), an error if the workspace cannot hold them.
+  QuantTcWorkspace tc_workspace;
+  int tc_splits = 0;
 };
 
 inline int64_t QuantNumGroups(int64_t k, int64_t group_size) {
@@ -124,10 +147,25 @@ absl::Status QuantGemmSkinny(const QuantGemmArgs& args, cudaStream_t stream);
 // (QuantGemmTcCovers). Bias and accumulate as GemmArgs, one rounding to bf16; fp32 accumulation
 // of exact code values, scaled per group in fp32: matches QuantGemmRef to fp32 summation order.
 // QuantGemmArgs::overlap_launch launches it with PDL. Deterministic (fixed reduction order).
+// Split-K across blocks (quant_gemm_tc_split.h, WORKLOG.md step 8) where the 32-row tiles alone
+// give too few blocks for the device: one launch, each split's fp32 partial into
+// args.tc_workspace, and the last block of each row tile to arrive sums the tile's partials in
+// split order (bitwise the same on every run, whatever the arrival order), then bias / the old c
+// and the one bf16 rounding. Scales stay per group in fp32; a split boundary is a group boundary.
 inline constexpr int64_t kQuantTcMaxM = 64;
 int64_t QuantGemmTcChunkK(QuantCode code);
 absl::Status QuantGemmTcCovers(const QuantGemmArgs& args);
 absl::Status QuantGemmTc(const QuantGemmArgs& args, cudaStream_t stream);
+// The split plan a QuantGemmTc call of these args runs (args.tc_splits and the workspace taken
+// into account; the shape QuantGemmTcCovers). Host; queries the current device's SM count and the
+// kernel's occupancy once per process (call it, or QuantGemmTcWorkspaceFloats, outside graph
+// capture first).
+QuantTcSplitPlan QuantGemmTcPlan(const QuantGemmArgs& args);
+// Workspace a weight needs so that every automatic plan of m <= max_m tokens can split: fp32
+// partials (QuantTcWorkspace::partial_floats) and counters (num_counters). Only w's shape,
+// code, group_size and overlap_launch are read.
+int64_t QuantGemmTcWorkspaceFloats(const QuantGemmArgs& w, int64_t max_m);
+inline int64_t QuantGemmTcWorkspaceCounters(int64_t n) { return QuantTcRowTiles(n); }
 
 // CUDA (quant_dequant.cu): dequant(w) [n, k] into out (out_dtype kF32 or kBF16, row-major), for
 // every code, any k and group size: out[j, kk] = QuantDequantizeRow's value, rounded once to

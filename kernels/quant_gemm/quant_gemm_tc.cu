@@ -29,12 +29,25 @@
 // running fp32 sum. So only fp32 summation order and the final bf16 rounding differ from
 // QuantGemmRef.
 //
-// Split-K: the block's kWarps warps own the block's 16 * kRowTiles rows together, chunk c going
-// to warp c % kWarps; the warps' sums are added in a fixed tree in shared memory (deterministic),
-// and warp 0 adds bias / the old c and stores bf16. With QuantGemmArgs::overlap_launch (PDL) the
-// first chunks' code loads are issued before griddepcontrol.wait.
+// Split-K inside a block: the block's kWarps warps own the block's 16 * kRowTiles rows together,
+// chunk c going to warp c % kWarps; the warps' sums are added in a fixed tree in shared memory
+// (deterministic). Unsplit, warp 0 then adds bias / the old c and stores bf16.
+//
+// Split-K across blocks (quant_gemm_tc_split.h; grid.y = splits): block (tile, s) runs the chunks
+// of split s only, and warp 0 writes its sums to the workspace as they lie in its registers
+// (partials[tile][s][i][lane], i its accumulator index: 128-byte lines). Then the classic
+// last-block pattern: __threadfence, one atomicAdd on the tile's counter; the block that sees
+// splits - 1 resets the counter to zero (for the next call and graph replays) and, with all 256
+// threads, sums the tile's partials in split order 0, 1, ... (the bits do not depend on which
+// block came last), adds bias / the old c and stores bf16. A split is a range of whole scale
+// groups (or of chunks when one scale covers the row), so scales are applied per group in fp32 as
+// unsplit.
+//
+// With QuantGemmArgs::overlap_launch (PDL) the first chunks' code loads are issued before
+// griddepcontrol.wait; a, bias, c and the workspace are touched only after it.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -47,10 +60,11 @@
 namespace tandem {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = static_cast<int>(kQuantTcBlockWarps);
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRowTiles = 2;  // 16-row mma tiles per block (32 rows)
 constexpr int kBlockRows = 16 * kRowTiles;
+static_assert(kBlockRows == kQuantTcBlockRows);
 constexpr int kChunkBytes = 64;  // code bytes of a row per chunk
 constexpr int kUnroll = 2;       // chunks in flight per warp
 constexpr int kSymmetricZero = 8;
@@ -70,7 +84,10 @@ struct Params {
   const uint8_t* w;           // [n, row_bytes]
   const float* scales;        // [n, num_groups]
   const uint8_t* zeros;       // [n, num_groups] or null (uint4 only)
+  float* partials;            // [row tiles, splits, kVals, 32] (splits > 1)
+  uint32_t* counters;         // [row tiles], zero between calls (splits > 1)
   int m, n, k, group_size, num_groups, row_bytes, num_chunks;
+  int splits, chunks_per_split;
   bool accumulate;
 };
 
@@ -184,15 +201,32 @@ __device__ __forceinline__ void FoldGroup(const Params& p, int64_t row0, int gro
   }
 }
 
+// The block's output value of lane `lane`'s accumulator i (i = (rt * kNt + nt) * 4 + r: row
+// 16 rt + g + 8 (r / 2), token 8 nt + 2t + r % 2), plus bias and the old c, rounded once to bf16;
+// padding rows and tokens are not stored.
+template <int kNt>
+__device__ __forceinline__ void StoreOut(const Params& p, int64_t row0, int i, int lane, float v) {
+  const int g = lane / 4, t = lane % 4, r = i % 4, nt = i / 4 % kNt, rt = i / (4 * kNt);
+  const int64_t row = row0 + 16 * rt + g + 8 * (r / 2);
+  const int tok = 8 * nt + 2 * t + r % 2;
+  if (row >= p.n || tok >= p.m) return;
+  __nv_bfloat16* c = p.c + static_cast<int64_t>(tok) * p.n + row;
+  if (p.bias != nullptr) v += __bfloat162float(p.bias[row]);
+  if (p.accumulate) v += __bfloat162float(*c);
+  *c = __float2bfloat16_rn(v);
+}
+
 template <Code kCode, int kNt, bool kPdl>
 __global__ void __launch_bounds__(kThreads, 1) QuantGemmTcKernel(const __grid_constant__ Params p) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int c_begin = static_cast<int>(blockIdx.y) * p.chunks_per_split;
+  const int c_end = min(p.num_chunks, c_begin + p.chunks_per_split);
   float acc[kRowTiles][kNt][4] = {};
   float sum[kRowTiles][kNt][4] = {};
   int group = -1;  // the scale group acc holds
   bool waited = false;
-  for (int c0 = warp; c0 < p.num_chunks; c0 += kWarps * kUnroll) {
+  for (int c0 = c_begin + warp; c0 < c_end; c0 += kWarps * kUnroll) {
     uint4 w[kUnroll][kRowTiles][2];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -202,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, 1) QuantGemmTcKernel(const __grid_co
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int64_t row = row0 + 16 * rt + g + 8 * h;
-          w[u][rt][h] = (c < p.num_chunks && row < p.n)
+          w[u][rt][h] = (c < c_end && row < p.n)
                             ? LoadStreaming16(p.w + row * p.row_bytes +
                                               static_cast<int64_t>(c) * kChunkBytes + 16 * t)
                             : make_uint4(0, 0, 0, 0);
@@ -216,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1) QuantGemmTcKernel(const __grid_co
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
-      if (c >= p.num_chunks) break;
+      if (c >= c_end) break;
       const int cg = c * ChunkK<kCode>() / p.group_size;
       if (cg != group) {
         if (group >= 0) FoldGroup<kNt>(p, row0, group, acc, sum);
@@ -270,35 +304,44 @@ __global__ void __launch_bounds__(kThreads, 1) QuantGemmTcKernel(const __grid_co
     }
     __syncthreads();
   }
-  if (warp != 0) return;
-    // Accumulator i of (rt, nt): row 16 rt + g + 8 (i / 2), token 8 nt + 2t + i % 2.
+  if (p.splits == 1) {
+    if (warp != 0) return;
 #pragma unroll
-  for (int rt = 0; rt < kRowTiles; ++rt) {
+    for (int i = 0; i < kVals; ++i)
+      StoreOut<kNt>(p, row0, i, lane, sum[i / (4 * kNt)][i / 4 % kNt][i % 4]);
+    return;
+  }
+  // Split: this block's sums into the workspace, then the tile's last block sums them all.
+  float* tile_partials = p.partials + static_cast<int64_t>(blockIdx.x) * p.splits * kVals * 32;
+  if (warp == 0) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + 16 * rt + g + 8 * h;
-      if (row >= p.n) continue;
-      const float bias = p.bias != nullptr ? __bfloat162float(p.bias[row]) : 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int tok = 8 * nt + 2 * t + e;
-          if (tok >= p.m) continue;
-          __nv_bfloat16* c = p.c + static_cast<int64_t>(tok) * p.n + row;
-          float v = sum[rt][nt][2 * h + e];
-          if (p.bias != nullptr) v += bias;
-          if (p.accumulate) v += __bfloat162float(*c);
-          *c = __float2bfloat16_rn(v);
-        }
-      }
+    for (int i = 0; i < kVals; ++i) {
+      __stcg(tile_partials + (static_cast<int64_t>(blockIdx.y) * kVals + i) * 32 + lane,
+             sum[i / (4 * kNt)][i / 4 % kNt][i % 4]);
     }
+  }
+  __threadfence();  // the partials are visible device-wide before the arrival is counted
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    const uint32_t arrived = atomicAdd(p.counters + blockIdx.x, 1u);
+    last = arrived == static_cast<uint32_t>(p.splits - 1);
+    if (last) p.counters[blockIdx.x] = 0;  // every split has arrived: ready for the next call
+    __threadfence();
+  }
+  __syncthreads();
+  if (!last) return;
+  for (int idx = threadIdx.x; idx < kVals * 32; idx += kThreads) {
+    float v = __ldcg(tile_partials + idx);
+    for (int s = 1; s < p.splits; ++s) v += __ldcg(tile_partials + s * (kVals * 32) + idx);
+    StoreOut<kNt>(p, row0, idx / 32, idx % 32, v);
   }
 }
 
 template <Code kCode, int kNt>
 absl::Status LaunchNt(const Params& p, bool pdl, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((p.n + kBlockRows - 1) / kBlockRows));
+  const dim3 grid(static_cast<unsigned>((p.n + kBlockRows - 1) / kBlockRows),
+                  static_cast<unsigned>(p.splits));
   if (!pdl) {
     QuantGemmTcKernel<kCode, kNt, false><<<grid, kThreads, 0, stream>>>(p);
     CUDA_RETURN_IF_LAUNCH_ERROR();
@@ -310,12 +353,96 @@ absl::Status LaunchNt(const Params& p, bool pdl, cudaStream_t stream) {
 }
 
 // Token tiles of 8: m <= 8, 16, 32, 64 (a step of 33 tokens runs the 64-token tile).
+int TokenTiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
+
 template <Code kCode>
 absl::Status LaunchM(const Params& p, bool pdl, cudaStream_t stream) {
-  if (p.m <= 8) return LaunchNt<kCode, 1>(p, pdl, stream);
-  if (p.m <= 16) return LaunchNt<kCode, 2>(p, pdl, stream);
-  if (p.m <= 32) return LaunchNt<kCode, 4>(p, pdl, stream);
-  return LaunchNt<kCode, 8>(p, pdl, stream);
+  switch (TokenTiles(p.m)) {
+    case 1:
+      return LaunchNt<kCode, 1>(p, pdl, stream);
+    case 2:
+      return LaunchNt<kCode, 2>(p, pdl, stream);
+    case 4:
+      return LaunchNt<kCode, 4>(p, pdl, stream);
+    default:
+      return LaunchNt<kCode, 8>(p, pdl, stream);
+  }
+}
+
+// Blocks of one instantiation resident per SM (its registers and shared memory), asked once per
+// process; 1 if the runtime cannot say.
+template <Code kCode, int kNt, bool kPdl>
+int BlocksPerSmOf() {
+  static const int blocks = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, QuantGemmTcKernel<kCode, kNt, kPdl>,
+                                                      kThreads, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+    return std::max(b, 1);
+  }();
+  return blocks;
+}
+
+template <Code kCode, bool kPdl>
+int BlocksPerSm(int nt) {
+  switch (nt) {
+    case 1:
+      return BlocksPerSmOf<kCode, 1, kPdl>();
+    case 2:
+      return BlocksPerSmOf<kCode, 2, kPdl>();
+    case 4:
+      return BlocksPerSmOf<kCode, 4, kPdl>();
+    default:
+      return BlocksPerSmOf<kCode, 8, kPdl>();
+  }
+}
+
+int BlocksPerSm(QuantCode code, int nt, bool pdl) {
+  if (code == QuantCode::kUint4) {
+    return pdl ? BlocksPerSm<Code::kUint4, true>(nt) : BlocksPerSm<Code::kUint4, false>(nt);
+  }
+  return pdl ? BlocksPerSm<Code::kInt8, true>(nt) : BlocksPerSm<Code::kInt8, false>(nt);
+}
+
+// The SMs of the device current at the first call (a process's GPUs are assumed alike).
+int DeviceSms() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+    return std::max(count, 1);
+  }();
+  return sms;
+}
+
+// The weight's side of QuantGemmTcCovers: codes, k and group_size.
+bool WeightCovered(const QuantGemmArgs& w) {
+  if (w.code != QuantCode::kInt8 && w.code != QuantCode::kUint4) return false;
+  const int64_t chunk = QuantGemmTcChunkK(w.code);
+  return w.n > 0 && w.k > 0 && w.k % chunk == 0 &&
+         (w.group_size == w.k || (w.group_size > 0 && w.group_size % chunk == 0));
+}
+
+QuantTcSplitShape SplitShape(const QuantGemmArgs& w, int nt, bool pdl) {
+  const int64_t chunk = QuantGemmTcChunkK(w.code);
+  return {.n = w.n,
+          .m_tile = 8 * nt,
+          .num_chunks = w.k / chunk,
+          .unit_chunks = w.group_size == w.k ? 1 : w.group_size / chunk,
+          .row_bytes = QuantRowBytes(w.code, w.k),
+          .sms = DeviceSms(),
+          .blocks_per_sm = BlocksPerSm(w.code, nt, pdl)};
+}
+
+bool WorkspaceHolds(const QuantGemmArgs& args, const QuantTcSplitShape& shape,
+                    const QuantTcSplitPlan& plan) {
+  const QuantTcWorkspace& ws = args.tc_workspace;
+  return ws.partials != nullptr && ws.counters != nullptr &&
+         QuantTcPartialFloats(shape, plan) <= ws.partial_floats &&
+         QuantTcRowTiles(args.n) <= ws.num_counters;
 }
 
 }  // namespace
@@ -357,15 +484,53 @@ absl::Status QuantGemmTcCovers(const QuantGemmArgs& args) {
   return absl::OkStatus();
 }
 
+QuantTcSplitPlan QuantGemmTcPlan(const QuantGemmArgs& args) {
+  const QuantTcSplitPlan unsplit{1, std::max<int64_t>(args.k / QuantGemmTcChunkK(args.code), 1)};
+  const bool has_workspace =
+      args.tc_workspace.partials != nullptr && args.tc_workspace.counters != nullptr;
+  if (!QuantGemmTcCovers(args).ok() || args.n == 0 || args.tc_splits == 1 ||
+      (args.tc_splits == 0 && !has_workspace)) {
+    return unsplit;
+  }
+  const QuantTcSplitShape shape = SplitShape(args, TokenTiles(args.m), args.overlap_launch);
+  const QuantTcSplitPlan plan = PlanQuantTcSplit(shape, std::max(args.tc_splits, 0));
+  if (plan.splits == 1 || args.tc_splits > 1) return plan;  // forced: QuantGemmTc checks the room
+  return WorkspaceHolds(args, shape, plan) ? plan : unsplit;
+}
+
+int64_t QuantGemmTcWorkspaceFloats(const QuantGemmArgs& w, int64_t max_m) {
+  if (!WeightCovered(w)) return 0;
+  int64_t floats = 0;
+  for (int nt : {1, 2, 4, 8}) {
+    if (8 * nt - 7 > std::min(max_m, kQuantTcMaxM)) break;
+    for (bool pdl : {false, true}) {
+      const QuantTcSplitShape shape = SplitShape(w, nt, pdl);
+      floats = std::max(floats, QuantTcPartialFloats(shape, PlanQuantTcSplit(shape, 0)));
+    }
+  }
+  return floats;
+}
+
 absl::Status QuantGemmTc(const QuantGemmArgs& args, cudaStream_t stream) {
   RETURN_IF_ERROR(QuantGemmTcCovers(args));
   if (args.n == 0) return absl::OkStatus();
+  const QuantTcSplitPlan plan = QuantGemmTcPlan(args);
+  if (plan.splits > 1 &&
+      !WorkspaceHolds(args, SplitShape(args, TokenTiles(args.m), args.overlap_launch), plan)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "QuantGemmTc: ", plan.splits, " splits of n = ", args.n, ", m = ", args.m,
+        " need a workspace of ", QuantTcRowTiles(args.n), " counters and ",
+        QuantTcPartialFloats(SplitShape(args, TokenTiles(args.m), args.overlap_launch), plan),
+        " partial floats"));
+  }
   const Params p{static_cast<const __nv_bfloat16*>(args.a),
                  static_cast<const __nv_bfloat16*>(args.bias),
                  static_cast<__nv_bfloat16*>(args.c),
                  args.w,
                  args.scales,
                  args.zeros,
+                 args.tc_workspace.partials,
+                 args.tc_workspace.counters,
                  static_cast<int>(args.m),
                  static_cast<int>(args.n),
                  static_cast<int>(args.k),
@@ -373,6 +538,8 @@ absl::Status QuantGemmTc(const QuantGemmArgs& args, cudaStream_t stream) {
                  static_cast<int>(QuantNumGroups(args.k, args.group_size)),
                  static_cast<int>(QuantRowBytes(args.code, args.k)),
                  static_cast<int>(args.k / QuantGemmTcChunkK(args.code)),
+                 plan.splits,
+                 static_cast<int>(plan.chunks_per_split),
                  args.accumulate};
   if (args.code == QuantCode::kUint4) return LaunchM<Code::kUint4>(p, args.overlap_launch, stream);
   return LaunchM<Code::kInt8>(p, args.overlap_launch, stream);

@@ -1,6 +1,7 @@
 // The CUDA backend's switch for the mixed-input tensor-core INT8 / UINT4 GEMM
 // (engine/cuda/quant_tc_mode.h), without a device (label cpu): the environment value's parse (a
-// typo is an error, not the other side of an A/B) and which quantized GEMMs it applies to.
+// typo is an error, not the other side of an A/B) and which quantized GEMMs it applies to, with
+// and without TANDEM_QUANT_TC_SMALL_M.
 #include "engine/cuda/quant_tc_mode.h"
 
 #include "gtest/gtest.h"
@@ -18,19 +19,48 @@ TEST(QuantTcModeTest, ParsesTheSwitch) {
   }
 }
 
+TEST(QuantTcModeTest, ParsesTheSmallMSwitch) {
+  EXPECT_EQ(*ParseQuantTcSmallM(nullptr), kQuantTcSmallMDefault);
+  EXPECT_FALSE(kQuantTcSmallMDefault);  // off until measured (WORKLOG.md step 8)
+  EXPECT_FALSE(*ParseQuantTcSmallM("0"));
+  EXPECT_TRUE(*ParseQuantTcSmallM("1"));
+  for (const char* bad : {"", "2", "on", "require", "1 ", "true"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseQuantTcSmallM(bad).status())) << "'" << bad << "'";
+  }
+}
+
 TEST(QuantTcModeTest, AppliesToInt8AndUint4StepsBetweenTheSkinnyKernelAndItsMaximum) {
   for (QuantTc on : {QuantTc::kOn, QuantTc::kRequire}) {
     for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4}) {
-      EXPECT_TRUE(QuantTcApplies(on, code, kQuantSkinnyMaxM + 1));
-      EXPECT_TRUE(QuantTcApplies(on, code, kQuantTcMaxM));
-      EXPECT_FALSE(QuantTcApplies(on, code, kQuantSkinnyMaxM));  // the skinny kernel's
-      EXPECT_FALSE(QuantTcApplies(on, code, 1));
-      EXPECT_FALSE(QuantTcApplies(on, code, kQuantTcMaxM + 1));  // prefill: dequantize + GEMM
+      EXPECT_TRUE(QuantTcApplies(on, false, code, kQuantSkinnyMaxM + 1));
+      EXPECT_TRUE(QuantTcApplies(on, false, code, kQuantTcMaxM));
+      EXPECT_FALSE(QuantTcApplies(on, false, code, kQuantSkinnyMaxM));  // the skinny kernel's
+      EXPECT_FALSE(QuantTcApplies(on, false, code, 1));
+      EXPECT_FALSE(QuantTcApplies(on, false, code, kQuantTcMaxM + 1));  // prefill: dequantize
     }
-    EXPECT_FALSE(QuantTcApplies(on, QuantCode::kFp8E4M3, 16));  // FP8 has its own paths
+    EXPECT_FALSE(QuantTcApplies(on, false, QuantCode::kFp8E4M3, 16));  // FP8 has its own paths
   }
-  EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, QuantCode::kInt8, 16));
-  EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, QuantCode::kUint4, 16));
+  EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, false, QuantCode::kInt8, 16));
+  EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, false, QuantCode::kUint4, 16));
+}
+
+TEST(QuantTcModeTest, SmallMTakesTheSkinnyKernelsStepsToo) {
+  for (QuantTc on : {QuantTc::kOn, QuantTc::kRequire}) {
+    for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4}) {
+      for (int64_t m = 1; m <= kQuantSkinnyMaxM; ++m) {
+        EXPECT_TRUE(QuantTcApplies(on, true, code, m)) << m;
+        EXPECT_FALSE(QuantTcApplies(on, false, code, m)) << m;
+      }
+      EXPECT_TRUE(QuantTcApplies(on, true, code, kQuantTcMaxM));
+      EXPECT_FALSE(QuantTcApplies(on, true, code, 0));
+      EXPECT_FALSE(QuantTcApplies(on, true, code, kQuantTcMaxM + 1));
+    }
+    EXPECT_FALSE(QuantTcApplies(on, true, QuantCode::kFp8E4M3, 1));  // FP8 keeps the skinny kernel
+  }
+  // TANDEM_QUANT_TC=0 turns the kernel off at every m, small_m or not.
+  for (int64_t m : {int64_t{1}, kQuantSkinnyMaxM, int64_t{16}}) {
+    EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, true, QuantCode::kInt8, m)) << m;
+  }
 }
 
 }  // namespace

@@ -3,7 +3,13 @@
 // last group, m = 1 .. 64 (every token tile, partial ones), n not a multiple of the 32-row block
 // or the 16-row mma tile, bias, accumulate into random c, plain and PDL launches; outputs start as
 // NaN so a missed write fails, and a second run must give the same bits (fixed reduction order).
-// Skips without a device. Refusals need no device.
+// Split-K across blocks (WORKLOG.md step 8): every call gets a workspace, so the automatic plan
+// splits where it would in the engine, and split counts forced through QuantGemmArgs::tc_splits
+// (2, 3, 4, 8: partial last splits, and more splits than groups) run at m = 1..64 on the same
+// awkward shapes; each asserts the plan really split, that two runs and two CUDA graph replays
+// give the same bits (summation in split order, whatever block arrives last; counters reset by
+// each call, or a replay stores nothing and the NaN poison fails it), and that the counters end
+// at zero. Skips without a device. Refusals need no device.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -24,6 +30,29 @@ struct Shape {
   QuantCode code;
   int64_t m, n, k, group;
   bool zeros, bias, accumulate, pdl;
+  int splits = 0;  // QuantGemmArgs::tc_splits: 0 the automatic plan
+};
+
+// A workspace for any plan of n rows at m <= 64 (counters zeroed).
+struct Workspace {
+  explicit Workspace(int64_t n)
+      : partials(kQuantTcMaxSplits * QuantTcRowTiles(n) * kQuantTcBlockRows * kQuantTcMaxM * 4),
+        counters(QuantTcRowTiles(n) * 4) {
+    EXPECT_EQ(cudaMemset(counters.get(), 0, QuantTcRowTiles(n) * 4), cudaSuccess);
+  }
+  QuantTcWorkspace Get(int64_t n) const {
+    return {
+        .partials = partials.as<float>(),
+        .partial_floats = kQuantTcMaxSplits * QuantTcRowTiles(n) * kQuantTcBlockRows * kQuantTcMaxM,
+        .counters = counters.as<uint32_t>(),
+        .num_counters = QuantTcRowTiles(n)};
+  }
+  std::vector<uint32_t> Counters(int64_t n) const {
+    std::vector<uint32_t> out(QuantTcRowTiles(n));
+    counters.Download(out.data());
+    return out;
+  }
+  DeviceBuffer partials, counters;
 };
 
 std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
@@ -77,14 +106,31 @@ void Check(const Shape& s) {
   d.scales = dscales.as<float>();
   d.zeros = s.zeros ? dzeros.as<uint8_t>() : nullptr;
   d.overlap_launch = s.pdl;
+  Workspace ws(s.n);
+  d.tc_workspace = ws.Get(s.n);
+  d.tc_splits = s.splits;
   ASSERT_TRUE(QuantGemmTcCovers(d).ok()) << QuantGemmTcCovers(d);
-  std::vector<uint16_t> runs[2];
-  for (std::vector<uint16_t>& got : runs) {
+  const QuantTcSplitPlan plan = QuantGemmTcPlan(d);
+  const int64_t chunks = s.k / QuantGemmTcChunkK(s.code);
+  const int64_t units = s.group == s.k ? chunks : QuantNumGroups(s.k, s.group);
+  if (s.splits > 1 && units > 1) {  // the hook must really split (a missed split fails here)
+    ASSERT_GT(plan.splits, 1);
+    ASSERT_LE(plan.splits, s.splits);
+  }
+  ASSERT_LE(plan.chunks_per_split * (plan.splits - 1), chunks - 1);  // no empty split
+  ASSERT_GE(plan.chunks_per_split * plan.splits, chunks);            // no chunk left out
+  SCOPED_TRACE(::testing::Message()
+               << "splits " << plan.splits << " of " << plan.chunks_per_split << " chunks");
+  auto reset_c = [&] {
     if (s.accumulate) {
       dc.Upload(c0_h.data());
     } else {
       dc.Poison();
     }
+  };
+  std::vector<uint16_t> runs[2];
+  for (std::vector<uint16_t>& got : runs) {
+    reset_c();
     const absl::Status st = QuantGemmTc(d, nullptr);
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -93,6 +139,32 @@ void Check(const Shape& s) {
   }
   ASSERT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 2), 0)
       << "two runs differ";
+  if (plan.splits > 1) {
+    for (uint32_t counter : ws.Counters(s.n)) ASSERT_EQ(counter, 0u) << "a counter not reset";
+    // Captured once, replayed twice: the same bits each time.
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const absl::Status captured = QuantGemmTc(d, stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_TRUE(captured.ok()) << captured;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 2; ++replay) {
+      reset_c();
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      std::vector<uint16_t> got(c0_h.size());
+      dc.Download(got.data());
+      ASSERT_EQ(std::memcmp(got.data(), runs[0].data(), got.size() * 2), 0)
+          << "graph replay " << replay << " differs from the eager run";
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    for (uint32_t counter : ws.Counters(s.n)) ASSERT_EQ(counter, 0u) << "a counter not reset";
+  }
   for (int64_t i = 0; i < s.m * s.n; ++i) {
     const float g = Bf16ToF32(runs[0][i]), w = Bf16ToF32(want[i]);
     // fp32 sums of k products in another order; the bf16 output may round to a neighbour.
@@ -139,6 +211,64 @@ TEST(QuantGemmTcTest, Uint4MatchesReference) {
     }
     for (int64_t m : {5, 64}) {
       Check({QuantCode::kUint4, m, 4100, 4096, 128, zeros, m == 5, m == 64, m == 64});
+    }
+  }
+}
+
+// Forced splits over the shapes above: int8 per channel (k = 448: 7 chunks, so 8 splits come out
+// as 7 of one chunk; k = 1024: 3 splits of 6, 6 and 4 chunks), int8 per 128-group with a partial
+// last group (k = 448, group 128: 4 groups of which the last has one chunk) and per 64-group,
+// uint4 group 128 / 256 with and without zero points; n not a multiple of 32 or 16.
+TEST(QuantGemmTcTest, SplitKMatchesReferenceAndIsDeterministic) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  int i = 0;
+  for (int64_t m : {1, 2, 3, 4, 5, 8, 33, 64}) {
+    for (int splits : {2, 3, 4, 8}) {
+      const bool odd = (i++ % 2) == 1;
+      Check({QuantCode::kInt8, m, 200, 448, 448, false, odd, !odd, odd, splits});
+      Check({QuantCode::kInt8, m, 37, 1024, 1024, false, !odd, odd, !odd, splits});
+      Check({QuantCode::kInt8, m, 200, 448, 128, false, true, odd, !odd, splits});
+      Check({QuantCode::kInt8, m, 77, 640, 64, false, false, true, odd, splits});
+      Check({QuantCode::kUint4, m, 45, 1152, 128, true, odd, !odd, odd, splits});
+      Check({QuantCode::kUint4, m, 131, 640, 256, false, true, odd, !odd, splits});
+      Check({QuantCode::kUint4, m, 200, 4096, 128, odd, !odd, true, odd, splits});
+    }
+  }
+}
+
+// Llama-sized n = 4100 (129 row tiles: fewer than 2 per SM on any H100 / H200) with the
+// automatic plan, which must split there at m = 1..16 (2 blocks fit an SM), and forced splits.
+TEST(QuantGemmTcTest, SplitKOnLlamaRows) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (int64_t m : {1, 4, 8, 16, 33, 64}) {
+    for (int splits : {0, 3}) {
+      Check({QuantCode::kInt8, m, 4100, 4096, 4096, false, m == 1, m == 8, m == 4, splits});
+      Check({QuantCode::kUint4, m, 4100, 4096, 128, m == 4, m == 16, m == 1, m == 64, splits});
+    }
+  }
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (QuantTcRowTiles(4100) < 2 * sms) {
+    Workspace ws(4100);
+    alignas(16) static uint8_t dummy[16];
+    for (int64_t m : {1, 8}) {
+      QuantGemmArgs a{.a = dummy,
+                      .m = m,
+                      .n = 4100,
+                      .k = 4096,
+                      .a_dtype = DType::kBF16,
+                      .c_dtype = DType::kBF16,
+                      .code = QuantCode::kInt8,
+                      .w = dummy,
+                      .group_size = 4096};
+      a.tc_workspace = ws.Get(4100);
+      EXPECT_GT(QuantGemmTcPlan(a).splits, 1) << "m " << m;
+      // The engine's workspace size covers the plan.
+      EXPECT_GE(
+          QuantGemmTcWorkspaceFloats(a, kQuantTcMaxM),
+          QuantTcPartialFloats(QuantTcSplitShape{.n = 4100, .m_tile = 8}, QuantGemmTcPlan(a)));
+      a.tc_workspace = {};
+      EXPECT_EQ(QuantGemmTcPlan(a).splits, 1) << "no workspace: unsplit";
     }
   }
 }
@@ -206,6 +336,12 @@ TEST(QuantGemmTcTest, RefusesWhatItDoesNotCover) {
   a = ok;
   a.a_dtype = a.c_dtype = DType::kF32;
   EXPECT_TRUE(refused(a));
+  // Forced splits without room for them: refused before any launch (covered otherwise).
+  a = ok;
+  a.k = a.group_size = 1024;
+  a.tc_splits = 4;
+  EXPECT_TRUE(QuantGemmTcCovers(a).ok());
+  EXPECT_EQ(QuantGemmTc(a, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
