@@ -226,7 +226,7 @@ class CudaOps final : public Ops {
   // every INT8 / UINT4 weight at m <= kQuantTcMaxM, allocated in ReserveStep (counters zeroed).
   int64_t quant_tc_partial_floats_ = 0;
   int64_t quant_tc_counters_ = 0;
-  QuantTcWorkspace quant_tc_workspace_;
+  QuantTcWorkspace quant_tc_workspace_ = {};
   int64_t act_scratch_rows_ = 0;
   // FP8 weights the cuBLASLt FP8 path serves, by the address of their codes (packed scales).
   bool fp8_lt_enabled_ = true;

@@ -89,7 +89,7 @@ struct QuantGemmArgs {
   // QuantGemmTc only. Without a workspace (or with one too small for the plan) a call runs
   // unsplit. tc_splits: 0 the automatic plan (QuantGemmTcPlan); S >= 1 forces S splits (as near
   // as whole groups allow; tests and kb_bench), an error if the workspace cannot hold them.
-  QuantTcWorkspace tc_workspace;
+  QuantTcWorkspace tc_workspace = {};
   int tc_splits = 0;
 };
 
