@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create() {
   ASSIGN_OR_RETURN(ops->quant_tc_, ParseQuantTc(std::getenv("TANDEM_QUANT_TC")));
   ASSIGN_OR_RETURN(ops->quant_tc_small_m_,
                    ParseQuantTcSmallM(std::getenv("TANDEM_QUANT_TC_SMALL_M")));
+  ASSIGN_OR_RETURN(ops->quant_tc_splits_, ParseQuantTcSplit(std::getenv("TANDEM_QUANT_TC_SPLIT")));
   if (const char* lt = std::getenv("TANDEM_FP8_LT"); lt != nullptr) {
     ops->fp8_lt_enabled_ = std::string_view(lt) != "0";
     ops->fp8_lt_required_ = std::string_view(lt) == "require";
@@ -348,6 +349,7 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
                                                    : "int4";
   if (QuantTcApplies(quant_tc_, quant_tc_small_m_, q.code, q.m)) {
     q.tc_workspace = quant_tc_workspace_;
+    q.tc_splits = quant_tc_splits_;
     if (absl::Status covers = QuantGemmTcCovers(q); covers.ok()) {
       return Timed(
           [&] {

@@ -179,6 +179,7 @@ class CudaOps final : public Ops {
   FusedActQuant fused_act_quant_ = kFusedActQuantDefault;
   QuantTc quant_tc_ = kQuantTcDefault;
   bool quant_tc_small_m_ = kQuantTcSmallMDefault;  // TANDEM_QUANT_TC_SMALL_M
+  int quant_tc_splits_ = 0;  // QuantGemmArgs::tc_splits from TANDEM_QUANT_TC_SPLIT
   int profile_every_ = 0;
   int64_t num_steps_ = 0;
   bool profiling_ = false;

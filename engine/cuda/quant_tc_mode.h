@@ -60,6 +60,18 @@ inline absl::StatusOr<bool> ParseQuantTcSmallM(const char* value) {
       absl::StrCat("TANDEM_QUANT_TC_SMALL_M=", value, ": expected 0 or 1"));
 }
 
+// TANDEM_QUANT_TC_SPLIT's value (null: unset): "1" (and unset) QuantGemmTc's automatic split-K
+// plan (kernels/quant_gemm/quant_gemm_tc_split.h), "0" never split (the A/B of WORKLOG.md step
+// 8); anything else is InvalidArgument. Returns QuantGemmArgs::tc_splits: 0 automatic, 1 unsplit.
+inline absl::StatusOr<int> ParseQuantTcSplit(const char* value) {
+  if (value == nullptr) return 0;
+  const std::string_view v(value);
+  if (v == "1") return 0;
+  if (v == "0") return 1;
+  return absl::InvalidArgumentError(
+      absl::StrCat("TANDEM_QUANT_TC_SPLIT=", value, ": expected 0 or 1"));
+}
+
 // Whether a weight-only quantized GEMM of m rows in `code` is one the switch applies to: not off,
 // INT8 / UINT4 codes, and m within the tensor-core kernel's range: above the skinny kernel's, or
 // from 1 with small_m (TANDEM_QUANT_TC_SMALL_M).

@@ -117,35 +117,53 @@ void BenchQuantGemm(const Ceilings& c) {
                static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
       }
       cudaFree(dense);
-      // The mixed-input tensor-core GEMM (CudaOps above kQuantSkinnyMaxM rows, INT8 / UINT4):
-      // the codes read once, no scratch; "TB/s" counts the quantized bytes.
-      for (int64_t m : {8, 16, 32, 64}) {
-        if (code == QuantCode::kFp8E4M3) break;
-        QuantGemmArgs args{.a = a,
-                           .c = out,
-                           .m = m,
-                           .n = n,
-                           .k = k,
-                           .a_dtype = DType::kBF16,
-                           .c_dtype = DType::kBF16,
-                           .code = code,
-                           .group_size = int4 ? kGroup : k};
-        auto launch = [&](int it) {
-          QuantGemmArgs x = args;
-          x.w = static_cast<const uint8_t*>(ws[it % copies]);
-          x.scales = static_cast<const float*>(scales[it % copies]);
-          x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
-          if (absl::Status s = QuantGemmTc(x, nullptr); !s.ok()) {
-            std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-            std::abort();
-          }
-        };
-        MedianMicros(launch, nullptr, 20, 20);
-        const double us = MedianMicros(launch, nullptr, 5, 50);
-        Report(int4 ? "quant_gemm_tc.w4a16_g128" : "quant_gemm_tc.w8a16",
-               absl::StrCat("M=", m, " K=", k, " N=", n), us, "TB/s",
-               static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
+      // The mixed-input tensor-core GEMM (CudaOps above kQuantSkinnyMaxM rows, INT8 / UINT4; at
+      // m = 1..4 with TANDEM_QUANT_TC_SMALL_M=1): the codes read once, no scratch; "TB/s" counts
+      // the quantized bytes. quant_gemm_tc rows run unsplit (no workspace), quant_gemm_tc_split
+      // rows the automatic split-K plan (WORKLOG.md step 8) with its split count in the shape.
+      QuantTcWorkspace tcw;
+      if (code != QuantCode::kFp8E4M3) {
+        const QuantGemmArgs shape{.n = n, .k = k, .code = code, .group_size = int4 ? kGroup : k};
+        tcw.partial_floats = QuantGemmTcWorkspaceFloats(shape, 64);
+        tcw.num_counters = QuantGemmTcWorkspaceCounters(n);
+        BENCH_CUDA(cudaMalloc(&tcw.partials, std::max<int64_t>(tcw.partial_floats, 1) * 4));
+        BENCH_CUDA(cudaMalloc(&tcw.counters, tcw.num_counters * 4));
+        BENCH_CUDA(cudaMemset(tcw.counters, 0, tcw.num_counters * 4));
       }
+      for (const bool split : {false, true}) {
+        for (int64_t m : {1, 4, 8, 16, 32, 64}) {
+          if (code == QuantCode::kFp8E4M3) break;
+          QuantGemmArgs args{.a = a,
+                             .c = out,
+                             .m = m,
+                             .n = n,
+                             .k = k,
+                             .a_dtype = DType::kBF16,
+                             .c_dtype = DType::kBF16,
+                             .code = code,
+                             .group_size = int4 ? kGroup : k};
+          if (split) args.tc_workspace = tcw;
+          const int splits = QuantGemmTcPlan(args).splits;
+          auto launch = [&](int it) {
+            QuantGemmArgs x = args;
+            x.w = static_cast<const uint8_t*>(ws[it % copies]);
+            x.scales = static_cast<const float*>(scales[it % copies]);
+            x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
+            if (absl::Status s = QuantGemmTc(x, nullptr); !s.ok()) {
+              std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+              std::abort();
+            }
+          };
+          MedianMicros(launch, nullptr, 20, 20);
+          const double us = MedianMicros(launch, nullptr, 5, 50);
+          Report(
+              split ? (int4 ? "quant_gemm_tc_split.w4a16_g128" : "quant_gemm_tc_split.w8a16")
+                    : (int4 ? "quant_gemm_tc.w4a16_g128" : "quant_gemm_tc.w8a16"),
+              absl::StrCat("M=", m, " K=", k, " N=", n, split ? absl::StrCat(" S=", splits) : ""),
+              us, "TB/s", static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
+        }
+      }
+      cudaFree(tcw.partials), cudaFree(tcw.counters);
       for (int i = 0; i < copies; ++i) cudaFree(ws[i]), cudaFree(scales[i]), cudaFree(zeros[i]);
       cudaFree(a), cudaFree(out);
     }

@@ -29,6 +29,17 @@ TEST(QuantTcModeTest, ParsesTheSmallMSwitch) {
   }
 }
 
+// TANDEM_QUANT_TC_SPLIT maps onto QuantGemmArgs::tc_splits: unset and "1" the automatic plan (0),
+// "0" never split (1).
+TEST(QuantTcModeTest, ParsesTheSplitSwitch) {
+  EXPECT_EQ(*ParseQuantTcSplit(nullptr), 0);
+  EXPECT_EQ(*ParseQuantTcSplit("1"), 0);
+  EXPECT_EQ(*ParseQuantTcSplit("0"), 1);
+  for (const char* bad : {"", "2", "auto", "off", "0 ", "false"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseQuantTcSplit(bad).status())) << "'" << bad << "'";
+  }
+}
+
 TEST(QuantTcModeTest, AppliesToInt8AndUint4StepsBetweenTheSkinnyKernelAndItsMaximum) {
   for (QuantTc on : {QuantTc::kOn, QuantTc::kRequire}) {
     for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4}) {

@@ -8,9 +8,18 @@
 #           FlashInfer's tensor-core kernel and of tandem's (both fillings) at 128 x 4k (64);
 #           then Llama-3-8B bf16 `tandem bench` (all four scenarios, the floor at this card's
 #           spec bandwidth) and the attention GPU tests no H100 call has reached yet.
-# Staged here (carry: [".gpu-fipeer", ".gpu-pack28"]): .gpu-fipeer by
-# kernels/bench/runs/stage_flashinfer_peer.sh; .gpu-pack28 as in gpu_run_s28.sh.
-# Usage there: engine/bench/runs/gpu_run_s29.sh tc
+#   quant   [quant]'s QuantGemmTc split-K and m = 1..4 (kernels/quant_gemm/WORKLOG.md step 8):
+#           its GPU tests, `kb_bench - quant` (unsplit / split rows), the engine's quantized
+#           tests under TANDEM_QUANT_TC=require with TANDEM_QUANT_TC_SMALL_M=1, then `tandem
+#           bench` INT8 / INT4 (Llama-3-8B quantized at load): default, TANDEM_QUANT_TC_SPLIT=0,
+#           TANDEM_QUANT_TC_SMALL_M=1 (batch 1); bf16 throughput and decode at 4k with the new
+#           TMA default against TANDEM_DECODE_COPIES=cp.async; engine_cuda_test with what is left.
+# Staged here (tc: carry [".gpu-fipeer", ".gpu-pack28"]): .gpu-fipeer by
+# kernels/bench/runs/stage_flashinfer_peer.sh; .gpu-pack28 as in gpu_run_s28.sh. quant: carry
+# [".gpu-pack29"], staged by
+#   PACK=.gpu-pack29 BINS="kb_bench tandem" TEST_BINS="quant_gemm_tc_gpu_test quant_gemm_gpu_test
+#     engine_cuda_test" engine/bench/runs/stage_pack.sh
+# Usage there: engine/bench/runs/gpu_run_s29.sh tc; PACK=.gpu-pack29 engine/bench/runs/gpu_run_s29.sh quant
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 PACK=${PACK:-.gpu-pack28}
@@ -76,10 +85,54 @@ tc() {
   tar -C "$OUT" -czf "$OUT/logs_tc_c.tgz" logs && rm -rf "$LOGS"
 }
 
+# TAG QUANT SCENARIOS [ENV=V...]: `tandem bench` on $m quantized at load to QUANT.
+bench_quant() {
+  local tag=$1 quant=$2 scen=$3
+  shift 3
+  env "$@" timeout 150 $S/bin/tandem bench --model "$m" --quantization "$quant" \
+    --scenarios "$scen" --latency-tokens 128 --batch-sizes 8,16,32,64 --contexts 1024 \
+    --decode-tokens 32 --bandwidth-gbs $SPEC_GBS --json "$LOGS/bench_$tag.json" \
+    >"$LOGS/bench_$tag.log" 2>&1
+  note "bench $tag exit=$?: $(grep -E '^(latency|decode)' "$LOGS/bench_$tag.log" | tr '\n' ' ')"
+}
+
+# TAG [ENV=V...]: `tandem bench` bf16 throughput (256 x 128 / 1024) and decode B = 64, 4k.
+bench_bf16() {
+  local tag=$1
+  shift
+  env "$@" timeout 120 $S/bin/tandem bench --model "$m" --scenarios decode,throughput \
+    --batch-sizes 64 --contexts 4096 --decode-tokens 32 --bandwidth-gbs $SPEC_GBS \
+    --json "$LOGS/bench_$tag.json" >"$LOGS/bench_$tag.log" 2>&1
+  note "bench $tag exit=$?: $(grep -E '^(decode|throughput)' "$LOGS/bench_$tag.log" | tr '\n' ' ')"
+}
+
+quant() {
+  TESTS="quant_gemm_tc_gpu_test quant_gemm_gpu_test" run_named_tests 120
+  (export TANDEM_QUANT_TC=require TANDEM_QUANT_TC_SMALL_M=1 TAG=_require_small_m
+    run_test engine_cuda_test 120 --gtest_filter='*Quant*')
+  timeout 180 $S/bin/kb_bench - quant >"$LOGS/kb_quant.log" 2>&1
+  note "kb_bench quant exit=$?"
+  grep -E "ceilings|quant_gemm\.|quant_gemm_tc" "$LOGS/kb_quant.log" >>"$OUT/summary.txt"
+  tar -C "$OUT" -czf "$OUT/logs_quant_a.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
+  make_llama
+  for q in int8 int4; do
+    bench_quant ${q}_default $q latency,decode
+    bench_quant ${q}_nosplit $q latency,decode TANDEM_QUANT_TC_SPLIT=0
+    bench_quant ${q}_small_m $q latency TANDEM_QUANT_TC_SMALL_M=1
+  done
+  bench_bf16 bf16_default
+  bench_bf16 bf16_cpasync TANDEM_DECODE_COPIES=cp.async
+  tar -C "$OUT" -czf "$OUT/logs_quant_b.tgz" logs && rm -rf "$LOGS" && mkdir -p "$LOGS"
+  local left=$((585 - SECONDS))
+  [ $left -gt 30 ] && run_test engine_cuda_test $left --gtest_filter='-*Quant*'
+  tar -C "$OUT" -czf "$OUT/logs_quant_c.tgz" logs && rm -rf "$LOGS"
+}
+
 case "${1:-}" in
   tc) tc ;;
+  quant) quant ;;
   *)
-    echo "usage: $0 tc" >&2
+    echo "usage: $0 tc|quant" >&2
     exit 2
     ;;
 esac
