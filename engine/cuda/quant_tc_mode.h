@@ -9,8 +9,8 @@
 // dense GEMM. The numbers differ only in fp32 summation order.
 //
 // TANDEM_QUANT_TC_SMALL_M=1 extends it to steps of 1..kQuantSkinnyMaxM tokens (batch-1 decode),
-// instead of the CUDA-core skinny kernel (QuantGemmSkinny; WORKLOG.md step 8). Off by default
-// until measured faster.
+// instead of the CUDA-core skinny kernel (QuantGemmSkinny; WORKLOG.md step 8). Off by default:
+// measured slower at batch 1.
 #pragma once
 
 #include <cstdint>
@@ -45,8 +45,8 @@ inline absl::StatusOr<QuantTc> ParseQuantTc(const char* value) {
       absl::StrCat("TANDEM_QUANT_TC=", value, ": expected 0, 1 or require"));
 }
 
-// Off by default: the skinny kernel it would replace at batch 1 is measured (WORKLOG.md step 7);
-// the tensor-core kernel at m <= 4 is not yet.
+// Off by default: at m = 1 the tensor-core kernel is slower than the skinny kernel on every 8B
+// shape, and batch-1 decode with it is 4-12% slower (H100, WORKLOG.md step 8).
 inline constexpr bool kQuantTcSmallMDefault = false;
 
 // TANDEM_QUANT_TC_SMALL_M's value (null: unset): "0" off, "1" on; anything else is
