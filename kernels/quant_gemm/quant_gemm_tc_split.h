@@ -18,7 +18,10 @@
 //                                                                   read back, per block slot,
 // in units of one unsplit block's code bytes; it splits only when that beats the unsplit time by
 // kQuantTcSplitMinGain. chunks_per_split is rounded up to a multiple of the block's 8 warps (one
-// chunk per warp at a time) and to at least kQuantTcMinSplitChunks.
+// chunk per warp at a time) and to at least kQuantTcMinSplitChunks: four chunks a warp, since a
+// block's fixed cost (ramp, block reduction, the last block's read-back) is not in the model and
+// dominates shorter splits (measured on an H100, WORKLOG.md step 8: QKV 4096 -> 6144 in four
+// splits of 16 chunks was 24-32% slower than unsplit, two splits of 32+ chunks 6-15% faster).
 #pragma once
 
 #include <algorithm>
@@ -28,9 +31,9 @@
 namespace tandem {
 
 inline constexpr int kQuantTcMaxSplits = 8;
-inline constexpr int64_t kQuantTcBlockRows = 32;      // rows of w per block (two 16-row mma tiles)
-inline constexpr int64_t kQuantTcBlockWarps = 8;      // warps per block, chunk c to warp c % 8
-inline constexpr int64_t kQuantTcMinSplitChunks = 8;  // automatic plans: a chunk for every warp
+inline constexpr int64_t kQuantTcBlockRows = 32;       // rows of w per block (two 16-row mma tiles)
+inline constexpr int64_t kQuantTcBlockWarps = 8;       // warps per block, chunk c to warp c % 8
+inline constexpr int64_t kQuantTcMinSplitChunks = 32;  // automatic plans: 4 chunks a warp
 inline constexpr int kQuantTcSplitBelowBlocksPerSm = 2;
 inline constexpr double kQuantTcSplitMinGain = 0.9;  // split when modelled time < 0.9 x unsplit
 

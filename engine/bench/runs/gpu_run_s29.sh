@@ -14,6 +14,9 @@
 #           bench` INT8 / INT4 (Llama-3-8B quantized at load): default, TANDEM_QUANT_TC_SPLIT=0,
 #           TANDEM_QUANT_TC_SMALL_M=1 (batch 1); bf16 throughput and decode at 4k with the new
 #           TMA default against TANDEM_DECODE_COPIES=cp.async; engine_cuda_test with what is left.
+#   plan    the split planner's 4-chunks-a-warp minimum (WORKLOG.md step 8): the kernel and
+#           engine quantized tests, `kb_bench - quant`, INT8 / INT4 decode split against
+#           TANDEM_QUANT_TC_SPLIT=0 (same pack as quant).
 # Staged here (tc: carry [".gpu-fipeer", ".gpu-pack28"]): .gpu-fipeer by
 # kernels/bench/runs/stage_flashinfer_peer.sh; .gpu-pack28 as in gpu_run_s28.sh. quant: carry
 # [".gpu-pack29"], staged by
@@ -128,11 +131,26 @@ quant() {
   tar -C "$OUT" -czf "$OUT/logs_quant_c.tgz" logs && rm -rf "$LOGS"
 }
 
+plan() {
+  TESTS="quant_gemm_tc_gpu_test engine_cuda_test:*Quant*" run_named_tests 120
+  timeout 120 $S/bin/kb_bench - quant >"$LOGS/kb_quant.log" 2>&1
+  note "kb_bench quant exit=$?"
+  grep -E "ceilings|quant_gemm_tc" "$LOGS/kb_quant.log" | grep -E "ceilings| M=(1|8|16) " \
+    >>"$OUT/summary.txt"
+  make_llama
+  for q in int8 int4; do
+    bench_quant ${q}_default $q latency,decode
+    bench_quant ${q}_nosplit $q latency,decode TANDEM_QUANT_TC_SPLIT=0
+  done
+  tar -C "$OUT" -czf "$OUT/logs_plan.tgz" logs && rm -rf "$LOGS"
+}
+
 case "${1:-}" in
   tc) tc ;;
   quant) quant ;;
+  plan) plan ;;
   *)
-    echo "usage: $0 tc|quant" >&2
+    echo "usage: $0 tc|quant|plan" >&2
     exit 2
     ;;
 esac
