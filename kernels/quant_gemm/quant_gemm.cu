@@ -4,8 +4,9 @@
 //
 // Design (WORKLOG.md step 3): the bf16 skinny kernel's structure (kernels/gemm/gemm.cu), which
 // streams weights at the read ceiling. A block of kThreads threads owns kRows consecutive rows
-// and splits each row's 16-byte code vectors across all its threads (vector v of every row goes
-// to thread v % kThreads), so a warp load is 512 contiguous bytes and every thread keeps
+// per thread group (one group, or two of kThreads / 2 threads for short rows: step 9) and each
+// group splits its rows' 16-byte code vectors across its threads (vector v of every row goes to
+// thread v % group threads), so a warp load is 512 contiguous bytes and every thread keeps
 // kRows x kUnroll 16-byte loads in flight (L1-bypassing). Each vector (16 int8 / FP8 codes or 32
 // uint4 codes) lies inside one scale group (group_size % 32 == 0). Codes become fp32 without
 // the slow integer-to-float unit:
@@ -163,18 +164,25 @@ __device__ __forceinline__ void AccumulateVector(const Params& p, const uint4 (&
   }
 }
 
-template <Code kCode, int kM, int kRows, int kUnroll, typename TA, typename TC, bool kPdl>
+// kGroups thread groups per block (kThreads / kGroups threads each) own kRows rows each, so a
+// block owns kGroups * kRows rows: with rows of at most kThreads / 2 vectors (uint4 k <= 4096)
+// two groups keep every thread loading instead of half of them idling.
+template <Code kCode, int kM, int kRows, int kUnroll, int kGroups, typename TA, typename TC,
+          bool kPdl>
 __global__ void __launch_bounds__(kThreads)
     QuantGemmSkinnyKernel(const __grid_constant__ Params p) {
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  constexpr int kGroupThreads = kThreads / kGroups;
+  static_assert(kGroupThreads % 32 == 0);
+  const int group = threadIdx.x / kGroupThreads, gt = threadIdx.x % kGroupThreads;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kGroups + group) * kRows;
   const int row_vecs = p.vecs;
   const uint4* w = reinterpret_cast<const uint4*>(p.w);
   float acc[kRows][kM] = {};
-  for (int v0 = threadIdx.x; v0 < row_vecs; v0 += kThreads * kUnroll) {
+  for (int v0 = gt; v0 < row_vecs; v0 += kGroupThreads * kUnroll) {
     uint4 wv[kUnroll][kRows];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int v = v0 + u * kThreads;
+      const int v = v0 + u * kGroupThreads;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         wv[u][r] = (v < row_vecs && n0 + r < p.n) ? LoadStreaming16(w + (n0 + r) * row_vecs + v)
@@ -182,16 +190,16 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     if constexpr (kPdl) {
-      if (v0 == static_cast<int>(threadIdx.x)) PdlWaitThenRelease();
+      if (v0 == gt) PdlWaitThenRelease();
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int v = v0 + u * kThreads;
+      const int v = v0 + u * kGroupThreads;
       if (v < row_vecs) AccumulateVector<kCode, kM, kRows, TA, kPdl>(p, wv[u], n0, v, acc);
     }
   }
   if constexpr (kPdl) {
-    if (static_cast<int>(threadIdx.x) >= row_vecs) PdlWaitThenRelease();
+    if (gt >= row_vecs) PdlWaitThenRelease();
   }
   __shared__ float partial[kWarps][kRows * kM];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -206,48 +214,63 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
+  // Thread t sums output (group t / (kRows kM), row r, token m) over its group's warps.
+  constexpr int kGroupWarps = kWarps / kGroups;
   const int t = threadIdx.x;
-  if (t >= kRows * kM) return;
-  const int r = t / kM, m = t % kM;
-  const int64_t j = n0 + r;
+  if (t >= kGroups * kRows * kM) return;
+  const int og = t / (kRows * kM), idx = t % (kRows * kM);
+  const int r = idx / kM, m = idx % kM;
+  const int64_t j = (static_cast<int64_t>(blockIdx.x) * kGroups + og) * kRows + r;
   if (m >= p.m || j >= p.n) return;
   float sum = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kWarps; ++i) sum += partial[i][t];
+  for (int i = 0; i < kGroupWarps; ++i) sum += partial[og * kGroupWarps + i][idx];
   TC* c = static_cast<TC*>(p.c) + static_cast<int64_t>(m) * p.n + j;
   if (p.bias != nullptr) sum += ToF32(static_cast<const TC*>(p.bias)[j]);
   if (p.accumulate) sum += ToF32(*c);
   StoreF32(c, sum);
 }
 
-template <Code kCode, int kM, int kRows, int kUnroll, typename TA, typename TC>
+template <Code kCode, int kM, int kRows, int kUnroll, int kGroups, typename TA, typename TC>
 absl::Status LaunchTile(const Params& p, bool pdl, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((p.n + kRows - 1) / kRows));
+  constexpr int kBlockRows = kRows * kGroups;
+  const dim3 grid(static_cast<unsigned>((p.n + kBlockRows - 1) / kBlockRows));
   if (!pdl) {
-    QuantGemmSkinnyKernel<kCode, kM, kRows, kUnroll, TA, TC, false>
+    QuantGemmSkinnyKernel<kCode, kM, kRows, kUnroll, kGroups, TA, TC, false>
         <<<grid, kThreads, 0, stream>>>(p);
     CUDA_RETURN_IF_LAUNCH_ERROR();
     return absl::OkStatus();
   }
   CUDA_RETURN_IF_ERROR(
-      LaunchMaybePdl(QuantGemmSkinnyKernel<kCode, kM, kRows, kUnroll, TA, TC, true>, grid,
+      LaunchMaybePdl(QuantGemmSkinnyKernel<kCode, kM, kRows, kUnroll, kGroups, TA, TC, true>, grid,
                      dim3(kThreads), 0, stream, /*pdl=*/true, p));
   return absl::OkStatus();
 }
 
-// Row tiles: four rows of one vector each per thread when a row has at most kThreads vectors
-// (int8 / FP8 k <= 4096: every thread already owns one vector of each row), two rows of up to
-// four vectors for longer rows, one row of four when n is too small to fill the GPU with blocks
-// of several rows (m <= 4 throughout: acc[kRows][kM] and a's rows stay in registers).
+// Row tiles (WORKLOG.md step 9): a block owns rows whose vectors keep every thread loading
+// 4-8 vectors at once:
+// - rows of at most kThreads / 2 vectors (uint4 k <= 4096, int8 / FP8 k <= 2048): two groups of
+//   four rows (8 rows a block), one vector of each row a thread;
+// - at most kThreads vectors (int8 / FP8 k <= 4096, uint4 k <= 8192): four rows, one vector each;
+// - at most 2 kThreads (uint4 k <= 16384: down_proj's 14336): four rows of two vectors each;
+// - longer rows: two rows of up to four vectors;
+// - one row of four when n is too small to fill the GPU with blocks of several rows.
+// m <= 4 throughout: acc[kRows][kM] and a's rows stay in registers.
 constexpr int64_t kNumSms = 132;
 
 template <Code kCode, int kM, typename TA, typename TC>
 absl::Status LaunchRows(const Params& p, bool pdl, cudaStream_t stream) {
-  if (p.vecs <= kThreads && p.n / 4 >= 2 * kNumSms) {
-    return LaunchTile<kCode, kM, 4, 1, TA, TC>(p, pdl, stream);
+  const bool four_rows = p.n / 4 >= 2 * kNumSms;
+  if (p.vecs <= kThreads / 2 && p.n / 8 >= 2 * kNumSms) {
+    return LaunchTile<kCode, kM, 4, 1, 2, TA, TC>(p, pdl, stream);
   }
-  if (p.n / 2 >= 2 * kNumSms) return LaunchTile<kCode, kM, 2, 4, TA, TC>(p, pdl, stream);
-  return LaunchTile<kCode, kM, 1, 4, TA, TC>(p, pdl, stream);
+  if (p.vecs <= kThreads && four_rows)
+    return LaunchTile<kCode, kM, 4, 1, 1, TA, TC>(p, pdl, stream);
+  if (p.vecs <= 2 * kThreads && four_rows) {
+    return LaunchTile<kCode, kM, 4, 2, 1, TA, TC>(p, pdl, stream);
+  }
+  if (p.n / 2 >= 2 * kNumSms) return LaunchTile<kCode, kM, 2, 4, 1, TA, TC>(p, pdl, stream);
+  return LaunchTile<kCode, kM, 1, 4, 1, TA, TC>(p, pdl, stream);
 }
 
 template <Code kCode, typename TA, typename TC>

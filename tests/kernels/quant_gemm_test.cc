@@ -128,9 +128,13 @@ void Check(const Shape& s) {
 
 TEST(QuantGemmSkinnyTest, MatchesReferenceOnAwkwardShapes) {
   TANDEM_SKIP_WITHOUT_GPU();
-  // n >= 1056 with short rows takes the 4-row tile, n >= 528 with rows of more than 256 vectors
-  // the 2-row tile (k = 8224: 257 uint4 vectors, 514 int8 ones, a partial last pass), the rest
-  // the 1-row tile; m = 1, 2 and 4 are the kernel's instantiations, 3 a partial one.
+  // The row tiles of the dispatch (quant_gemm.cu): n >= 2112 with rows of at most 128 vectors
+  // takes the two-group 8-row tile (n = 2117: the last block's second group partly past n),
+  // n >= 1056 with at most 256 vectors the 4-row tile, with at most 512 the 4-row tile of two
+  // vectors a thread (385 uint4 / 386 int8 vectors: a partial second vector), n >= 528 with
+  // longer rows the 2-row tile (k = 8224: 257 uint4 vectors, 514 int8 ones, a partial last
+  // pass), the rest the 1-row tile; m = 1, 2 and 4 are the kernel's instantiations, 3 a partial
+  // one.
   for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4, QuantCode::kFp8E4M3}) {
     const bool int4 = code == QuantCode::kUint4;
     for (int64_t m : {1, 2, 3, 4}) {
@@ -138,7 +142,9 @@ TEST(QuantGemmSkinnyTest, MatchesReferenceOnAwkwardShapes) {
                           {7, 96},
                           {33, 224},
                           {129, 4096},
+                          {2117, int64_t{int4 ? 4096 : 2048}},
                           {1061, int64_t{int4 ? 8192 : 4096}},
+                          {1061, int64_t{int4 ? 12320 : 6176}},
                           {531, 8224}}) {
         for (int64_t group : {k, int64_t{int4 ? 64 : 128}}) {
           for (bool bf16 : {false, true}) {
