@@ -3,12 +3,14 @@
 // 262144). Prints one row per kernel and shape: median time, achieved TB/s or TFLOP/s, and the
 // fraction of the ceiling measured in the same run.
 // Usage: kb_bench [results.jsonl|-] [all|gemm|elementwise|sampling|logits|quant|fp8|lttune|
-//                                    lttune_extra|lttune_dump SHAPE M LAYOUT|fp8split]
+//                                    lttune_extra|lttune_dump SHAPE M LAYOUT|fp8split|
+//                                    quantone CODE KERNEL M K N [DEPTH]]
 // (logits: LogitsProcess and Logprobs, kernels/bench/logits_bench.cc; fp8: the large-m FP8
 // W8A8 GEMM paths, kernels/bench/fp8_bench.cc; lttune: the cuBLASLt plans untuned against
 // tuned; lttune_extra / lttune_dump: the candidates beyond cuBLASLt's heuristic on the FP8
 // decode shapes, and one shape's whole landscape; fp8split: the FP8 GEMM's own split-k,
-// kernels/bench/lt_tune_bench.cc; fp8 and these sections not in "all")
+// kernels/bench/lt_tune_bench.cc; quantone: one quantized GEMM launched 40 times, for ncu,
+// kernels/bench/quant_bench.cc; fp8 and these sections not in "all")
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -501,6 +503,10 @@ int main(int argc, char** argv) {
   if (only == "lttune") BenchLtTune(c);
   if (only == "lttune_extra") BenchLtExtra(c);
   if (only == "fp8split") BenchFp8Split(c);
+  if (only == "quantone" && argc > 7) {
+    BenchQuantOne(argv[3], argv[4], std::atoll(argv[5]), std::atoll(argv[6]), std::atoll(argv[7]),
+                  argc > 8 ? std::atoi(argv[8]) : 0);
+  }
   if (only == "lttune_dump") {
     BenchLtDump(c, argc > 3 ? argv[3] : "o", argc > 4 ? std::atoll(argv[4]) : 256,
                 argc > 5 ? argv[5] : "channel");

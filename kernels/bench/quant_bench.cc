@@ -163,11 +163,166 @@ void BenchQuantGemm(const Ceilings& c) {
               us, "TB/s", static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
         }
       }
+      // The tensor-core GEMV (QuantGemv: CudaOps' INT8 / UINT4 path at m <= 8), at its default
+      // ring depth (D=0) and at 4 and 2, isolated launches as above.
+      // The same weights repacked into QuantLayout::kTc16 (QuantRepackTc16), for the D=... T16
+      // rows: each warp load 512 contiguous bytes instead of 8 rows' 64-byte pieces.
+      std::vector<void*> tiled(copies, nullptr);
+      if (code != QuantCode::kFp8E4M3) {
+        for (int i = 0; i < copies; ++i) {
+          BENCH_CUDA(cudaMalloc(&tiled[i], QuantTc16Bytes(code, n, k)));
+          QuantGemmArgs x{.n = n, .k = k, .code = code, .group_size = int4 ? kGroup : k};
+          x.w = static_cast<const uint8_t*>(ws[i]);
+          if (absl::Status st = QuantRepackTc16(x, static_cast<uint8_t*>(tiled[i]), nullptr);
+              !st.ok()) {
+            std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+            std::abort();
+          }
+        }
+      }
+      for (int64_t m : {1, 4, 8}) {
+        if (code == QuantCode::kFp8E4M3) break;
+        for (int depth : {0, 4, 2, 10, 14, 12}) {
+          const bool tc16 = depth >= 10;  // 10 + d: depth d on the tiled copies
+          if (tc16) depth -= 10;
+          QuantGemmArgs args{.a = a,
+                             .c = out,
+                             .m = m,
+                             .n = n,
+                             .k = k,
+                             .a_dtype = DType::kBF16,
+                             .c_dtype = DType::kBF16,
+                             .code = code,
+                             .group_size = int4 ? kGroup : k,
+                             .gemv_depth = depth,
+                             .layout = tc16 ? QuantLayout::kTc16 : QuantLayout::kRowMajor};
+          auto launch = [&](int it) {
+            QuantGemmArgs x = args;
+            x.w = static_cast<const uint8_t*>(tc16 ? tiled[it % copies] : ws[it % copies]);
+            x.scales = static_cast<const float*>(scales[it % copies]);
+            x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
+            if (absl::Status s = QuantGemv(x, nullptr); !s.ok()) {
+              std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+              std::abort();
+            }
+          };
+          MedianMicros(launch, nullptr, 20, 20);
+          const double us = MedianMicros(launch, nullptr, 5, 50);
+          Report(int4 ? "quant_gemv.w4a16_g128" : "quant_gemv.w8a16",
+                 absl::StrCat("M=", m, " K=", k, " N=", n, " D=", depth, tc16 ? " T16" : ""), us,
+                 "TB/s", static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
+        }
+      }
+      // Chains: 8 launches back to back with PDL on one stream, timed together, per launch, as a
+      // graph-replayed decode step runs its GEMMs (each launch's start overlaps the previous
+      // kernel's tail; isolated launches above pay it in full): the skinny kernel, QuantGemmTc
+      // (its automatic split plan, as CudaOps runs it) and QuantGemv, at m = 1 and 4.
+      cudaStream_t chain_stream = nullptr;
+      BENCH_CUDA(cudaStreamCreateWithFlags(&chain_stream, cudaStreamNonBlocking));
+      for (int64_t m : {1, 4}) {
+        for (const char* kernel : {"skinny", "tc", "gemv", "gemv_tc16"}) {
+          const bool tc = std::string(kernel) == "tc", tc16 = std::string(kernel) == "gemv_tc16";
+          const bool gemv = tc16 || std::string(kernel) == "gemv";
+          if ((tc || gemv) && code == QuantCode::kFp8E4M3) continue;
+          QuantGemmArgs args{.a = a,
+                             .c = out,
+                             .m = m,
+                             .n = n,
+                             .k = k,
+                             .a_dtype = DType::kBF16,
+                             .c_dtype = DType::kBF16,
+                             .overlap_launch = true,
+                             .code = code,
+                             .group_size = int4 ? kGroup : k};
+          if (tc) args.tc_workspace = tcw;
+          if (tc16) args.layout = QuantLayout::kTc16;
+          constexpr int kChain = 8;
+          auto launch = [&](int it) {
+            for (int j = 0; j < kChain; ++j) {
+              QuantGemmArgs x = args;
+              const int r = (it * kChain + j) % copies;
+              x.w = static_cast<const uint8_t*>(tc16 ? tiled[r] : ws[r]);
+              x.scales = static_cast<const float*>(scales[r]);
+              x.zeros = int4 ? static_cast<const uint8_t*>(zeros[r]) : nullptr;
+              const absl::Status s = gemv ? QuantGemv(x, chain_stream)
+                                     : tc ? QuantGemmTc(x, chain_stream)
+                                          : QuantGemmSkinny(x, chain_stream);
+              if (!s.ok()) {
+                std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+                std::abort();
+              }
+            }
+          };
+          MedianMicros(launch, chain_stream, 5, 5);
+          const double us = MedianMicros(launch, chain_stream, 3, 30) / kChain;
+          const char* name = int4                          ? "w4a16_g128"
+                             : code == QuantCode::kFp8E4M3 ? "fp8w_a16"
+                                                           : "w8a16";
+          Report(absl::StrCat("quant_chain_", kernel, ".", name),
+                 absl::StrCat("M=", m, " K=", k, " N=", n), us, "TB/s",
+                 static_cast<double>(bytes) * 1e-6 / us, c.read_tbps);
+        }
+      }
+      cudaStreamDestroy(chain_stream);
+      for (void* t : tiled) cudaFree(t);
       cudaFree(tcw.partials), cudaFree(tcw.counters);
       for (int i = 0; i < copies; ++i) cudaFree(ws[i]), cudaFree(scales[i]), cudaFree(zeros[i]);
       cudaFree(a), cudaFree(out);
     }
   }
+}
+
+void BenchQuantOne(const std::string& code_name, const std::string& kernel, int64_t m, int64_t k,
+                   int64_t n, int depth) {
+  const QuantCode code = code_name == "int4" ? QuantCode::kUint4 : QuantCode::kInt8;
+  const bool int4 = code == QuantCode::kUint4, tc16 = kernel == "gemv_tc16";
+  const int64_t groups = int4 ? k / 128 : 1;
+  const size_t w_bytes = n * QuantRowBytes(code, k);
+  const int copies = RotationCopies(w_bytes);
+  std::vector<void*> ws(copies), scales(copies), zeros(copies);
+  for (int i = 0; i < copies; ++i) {
+    BENCH_CUDA(cudaMalloc(&ws[i], tc16 ? QuantTc16Bytes(code, n, k) : w_bytes));
+    BENCH_CUDA(cudaMalloc(&scales[i], n * groups * 4));
+    BENCH_CUDA(cudaMalloc(&zeros[i], n * groups));
+    FillUniformBf16(ws[i], static_cast<int64_t>(w_bytes / 2), 20 + i, -1, 1);
+    FillUniformF32(static_cast<float*>(scales[i]), n * groups, 30 + i, 0.001f, 0.01f);
+    BENCH_CUDA(cudaMemset(zeros[i], 8, n * groups));
+  }
+  void* a = nullptr;
+  void* out = nullptr;
+  BENCH_CUDA(cudaMalloc(&a, m * k * 2));
+  BENCH_CUDA(cudaMalloc(&out, m * n * 2));
+  FillUniformBf16(a, m * k, 5, -1, 1);
+  const QuantGemmArgs args{.a = a,
+                           .c = out,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .a_dtype = DType::kBF16,
+                           .c_dtype = DType::kBF16,
+                           .code = code,
+                           .group_size = int4 ? 128 : k,
+                           .gemv_depth = depth,
+                           .layout = tc16 ? QuantLayout::kTc16 : QuantLayout::kRowMajor};
+  auto launch = [&](int it) {
+    QuantGemmArgs x = args;
+    x.w = static_cast<const uint8_t*>(ws[it % copies]);
+    x.scales = static_cast<const float*>(scales[it % copies]);
+    x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
+    const absl::Status s = kernel == "skinny" ? QuantGemmSkinny(x, nullptr)
+                           : kernel == "tc"   ? QuantGemmTc(x, nullptr)
+                                              : QuantGemv(x, nullptr);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      std::abort();
+    }
+  };
+  const double us = MedianMicros(launch, nullptr, 10, 30);
+  std::printf("quantone %s %s M=%lld K=%lld N=%lld D=%d: %.2f us\n", code_name.c_str(),
+              kernel.c_str(), static_cast<long long>(m), static_cast<long long>(k),
+              static_cast<long long>(n), depth, us);
+  for (int i = 0; i < copies; ++i) cudaFree(ws[i]), cudaFree(scales[i]), cudaFree(zeros[i]);
+  cudaFree(a), cudaFree(out);
 }
 
 }  // namespace tandem::bench

@@ -172,6 +172,9 @@ absl::Status QuantDequantize(const QuantGemmArgs& args, void* out, DType out_dty
   if (args.code != QuantCode::kUint4 && args.zeros != nullptr) {
     return absl::InvalidArgumentError("QuantDequantize: only uint4 has zero points");
   }
+  if (args.layout != QuantLayout::kRowMajor) {
+    return absl::InvalidArgumentError("QuantDequantize: row-major codes only");
+  }
   if (args.n == 0 || args.k == 0) return absl::OkStatus();
   const DequantParams p{args.w,
                         args.scales,

@@ -300,6 +300,7 @@ absl::Status QuantGemmSkinnyCovers(const QuantGemmArgs& args) {
   if (args.code != QuantCode::kUint4 && args.zeros != nullptr) {
     return bad("only uint4 has zero points");
   }
+  if (args.layout != QuantLayout::kRowMajor) return bad("row-major codes only");
   if (args.m < 0 || args.m > kQuantSkinnyMaxM) {
     return bad(absl::StrCat("m = ", args.m, " (at most ", kQuantSkinnyMaxM, ")"));
   }

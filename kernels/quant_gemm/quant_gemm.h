@@ -58,6 +58,19 @@ struct QuantTcWorkspace {
   int64_t num_counters = 0;
 };
 
+// How a weight's codes lie in memory.
+enum class QuantLayout : uint8_t {
+  // [n, QuantRowBytes] row-major (below): every kernel and the reference.
+  kRowMajor,
+  // The tensor-core kernels' tile-major layout (QuantGemv only, WORKLOG.md step 10): 16-row tiles
+  // of 64-byte chunks (QuantGemmTcChunkK weights), each tile's chunk as 1 KB in the order its
+  // warp loads it: the 16 bytes at ((tile * chunks + chunk) * 2 + h) * 512 + 16 * (4 g + t) are
+  // bytes [16 t, 16 t + 16) of that chunk of row 16 tile + 8 h + g (g 0..7, t 0..3, h 0..1; zero
+  // past n). Each 16-byte load of a warp then lands in one 512-byte contiguous run instead of 8
+  // rows' 64-byte pieces. QuantTc16Bytes is its size, QuantRepackTc16 writes it.
+  kTc16,
+};
+
 struct QuantGemmArgs {
   const void* a = nullptr;     // [m, k] row-major, a_dtype (kF32 or kBF16)
   const void* bias = nullptr;  // [n], c_dtype; may be null
@@ -91,6 +104,10 @@ struct QuantGemmArgs {
   // as whole groups allow; tests and kb_bench), an error if the workspace cannot hold them.
   QuantTcWorkspace tc_workspace = {};
   int tc_splits = 0;
+  // QuantGemv only: chunks in flight per warp (2, 4 or 8; 0 the default, 8). Tests and kb_bench.
+  int gemv_depth = 0;
+  // QuantGemv reads kRowMajor and kTc16; every other kernel and QuantGemmRef kRowMajor only.
+  QuantLayout layout = QuantLayout::kRowMajor;
 };
 
 inline int64_t QuantNumGroups(int64_t k, int64_t group_size) {
@@ -166,6 +183,28 @@ QuantTcSplitPlan QuantGemmTcPlan(const QuantGemmArgs& args);
 // code, group_size and overlap_launch are read.
 int64_t QuantGemmTcWorkspaceFloats(const QuantGemmArgs& w, int64_t max_m);
 inline int64_t QuantGemmTcWorkspaceCounters(int64_t n) { return QuantTcRowTiles(n); }
+
+// CUDA, tensor-core GEMV for decode steps (quant_gemv.cu): QuantGemmTc's contract and numbers
+// (the same dequantization into mma.sync operands, fp32 sums of exact code values scaled per group
+// in fp32, one rounding to bf16, deterministic) for 1 <= m <= kQuantGemvMaxM, with a structure for
+// one 8-token tile (WORKLOG.md step 10): persistent blocks of 16-row tiles, each warp streaming its
+// chunks through a ring of gemv_depth slots in flight across tile boundaries, no split-K
+// workspace. QuantGemvCovers: QuantGemmTcCovers plus the m range, InvalidArgument otherwise.
+// QuantGemmArgs::overlap_launch launches it with PDL.
+inline constexpr int64_t kQuantGemvMaxM = 8;
+absl::Status QuantGemvCovers(const QuantGemmArgs& args);
+absl::Status QuantGemv(const QuantGemmArgs& args, cudaStream_t stream);
+
+// Bytes of an INT8 / UINT4 weight's codes in QuantLayout::kTc16 (n rounded up to 16 rows; k a
+// multiple of QuantGemmTcChunkK).
+int64_t QuantTc16Bytes(QuantCode code, int64_t n, int64_t k);
+// The byte offset in QuantLayout::kTc16 of byte `byte` (0 .. QuantRowBytes - 1) of row j: the
+// layout's definition, for host code and tests.
+int64_t QuantTc16Offset(QuantCode code, int64_t k, int64_t j, int64_t byte);
+// CUDA (quant_gemv.cu): w's row-major codes (args.w, n, k, code; layout kRowMajor) rewritten into
+// out (QuantTc16Bytes of them, not overlapping w) in QuantLayout::kTc16. InvalidArgument for a
+// shape QuantGemmTcCovers would refuse (code, k).
+absl::Status QuantRepackTc16(const QuantGemmArgs& w, uint8_t* out, cudaStream_t stream);
 
 // CUDA (quant_dequant.cu): dequant(w) [n, k] into out (out_dtype kF32 or kBF16, row-major), for
 // every code, any k and group size: out[j, kk] = QuantDequantizeRow's value, rounded once to

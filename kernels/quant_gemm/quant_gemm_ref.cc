@@ -101,7 +101,19 @@ void QuantizeActivationRow(ActQuant act_quant, int64_t act_group_size, int64_t k
   for (int64_t k0 = 0; k0 < k; k0 += group) QuantizeGroup(x + k0, std::min(group, k - k0));
 }
 
+int64_t QuantTc16Bytes(QuantCode code, int64_t n, int64_t k) {
+  return (n + 15) / 16 * QuantRowBytes(code, k) * 16;
+}
+
+int64_t QuantTc16Offset(QuantCode code, int64_t k, int64_t j, int64_t byte) {
+  const int64_t chunks = QuantRowBytes(code, k) / 64;
+  const int64_t tile = j / 16, h = j % 16 / 8, g = j % 8;
+  const int64_t chunk = byte / 64, t = byte % 64 / 16;
+  return ((tile * chunks + chunk) * 2 + h) * 512 + 16 * (4 * g + t) + byte % 16;
+}
+
 void QuantGemmRef(const QuantGemmArgs& args) {
+  CHECK(args.layout == QuantLayout::kRowMajor) << "QuantGemmRef: row-major codes only";
   CHECK(IsF32OrBf16(args.a_dtype) && IsF32OrBf16(args.c_dtype))
       << "QuantGemmRef: a and c must be kF32 or kBF16";
   CHECK(args.group_size >= 1) << "QuantGemmRef: group_size " << args.group_size;

@@ -56,26 +56,29 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/vec_util.cuh"
 #include "kernels/quant_gemm/quant_gemm.h"
+#include "kernels/quant_gemm/quant_tc_fragments.cuh"
 
 namespace tandem {
 namespace {
+
+using quant_tc::AFragment;
+using quant_tc::BFragment;
+using quant_tc::ChunkK;
+using quant_tc::Code;
+using quant_tc::kChunkBytes;
+using quant_tc::kSymmetricZero;
+using quant_tc::LaneAVectors;
+using quant_tc::LaneK;
+using quant_tc::LoadA16;
+using quant_tc::Mma;
+using quant_tc::Uint4Zero2;
 
 constexpr int kWarps = static_cast<int>(kQuantTcBlockWarps);
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRowTiles = 2;  // 16-row mma tiles per block (32 rows)
 constexpr int kBlockRows = 16 * kRowTiles;
 static_assert(kBlockRows == kQuantTcBlockRows);
-constexpr int kChunkBytes = 64;  // code bytes of a row per chunk
-constexpr int kUnroll = 2;       // chunks in flight per warp
-constexpr int kSymmetricZero = 8;
-constexpr float kTwo23 = 8388608.0f;
-
-enum class Code { kInt8, kUint4 };
-
-template <Code kCode>
-constexpr int ChunkK() {
-  return kCode == Code::kUint4 ? 2 * kChunkBytes : kChunkBytes;
-}
+constexpr int kUnroll = 2;  // chunks in flight per warp
 
 struct Params {
   const __nv_bfloat16* a;     // [m, k]
@@ -91,37 +94,6 @@ struct Params {
   bool accumulate;
 };
 
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two int8 codes (bytes b and b + 1 of x = word ^ 0x80808080) as an exact bf16 pair.
-__device__ __forceinline__ uint32_t Int8PairToBf16x2(uint32_t x, int b) {
-  const float lo = __uint_as_float(__byte_perm(x, 0x4b000000u, 0x7540 + b)) - (kTwo23 + 128.0f);
-  const float hi = __uint_as_float(__byte_perm(x, 0x4b000000u, 0x7540 + b + 1)) - (kTwo23 + 128.0f);
-  return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
-}
-
-// Nibbles i and i + 4 of word (shift = 4i) as bf16 (nibble - zero); zero2 holds bf16 128 + zero
-// in both halves.
-__device__ __forceinline__ uint32_t Uint4PairToBf16x2(uint32_t word, int shift, uint32_t zero2) {
-  const uint32_t biased = ((word >> shift) & 0x000f000fu) | 0x43004300u;  // 128 + nibble
-  const __nv_bfloat162 r = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&biased),
-                                   *reinterpret_cast<const __nv_bfloat162*>(&zero2));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-
-template <bool kPdl>
-__device__ __forceinline__ uint4 LoadA16(const __nv_bfloat16* p) {
-  if constexpr (kPdl) return LoadAfterWait16(p);
-  return __ldg(reinterpret_cast<const uint4*>(p));
-}
-
 // One chunk of every row tile into acc: w[rt][h] holds the lane's 16 code bytes of row
 // 16 rt + g + 8h; zero2[rt][h] the uint4 zero point (unused for int8).
 template <Code kCode, int kNt, bool kPdl>
@@ -129,10 +101,9 @@ __device__ __forceinline__ void MmaChunk(const Params& p, int chunk, const uint4
                                          const uint32_t (&zero2)[kRowTiles][2],
                                          float (&acc)[kRowTiles][kNt][4]) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  constexpr int kKPerLane = ChunkK<kCode>() / 4;  // 16 or 32 consecutive k per lane
-  const int k0 = chunk * ChunkK<kCode>() + kKPerLane * t;
+  const int k0 = chunk * ChunkK<kCode>() + LaneK<kCode>() * t;
 #pragma unroll
-  for (int v = 0; v < kKPerLane / 8; ++v) {  // a's 16-byte vector v: two mma steps
+  for (int v = 0; v < LaneAVectors<kCode>(); ++v) {  // a's 16-byte vector v: two mma steps
     uint4 av[kNt];
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {
@@ -145,32 +116,11 @@ __device__ __forceinline__ void MmaChunk(const Params& p, int chunk, const uint4
       const int s = 2 * v + q;
       uint32_t b[kNt][2];
 #pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-        if constexpr (kCode == Code::kInt8) {
-          b[nt][0] = q == 0 ? av[nt].x : av[nt].z;
-          b[nt][1] = q == 0 ? av[nt].y : av[nt].w;
-        } else {
-          const uint32_t lo = q == 0 ? av[nt].x : av[nt].y, hi = q == 0 ? av[nt].z : av[nt].w;
-          b[nt][0] = __byte_perm(lo, hi, 0x5410);  // a[2q], a[2q + 4]
-          b[nt][1] = __byte_perm(lo, hi, 0x7632);  // a[2q + 1], a[2q + 5]
-        }
-      }
+      for (int nt = 0; nt < kNt; ++nt) BFragment<kCode>(av[nt], q, b[nt][0], b[nt][1]);
 #pragma unroll
       for (int rt = 0; rt < kRowTiles; ++rt) {
-        uint32_t frag[4];  // rows g, g + 8 at logical k 2t, 2t + 1; then at 2t + 8, 2t + 9
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t words[4] = {w[rt][h].x, w[rt][h].y, w[rt][h].z, w[rt][h].w};
-          if constexpr (kCode == Code::kInt8) {
-            const uint32_t x = words[s] ^ 0x80808080u;
-            frag[h] = Int8PairToBf16x2(x, 0);
-            frag[2 + h] = Int8PairToBf16x2(x, 2);
-          } else {
-            const uint32_t word = words[s / 2];
-            frag[h] = Uint4PairToBf16x2(word, 8 * (s % 2), zero2[rt][h]);
-            frag[2 + h] = Uint4PairToBf16x2(word, 8 * (s % 2) + 4, zero2[rt][h]);
-          }
-        }
+        uint32_t frag[4];
+        AFragment<kCode>(w[rt], s, zero2[rt], frag);
 #pragma unroll
         for (int nt = 0; nt < kNt; ++nt) Mma(acc[rt][nt], frag, b[nt][0], b[nt][1]);
       }
@@ -263,11 +213,8 @@ __global__ void __launch_bounds__(kThreads, 1) QuantGemmTcKernel(const __grid_co
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int64_t row = min(row0 + 16 * rt + g + 8 * h, static_cast<int64_t>(p.n) - 1);
-            const int zero =
-                p.zeros != nullptr ? __ldg(p.zeros + row * p.num_groups + cg) : kSymmetricZero;
-            const __nv_bfloat16 zb = __float2bfloat16_rn(128.0f + static_cast<float>(zero));
-            const uint32_t bits = *reinterpret_cast<const uint16_t*>(&zb);
-            zero2[rt][h] = bits | (bits << 16);
+            zero2[rt][h] = Uint4Zero2(p.zeros != nullptr ? __ldg(p.zeros + row * p.num_groups + cg)
+                                                         : kSymmetricZero);
           }
         }
       }
@@ -459,6 +406,7 @@ absl::Status QuantGemmTcCovers(const QuantGemmArgs& args) {
     return bad("only int8 and uint4 codes");
   }
   if (args.act_quant != ActQuant::kNone) return bad("weight-only (act_quant kNone)");
+  if (args.layout != QuantLayout::kRowMajor) return bad("row-major codes only");
   if (args.code != QuantCode::kUint4 && args.zeros != nullptr) {
     return bad("only uint4 has zero points");
   }

@@ -9,7 +9,8 @@
 // awkward shapes; each asserts the plan really split, that two runs and two CUDA graph replays
 // give the same bits (summation in split order, whatever block arrives last; counters reset by
 // each call, or a replay stores nothing and the NaN poison fails it), and that the counters end
-// at zero. Skips without a device. Refusals need no device.
+// at zero. QuantGemv (the tensor-core GEMV for m <= 8) on the same checks: GemvMatchesReference
+// and GemvManyTilesAndLlamaRows. Skips without a device. Refusals need no device.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -31,6 +32,10 @@ struct Shape {
   int64_t m, n, k, group;
   bool zeros, bias, accumulate, pdl;
   int splits = 0;  // QuantGemmArgs::tc_splits: 0 the automatic plan
+  // QuantGemv (the tensor-core GEMV) instead of QuantGemmTc, at QuantGemmArgs::gemv_depth.
+  bool gemv = false;
+  int depth = 0;
+  bool tc16 = false;  // the GEMV on QuantLayout::kTc16 codes (repacked on the device)
 };
 
 // A workspace for any plan of n rows at m <= 64 (counters zeroed).
@@ -109,9 +114,39 @@ void Check(const Shape& s) {
   Workspace ws(s.n);
   d.tc_workspace = ws.Get(s.n);
   d.tc_splits = s.splits;
-  ASSERT_TRUE(QuantGemmTcCovers(d).ok()) << QuantGemmTcCovers(d);
-  const QuantTcSplitPlan plan = QuantGemmTcPlan(d);
+  d.gemv_depth = s.depth;
+  // kTc16: the host's layout (QuantTc16Offset, the definition) must equal the device repack's
+  // bytes, and the GEMV then reads the repacked buffer.
+  DeviceBuffer dtiled(s.tc16 ? QuantTc16Bytes(s.code, s.n, s.k) : 16);
+  if (s.tc16) {
+    const int64_t row_bytes = QuantRowBytes(s.code, s.k);
+    std::vector<uint8_t> want_tiled(QuantTc16Bytes(s.code, s.n, s.k), 0);
+    for (int64_t j = 0; j < s.n; ++j) {
+      for (int64_t b = 0; b < row_bytes; ++b) {
+        want_tiled[QuantTc16Offset(s.code, s.k, j, b)] = codes[j * row_bytes + b];
+      }
+    }
+    dtiled.Poison();
+    const absl::Status repacked = QuantRepackTc16(d, dtiled.as<uint8_t>(), nullptr);
+    ASSERT_TRUE(repacked.ok()) << repacked;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> got_tiled(want_tiled.size());
+    dtiled.Download(got_tiled.data());
+    ASSERT_EQ(got_tiled, want_tiled) << "QuantRepackTc16 differs from QuantTc16Offset";
+    d.w = dtiled.as<uint8_t>();
+    d.layout = QuantLayout::kTc16;
+  }
+  if (!s.tc16) {
+    ASSERT_TRUE(QuantGemmTcCovers(d).ok()) << QuantGemmTcCovers(d);
+  }
+  if (s.gemv) {
+    ASSERT_TRUE(QuantGemvCovers(d).ok()) << QuantGemvCovers(d);
+  }
+  auto run = [&](cudaStream_t stream) {
+    return s.gemv ? QuantGemv(d, stream) : QuantGemmTc(d, stream);
+  };
   const int64_t chunks = s.k / QuantGemmTcChunkK(s.code);
+  const QuantTcSplitPlan plan = s.gemv ? QuantTcSplitPlan{1, chunks} : QuantGemmTcPlan(d);
   const int64_t units = s.group == s.k ? chunks : QuantNumGroups(s.k, s.group);
   if (s.splits > 1 && units > 1) {  // the hook must really split (a missed split fails here)
     ASSERT_GT(plan.splits, 1);
@@ -119,8 +154,8 @@ void Check(const Shape& s) {
   }
   ASSERT_LE(plan.chunks_per_split * (plan.splits - 1), chunks - 1);  // no empty split
   ASSERT_GE(plan.chunks_per_split * plan.splits, chunks);            // no chunk left out
-  SCOPED_TRACE(::testing::Message()
-               << "splits " << plan.splits << " of " << plan.chunks_per_split << " chunks");
+  SCOPED_TRACE(::testing::Message() << "splits " << plan.splits << " of " << plan.chunks_per_split
+                                    << " chunks; gemv " << s.gemv << " depth " << s.depth);
   auto reset_c = [&] {
     if (s.accumulate) {
       dc.Upload(c0_h.data());
@@ -131,7 +166,7 @@ void Check(const Shape& s) {
   std::vector<uint16_t> runs[2];
   for (std::vector<uint16_t>& got : runs) {
     reset_c();
-    const absl::Status st = QuantGemmTc(d, nullptr);
+    const absl::Status st = run(nullptr);
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     got.resize(c0_h.size());
@@ -139,7 +174,7 @@ void Check(const Shape& s) {
   }
   ASSERT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 2), 0)
       << "two runs differ";
-  if (plan.splits > 1) {
+  if (plan.splits > 1 || s.gemv) {
     for (uint32_t counter : ws.Counters(s.n)) ASSERT_EQ(counter, 0u) << "a counter not reset";
     // Captured once, replayed twice: the same bits each time.
     cudaStream_t stream = nullptr;
@@ -147,7 +182,7 @@ void Check(const Shape& s) {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    const absl::Status captured = QuantGemmTc(d, stream);
+    const absl::Status captured = run(stream);
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     ASSERT_TRUE(captured.ok()) << captured;
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
@@ -271,6 +306,126 @@ TEST(QuantGemmTcTest, SplitKOnLlamaRows) {
       EXPECT_EQ(QuantGemmTcPlan(a).splits, 1) << "no workspace: unsplit";
     }
   }
+}
+
+// QuantGemv (the tensor-core GEMV, WORKLOG.md step 10) at m = 1..8 and every ring depth (0 is the
+// default, 8): int8 per channel (k = 64: one chunk, so three of the four warps have none; k = 448:
+// 7 chunks, not a multiple of the warps) and per 128- / 64-group, uint4 group 128 / 256 / whole
+// row with and without zero points, n not a multiple of the 16-row tile, bias, accumulate, PDL.
+// Every shape also replays a CUDA graph twice (bitwise equal to the eager run).
+TEST(QuantGemmTcTest, GemvMatchesReference) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  int i = 0;
+  for (int64_t m : {1, 2, 3, 5, 8}) {
+    for (int depth : {0, 2, 4}) {
+      const bool odd = (i++ % 2) == 1;
+      auto gemv = [&](QuantCode code, int64_t n, int64_t k, int64_t group, bool zeros, bool bias,
+                      bool accumulate) {
+        Check({code, m, n, k, group, zeros, bias, accumulate, odd, 0, true, depth});
+        Check({code, m, n, k, group, zeros, !bias, accumulate, !odd, 0, true, depth, true});
+      };
+      gemv(QuantCode::kInt8, 200, 448, 448, false, odd, !odd);
+      gemv(QuantCode::kInt8, 37, 1024, 1024, false, !odd, odd);
+      gemv(QuantCode::kInt8, 1, 64, 64, false, true, false);
+      gemv(QuantCode::kInt8, 200, 448, 128, false, true, odd);
+      gemv(QuantCode::kInt8, 77, 640, 64, false, false, true);
+      gemv(QuantCode::kUint4, 200, 128, 128, odd, odd, !odd);
+      gemv(QuantCode::kUint4, 45, 1152, 128, !odd, !odd, odd);
+      gemv(QuantCode::kUint4, 131, 640, 256, odd, true, false);
+      gemv(QuantCode::kUint4, 131, 512, 512, !odd, false, true);
+    }
+  }
+}
+
+// Persistent blocks that own several tiles (far more 16-row tiles than blocks fit the device, so
+// the ring runs across tile boundaries), and Llama-sized rows (n = 4100: a partial last tile).
+TEST(QuantGemmTcTest, GemvManyTilesAndLlamaRows) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (int64_t m : {1, 4, 8}) {
+    for (int depth : {0, 2}) {
+      Check({QuantCode::kInt8, m, 40003, 320, 320, false, m == 4, m == 1, m == 1, 0, true, depth});
+      Check({QuantCode::kInt8, m, 4100, 4096, 4096, false, m == 1, m == 8, m == 4, 0, true, depth});
+      Check(
+          {QuantCode::kUint4, m, 4100, 4096, 128, m == 4, m == 8, m == 1, m == 8, 0, true, depth});
+      for (bool tc16 : {false, true}) {
+        Check({QuantCode::kUint4, m, 40000, 256, 128, m != 4, m == 1, m == 8, m == 4, 0, true,
+               depth, tc16});
+      }
+      Check({QuantCode::kInt8, m, 40003, 320, 320, false, m == 4, m == 1, m == 1, 0, true, depth,
+             true});
+      Check({QuantCode::kInt8, m, 4100, 4096, 4096, false, m == 1, m == 8, m == 4, 0, true, depth,
+             true});
+      Check({QuantCode::kUint4, m, 4100, 4096, 128, m == 4, m == 8, m == 1, m == 8, 0, true, depth,
+             true});
+    }
+  }
+}
+
+TEST(QuantGemmTcTest, GemvRefusesWhatItDoesNotCover) {
+  alignas(16) static uint8_t w[64 * 128];
+  alignas(16) static uint16_t act[64 * 128];
+  float scales[64] = {};
+  const QuantGemmArgs ok{.a = act,
+                         .m = 1,
+                         .n = 7,
+                         .k = 128,
+                         .a_dtype = DType::kBF16,
+                         .c_dtype = DType::kBF16,
+                         .code = QuantCode::kUint4,
+                         .w = w,
+                         .scales = scales,
+                         .group_size = 128};
+  auto refused = [](QuantGemmArgs a) {
+    return QuantGemvCovers(a).code() == absl::StatusCode::kInvalidArgument &&
+           QuantGemv(a, nullptr).code() == absl::StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(QuantGemvCovers(ok).ok());
+  QuantGemmArgs a = ok;
+  a.m = kQuantGemvMaxM;
+  EXPECT_TRUE(QuantGemvCovers(a).ok());
+  for (int64_t m : {int64_t{0}, kQuantGemvMaxM + 1}) {
+    a.m = m;
+    EXPECT_TRUE(refused(a)) << "m " << m;
+  }
+  for (int depth : {1, 3, 16}) {
+    a = ok;
+    a.gemv_depth = depth;
+    EXPECT_TRUE(refused(a)) << "depth " << depth;
+  }
+  a = ok;
+  a.code = QuantCode::kFp8E4M3;
+  EXPECT_TRUE(refused(a));
+  a = ok;
+  a.k = 64;  // uint4 chunks are 128 wide
+  a.group_size = 64;
+  EXPECT_TRUE(refused(a));
+  a = ok;
+  a.c_dtype = DType::kF32;
+  EXPECT_TRUE(refused(a));
+  // kTc16 codes: the GEMV's alone; the other kernels refuse them.
+  a = ok;
+  a.layout = QuantLayout::kTc16;
+  EXPECT_TRUE(QuantGemvCovers(a).ok());
+  EXPECT_EQ(QuantGemmTcCovers(a).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantGemmSkinnyCovers(a).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(QuantDequantize(a, w, DType::kBF16, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  a = ok;
+  a.k = 64;  // not a multiple of uint4's chunk: no kTc16 layout
+  EXPECT_EQ(QuantRepackTc16(a, w, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The kTc16 layout's definition: tile-major 1 KB chunk blocks, 512 bytes per row half.
+TEST(QuantGemmTcTest, Tc16OffsetsTileTheRows) {
+  // uint4 k = 256: 128 bytes a row, 2 chunks.
+  EXPECT_EQ(QuantTc16Bytes(QuantCode::kUint4, 17, 256), 2 * 16 * 128);
+  EXPECT_EQ(QuantTc16Offset(QuantCode::kUint4, 256, 0, 0), 0);
+  EXPECT_EQ(QuantTc16Offset(QuantCode::kUint4, 256, 0, 16), 16);        // t = 1: the next lane
+  EXPECT_EQ(QuantTc16Offset(QuantCode::kUint4, 256, 1, 0), 64);         // g = 1: lane 4
+  EXPECT_EQ(QuantTc16Offset(QuantCode::kUint4, 256, 8, 0), 512);        // h = 1
+  EXPECT_EQ(QuantTc16Offset(QuantCode::kUint4, 256, 0, 64), 1024);      // chunk 1
+  EXPECT_EQ(QuantTc16Offset(QuantCode::kUint4, 256, 16, 5), 2048 + 5);  // tile 1
+  EXPECT_EQ(QuantTc16Offset(QuantCode::kInt8, 128, 15, 127), 1024 + 512 + 16 * 31 + 15);
 }
 
 TEST(QuantGemmTcTest, RefusesWhatItDoesNotCover) {
