@@ -86,9 +86,9 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create() {
   ASSIGN_OR_RETURN(ops->fused_act_quant_,
                    ParseFusedActQuant(std::getenv("TANDEM_FUSED_ACT_QUANT")));
   ASSIGN_OR_RETURN(ops->quant_tc_, ParseQuantTc(std::getenv("TANDEM_QUANT_TC")));
-  ASSIGN_OR_RETURN(ops->quant_tc_small_m_,
-                   ParseQuantTcSmallM(std::getenv("TANDEM_QUANT_TC_SMALL_M")));
+  ASSIGN_OR_RETURN(ops->quant_tc_min_m_, ParseQuantTcMinM(std::getenv("TANDEM_QUANT_TC_MIN_M")));
   ASSIGN_OR_RETURN(ops->quant_tc_splits_, ParseQuantTcSplit(std::getenv("TANDEM_QUANT_TC_SPLIT")));
+  ASSIGN_OR_RETURN(ops->quant_gemv_, ParseQuantGemv(std::getenv("TANDEM_QUANT_GEMV")));
   if (const char* lt = std::getenv("TANDEM_FP8_LT"); lt != nullptr) {
     ops->fp8_lt_enabled_ = std::string_view(lt) != "0";
     ops->fp8_lt_required_ = std::string_view(lt) == "require";
@@ -347,7 +347,15 @@ absl::Status CudaOps::QuantGemm(const GemmArgs& a, const QuantGemmArgs& w) {
   const char* code = q.code == QuantCode::kFp8E4M3 ? "fp8"
                      : q.code == QuantCode::kInt8  ? "int8"
                                                    : "int4";
-  if (QuantTcApplies(quant_tc_, quant_tc_small_m_, q.code, q.m)) {
+  if (QuantGemvApplies(quant_gemv_, q.code, q.m) && QuantGemvCovers(q).ok()) {
+    return Timed(
+        [&] {
+          return absl::StrCat("qgemm ", code, " gemv m=", a.m, " n=", a.n, " k=", a.k,
+                              a.accumulate ? " +=" : "");
+        },
+        [&] { return QuantGemv(q, stream_); });
+  }
+  if (QuantTcApplies(quant_tc_, quant_tc_min_m_, q.code, q.m)) {
     q.tc_workspace = quant_tc_workspace_;
     q.tc_splits = quant_tc_splits_;
     if (absl::Status covers = QuantGemmTcCovers(q); covers.ok()) {

@@ -73,8 +73,11 @@ class CudaOps final : public Ops {
   //     FP8 W8A8 weight or a refusal an error instead, for tests); otherwise
   //   FP8 with dynamic activation scales: QuantizeActivations of a into a scratch buffer first
   //     (W8A8's rounding of the activations; the product itself then runs with bf16 inputs);
-  //   INT8 / UINT4 at kQuantSkinnyMaxM < m <= kQuantTcMaxM (1 <= m with
-  //     TANDEM_QUANT_TC_SMALL_M=1, off by default) on a shape QuantGemmTcCovers: the
+  //   with TANDEM_QUANT_GEMV=1 (off by default: measured slower), INT8 / UINT4 at 1 <= m <=
+  //     kQuantGemvMaxM on a shape QuantGemvCovers: the tensor-core GEMV (persistent blocks
+  //     streaming the codes; quant_tc_mode.h); otherwise
+  //   INT8 / UINT4 at kQuantTcMinMDefault (2) <= m <= kQuantTcMaxM (TANDEM_QUANT_TC_MIN_M moves
+  //     the lower end, 1 to 5) on a shape QuantGemmTcCovers: the
   //     mixed-input tensor-core GEMM (codes read once, dequantized in registers into the mma
   //     operands, split-K across blocks into its workspace where n gives too few blocks;
   //     quant_tc_mode.h). TANDEM_QUANT_TC=0 turns it off (A/B: the paths below), =1 on (the
@@ -178,8 +181,9 @@ class CudaOps final : public Ops {
   bool fuse_norm_ = false;
   FusedActQuant fused_act_quant_ = kFusedActQuantDefault;
   QuantTc quant_tc_ = kQuantTcDefault;
-  bool quant_tc_small_m_ = kQuantTcSmallMDefault;  // TANDEM_QUANT_TC_SMALL_M
-  int quant_tc_splits_ = 0;  // QuantGemmArgs::tc_splits from TANDEM_QUANT_TC_SPLIT
+  int64_t quant_tc_min_m_ = kQuantTcMinMDefault;  // TANDEM_QUANT_TC_MIN_M
+  int quant_tc_splits_ = 0;              // QuantGemmArgs::tc_splits from TANDEM_QUANT_TC_SPLIT
+  bool quant_gemv_ = kQuantGemvDefault;  // TANDEM_QUANT_GEMV
   int profile_every_ = 0;
   int64_t num_steps_ = 0;
   bool profiling_ = false;

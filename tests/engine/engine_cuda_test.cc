@@ -214,9 +214,11 @@ TEST(EngineCudaTest, SmallPresetsMatchTheCpuBackend) {
 // FP8 activations, INT8 per channel, AWQ and GPTQ INT4 group 128) on the CUDA backend against
 // the CPU backend. Prompts {1, 13, 45, 300} in chunks of 64: prefill steps of 67-123 tokens take
 // the dequantize + bf16 GEMM path (FP8: the cuBLASLt FP8 GEMM, Fp8PrefillRunsTheCublasLtFp8Gemm
-// below), the last one of 47 (INT8 / INT4) the tensor-core GEMM, decode steps of 1-4 tokens the
-// skinny kernel; small-llama2's int4 prefill of 58 tokens runs the tensor-core GEMM except in
-// down_proj (k = 2752 is not a multiple of its 128-wide chunk: the dequantize path); one prompt
+// below), the last one of 47 (INT8 / INT4) the tensor-core GEMM, decode steps of 2-4 tokens too,
+// steps of 1 token the skinny kernel (FP8: the skinny kernel at 1-4), and once more with
+// TANDEM_QUANT_GEMV=1 the tensor-core GEMV at 1-4 tokens; small-llama2's int4 prefill of 58 tokens
+// runs the tensor-core GEMM except in down_proj (k = 2752 is not a multiple of its 128-wide chunk:
+// the dequantize path; its decode steps the skinny kernel there for the same reason); one prompt
 // alone decodes at batch 1 (with TANDEM_FUSED_NORM=1 too: quantized GEMMs must not be given the
 // norm). small-qwen2: QKV bias, hidden 896, head_dim 64. small-llama2 (intermediate 2752, which AWQ
 // / GPTQ checkpoints cannot have: a multiple of the group) with --quantization int4: a partial last
@@ -230,6 +232,11 @@ TEST(EngineCudaTest, QuantizedCheckpointsMatchTheCpuBackend) {
     CompareWithCpu("small-qwen2", 16, {45}, {.scheme = scheme, .tolerance = tolerance});
   }
   CompareWithCpu("small-llama2", 16, {13, 45}, {.load_time = "int4"});
+  ASSERT_EQ(setenv("TANDEM_QUANT_GEMV", "1", 1), 0);
+  for (const std::string scheme : {"int8", "awq"}) {
+    CompareWithCpu("small-llama3", 16, {1, 13, 45, 300}, {.scheme = scheme});
+  }
+  ASSERT_EQ(unsetenv("TANDEM_QUANT_GEMV"), 0);
   ASSERT_EQ(setenv("TANDEM_FUSED_NORM", "1", 1), 0);
   CompareWithCpu("small-llama3", 16, {45}, {.scheme = "gptq"});
   ASSERT_EQ(unsetenv("TANDEM_FUSED_NORM"), 0);
@@ -237,7 +244,7 @@ TEST(EngineCudaTest, QuantizedCheckpointsMatchTheCpuBackend) {
 
 // INT8 and INT4 (AWQ, GPTQ) checkpoints at decode batches of 9 and 40 sequences, and 9 prompts
 // prefilled in chunks of 16 (after the first step of 83 tokens, steps of 5-64 mixing prefill
-// chunks and decode tokens): with TANDEM_QUANT_TC=require every quantized GEMM of 5-64 rows runs
+// chunks and decode tokens): with TANDEM_QUANT_TC=require every quantized GEMM of 2-64 rows runs
 // the mixed-input tensor-core GEMM (QuantGemmTc; a step it did not cover would be an error), and
 // the logits stay within the bf16 bound of the CPU backend's, greedy tokens up to near ties.
 // small-llama3's rows (1024, 2816) are multiples of both chunk widths.

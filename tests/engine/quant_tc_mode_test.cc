@@ -1,9 +1,10 @@
 // The CUDA backend's switch for the mixed-input tensor-core INT8 / UINT4 GEMM
 // (engine/cuda/quant_tc_mode.h), without a device (label cpu): the environment value's parse (a
 // typo is an error, not the other side of an A/B) and which quantized GEMMs it applies to, with
-// and without TANDEM_QUANT_TC_SMALL_M.
+// TANDEM_QUANT_TC_MIN_M; the same for the GEMV's switch (TANDEM_QUANT_GEMV).
 #include "engine/cuda/quant_tc_mode.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -19,13 +20,14 @@ TEST(QuantTcModeTest, ParsesTheSwitch) {
   }
 }
 
-TEST(QuantTcModeTest, ParsesTheSmallMSwitch) {
-  EXPECT_EQ(*ParseQuantTcSmallM(nullptr), kQuantTcSmallMDefault);
-  EXPECT_FALSE(kQuantTcSmallMDefault);  // measured slower at batch 1 (WORKLOG.md step 8)
-  EXPECT_FALSE(*ParseQuantTcSmallM("0"));
-  EXPECT_TRUE(*ParseQuantTcSmallM("1"));
-  for (const char* bad : {"", "2", "on", "require", "1 ", "true"}) {
-    EXPECT_TRUE(absl::IsInvalidArgument(ParseQuantTcSmallM(bad).status())) << "'" << bad << "'";
+TEST(QuantTcModeTest, ParsesTheMinMSwitch) {
+  EXPECT_EQ(*ParseQuantTcMinM(nullptr), kQuantTcMinMDefault);
+  EXPECT_EQ(kQuantTcMinMDefault, 2);  // the skinny kernel keeps batch 1 (WORKLOG.md step 10)
+  for (int64_t m = 1; m <= kQuantSkinnyMaxM + 1; ++m) {
+    EXPECT_EQ(*ParseQuantTcMinM(absl::StrCat(m).c_str()), m);
+  }
+  for (const char* bad : {"", "0", "6", "-1", "2 ", "two", "1.5"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseQuantTcMinM(bad).status())) << "'" << bad << "'";
   }
 }
 
@@ -40,37 +42,61 @@ TEST(QuantTcModeTest, ParsesTheSplitSwitch) {
   }
 }
 
-TEST(QuantTcModeTest, AppliesToInt8AndUint4StepsBetweenTheSkinnyKernelAndItsMaximum) {
-  for (QuantTc on : {QuantTc::kOn, QuantTc::kRequire}) {
-    for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4}) {
-      EXPECT_TRUE(QuantTcApplies(on, false, code, kQuantSkinnyMaxM + 1));
-      EXPECT_TRUE(QuantTcApplies(on, false, code, kQuantTcMaxM));
-      EXPECT_FALSE(QuantTcApplies(on, false, code, kQuantSkinnyMaxM));  // the skinny kernel's
-      EXPECT_FALSE(QuantTcApplies(on, false, code, 1));
-      EXPECT_FALSE(QuantTcApplies(on, false, code, kQuantTcMaxM + 1));  // prefill: dequantize
-    }
-    EXPECT_FALSE(QuantTcApplies(on, false, QuantCode::kFp8E4M3, 16));  // FP8 has its own paths
+TEST(QuantTcModeTest, ParsesTheGemvSwitch) {
+  EXPECT_EQ(*ParseQuantGemv(nullptr), kQuantGemvDefault);
+  EXPECT_FALSE(*ParseQuantGemv("0"));
+  EXPECT_TRUE(*ParseQuantGemv("1"));
+  for (const char* bad : {"", "2", "on", "require", "0 ", "false"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseQuantGemv(bad).status())) << "'" << bad << "'";
   }
-  EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, false, QuantCode::kInt8, 16));
-  EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, false, QuantCode::kUint4, 16));
 }
 
-TEST(QuantTcModeTest, SmallMTakesTheSkinnyKernelsStepsToo) {
+// The GEMV takes INT8 / UINT4 steps of 1..kQuantGemvMaxM tokens when on, nothing when off, and
+// never FP8.
+TEST(QuantTcModeTest, GemvAppliesToInt8AndUint4DecodeSteps) {
+  for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4}) {
+    EXPECT_TRUE(QuantGemvApplies(true, code, 1));
+    EXPECT_TRUE(QuantGemvApplies(true, code, kQuantGemvMaxM));
+    EXPECT_FALSE(QuantGemvApplies(true, code, 0));
+    EXPECT_FALSE(QuantGemvApplies(true, code, kQuantGemvMaxM + 1));  // QuantGemmTc's
+    EXPECT_FALSE(QuantGemvApplies(false, code, 1));
+  }
+  EXPECT_FALSE(QuantGemvApplies(true, QuantCode::kFp8E4M3, 1));
+}
+
+TEST(QuantTcModeTest, AppliesToInt8AndUint4StepsFromMinMToItsMaximum) {
+  for (QuantTc on : {QuantTc::kOn, QuantTc::kRequire}) {
+    for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4}) {
+      const int64_t min_m = kQuantTcMinMDefault;
+      EXPECT_TRUE(QuantTcApplies(on, min_m, code, min_m));
+      EXPECT_TRUE(QuantTcApplies(on, min_m, code, kQuantSkinnyMaxM));
+      EXPECT_TRUE(QuantTcApplies(on, min_m, code, kQuantTcMaxM));
+      EXPECT_FALSE(QuantTcApplies(on, min_m, code, 1));                 // the skinny kernel's
+      EXPECT_FALSE(QuantTcApplies(on, min_m, code, kQuantTcMaxM + 1));  // prefill: dequantize
+    }
+    EXPECT_FALSE(QuantTcApplies(on, 2, QuantCode::kFp8E4M3, 16));  // FP8 has its own paths
+  }
+  EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, 2, QuantCode::kInt8, 16));
+  EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, 2, QuantCode::kUint4, 16));
+}
+
+// TANDEM_QUANT_TC_MIN_M=1 gives it batch 1 as well; =5 leaves the skinny kernel all of its range.
+TEST(QuantTcModeTest, MinMMovesTheLowerEnd) {
   for (QuantTc on : {QuantTc::kOn, QuantTc::kRequire}) {
     for (QuantCode code : {QuantCode::kInt8, QuantCode::kUint4}) {
       for (int64_t m = 1; m <= kQuantSkinnyMaxM; ++m) {
-        EXPECT_TRUE(QuantTcApplies(on, true, code, m)) << m;
-        EXPECT_FALSE(QuantTcApplies(on, false, code, m)) << m;
+        EXPECT_TRUE(QuantTcApplies(on, 1, code, m)) << m;
+        EXPECT_FALSE(QuantTcApplies(on, kQuantSkinnyMaxM + 1, code, m)) << m;
       }
-      EXPECT_TRUE(QuantTcApplies(on, true, code, kQuantTcMaxM));
-      EXPECT_FALSE(QuantTcApplies(on, true, code, 0));
-      EXPECT_FALSE(QuantTcApplies(on, true, code, kQuantTcMaxM + 1));
+      EXPECT_TRUE(QuantTcApplies(on, kQuantSkinnyMaxM + 1, code, kQuantSkinnyMaxM + 1));
+      EXPECT_FALSE(QuantTcApplies(on, 1, code, 0));
+      EXPECT_FALSE(QuantTcApplies(on, 1, code, kQuantTcMaxM + 1));
     }
-    EXPECT_FALSE(QuantTcApplies(on, true, QuantCode::kFp8E4M3, 1));  // FP8 keeps the skinny kernel
+    EXPECT_FALSE(QuantTcApplies(on, 1, QuantCode::kFp8E4M3, 1));  // FP8 keeps the skinny kernel
   }
-  // TANDEM_QUANT_TC=0 turns the kernel off at every m, small_m or not.
+  // TANDEM_QUANT_TC=0 turns the kernel off at every m, whatever min_m.
   for (int64_t m : {int64_t{1}, kQuantSkinnyMaxM, int64_t{16}}) {
-    EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, true, QuantCode::kInt8, m)) << m;
+    EXPECT_FALSE(QuantTcApplies(QuantTc::kOff, 1, QuantCode::kInt8, m)) << m;
   }
 }
 
