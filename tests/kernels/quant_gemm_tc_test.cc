@@ -188,6 +188,9 @@ void Check(const Shape& s) {
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     for (int replay = 0; replay < 2; ++replay) {
       reset_c();
+      // The reset is on the legacy stream, which a non-blocking stream does not wait for (a
+      // pageable upload may still be in flight when cudaMemcpy returns).
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       std::vector<uint16_t> got(c0_h.size());
