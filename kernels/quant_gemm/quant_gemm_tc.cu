@@ -65,6 +65,7 @@ using quant_tc::AFragment;
 using quant_tc::BFragment;
 using quant_tc::ChunkK;
 using quant_tc::Code;
+using quant_tc::DeviceSms;
 using quant_tc::kChunkBytes;
 using quant_tc::kSymmetricZero;
 using quant_tc::LaneAVectors;
@@ -321,12 +322,7 @@ absl::Status LaunchM(const Params& p, bool pdl, cudaStream_t stream) {
 template <Code kCode, int kNt, bool kPdl>
 int BlocksPerSmOf() {
   static const int blocks = [] {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, QuantGemmTcKernel<kCode, kNt, kPdl>,
-                                                      kThreads, 0) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
-    return std::max(b, 1);
+    return quant_tc::QueryBlocksPerSm(QuantGemmTcKernel<kCode, kNt, kPdl>, kThreads);
   }();
   return blocks;
 }
@@ -350,19 +346,6 @@ int BlocksPerSm(QuantCode code, int nt, bool pdl) {
     return pdl ? BlocksPerSm<Code::kUint4, true>(nt) : BlocksPerSm<Code::kUint4, false>(nt);
   }
   return pdl ? BlocksPerSm<Code::kInt8, true>(nt) : BlocksPerSm<Code::kInt8, false>(nt);
-}
-
-// The SMs of the device current at the first call (a process's GPUs are assumed alike).
-int DeviceSms() {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
-    return std::max(count, 1);
-  }();
-  return sms;
 }
 
 // The weight's side of QuantGemmTcCovers: codes, k and group_size.

@@ -41,6 +41,7 @@ using quant_tc::AFragment;
 using quant_tc::BFragment;
 using quant_tc::ChunkK;
 using quant_tc::Code;
+using quant_tc::DeviceSms;
 using quant_tc::kChunkBytes;
 using quant_tc::kSymmetricZero;
 using quant_tc::LaneAVectors;
@@ -206,26 +207,9 @@ __global__ void __launch_bounds__(kThreads) QuantGemvKernel(const __grid_constan
 template <Code kCode, int kDepth, bool kTc16, bool kPdl>
 int BlocksPerSm() {
   static const int blocks = [] {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &b, QuantGemvKernel<kCode, kDepth, kTc16, kPdl>, kThreads, 0) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
-    return std::max(b, 1);
+    return quant_tc::QueryBlocksPerSm(QuantGemvKernel<kCode, kDepth, kTc16, kPdl>, kThreads);
   }();
   return blocks;
-}
-
-int DeviceSms() {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
-    return std::max(count, 1);
-  }();
-  return sms;
 }
 
 template <Code kCode, int kDepth, bool kTc16, bool kPdl>

@@ -1,6 +1,6 @@
 // The mixed-input tensor-core kernels' shared pieces (quant_gemm_tc.cu: QuantGemmTc, quant_gemv.cu:
-// QuantGemv): code types, chunk geometry, mma.sync, and one lane's A and B fragments of a chunk.
-// CUDA only.
+// QuantGemv): code types, chunk geometry, mma.sync, one lane's A and B fragments of a chunk, and
+// the host queries their launch plans share. CUDA only.
 //
 // A chunk is 64 code bytes of a weight row (int8: 64 k, uint4: 128 k). Lane (g, t) (g = lane / 4,
 // t = lane % 4) holds bytes [16t, 16t + 16) of the chunk for rows g and g + 8 of a 16-row tile,
@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/common/pdl.cuh"
@@ -47,6 +49,30 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Host: the SMs of the device current at the first call (a process's GPUs are assumed alike).
+inline int DeviceSms() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+    return std::max(count, 1);
+  }();
+  return sms;
+}
+
+// Host: blocks of `kernel` at `threads` threads resident per SM (its registers and static shared
+// memory); 1 if the runtime cannot say. Callers cache it per instantiation.
+template <typename... Params>
+int QueryBlocksPerSm(void (*kernel)(Params...), int threads) {
+  int b = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, threads, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  return std::max(b, 1);
 }
 
 // A 16-byte vector of a (bf16): after a PDL wait a plain load (LoadAfterWait16: its producer may
