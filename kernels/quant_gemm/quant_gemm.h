@@ -190,7 +190,9 @@ inline int64_t QuantGemmTcWorkspaceCounters(int64_t n) { return QuantTcRowTiles(
 // one 8-token tile (WORKLOG.md step 10): persistent blocks of 16-row tiles, each warp streaming its
 // chunks through a ring of gemv_depth slots in flight across tile boundaries, no split-K
 // workspace. QuantGemvCovers: QuantGemmTcCovers plus the m range, InvalidArgument otherwise.
-// QuantGemmArgs::overlap_launch launches it with PDL.
+// QuantGemmArgs::overlap_launch launches it with PDL. Measured slower than QuantGemmSkinny at m = 1
+// and QuantGemmTc at m >= 2 on an H100 (WORKLOG.md step 10): CudaOps runs it only with
+// TANDEM_QUANT_GEMV=1, a base for the next attempt at batch 1.
 inline constexpr int64_t kQuantGemvMaxM = 8;
 absl::Status QuantGemvCovers(const QuantGemmArgs& args);
 absl::Status QuantGemv(const QuantGemmArgs& args, cudaStream_t stream);

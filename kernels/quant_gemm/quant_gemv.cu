@@ -21,6 +21,10 @@
 //   warp order (deterministic), bias / the old c added, rounded to bf16 once.
 // - PDL: the first kDepth items' code loads are issued before griddepcontrol.wait; a, bias and c
 //   are touched only after it.
+//
+// Status: correct (quant_gemm_tc_test's Gemv* tests) but slower than the skinny kernel at m = 1
+// and QuantGemmTc at m >= 2 on an H100: its time follows resident warps, which the ring's
+// registers cost, not bytes in flight (WORKLOG.md step 10, with ncu and what to try next).
 #include <cuda_bf16.h>
 
 #include <algorithm>
