@@ -10,6 +10,26 @@
 #include "kernels/quant_gemm/quant_gemm.h"
 
 namespace tandem::bench {
+namespace {
+
+// Aborts the benchmark with the status's message (a benchmark has no caller to report to).
+void OrDie(const absl::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    std::abort();
+  }
+}
+
+// Points x at copy r of the rotated weights: codes from w (the row-major or the kTc16 copies),
+// scales, and zero points for uint4.
+void OnCopy(QuantGemmArgs& x, const std::vector<void*>& w, const std::vector<void*>& scales,
+            const std::vector<void*>& zeros, int r, bool int4) {
+  x.w = static_cast<const uint8_t*>(w[r]);
+  x.scales = static_cast<const float*>(scales[r]);
+  x.zeros = int4 ? static_cast<const uint8_t*>(zeros[r]) : nullptr;
+}
+
+}  // namespace
 
 void BenchQuantGemm(const Ceilings& c) {
   // {k, n}: Qwen3-8B gate_up and down, Llama-3-8B gate_up and down, QKV (Llama GQA), O.
@@ -50,13 +70,8 @@ void BenchQuantGemm(const Ceilings& c) {
                            .group_size = int4 ? kGroup : k};
         auto launch = [&](int it) {
           QuantGemmArgs x = args;
-          x.w = static_cast<const uint8_t*>(ws[it % copies]);
-          x.scales = static_cast<const float*>(scales[it % copies]);
-          x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
-          if (absl::Status s = QuantGemmSkinny(x, nullptr); !s.ok()) {
-            std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-            std::abort();
-          }
+          OnCopy(x, ws, scales, zeros, it % copies, int4);
+          OrDie(QuantGemmSkinny(x, nullptr));
         };
         MedianMicros(launch, nullptr, 20, 20);  // pre-warm (kernels/gemm/WORKLOG.md, step 3)
         const double us = MedianMicros(launch, nullptr, 5, 50);
@@ -72,13 +87,8 @@ void BenchQuantGemm(const Ceilings& c) {
       BENCH_CUDA(cudaMalloc(&dense, n * k * 2));
       auto dequant = [&](int it) {
         QuantGemmArgs x{.n = n, .k = k, .code = code, .group_size = int4 ? kGroup : k};
-        x.w = static_cast<const uint8_t*>(ws[it % copies]);
-        x.scales = static_cast<const float*>(scales[it % copies]);
-        x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
-        if (absl::Status s = QuantDequantize(x, dense, DType::kBF16, nullptr); !s.ok()) {
-          std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-          std::abort();
-        }
+        OnCopy(x, ws, scales, zeros, it % copies, int4);
+        OrDie(QuantDequantize(x, dense, DType::kBF16, nullptr));
       };
       MedianMicros(dequant, nullptr, 5, 5);
       const double dq_us = MedianMicros(dequant, nullptr, 3, 20);
@@ -103,10 +113,7 @@ void BenchQuantGemm(const Ceilings& c) {
                            .w_dtype = DType::kBF16,
                            .c_dtype = DType::kBF16,
                            .overlap_launch = false};
-          if (absl::Status s = Gemm(g, nullptr); !s.ok()) {
-            std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-            std::abort();
-          }
+          OrDie(Gemm(g, nullptr));
         };
         MedianMicros(path, nullptr, 5, 5);
         const double us = MedianMicros(path, nullptr, 3, 20);
@@ -146,13 +153,8 @@ void BenchQuantGemm(const Ceilings& c) {
           const int splits = QuantGemmTcPlan(args).splits;
           auto launch = [&](int it) {
             QuantGemmArgs x = args;
-            x.w = static_cast<const uint8_t*>(ws[it % copies]);
-            x.scales = static_cast<const float*>(scales[it % copies]);
-            x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
-            if (absl::Status s = QuantGemmTc(x, nullptr); !s.ok()) {
-              std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-              std::abort();
-            }
+            OnCopy(x, ws, scales, zeros, it % copies, int4);
+            OrDie(QuantGemmTc(x, nullptr));
           };
           MedianMicros(launch, nullptr, 20, 20);
           const double us = MedianMicros(launch, nullptr, 5, 50);
@@ -173,11 +175,7 @@ void BenchQuantGemm(const Ceilings& c) {
           BENCH_CUDA(cudaMalloc(&tiled[i], QuantTc16Bytes(code, n, k)));
           QuantGemmArgs x{.n = n, .k = k, .code = code, .group_size = int4 ? kGroup : k};
           x.w = static_cast<const uint8_t*>(ws[i]);
-          if (absl::Status st = QuantRepackTc16(x, static_cast<uint8_t*>(tiled[i]), nullptr);
-              !st.ok()) {
-            std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-            std::abort();
-          }
+          OrDie(QuantRepackTc16(x, static_cast<uint8_t*>(tiled[i]), nullptr));
         }
       }
       for (int64_t m : {1, 4, 8}) {
@@ -198,13 +196,8 @@ void BenchQuantGemm(const Ceilings& c) {
                              .layout = tc16 ? QuantLayout::kTc16 : QuantLayout::kRowMajor};
           auto launch = [&](int it) {
             QuantGemmArgs x = args;
-            x.w = static_cast<const uint8_t*>(tc16 ? tiled[it % copies] : ws[it % copies]);
-            x.scales = static_cast<const float*>(scales[it % copies]);
-            x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
-            if (absl::Status s = QuantGemv(x, nullptr); !s.ok()) {
-              std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-              std::abort();
-            }
+            OnCopy(x, tc16 ? tiled : ws, scales, zeros, it % copies, int4);
+            OrDie(QuantGemv(x, nullptr));
           };
           MedianMicros(launch, nullptr, 20, 20);
           const double us = MedianMicros(launch, nullptr, 5, 50);
@@ -241,16 +234,11 @@ void BenchQuantGemm(const Ceilings& c) {
             for (int j = 0; j < kChain; ++j) {
               QuantGemmArgs x = args;
               const int r = (it * kChain + j) % copies;
-              x.w = static_cast<const uint8_t*>(tc16 ? tiled[r] : ws[r]);
-              x.scales = static_cast<const float*>(scales[r]);
-              x.zeros = int4 ? static_cast<const uint8_t*>(zeros[r]) : nullptr;
+              OnCopy(x, tc16 ? tiled : ws, scales, zeros, r, int4);
               const absl::Status s = gemv ? QuantGemv(x, chain_stream)
                                      : tc ? QuantGemmTc(x, chain_stream)
                                           : QuantGemmSkinny(x, chain_stream);
-              if (!s.ok()) {
-                std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-                std::abort();
-              }
+              OrDie(s);
             }
           };
           MedianMicros(launch, chain_stream, 5, 5);
@@ -306,16 +294,11 @@ void BenchQuantOne(const std::string& code_name, const std::string& kernel, int6
                            .layout = tc16 ? QuantLayout::kTc16 : QuantLayout::kRowMajor};
   auto launch = [&](int it) {
     QuantGemmArgs x = args;
-    x.w = static_cast<const uint8_t*>(ws[it % copies]);
-    x.scales = static_cast<const float*>(scales[it % copies]);
-    x.zeros = int4 ? static_cast<const uint8_t*>(zeros[it % copies]) : nullptr;
+    OnCopy(x, ws, scales, zeros, it % copies, int4);
     const absl::Status s = kernel == "skinny" ? QuantGemmSkinny(x, nullptr)
                            : kernel == "tc"   ? QuantGemmTc(x, nullptr)
                                               : QuantGemv(x, nullptr);
-    if (!s.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
-      std::abort();
-    }
+    OrDie(s);
   };
   const double us = MedianMicros(launch, nullptr, 10, 30);
   std::printf("quantone %s %s M=%lld K=%lld N=%lld D=%d: %.2f us\n", code_name.c_str(),
